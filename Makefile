@@ -1,0 +1,58 @@
+# voltstream: `make demo` runs the main job on built-in defaults, `make test` runs
+# every check CI runs. Both set up what they need (scripts/bootstrap.sh).
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+VENV := .venv
+PY := $(VENV)/bin/python
+DEPS := $(VENV)/.deps-stamp
+EXT := $(VENV)/.ext-stamp
+RUST_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
+
+.PHONY: setup demo test lint rust-test py-test kernels stubs gpu-test gpu-bench fuzz bench clean
+
+setup: $(EXT)
+
+$(DEPS): requirements-dev.txt scripts/bootstrap.sh
+	./scripts/bootstrap.sh
+	touch $@
+
+$(EXT): $(DEPS) $(RUST_SRC)
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
+	touch $@
+
+demo: setup
+	$(VENV)/bin/voltstream demo
+
+lint: $(DEPS)
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -q -- -D warnings
+	$(VENV)/bin/ruff check python tests bench scripts
+	$(VENV)/bin/ruff format --check python tests bench scripts
+
+rust-test: $(DEPS)
+	cargo test --workspace -q
+
+stubs: setup
+	$(PY) scripts/check_stub.py
+
+kernels: $(DEPS)
+	$(PY) scripts/check_kernels.py
+
+py-test: setup
+	$(PY) -m pytest -q -m "not gpu"
+
+test: setup lint rust-test stubs kernels py-test
+
+fuzz: $(DEPS)
+	./scripts/fuzz.sh 30
+
+# Run on the GPU machine (see docs/operations.md): installs the carried wheels.
+gpu-test:
+	./scripts/gpu.sh test
+
+gpu-bench:
+	./scripts/gpu.sh bench
+
+clean:
+	cargo clean
+	rm -rf $(VENV) demo-output

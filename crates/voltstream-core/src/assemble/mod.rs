@@ -1,0 +1,1 @@
+//! TODO(skeleton): see DESIGN.md

@@ -1,0 +1,25 @@
+//! voltstream-core: the hot path of voltstream, in pure Rust.
+//!
+//! Layers (each a module, each with its own contract in its module docs):
+//! - [`wire`]: packet formats as zero-copy checked views (no panics on any input);
+//! - [`capture`]: capture engines that deliver batches of packets;
+//! - [`assemble`]: places packets into fixed-size chunks by time stamp, with
+//!   presence bitmaps and the loss taxonomy;
+//! - [`memory`]: buffer pools allocated at start-up;
+//! - [`ring`]: chunk handoff between the capture thread and consumers;
+//! - [`record`]: disk writers;
+//! - [`send`]: paced UDP sender used by the simulator;
+//! - [`stats`]: counters shared with the monitor.
+//!
+//! Nothing on the receive path allocates after start-up.
+
+pub mod assemble;
+pub mod capture;
+pub mod error;
+pub mod memory;
+pub mod ring;
+pub mod send;
+pub mod stats;
+pub mod wire;
+
+pub use error::{Error, Result};

@@ -1,0 +1,466 @@
+//! VDIF data frames (VDIF specification v1.0, EDV 0), as zero-copy views.
+//!
+//! A frame is a header of eight little-endian 32-bit words (four when the
+//! legacy bit is set) followed by the data array. The header's frame length
+//! counts the header too, in 8-byte units. No function here panics on any
+//! input; `docs/formats.md` gives the exact bit layout and the sample mapping.
+
+use super::WireError;
+
+/// Bytes in a standard header.
+pub const HEADER_LEN: usize = 32;
+/// Bytes in a legacy header.
+pub const LEGACY_HEADER_LEN: usize = 16;
+/// The four 2-bit levels of the standard VDIF offset-binary mapping, indexed
+/// by the 2-bit code (00, 01, 10, 11).
+pub const LEVELS_2BIT: [f32; 4] = [-3.3359, -1.0, 1.0, 3.3359];
+/// Largest thread id the 10-bit field can hold, plus one.
+pub const MAX_THREADS: usize = 1024;
+
+mod field {
+    // Each entry: (word index, lowest bit, width in bits).
+    pub type Bits = (usize, u32, u32);
+    pub const INVALID: Bits = (0, 31, 1);
+    pub const LEGACY: Bits = (0, 30, 1);
+    pub const SECONDS: Bits = (0, 0, 30);
+    pub const REF_EPOCH: Bits = (1, 24, 6);
+    pub const FRAME: Bits = (1, 0, 24);
+    pub const VERSION: Bits = (2, 29, 3);
+    pub const LOG2_NCHAN: Bits = (2, 24, 5);
+    pub const FRAME_LEN8: Bits = (2, 0, 24);
+    pub const COMPLEX: Bits = (3, 31, 1);
+    pub const BITS_M1: Bits = (3, 26, 5);
+    pub const THREAD: Bits = (3, 16, 10);
+    pub const STATION: Bits = (3, 0, 16);
+    pub const EDV: Bits = (4, 24, 8);
+}
+
+/// A read/write view of one VDIF frame held in `T`.
+#[derive(Debug, Clone)]
+pub struct Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Wraps a buffer without checks; accessors may then return garbage but
+    /// still never panic (every read is bounds-checked and defaults to zero).
+    pub fn new_unchecked(buffer: T) -> Self {
+        Packet { buffer }
+    }
+
+    /// Wraps untrusted bytes: the header must be complete, its frame length
+    /// at least the header and no longer than the buffer. Extra bytes after
+    /// the frame are allowed (a file holds many frames); see [`Self::frame_len`].
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        let p = Packet { buffer };
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// The checks of [`Self::new_checked`].
+    pub fn check_len(&self) -> Result<(), WireError> {
+        let len = self.buffer.as_ref().len();
+        if len < LEGACY_HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        let hlen = self.header_len();
+        if len < hlen {
+            return Err(WireError::Truncated);
+        }
+        let flen = self.frame_len();
+        if flen <= hlen {
+            return Err(WireError::Malformed);
+        }
+        if len < flen {
+            return Err(WireError::Truncated);
+        }
+        Ok(())
+    }
+
+    /// Consumes the view, returning the buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    fn word(&self, i: usize) -> u32 {
+        let b = self.buffer.as_ref();
+        match b.get(4 * i..4 * i + 4) {
+            Some(w) => u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
+            None => 0,
+        }
+    }
+
+    fn get(&self, (w, lo, width): field::Bits) -> u32 {
+        (self.word(w) >> lo) & (u32::MAX >> (32 - width))
+    }
+
+    pub fn invalid(&self) -> bool {
+        self.get(field::INVALID) != 0
+    }
+    pub fn legacy(&self) -> bool {
+        self.get(field::LEGACY) != 0
+    }
+    /// Seconds since the reference epoch.
+    pub fn seconds(&self) -> u32 {
+        self.get(field::SECONDS)
+    }
+    /// Reference epoch in half-years since 2000-01-01.
+    pub fn ref_epoch(&self) -> u8 {
+        self.get(field::REF_EPOCH) as u8
+    }
+    /// Frame number within the second.
+    pub fn frame(&self) -> u32 {
+        self.get(field::FRAME)
+    }
+    pub fn version(&self) -> u8 {
+        self.get(field::VERSION) as u8
+    }
+    pub fn log2_nchan(&self) -> u8 {
+        self.get(field::LOG2_NCHAN) as u8
+    }
+    /// Channels per sample; saturates for the (nonsensical) log2 values >= 32.
+    pub fn nchan(&self) -> u32 {
+        1u32.checked_shl(self.log2_nchan() as u32).unwrap_or(u32::MAX)
+    }
+    /// Frame length in bytes, header included.
+    pub fn frame_len(&self) -> usize {
+        self.get(field::FRAME_LEN8) as usize * 8
+    }
+    pub fn complex(&self) -> bool {
+        self.get(field::COMPLEX) != 0
+    }
+    /// Bits per sample (per real or imaginary part), 1..=32.
+    pub fn bits_per_sample(&self) -> u8 {
+        self.get(field::BITS_M1) as u8 + 1
+    }
+    pub fn thread(&self) -> u16 {
+        self.get(field::THREAD) as u16
+    }
+    pub fn station(&self) -> u16 {
+        self.get(field::STATION) as u16
+    }
+    /// Extended data version; 0 for legacy headers, which have no word 4.
+    pub fn edv(&self) -> u8 {
+        if self.legacy() {
+            0
+        } else {
+            self.get(field::EDV) as u8
+        }
+    }
+    pub fn header_len(&self) -> usize {
+        if self.legacy() {
+            LEGACY_HEADER_LEN
+        } else {
+            HEADER_LEN
+        }
+    }
+    /// The data array; empty if the view is shorter than its frame length.
+    pub fn payload(&self) -> &[u8] {
+        self.buffer
+            .as_ref()
+            .get(self.header_len()..self.frame_len())
+            .unwrap_or(&[])
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    fn set_word(&mut self, i: usize, v: u32) {
+        if let Some(w) = self.buffer.as_mut().get_mut(4 * i..4 * i + 4) {
+            w.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    fn set(&mut self, (w, lo, width): field::Bits, v: u32) {
+        let mask = (u32::MAX >> (32 - width)) << lo;
+        let old = self.word(w);
+        self.set_word(w, (old & !mask) | ((v << lo) & mask));
+    }
+
+    /// The data array, writable; empty if the view is too short.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let (h, f) = (self.header_len(), self.frame_len());
+        self.buffer.as_mut().get_mut(h..f).unwrap_or(&mut [])
+    }
+}
+
+/// A parsed VDIF header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repr {
+    pub invalid: bool,
+    pub legacy: bool,
+    pub seconds: u32,
+    pub ref_epoch: u8,
+    pub frame: u32,
+    pub version: u8,
+    pub log2_nchan: u8,
+    /// Frame length in bytes, header included; a multiple of 8.
+    pub frame_len: usize,
+    pub complex: bool,
+    pub bits_per_sample: u8,
+    pub thread: u16,
+    pub station: u16,
+    /// Only EDV 0 is interpreted; other values are carried, their extended
+    /// user data (words 4..8 after the EDV byte) is neither read nor kept.
+    pub edv: u8,
+}
+
+impl Repr {
+    /// Parses a checked view.
+    pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr, WireError> {
+        p.check_len()?;
+        Ok(Repr {
+            invalid: p.invalid(),
+            legacy: p.legacy(),
+            seconds: p.seconds(),
+            ref_epoch: p.ref_epoch(),
+            frame: p.frame(),
+            version: p.version(),
+            log2_nchan: p.log2_nchan(),
+            frame_len: p.frame_len(),
+            complex: p.complex(),
+            bits_per_sample: p.bits_per_sample(),
+            thread: p.thread(),
+            station: p.station(),
+            edv: p.edv(),
+        })
+    }
+
+    pub fn header_len(&self) -> usize {
+        if self.legacy {
+            LEGACY_HEADER_LEN
+        } else {
+            HEADER_LEN
+        }
+    }
+
+    /// Checks that every field fits its bit width and the frame length is a
+    /// whole number of 8-byte units longer than the header.
+    pub fn check(&self) -> Result<(), WireError> {
+        let ok = self.seconds < 1 << 30
+            && self.ref_epoch < 64
+            && self.frame < 1 << 24
+            && self.version < 8
+            && self.log2_nchan < 32
+            && self.frame_len % 8 == 0
+            && self.frame_len > self.header_len()
+            && self.frame_len / 8 < 1 << 24
+            && (1..=32).contains(&self.bits_per_sample)
+            && (self.thread as usize) < MAX_THREADS;
+        if ok {
+            Ok(())
+        } else {
+            Err(WireError::Malformed)
+        }
+    }
+
+    /// Writes the header into `p`, whose buffer must hold at least the header.
+    /// The data array is left alone. Fails if a field does not fit.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) -> Result<(), WireError> {
+        self.check()?;
+        if p.buffer.as_ref().len() < self.header_len() {
+            return Err(WireError::Truncated);
+        }
+        for w in 0..self.header_len() / 4 {
+            p.set_word(w, 0);
+        }
+        p.set(field::INVALID, self.invalid as u32);
+        p.set(field::LEGACY, self.legacy as u32);
+        p.set(field::SECONDS, self.seconds);
+        p.set(field::REF_EPOCH, self.ref_epoch as u32);
+        p.set(field::FRAME, self.frame);
+        p.set(field::VERSION, self.version as u32);
+        p.set(field::LOG2_NCHAN, self.log2_nchan as u32);
+        p.set(field::FRAME_LEN8, (self.frame_len / 8) as u32);
+        p.set(field::COMPLEX, self.complex as u32);
+        p.set(field::BITS_M1, self.bits_per_sample as u32 - 1);
+        p.set(field::THREAD, self.thread as u32);
+        p.set(field::STATION, self.station as u32);
+        if !self.legacy {
+            p.set(field::EDV, self.edv as u32);
+        }
+        Ok(())
+    }
+}
+
+/// Number of real values (parts) a data array of `payload_len` bytes holds
+/// at `bits` bits per part, if the width is one we decode (2 or 8).
+pub fn parts_in(payload_len: usize, bits: u8) -> Option<usize> {
+    match bits {
+        2 => Some(payload_len * 4),
+        8 => Some(payload_len),
+        _ => None,
+    }
+}
+
+/// Decodes a data array into real values, in stored order (time, channel,
+/// and for complex data re then im). 8-bit parts map to `code - 128`, 2-bit
+/// parts to [`LEVELS_2BIT`], lowest bits first. Returns the number written;
+/// `Malformed` for widths other than 2 and 8, `Truncated` if `out` is short.
+/// Allocation-free.
+pub fn decode(payload: &[u8], bits: u8, out: &mut [f32]) -> Result<usize, WireError> {
+    let n = parts_in(payload.len(), bits).ok_or(WireError::Malformed)?;
+    let out = out.get_mut(..n).ok_or(WireError::Truncated)?;
+    match bits {
+        8 => {
+            for (o, &b) in out.iter_mut().zip(payload) {
+                *o = b as f32 - 128.0;
+            }
+        }
+        _ => {
+            for (o4, &b) in out.chunks_exact_mut(4).zip(payload) {
+                for (k, o) in o4.iter_mut().enumerate() {
+                    *o = LEVELS_2BIT[((b >> (2 * k)) & 3) as usize];
+                }
+            }
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_repr() -> Repr {
+        Repr {
+            invalid: false,
+            legacy: false,
+            seconds: 0x2abc_def1 & ((1 << 30) - 1),
+            ref_epoch: 47,
+            frame: 0x00ab_cdef,
+            version: 1,
+            log2_nchan: 5,
+            frame_len: 8032,
+            complex: true,
+            bits_per_sample: 8,
+            thread: 0x2a5,
+            station: 0xbeef,
+            edv: 0,
+        }
+    }
+
+    #[test]
+    fn round_trip_standard_and_legacy() {
+        for legacy in [false, true] {
+            let mut r = sample_repr();
+            r.legacy = legacy;
+            r.invalid = legacy;
+            let mut buf = vec![0xa5u8; r.frame_len];
+            let mut p = Packet::new_unchecked(&mut buf[..]);
+            r.emit(&mut p).unwrap();
+            let p = Packet::new_checked(&buf[..]).unwrap();
+            assert_eq!(Repr::parse(&p).unwrap(), r);
+            assert_eq!(p.header_len(), if legacy { 16 } else { 32 });
+            assert_eq!(p.payload().len(), r.frame_len - p.header_len());
+            assert_eq!(p.nchan(), 32);
+        }
+    }
+
+    #[test]
+    fn known_bytes() {
+        // Independent expectation: words assembled by hand from the spec.
+        let mut buf = [0u8; 40];
+        let w0: u32 = (1 << 30) | 12345; // legacy=1, seconds
+        let w1: u32 = (3 << 24) | 77;
+        let w2: u32 = (1 << 29) | (2 << 24) | 5; // version 1, 4 chans, 40 bytes
+        let w3: u32 = (1 << 31) | (1 << 26) | (9 << 16) | 4242; // complex, 2-bit
+        for (i, w) in [w0, w1, w2, w3].iter().enumerate() {
+            buf[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        let p = Packet::new_checked(&buf[..]).unwrap();
+        let r = Repr::parse(&p).unwrap();
+        assert!(r.legacy && !r.invalid && r.complex);
+        assert_eq!((r.seconds, r.ref_epoch, r.frame), (12345, 3, 77));
+        assert_eq!((r.version, r.log2_nchan, r.frame_len), (1, 2, 40));
+        assert_eq!((r.bits_per_sample, r.thread, r.station), (2, 9, 4242));
+        assert_eq!(p.payload().len(), 24);
+    }
+
+    #[test]
+    fn malformed_and_truncated() {
+        let r = sample_repr();
+        let mut buf = vec![7u8; r.frame_len];
+        r.emit(&mut Packet::new_unchecked(&mut buf[..])).unwrap();
+        let short = |n: usize| Packet::new_checked(&buf[..n]).err();
+        assert_eq!(short(0), Some(WireError::Truncated));
+        assert_eq!(short(15), Some(WireError::Truncated));
+        assert_eq!(short(31), Some(WireError::Truncated));
+        assert_eq!(short(r.frame_len - 1), Some(WireError::Truncated));
+        // Frame length 0 and equal to the header are impossible frames.
+        for len8 in [0u32, 4] {
+            let mut b = buf.clone();
+            let mut p = Packet::new_unchecked(&mut b[..]);
+            p.set(field::FRAME_LEN8, len8);
+            assert_eq!(Packet::new_checked(&b[..]).err(), Some(WireError::Malformed));
+        }
+        // Fields that do not fit their width are refused on emit.
+        let bad = [
+            Repr { seconds: 1 << 30, ..r },
+            Repr { ref_epoch: 64, ..r },
+            Repr { frame: 1 << 24, ..r },
+            Repr { version: 8, ..r },
+            Repr { log2_nchan: 32, ..r },
+            Repr { frame_len: 8033, ..r },
+            Repr { frame_len: 32, ..r },
+            Repr { frame_len: 8 << 24, ..r },
+            Repr { bits_per_sample: 0, ..r },
+            Repr { bits_per_sample: 33, ..r },
+            Repr { thread: 1024, ..r },
+        ];
+        for b in bad {
+            let mut out = vec![0u8; 64];
+            let e = b.emit(&mut Packet::new_unchecked(&mut out[..]));
+            assert_eq!(e, Err(WireError::Malformed), "{b:?}");
+        }
+        let mut tiny = [0u8; 20];
+        assert_eq!(
+            r.emit(&mut Packet::new_unchecked(&mut tiny[..])),
+            Err(WireError::Truncated)
+        );
+    }
+
+    #[test]
+    fn decode_levels() {
+        let payload = [0b11_10_01_00u8, 0, 255, 128];
+        let mut out = [0f32; 16];
+        assert_eq!(decode(&payload, 2, &mut out), Ok(16));
+        assert_eq!(&out[..4], &[-3.3359, -1.0, 1.0, 3.3359]);
+        assert_eq!(&out[4..8], &[-3.3359; 4]);
+        assert_eq!(&out[8..12], &[3.3359; 4]);
+        assert_eq!(&out[12..16], &[-3.3359, -3.3359, -3.3359, 1.0]);
+        assert_eq!(decode(&payload, 8, &mut out), Ok(4));
+        assert_eq!(&out[..4], &[-128.0, -128.0, 127.0, 0.0]);
+        assert_eq!(decode(&payload, 4, &mut out), Err(WireError::Malformed));
+        assert_eq!(decode(&payload, 2, &mut out[..15]), Err(WireError::Truncated));
+    }
+
+    /// The no-panic property on stable: random and mutated-valid bytes
+    /// through every entry point.
+    #[test]
+    fn no_panic_on_random_input() {
+        let mut rng = crate::wire::testutil::XorShift(0x9e37_79b9_7f4a_7c15);
+        let r = sample_repr();
+        let mut valid = vec![0u8; 96];
+        Repr { frame_len: 96, ..r }
+            .emit(&mut Packet::new_unchecked(&mut valid[..]))
+            .unwrap();
+        let mut out = [0f32; 512];
+        let mut accepted = 0;
+        let mut bytes = Vec::new();
+        for i in 0..200_000 {
+            rng.fill_like(&mut bytes, &valid, i);
+            if let Ok(p) = Packet::new_checked(&bytes[..]) {
+                accepted += 1;
+                let r = Repr::parse(&p).unwrap();
+                assert!(p.payload().len() + p.header_len() == r.frame_len);
+                let mut again = vec![0u8; r.frame_len];
+                // Parsed fields always fit: emit must accept them.
+                r.emit(&mut Packet::new_unchecked(&mut again[..])).unwrap();
+                let _ = decode(p.payload(), r.bits_per_sample, &mut out);
+            }
+            let p = Packet::new_unchecked(&bytes[..]);
+            let _ = (p.payload(), p.nchan(), p.edv(), p.frame_len());
+        }
+        assert!(accepted > 1000, "mutations should keep many frames valid");
+    }
+}

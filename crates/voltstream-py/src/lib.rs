@@ -1,0 +1,18 @@
+//! Thin PyO3 bindings: argument conversion, GIL release around blocking calls,
+//! and error mapping. No logic lives here; it lives in voltstream-core.
+
+use pyo3::prelude::*;
+
+mod capture;
+mod errors;
+mod send;
+mod wire;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    wire::register(m)?;
+    send::register(m)?;
+    capture::register(m)?;
+    Ok(())
+}

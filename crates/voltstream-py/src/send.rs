@@ -1,0 +1,6 @@
+//! Bindings: see voltstream-core.
+use pyo3::prelude::*;
+
+pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+    Ok(())
+}

@@ -1,0 +1,145 @@
+"""Stream formats as the Python side sees them: how a capture is configured for a
+format, and how a chunk's payload bytes become TFP samples.
+
+The byte layouts themselves live in the Rust wire layer and docs/formats.md; this
+module only knows the sizes it needs to reshape payloads, and the options the
+capture engine takes for each format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from voltstream.errors import ConfigError
+from voltstream.observation import Observation
+
+FORMATS = ("ynao", "vdif")
+
+#: The YNAO/ROACH2 frame: 64 spectra x 32 channels x 2 pols x int8 (re, im).
+YNAO_SPECTRA, YNAO_NCHAN, YNAO_NPOL = 64, 32, 2
+YNAO_HEADER_BYTES = 24
+YNAO_PAYLOAD_BYTES = YNAO_SPECTRA * YNAO_NCHAN * YNAO_NPOL * 2
+
+#: VDIF defaults: 8-bit complex, one thread per polarisation, 8000-byte payloads.
+VDIF_HEADER_BYTES = 32
+VDIF_DEFAULT_PAYLOAD = 8000
+
+
+@dataclass(frozen=True)
+class StreamFormat:
+    """One capture's format: its name, the sample geometry, and the packet sizes."""
+
+    name: str
+    nchan: int
+    npol: int
+    samples_per_packet: int  # time samples of every channel carried by one packet
+    payload_len: int  # data bytes per packet (excluding the header)
+    chan_bw_mhz: float  # signed: negative for a lower sideband
+    freq_mhz: float  # band centre
+
+    @property
+    def tsamp_s(self) -> float:
+        return 1e-6 / abs(self.chan_bw_mhz)
+
+    @property
+    def packets_per_second(self) -> float:
+        return 1.0 / (self.tsamp_s * self.samples_per_packet)
+
+    @property
+    def packet_len(self) -> int:
+        return self.payload_len + (YNAO_HEADER_BYTES if self.name == "ynao" else VDIF_HEADER_BYTES)
+
+    @property
+    def streams(self) -> int:
+        """Capture streams: YNAO carries both pols in one stream, VDIF one thread per pol."""
+        return 1 if self.name == "ynao" else self.npol
+
+    @property
+    def data_rate_gbps(self) -> float:
+        return 8 * self.packet_len * self.packets_per_second * self.streams / 1e9
+
+    def observation(self, **kw) -> Observation:
+        return Observation(
+            nchan=self.nchan,
+            npol=self.npol,
+            freq_mhz=self.freq_mhz,
+            bw_mhz=self.chan_bw_mhz * self.nchan,
+            tsamp_s=self.tsamp_s,
+            **kw,
+        )
+
+    def capture_kwargs(self) -> dict:
+        """Format options for `voltstream._core.Capture`."""
+        if self.name == "ynao":
+            return {"format": "ynao"}
+        fps = self.packets_per_second
+        if abs(fps - round(fps)) > 1e-6:
+            raise ConfigError(
+                f"VDIF needs a whole number of frames per second; {self.samples_per_packet} "
+                f"samples per frame at {abs(self.chan_bw_mhz)} MHz gives {fps:.3f}: "
+                "change --vdif-payload or --chan-bw"
+            )
+        return {
+            "format": "vdif",
+            "vdif_threads": list(range(self.npol)),
+            "vdif_frame_len": self.packet_len,
+            "frames_per_second": int(round(fps)),
+        }
+
+    def payload_to_tfp(self, per_stream: np.ndarray, present: np.ndarray) -> np.ndarray:
+        """(streams, packets, payload) uint8 + (streams, packets) presence -> int8 TFP.
+
+        Returns (packets * samples_per_packet, nchan, npol, 2) int8; samples of absent
+        packets are zero.
+        """
+        nstreams, npkt, _ = per_stream.shape
+        spp, nchan, npol = self.samples_per_packet, self.nchan, self.npol
+        if self.name == "ynao":
+            out = per_stream.view(np.int8).reshape(npkt, spp, nchan, npol, 2).copy()
+            out[~present[0]] = 0
+            return out.reshape(npkt * spp, nchan, npol, 2)
+        # VDIF 8-bit complex is offset binary, time-major then channel within a
+        # frame, one thread per polarisation: interleave the threads as pols.
+        frames = per_stream.reshape(npol, npkt, spp, nchan, 2)
+        out = np.empty((npkt, spp, nchan, npol, 2), dtype=np.int8)
+        for p in range(npol):
+            np.bitwise_xor(frames[p], 0x80, out=out[:, :, :, p, :].view(np.uint8))
+            out[~present[p], :, :, p, :] = 0
+        return out.reshape(npkt * spp, nchan, npol, 2)
+
+
+def make_format(
+    name: str,
+    nchan: int | None = None,
+    chan_bw_mhz: float = 4.0,
+    freq_mhz: float = 1420.0,
+    vdif_payload: int = VDIF_DEFAULT_PAYLOAD,
+    npol: int = 2,
+) -> StreamFormat:
+    """Builds a StreamFormat from command-line style options, validating them."""
+    if name not in FORMATS:
+        raise ConfigError(f"unknown format {name!r}: choose one of {', '.join(FORMATS)}")
+    if chan_bw_mhz == 0:
+        raise ConfigError("--chan-bw must be non-zero (negative for a lower sideband)")
+    if name == "ynao":
+        if nchan not in (None, YNAO_NCHAN) or npol != YNAO_NPOL:
+            raise ConfigError(
+                f"the YNAO frame always carries {YNAO_NCHAN} channels and {YNAO_NPOL} pols"
+            )
+        return StreamFormat(
+            "ynao", YNAO_NCHAN, YNAO_NPOL, YNAO_SPECTRA, YNAO_PAYLOAD_BYTES, chan_bw_mhz, freq_mhz
+        )
+    nchan = 32 if nchan is None else nchan
+    if nchan < 1 or nchan & (nchan - 1):
+        raise ConfigError(f"VDIF needs a power-of-two channel count, got {nchan}")
+    bytes_per_sample = 2 * nchan  # 8-bit complex, all channels of one thread
+    if vdif_payload % 8 or vdif_payload % bytes_per_sample:
+        raise ConfigError(
+            f"--vdif-payload {vdif_payload} must be a multiple of 8 and of {bytes_per_sample} "
+            f"(8-bit complex x {nchan} channels)"
+        )
+    return StreamFormat(
+        "vdif", nchan, npol, vdif_payload // bytes_per_sample, vdif_payload, chan_bw_mhz, freq_mhz
+    )
