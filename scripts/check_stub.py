@@ -64,8 +64,9 @@ def main() -> int:
     for p in problems:
         print(f"check_stub: {p}", file=sys.stderr)
     if problems:
-        print(f"check_stub: {STUB} disagrees with the extension; update one of them",
-              file=sys.stderr)
+        print(
+            f"check_stub: {STUB} disagrees with the extension; update one of them", file=sys.stderr
+        )
         return 1
     print(f"check_stub: {len(stub)} names agree between {STUB.name} and the extension")
     return 0

@@ -20,3 +20,7 @@ class TruncatedFileError(FormatError):
 
 class CaptureError(VoltstreamError, OSError):
     """The capture engine could not start or run (port in use, permissions...)."""
+
+
+class RecordError(VoltstreamError, OSError):
+    """Writing data failed (disk full, file system gone read-only...)."""

@@ -24,7 +24,10 @@ pub enum Error {
 impl Error {
     /// Wraps an `io::Error` with a sentence saying what was being done.
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 }
 

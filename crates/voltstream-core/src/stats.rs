@@ -55,7 +55,10 @@ pub struct Counters {
 
 impl Counters {
     pub fn new(streams: usize) -> Self {
-        Counters { streams: vec![StreamCounters::default(); streams], ..Default::default() }
+        Counters {
+            streams: vec![StreamCounters::default(); streams],
+            ..Default::default()
+        }
     }
 
     /// Total packets accounted for; equals the packets handed to the assembler.
@@ -104,7 +107,9 @@ impl Stats {
     pub fn new(streams: usize) -> Self {
         Stats {
             streams,
-            per_stream: (0..streams * STREAM_FIELDS).map(|_| AtomicU64::new(0)).collect(),
+            per_stream: (0..streams * STREAM_FIELDS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             global: Default::default(),
         }
     }
@@ -113,12 +118,25 @@ impl Stats {
     pub fn publish(&self, c: &Counters) {
         for (i, s) in c.streams.iter().enumerate().take(self.streams) {
             let f = &self.per_stream[i * STREAM_FIELDS..(i + 1) * STREAM_FIELDS];
-            let vals = [s.received, s.missing, s.late, s.duplicate, s.dropped, s.bytes];
+            let vals = [
+                s.received,
+                s.missing,
+                s.late,
+                s.duplicate,
+                s.dropped,
+                s.bytes,
+            ];
             for (a, v) in f.iter().zip(vals) {
                 a.store(v, Ordering::Relaxed);
             }
         }
-        let vals = [c.malformed, c.foreign, c.chunks_emitted, c.chunks_dropped, c.resyncs];
+        let vals = [
+            c.malformed,
+            c.foreign,
+            c.chunks_emitted,
+            c.chunks_dropped,
+            c.resyncs,
+        ];
         for (a, v) in self.global.iter().zip(vals) {
             a.store(v, Ordering::Relaxed);
         }

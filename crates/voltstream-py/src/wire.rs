@@ -1,6 +1,131 @@
-//! Bindings: see voltstream-core.
-use pyo3::prelude::*;
+//! Bindings for the packet formats: small helpers so Python can check its own
+//! packets against the Rust parsers (tests, `voltstream simulate` self-checks).
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use voltstream_core::wire::{self, FormatSpec, Locate, WireError};
+
+use crate::errors::{py_error, to_py};
+
+fn wire_err(py: Python<'_>, format: &str, e: WireError) -> PyErr {
+    let what = match e {
+        WireError::Truncated => "is shorter than its header or frame length says",
+        WireError::Malformed => "has a field the format forbids (version, sizes, flags...)",
+        WireError::Foreign => "is well-formed but not from a configured thread/station/subband",
+    };
+    py_error(py, "FormatError", format!("{format} packet {what} ({e})"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spec(
+    py: Python<'_>,
+    format: &str,
+    packet_len: usize,
+    threads: Option<Vec<u16>>,
+    frame_len: Option<usize>,
+    frames_per_second: Option<u32>,
+    station: Option<u16>,
+    subband: Option<u8>,
+) -> PyResult<FormatSpec> {
+    match format {
+        "vdif" => Ok(FormatSpec::Vdif {
+            threads: threads.unwrap_or_else(|| vec![0]),
+            frame_len: frame_len.unwrap_or(packet_len),
+            frames_per_second: frames_per_second.ok_or_else(|| {
+                py_error(
+                    py,
+                    "ConfigError",
+                    "VDIF locate needs frames_per_second= (frames per second per thread)".into(),
+                )
+            })?,
+            station,
+        }),
+        "ynao" => Ok(FormatSpec::Ynao { subband }),
+        other => Err(py_error(
+            py,
+            "ConfigError",
+            format!("unknown packet format {other:?}; use 'vdif' or 'ynao'"),
+        )),
+    }
+}
+
+/// Classifies one packet as a capture would: returns (stream, index,
+/// payload_offset) or raises FormatError (truncated, malformed, foreign).
+#[pyfunction]
+#[pyo3(signature = (format, packet, *, threads=None, frame_len=None, frames_per_second=None,
+                    station=None, subband=None))]
+#[allow(clippy::too_many_arguments)]
+fn locate(
+    py: Python<'_>,
+    format: &str,
+    packet: &[u8],
+    threads: Option<Vec<u16>>,
+    frame_len: Option<usize>,
+    frames_per_second: Option<u32>,
+    station: Option<u16>,
+    subband: Option<u8>,
+) -> PyResult<(usize, u64, usize)> {
+    let s = spec(
+        py,
+        format,
+        packet.len(),
+        threads,
+        frame_len,
+        frames_per_second,
+        station,
+        subband,
+    )?;
+    let loc = s.locator().map_err(to_py)?;
+    let l = loc.locate(packet).map_err(|e| wire_err(py, format, e))?;
+    let offset = packet.len() - l.payload.len();
+    Ok((l.stream, l.index, offset))
+}
+
+/// Parses one packet's header into a dict of its fields (Rust's reading, for
+/// checking Python writers against).
+#[pyfunction]
+fn parse_header<'py>(py: Python<'py>, format: &str, packet: &[u8]) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    match format {
+        "vdif" => {
+            let p = wire::VdifPacket::new_checked(packet).map_err(|e| wire_err(py, format, e))?;
+            let r = wire::VdifRepr::parse(&p).map_err(|e| wire_err(py, format, e))?;
+            d.set_item("invalid", r.invalid)?;
+            d.set_item("legacy", r.legacy)?;
+            d.set_item("seconds", r.seconds)?;
+            d.set_item("ref_epoch", r.ref_epoch)?;
+            d.set_item("frame", r.frame)?;
+            d.set_item("version", r.version)?;
+            d.set_item("nchan", 1u64 << r.log2_nchan)?;
+            d.set_item("frame_len", r.frame_len)?;
+            d.set_item("complex", r.complex)?;
+            d.set_item("bits_per_sample", r.bits_per_sample)?;
+            d.set_item("thread", r.thread)?;
+            d.set_item("station", r.station)?;
+            d.set_item("edv", r.edv)?;
+        }
+        "ynao" => {
+            let p = wire::YnaoPacket::new_checked(packet).map_err(|e| wire_err(py, format, e))?;
+            let r = wire::YnaoRepr::parse(&p).map_err(|e| wire_err(py, format, e))?;
+            d.set_item("sequence", r.sequence)?;
+            d.set_item("mjd", r.mjd)?;
+            d.set_item("second", r.second)?;
+            d.set_item("nanosecond", r.nanosecond)?;
+            d.set_item("subband", r.subband)?;
+        }
+        other => {
+            return Err(py_error(
+                py,
+                "ConfigError",
+                format!("unknown packet format {other:?}; use 'vdif' or 'ynao'"),
+            ))
+        }
+    }
+    Ok(d)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(locate, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_header, m)?)?;
     Ok(())
 }

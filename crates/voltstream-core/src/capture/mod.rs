@@ -1,1 +1,55 @@
-//! TODO(skeleton): see DESIGN.md
+//! Capture engines and the capture thread that feeds the assembler.
+//!
+//! Contract: an [`Engine`] hands over received packets in arrival order, in
+//! batches, without allocating per packet; packets it could not receive whole are
+//! reported as [`Received::Truncated`] (counted `malformed`), never passed on cut
+//! short. [`Capture`] runs one engine and one [`crate::assemble::Assembler`] on a
+//! dedicated thread, publishes [`crate::stats::Stats`] once per batch, and hands
+//! chunks to consumers through the [`crate::ring`]. Stopping is honoured within
+//! one poll timeout (100 ms).
+//!
+//! Engines: [`SocketEngine`] (UDP socket, `recvmmsg`). Kernel-bypass engines
+//! implement the same trait.
+
+mod counter;
+mod runner;
+mod socket;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::Result;
+
+pub use counter::{Counter, COUNTER_HEADER_LEN};
+pub use runner::{Capture, CaptureConfig};
+pub use socket::{SocketConfig, SocketEngine};
+
+/// One packet as an engine delivers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received<'a> {
+    /// The whole UDP payload.
+    Packet(&'a [u8]),
+    /// A packet larger than the engine's receive buffer; its bytes are not usable.
+    Truncated,
+}
+
+/// A capture backend.
+pub trait Engine: Send + 'static {
+    /// Short name for reports ("socket", ...).
+    fn name(&self) -> &'static str;
+
+    /// Waits at most `timeout` for packets, then passes every packet of one batch
+    /// to `sink` in arrival order. Returns how many packets it passed (0 on
+    /// timeout or interruption).
+    fn recv_batch<F: FnMut(Received<'_>)>(&mut self, timeout: Duration, sink: F) -> Result<usize>;
+
+    /// Packets the kernel dropped before this engine could receive them, since it
+    /// started. May make a system call: call it every few milliseconds, not per batch.
+    fn kernel_drops(&mut self) -> u64;
+
+    /// Receive buffer size achieved, as the kernel reports it (0 if not applicable).
+    fn rcvbuf(&self) -> u64;
+
+    /// The local address traffic is received on, when there is one.
+    fn local_addr(&self) -> Option<SocketAddr>;
+}

@@ -1,1 +1,13 @@
-//! TODO(skeleton): see DESIGN.md
+//! Paced UDP sender, used by the simulator and by replay.
+//!
+//! Contract: [`Sender::send`] sends a buffer of equal-length packets in order,
+//! batched with `sendmmsg` and, where the kernel and path allow, UDP GSO
+//! (`UDP_SEGMENT`), pacing bursts against a monotonic clock so the average
+//! payload bit rate is the one asked for (0 = as fast as possible). It does not
+//! allocate while sending. Socket errors come back as [`crate::Error`] with a
+//! sentence naming the destination; transient ones (`ENOBUFS`, `EAGAIN`,
+//! `EINTR`) are retried.
+
+mod sender;
+
+pub use sender::{SendStats, Sender};

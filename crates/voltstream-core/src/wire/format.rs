@@ -56,9 +56,7 @@ impl FormatSpec {
                         )));
                     }
                 }
-                if *frame_len <= vdif::HEADER_LEN
-                    || frame_len % 8 != 0
-                    || frame_len / 8 >= 1 << 24
+                if *frame_len <= vdif::HEADER_LEN || frame_len % 8 != 0 || frame_len / 8 >= 1 << 24
                 {
                     return Err(Error::Config(format!(
                         "VDIF frame length {frame_len} bytes is invalid: it must include the \
@@ -211,7 +209,9 @@ impl Locate for Locator {
                 Ok(Located {
                     stream: 0,
                     index: p.sequence(),
-                    payload: p.payload(),
+                    payload: packet
+                        .get(roach2::HEADER_LEN..)
+                        .ok_or(WireError::Truncated)?,
                 })
             }
         }
@@ -251,7 +251,8 @@ mod tests {
         for (i, x) in b.iter_mut().enumerate() {
             *x = i as u8;
         }
-        r.emit(&mut vdif::Packet::new_unchecked(&mut b[..])).unwrap();
+        r.emit(&mut vdif::Packet::new_unchecked(&mut b[..]))
+            .unwrap();
         b
     }
 
@@ -291,10 +292,14 @@ mod tests {
             nanosecond: 16_000,
             subband: 3,
         };
-        r.emit(&mut roach2::Packet::new_unchecked(&mut b[..])).unwrap();
+        r.emit(&mut roach2::Packet::new_unchecked(&mut b[..]))
+            .unwrap();
         let any = FormatSpec::Ynao { subband: None }.locator().unwrap();
         let loc = any.locate(&b).unwrap();
-        assert_eq!((loc.stream, loc.index, loc.payload.len()), (0, 1 << 40, 8192));
+        assert_eq!(
+            (loc.stream, loc.index, loc.payload.len()),
+            (0, 1 << 40, 8192)
+        );
         let three = FormatSpec::Ynao { subband: Some(3) }.locator().unwrap();
         assert!(three.locate(&b).is_ok());
         let four = FormatSpec::Ynao { subband: Some(4) }.locator().unwrap();

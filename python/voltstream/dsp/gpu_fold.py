@@ -1,0 +1,595 @@
+"""The GPU fold engine: coherent dedispersion, detection and folding on one GPU.
+
+Per chunk of time-major baseband (nsamp, nchan, npol[, re/im]):
+
+1. H2D copy of the raw samples from pinned memory on a copy stream, double
+   buffered against the compute stream (events order the two);
+2. ``unpack_frame``: unpack + transpose to (chan, pol, time) + overlap-save
+   framing in one pass, reading the previous chunk's tail from a carry buffer
+   kept on the GPU;
+3. forward cuFFT (batched C2C, plans cached per batch size);
+4. ``chirp_multiply`` (chirp per DM and channel computed once, on the GPU, with
+   the inverse FFT's 1/nfft folded in);
+5. inverse cuFFT;
+6. ``detect_fold``: overlap discard + detection + phase/sub-integration binning
+   into float64 accumulators that stay on the GPU until :meth:`finish`.
+
+Semantics are those of the NumPy reference (dsp/dedisperse.py, dsp/detect.py,
+dsp/fold.py, pipeline/fold.py): the same framing, the same validity rule for
+lost samples, the same sub-integrations and weights; :meth:`finish` hands the
+GPU sums to a reference :class:`Folder` so the archive is built by the same
+code. ``NaiveGpuFolder`` does the same steps in plain CuPy (the benchmark's
+baseline). CuPy is imported lazily: this module imports without it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from voltstream.dsp.cuda import ChirpTemplate, FoldTemplate, GpuError, UnpackTemplate, _cupy
+from voltstream.dsp.dedisperse import Dedisperser
+from voltstream.dsp.detect import npol_out
+from voltstream.dsp.fold import Folder
+from voltstream.errors import ConfigError
+from voltstream.observation import FoldedArchive, Observation
+
+__all__ = ["GpuFolder", "NaiveGpuFolder", "fold_file_gpu", "gpu_available", "output_valid"]
+
+STAGES = ("h2d", "unpack", "fft", "chirp", "ifft", "fold")
+
+
+def gpu_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no CuPy, no driver, no device: all mean "no GPU"
+        return False
+
+
+class _ValidCarry:
+    """The reference's lost-sample rule, on the host: output k is valid only when
+    inputs k .. k+overlap were all present (StreamingOverlapSave)."""
+
+    def __init__(self, overlap: int):
+        self.overlap = overlap
+        self.carry = np.ones(0, dtype=bool)
+
+    def step(self, valid: np.ndarray | None, n: int, nout: int) -> np.ndarray | None:
+        v = np.ones(n, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
+        vbuf = np.concatenate([self.carry, v])
+        out = None
+        if nout and not vbuf[: nout + self.overlap].all():
+            out = output_valid(vbuf, nout, self.overlap)
+        self.carry = vbuf[nout:].copy()
+        return out
+
+
+def output_valid(vbuf: np.ndarray, nout: int, overlap: int) -> np.ndarray:
+    """Validity of ``nout`` outputs from the input validity ``vbuf`` (carry + block)."""
+    bad = np.concatenate([[0], np.cumsum(~vbuf[: nout + overlap])])
+    return (bad[overlap + 1 : overlap + 1 + nout] - bad[:nout]) == 0
+
+
+class _Plan:
+    """Overlap-save arithmetic shared by both engines (host side, no GPU)."""
+
+    def __init__(self, obs: Observation, dm: float, nfft: int | None, chunk_samples: int | None):
+        self.dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=nfft)
+        self.nfft, self.step = self.dd.nfft, self.dd.step
+        self.head, self.overlap = self.dd.discard_head, self.dd.overlap
+        if chunk_samples is None:
+            # ~64 MB of 8-bit raw data for 32 ch x 2 pol, a whole number of steps.
+            chunk_samples = max(1, (1 << 19) // self.step) * self.step
+        self.chunk = int(chunk_samples)
+        if self.chunk < 1:
+            raise ConfigError(f"chunk must hold at least one sample, got {chunk_samples}")
+        self.max_blocks = (self.nfft - 1 + self.chunk - self.overlap) // self.step + 1
+
+    def blocks(self, carry_len: int, n: int) -> int:
+        return max(0, (carry_len + n - self.overlap) // self.step)
+
+
+class _FolderBase:
+    """Shared bookkeeping: carry lengths, validity, sub-integration capacity, result."""
+
+    def __init__(
+        self,
+        obs: Observation,
+        dm: float,
+        predictor,
+        nbin: int,
+        tsub_s: float | None,
+        pol_mode: str = "AA+BB",
+        basis: str = "linear",
+        nfft: int | None = None,
+        chunk_samples: int | None = None,
+    ):
+        self.cp = _cupy()
+        self.obs, self.dm, self.predictor = obs, float(dm), predictor
+        self.nbin, self.tsub_s, self.pol_mode, self.basis = int(nbin), tsub_s, pol_mode, basis
+        self.npol_out = npol_out(pol_mode)
+        if pol_mode != "AA+BB" and obs.npol != 2:
+            raise ConfigError(f"{pol_mode} needs 2 polarisations; the input has {obs.npol}")
+        self.plan = _Plan(obs, dm, nfft, chunk_samples)
+        self.folder = Folder(
+            nbin=nbin,
+            nchan=obs.nchan,
+            npol_out=self.npol_out,
+            tsamp_s=obs.tsamp_s,
+            chan_freqs_mhz=obs.chan_freqs_mhz,
+            f_ref_mhz=obs.freq_mhz,
+            dm=dm,
+            predictor=predictor,
+            tsub_s=tsub_s,
+            start_mjd=obs.start_mjd,
+            start_sec=obs.start_sec,
+        )
+        self.ncp = obs.nchan * obs.npol
+        self.carry_len = 0
+        self.samples_in = 0
+        self.samples_out = 0
+        self.lost = 0
+        self.valid_carry = _ValidCarry(self.plan.overlap)
+        self.nsub_cap = 0
+        self.knot = 1 << FoldTemplate.KNOT_LOG2
+
+    # -- host-side helpers
+
+    def _max_sub(self, first: int, nout: int) -> int:
+        if not self.tsub_s:
+            return 0
+        t_last = (first + nout - 1) * self.obs.tsamp_s - float(self.folder.delay_s.min())
+        return max(0, math.floor(t_last / self.tsub_s))
+
+    def _knots(self, first: int, nknot: int, out: np.ndarray) -> None:
+        o = np.arange(nknot, dtype=np.float64) * self.knot
+        t = (int(first) + o) * self.obs.tsamp_s
+        tc = t[None, :] - self.folder.delay_s[:, None]
+        ph = np.asarray(
+            self.predictor.phase(self.obs.start_mjd, self.obs.start_sec + tc), dtype=np.float64
+        )
+        # Whole turns off per channel: the GPU then interpolates small numbers.
+        out[...] = ph - np.floor(ph[:, :1])
+
+    def _finish_archive(self, acc, hits, offered, variant: str) -> FoldedArchive:
+        if self.samples_out == 0:
+            raise ConfigError(
+                f"input of {self.samples_in} samples is shorter than one dedispersion FFT "
+                f"({self.plan.nfft} samples at DM {self.dm}); give a longer input"
+            )
+        used = np.nonzero(offered.sum(axis=1) > 0)[0]
+        nsub = int(used[-1]) + 1 if used.size else 0
+        f = self.folder
+        f._sums = np.ascontiguousarray(acc[:nsub], dtype=np.float64)
+        f._hits = hits[:nsub].astype(np.int64)
+        f._offered = offered[:nsub].astype(np.int64)
+        arch = f.result(self.obs, pol_type=self.pol_mode)
+        arch.excluded_samples = self.lost
+        kind = "polyco" if getattr(self.predictor, "text", None) else type(self.predictor).__name__
+        p = self.plan
+        arch.history.append(
+            f"voltstream fold (gpu, {variant}): coherent dedispersion DM={self.dm} "
+            f"nfft={p.nfft} overlap={p.overlap} (head {p.head}, tail {p.overlap - p.head}); "
+            f"detection {self.pol_mode}; nbin={self.nbin} tsub={self.tsub_s}; predictor {kind}; "
+            f"{self.samples_in} samples read, {self.samples_out} dedispersed, {self.lost} lost"
+        )
+        return arch
+
+
+class GpuFolder(_FolderBase):
+    """The fused, streamed GPU fold engine; see the module docstring.
+
+    Feed chunks with :meth:`feed` (host arrays; ``pinned=True`` when the array
+    is already in pinned memory and stays untouched until :meth:`finish`, or
+    the next-but-one feed) or :meth:`feed_device` (already on the GPU), then
+    call :meth:`finish` for the archive. ``profile=True`` records events
+    around every stage (and synchronises per chunk) for :attr:`stage_ms`.
+    """
+
+    variant = "fused"
+
+    def __init__(self, *args, dtype=np.int8, ndim: int = 2, profile: bool = False, **kw):
+        super().__init__(*args, **kw)
+        cp, p, obs = self.cp, self.plan, self.obs
+        self.dtype, self.ndim = np.dtype(dtype), int(ndim)
+        self.unpack = UnpackTemplate(self.dtype, self.ndim).instantiate(self.ncp, p.nfft, p.step)
+        self.chirp_op = ChirpTemplate().instantiate(obs.nchan, obs.npol, p.nfft)
+        self.fold_t = FoldTemplate(obs.npol, self.pol_mode, self.basis)
+        self.fold_op = self.fold_t.instantiate(obs.nchan, self.nbin, p.nfft, p.head, p.step)
+        self.chirp = cp.asarray((p.dd.response / p.nfft).astype(np.complex64))
+        self.delay = cp.asarray(self.folder.delay_s)
+        # Flat: the first ncp * nblock * nfft bins of it are the (ncp, nblock, nfft)
+        # frames of the current chunk, contiguous whatever nblock is.
+        self.frames = cp.empty(self.ncp * p.max_blocks * p.nfft, dtype=np.complex64)
+        per_sample = self.ncp * self.ndim
+        self.dev_raw = [cp.empty(p.chunk * per_sample, dtype=self.dtype) for _ in range(2)]
+        self.carry = [cp.empty(p.nfft * per_sample, dtype=self.dtype) for _ in range(2)]
+        self.cur = 0
+        self.nknot_max = self.fold_t.nknot(p.max_blocks * p.step)
+        self.pin_raw = [None, None]
+        self.pin_knots = [self._pinned((obs.nchan * self.nknot_max,), np.float64) for _ in range(2)]
+        self.pin_valid = [self._pinned((p.max_blocks * p.step,), np.uint8) for _ in range(2)]
+        self.dev_knots = [cp.empty(obs.nchan * self.nknot_max) for _ in range(2)]
+        self.dev_valid = [cp.empty(p.max_blocks * p.step, dtype=np.uint8) for _ in range(2)]
+        self.copy_stream = cp.cuda.Stream(non_blocking=True)
+        self.compute_stream = cp.cuda.Stream(non_blocking=True)
+        self.copied = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
+        self.consumed = [None, None]
+        self.slot = 0
+        self.plans: dict[int, object] = {}
+        self.acc = self.hits = self.offered = None
+        self._grow(1)
+        self.profile = profile
+        self.stage_ms = dict.fromkeys(STAGES, 0.0)
+
+    def _pinned(self, shape, dtype):
+        import cupyx
+
+        return cupyx.empty_pinned(shape, dtype=dtype)
+
+    def _grow(self, need: int) -> None:
+        if need <= self.nsub_cap:
+            return
+        cp = self.cp
+        cap = max(need, 2 * self.nsub_cap)
+        nchan = self.obs.nchan
+        with self.compute_stream:
+            acc = cp.zeros((cap, self.npol_out, nchan, self.nbin), dtype=np.float64)
+            hits = cp.zeros((cap, nchan, self.nbin), dtype=np.uint32)
+            offered = cp.zeros((cap, nchan), dtype=np.uint64)
+            if self.nsub_cap:
+                acc[: self.nsub_cap] = self.acc
+                hits[: self.nsub_cap] = self.hits
+                offered[: self.nsub_cap] = self.offered
+        self.acc, self.hits, self.offered, self.nsub_cap = acc, hits, offered, cap
+
+    def _fft_plan(self, nblock: int):
+        plan = self.plans.get(nblock)
+        if plan is None:
+            from cupy.cuda import cufft
+
+            plan = cufft.Plan1d(self.plan.nfft, cufft.CUFFT_C2C, self.ncp * nblock)
+            self.plans[nblock] = plan
+        return plan
+
+    def _raw_view(self, block) -> tuple[int, object]:
+        n = block.shape[0]
+        if n > self.plan.chunk:
+            raise ConfigError(f"chunk of {n} samples exceeds the engine's {self.plan.chunk}")
+        want = (n, self.obs.nchan, self.obs.npol) + ((self.ndim,) if self.ndim == 2 else ())
+        if self.dtype == np.float32 and block.dtype == np.complex64:
+            want = (n, self.obs.nchan, self.obs.npol)
+        elif block.dtype != self.dtype:
+            raise ConfigError(f"engine reads {self.dtype} samples, got {block.dtype}")
+        if tuple(block.shape[: len(want)]) != want:
+            raise ConfigError(f"chunk shaped {block.shape}, expected {want}")
+        return n, block
+
+    def feed(self, block: np.ndarray, valid=None, pinned: bool = False) -> None:
+        """Queue one host chunk (time-major raw samples)."""
+        slot = self.slot
+        n, block = self._raw_view(block)
+        per_sample = self.ncp * self.ndim
+        # The copy from this slot two chunks ago must be done before reuse.
+        self.copied[slot].synchronize()
+        if pinned:
+            src = block.reshape(-1).view(self.dtype)
+        else:
+            if self.pin_raw[slot] is None:
+                self.pin_raw[slot] = self._pinned((self.plan.chunk * per_sample,), self.dtype)
+            src = self.pin_raw[slot][: n * per_sample]
+            np.copyto(src, np.ascontiguousarray(block).reshape(-1).view(self.dtype))
+        dst = self.dev_raw[slot]
+        t0 = self._mark(self.copy_stream)
+        if self.consumed[slot] is not None:
+            self.copy_stream.wait_event(self.consumed[slot])
+        dst[: n * per_sample].set(src, stream=self.copy_stream)
+        self._stage("h2d", t0, self.copy_stream)
+        self._process(slot, n, valid)
+
+    def feed_device(self, raw_dev, valid=None) -> None:
+        """Queue one chunk already on the GPU (flat or shaped, the engine's dtype)."""
+        n = raw_dev.size // (self.ncp * self.ndim)
+        if n > self.plan.chunk:
+            raise ConfigError(f"chunk of {n} samples exceeds the engine's {self.plan.chunk}")
+        self._process(None, n, valid, raw=raw_dev.reshape(-1))
+
+    def _mark(self, stream):
+        if not self.profile:
+            return None
+        ev = self.cp.cuda.Event()
+        ev.record(stream)
+        return ev
+
+    def _stage(self, name, start, stream):
+        if start is None:
+            return
+        end = self.cp.cuda.Event()
+        end.record(stream)
+        end.synchronize()
+        self.stage_ms[name] += self.cp.cuda.get_elapsed_time(start, end)
+
+    def _process(self, slot, n, valid, raw=None):
+        cp, p = self.cp, self.plan
+        nblock = p.blocks(self.carry_len, n)
+        nout = nblock * p.step
+        first = self.samples_out + p.head
+        if valid is not None:
+            self.lost += int(np.count_nonzero(~np.asarray(valid, dtype=bool)))
+        out_valid = self.valid_carry.step(valid, n, nout)
+        kslot = self.slot
+        # The pinned tables of this slot were last copied two chunks ago.
+        self.copied[kslot].synchronize()
+        nknot = self.fold_t.nknot(nout)
+        nk = self.obs.nchan * nknot
+        knots_h = self.pin_knots[kslot][:nk].reshape(self.obs.nchan, nknot)
+        knots_d = self.dev_knots[kslot][:nk].reshape(self.obs.nchan, nknot)
+        if self.consumed[kslot] is not None:
+            self.copy_stream.wait_event(self.consumed[kslot])
+        if nout:
+            self._grow(self._max_sub(first, nout) + 1)
+            self._knots(first, nknot, knots_h)
+            if out_valid is not None:
+                self.pin_valid[kslot][:nout] = out_valid
+            # Small per-chunk tables ride the copy stream with the data.
+            knots_d.set(knots_h, stream=self.copy_stream)
+            if out_valid is not None:
+                self.dev_valid[kslot][:nout].set(
+                    self.pin_valid[kslot][:nout], stream=self.copy_stream
+                )
+        self.copied[kslot].record(self.copy_stream)
+        cs = self.compute_stream
+        cs.wait_event(self.copied[kslot])
+        per_sample = self.ncp * self.ndim
+        if raw is None:
+            raw = self.dev_raw[slot]
+        raw = raw[: n * per_sample]
+        frames = self.frames[: self.ncp * nblock * p.nfft].reshape(self.ncp * nblock, p.nfft)
+        carry = self.carry[self.cur]
+        with cs:
+            if nblock:
+                t0 = self._mark(cs)
+                self.unpack(raw, carry, self.carry_len, frames, nblock)
+                self._stage("unpack", t0, cs)
+                plan = self._fft_plan(nblock)
+                t0 = self._mark(cs)
+                plan.fft(frames, frames, -1)
+                self._stage("fft", t0, cs)
+                t0 = self._mark(cs)
+                self.chirp_op(frames, self.chirp, nblock)
+                self._stage("chirp", t0, cs)
+                t0 = self._mark(cs)
+                plan.fft(frames, frames, 1)
+                self._stage("ifft", t0, cs)
+            # New carry: everything of carry + raw from the first unused sample on.
+            cut = nblock * p.step
+            nxt = self.carry[1 - self.cur]
+            if cut >= self.carry_len:
+                a = (cut - self.carry_len) * per_sample
+                new_len = n - (cut - self.carry_len)
+                nxt[: new_len * per_sample] = raw[a : n * per_sample]
+            else:
+                keep = self.carry_len - cut
+                nxt[: keep * per_sample] = carry[cut * per_sample : self.carry_len * per_sample]
+                nxt[keep * per_sample : (keep + n) * per_sample] = raw[: n * per_sample]
+                new_len = keep + n
+            if nblock:
+                t0 = self._mark(cs)
+                self.fold_op(
+                    frames,
+                    nblock,
+                    knots_d,
+                    self.delay,
+                    self.acc,
+                    self.hits,
+                    self.offered,
+                    first,
+                    self.obs.tsamp_s,
+                    self.tsub_s,
+                    valid=None if out_valid is None else self.dev_valid[kslot][:nout],
+                )
+                self._stage("fold", t0, cs)
+            # Raw samples, knots and mask of this slot are free once the fold ran.
+            ev = cp.cuda.Event(disable_timing=True)
+            ev.record(cs)
+            self.consumed[kslot] = ev
+        self.carry_len = new_len
+        self.cur = 1 - self.cur
+        self.samples_in += n
+        self.samples_out += nout
+        self.slot = 1 - self.slot
+
+    def synchronize(self) -> None:
+        self.compute_stream.synchronize()
+        self.copy_stream.synchronize()
+
+    def finish(self) -> FoldedArchive:
+        """Wait for the GPU and build the archive (reference finalisation)."""
+        self.synchronize()
+        return self._finish_archive(
+            self.acc.get(), self.hits.get(), self.offered.get(), self.variant
+        )
+
+
+class NaiveGpuFolder(_FolderBase):
+    """The same steps written plainly in CuPy: one stream, pageable copies,
+    separate passes, cupy.fft with its default plan cache. The benchmark's baseline."""
+
+    variant = "naive"
+
+    def __init__(self, *args, **kw):
+        kw.pop("dtype", None), kw.pop("ndim", None), kw.pop("profile", None)
+        super().__init__(*args, **kw)
+        cp = self.cp
+        self.response = cp.asarray(self.plan.dd.response.astype(np.complex64))
+        self.delay = cp.asarray(self.folder.delay_s)
+        self.carry = cp.zeros((self.obs.nchan, self.obs.npol, 0), dtype=np.complex64)
+        self.acc = cp.zeros((0, self.npol_out, self.obs.nchan, self.nbin))
+        self.hits = cp.zeros((0, self.obs.nchan, self.nbin), dtype=np.int64)
+        self.offered = cp.zeros((0, self.obs.nchan), dtype=np.int64)
+
+    def feed(self, block, valid=None, pinned: bool = False) -> None:
+        self.feed_device(self.cp.asarray(block), valid)
+
+    def feed_device(self, raw, valid=None) -> None:
+        cp, p, obs = self.cp, self.plan, self.obs
+        n = raw.shape[0]
+        if raw.dtype == np.complex64:
+            x = raw
+        elif raw.ndim == 4 and raw.shape[3] == 2:
+            x = raw[..., 0].astype(np.float32) + 1j * raw[..., 1].astype(np.float32)
+        else:
+            x = raw.reshape(n, obs.nchan, obs.npol).astype(np.complex64)
+        x = cp.ascontiguousarray(x.astype(np.complex64).transpose(1, 2, 0))
+        buf = cp.concatenate([self.carry, x], axis=-1)
+        nblock = p.blocks(self.carry.shape[-1], n)
+        nout = nblock * p.step
+        first = self.samples_out + p.head
+        if valid is not None:
+            self.lost += int(np.count_nonzero(~np.asarray(valid, dtype=bool)))
+        out_valid = self.valid_carry.step(valid, n, nout)
+        if nblock:
+            idx = cp.arange(nblock)[:, None] * p.step + cp.arange(p.nfft)[None, :]
+            seg = buf[:, :, idx]  # (nchan, npol, nblock, nfft)
+            spec = cp.fft.fft(seg, axis=-1)
+            spec *= self.response[:, None, None, :]
+            y = cp.fft.ifft(spec, axis=-1)[..., p.head : p.head + p.step]
+            y = y.reshape(obs.nchan, obs.npol, nout)
+            self._fold(y, first, nout, out_valid)
+        self.carry = buf[..., nout:].copy()
+        self.samples_in += n
+        self.samples_out += nout
+
+    def _fold(self, y, first, nout, out_valid):
+        cp, obs = self.cp, self.obs
+        a = y[:, 0]
+        aa = a.real**2 + a.imag**2
+        if obs.npol == 2:
+            b = y[:, 1]
+            bb = b.real**2 + b.imag**2
+        if self.pol_mode == "AA+BB":
+            det = [aa + bb] if obs.npol == 2 else [aa]
+        else:
+            cross = a * cp.conj(b)
+            if self.pol_mode == "AABBCRCI":
+                det = [aa, bb, cross.real, cross.imag]
+            elif self.basis == "linear":
+                det = [aa + bb, aa - bb, 2 * cross.real, -2 * cross.imag]
+            else:
+                det = [aa + bb, 2 * cross.real, 2 * cross.imag, bb - aa]
+        t = (first + cp.arange(nout, dtype=np.float64)) * obs.tsamp_s
+        tc = t[None, :] - self.delay[:, None]
+        nknot = ((nout - 1) // self.knot) + 2
+        knots = np.empty((obs.nchan, nknot))
+        self._knots(first, nknot, knots)
+        knots = cp.asarray(knots)
+        o = cp.arange(nout)
+        k = o // self.knot
+        frac = (o % self.knot).astype(np.float64) / self.knot
+        ph = knots[:, k] + (knots[:, k + 1] - knots[:, k]) * frac[None, :]
+        ph -= cp.floor(ph)
+        ibin = cp.minimum((ph * self.nbin).astype(np.int64), self.nbin - 1)
+        if self.tsub_s:
+            isub = cp.floor(tc / self.tsub_s).astype(np.int64)
+        else:
+            isub = cp.zeros(tc.shape, dtype=np.int64)
+        inside = tc >= 0
+        use = inside if out_valid is None else inside & cp.asarray(out_valid)[None, :]
+        hi = self._max_sub(first, nout) + 1
+        if hi > self.acc.shape[0]:
+            extra = hi - self.acc.shape[0]
+            self.acc = cp.concatenate([self.acc, cp.zeros((extra,) + self.acc.shape[1:])])
+            self.hits = cp.concatenate(
+                [self.hits, cp.zeros((extra,) + self.hits.shape[1:], np.int64)]
+            )
+            self.offered = cp.concatenate(
+                [self.offered, cp.zeros((extra,) + self.offered.shape[1:], np.int64)]
+            )
+        nsub, nchan = self.acc.shape[0], obs.nchan
+        chan = cp.arange(nchan)[:, None]
+        cell_sc = cp.clip(isub, 0, nsub - 1) * nchan + chan
+        self.offered += cp.bincount(cell_sc[inside], minlength=nsub * nchan).reshape(nsub, nchan)
+        cell = (cell_sc * self.nbin + ibin)[use]
+        ncell = nsub * nchan * self.nbin
+        self.hits += cp.bincount(cell, minlength=ncell).reshape(self.hits.shape)
+        for q, d in enumerate(det):
+            w = cp.broadcast_to(d, tc.shape)[use].astype(np.float64)
+            self.acc[:, q] += cp.bincount(cell, weights=w, minlength=ncell).reshape(
+                nsub, nchan, self.nbin
+            )
+
+    def synchronize(self) -> None:
+        self.cp.cuda.get_current_stream().synchronize()
+
+    def finish(self) -> FoldedArchive:
+        self.synchronize()
+        return self._finish_archive(
+            self.acc.get(), self.hits.get(), self.offered.get(), self.variant
+        )
+
+
+def fold_file_gpu(
+    reader,
+    dm: float,
+    predictor,
+    nbin: int,
+    tsub_s: float | None,
+    pol_mode: str = "AA+BB",
+    block_samples: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    nfft: int | None = None,
+    basis: str = "linear",
+    variant: str = "fused",
+) -> FoldedArchive:
+    """GPU twin of :func:`voltstream.pipeline.fold.fold_file`: same arguments, same archive.
+
+    Raw 8/16-bit samples go to the GPU as stored (``reader.read_raw``) when the
+    reader offers them; otherwise the complex64 blocks (and validity masks) of
+    ``reader.read_blocks``.
+    """
+    if not gpu_available():
+        raise GpuError("no CUDA GPU is visible to CuPy; use --device cpu")
+    if variant not in ("fused", "naive"):
+        raise ConfigError(f"unknown GPU variant {variant!r}: use 'fused' or 'naive'")
+    obs = reader.obs
+    cls = GpuFolder if variant == "fused" else NaiveGpuFolder
+    args = (obs, dm, predictor, nbin, tsub_s)
+    kw = dict(pol_mode=pol_mode, basis=basis, nfft=nfft, chunk_samples=block_samples)
+    t_start = time.perf_counter()
+    raw_ok = hasattr(reader, "read_raw") and getattr(reader, "nsamp", None) is not None
+    raw_ok = raw_ok and obs.nbit in (8, 16)
+    if raw_ok:
+        dtype = np.int8 if obs.nbit == 8 else np.int16
+        eng = cls(*args, dtype=dtype, ndim=obs.ndim, **kw)
+        chunk = eng.plan.chunk
+        for s in range(0, reader.nsamp, chunk):
+            blk = np.asarray(reader.read_raw(s, min(chunk, reader.nsamp - s)))
+            if obs.ndim == 1:
+                blk = blk[..., 0]
+            eng.feed(blk)
+            if progress is not None:
+                progress(eng.samples_in, eng.samples_out)
+    else:
+        eng = cls(*args, dtype=np.float32, ndim=2, **kw)
+        for item in reader.read_blocks(eng.plan.chunk):
+            valid = None
+            if isinstance(item, tuple):
+                item, valid = item
+            blk = np.asarray(item, dtype=np.complex64)
+            if blk.ndim != 3 or blk.shape[1:] != (obs.nchan, obs.npol):
+                raise ConfigError(
+                    f"reader yielded a block shaped {blk.shape}; expected "
+                    f"(nsamp, {obs.nchan}, {obs.npol}) for this observation"
+                )
+            eng.feed(blk, valid)
+            if progress is not None:
+                progress(eng.samples_in, eng.samples_out)
+    arch = eng.finish()
+    arch.history.append(f"gpu fold wall time {time.perf_counter() - t_start:.3f} s")
+    return arch
