@@ -154,3 +154,6 @@ def test_input_shorter_than_one_fft_is_refused():
     with pytest.raises(ConfigError, match="needs 2 polarisations"):
         one = Observation(nchan=4, npol=1, freq_mhz=1400.0, bw_mhz=16.0, tsamp_s=0.25e-6)
         fold_file(MemoryReader(one, x[..., :1]), DM, pred, NBIN, None, pol_mode="IQUV")
+    with pytest.raises(ConfigError, match="critically sampled"):
+        wrong = Observation(nchan=4, npol=2, freq_mhz=1400.0, bw_mhz=16.0, tsamp_s=0.5e-6)
+        fold_file(MemoryReader(wrong, x), DM, pred, NBIN, None)

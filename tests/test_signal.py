@@ -89,12 +89,13 @@ def test_quantize_int8():
     x = ((rng.standard_normal(100_000) + 1j * rng.standard_normal(100_000)) / np.sqrt(2)).astype(
         np.complex64
     )
-    q = quantize_int8(x, rms=20.0)
+    q, nclip0 = quantize_int8(x, rms=20.0)
+    assert nclip0 == 0
     assert q.shape == (100_000, 2) and q.dtype == np.int8
     assert np.std(q[:, 0].astype(float)) == pytest.approx(20.0, rel=0.02)
     np.testing.assert_array_equal(q[:, 1], np.clip(np.rint(x.imag * 20 * np.sqrt(2)), -127, 127))
     big = x * 10
-    q2, nclip = quantize_int8(big, rms=20.0, return_clipped=True)
+    q2, nclip = quantize_int8(big, rms=20.0)
     want = np.count_nonzero(np.abs(np.rint(big.real * 20 * np.sqrt(2))) > 127) + np.count_nonzero(
         np.abs(np.rint(big.imag * 20 * np.sqrt(2))) > 127
     )

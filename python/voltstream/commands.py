@@ -24,7 +24,7 @@ def _now_mjd() -> tuple[int, float]:
 
 def simulate(args) -> int:
     from voltstream.cli import _format_from
-    from voltstream.sim import packetize, signal
+    from voltstream.sim import signal
 
     fmt = _format_from(args)
     mjd, sec = _now_mjd()
@@ -58,7 +58,7 @@ def simulate(args) -> int:
                 sink[1].write(q)
                 stats["bytes"] += q.nbytes
             else:
-                pkts = packetize.packetize(fmt, q, first_sample=first, obs=obs)
+                pkts = fmt.packetize(q, first, obs)
                 if sender is not None:
                     r = sender.send(pkts, fmt.packet_len, args.rate)
                     stats["packets"] += int(r["packets"])

@@ -25,6 +25,8 @@ YNAO_PAYLOAD_BYTES = YNAO_SPECTRA * YNAO_NCHAN * YNAO_NPOL * 2
 #: VDIF defaults: 8-bit complex, one thread per polarisation, 8000-byte payloads.
 VDIF_HEADER_BYTES = 32
 VDIF_DEFAULT_PAYLOAD = 8000
+#: Our VDIF frames count seconds from reference epoch 0: 2000-01-01 (MJD 51544).
+VDIF_EPOCH_MJD = 51544
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,30 @@ class StreamFormat:
             "vdif_frame_len": self.packet_len,
             "frames_per_second": int(round(fps)),
         }
+
+    def packetize(self, samples: np.ndarray, first_sample: int, obs: Observation) -> np.ndarray:
+        """Complex samples (nsamp, nchan, npol), already scaled to the 8-bit range, into
+        packets (n, packet_len) uint8 in send order. `first_sample` counts samples since
+        the observation start `obs`, so every packet's time stamp and index are exact.
+        """
+        from voltstream.sim import packetize
+
+        spp = self.samples_per_packet
+        if first_sample % spp:
+            raise ConfigError(f"block start {first_sample} is not on a packet boundary ({spp})")
+        if self.name == "ynao":
+            ns = round(first_sample * self.tsamp_s * 1e9) + round(obs.start_sec * 1e9)
+            days, ns = divmod(ns, 86400 * 10**9)
+            return packetize.packetize_ynao(
+                samples, start_sequence=first_sample // spp, mjd=obs.start_mjd + days,
+                second=ns // 10**9, nanosecond=ns % 10**9, tsamp_s=self.tsamp_s,
+            )
+        fps = self.capture_kwargs()["frames_per_second"]
+        start_frame = (obs.start_mjd - VDIF_EPOCH_MJD) * 86400 * fps + round(obs.start_sec * fps)
+        return packetize.packetize_vdif(
+            samples, frames_per_second=fps, samples_per_frame=spp,
+            start_frame=start_frame + first_sample // spp,
+        )
 
     def payload_to_tfp(self, per_stream: np.ndarray, present: np.ndarray) -> np.ndarray:
         """(streams, packets, payload) uint8 + (streams, packets) presence -> int8 TFP.

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -477,9 +476,7 @@ impl PyChunk {
         let this = slf.get();
         let guard = lock(&this.lease);
         let Some(lease) = guard.as_ref() else {
-            return Err(PyBufferError::new_err(
-                "the chunk was released back to the capture pool; its data is gone",
-            ));
+            return Err(this.released());
         };
         let len = lease.data().len() as ffi::Py_ssize_t;
         let ptr = lease.data_ptr() as *mut std::ffi::c_void;

@@ -183,9 +183,9 @@ class StreamingOverlapSave:
 
     def _filter(self, x: np.ndarray, nseg: int) -> np.ndarray:
         seg = _segments(x, self.nfft, self.step, nseg)
-        spec = scipy.fft.fft(seg, axis=-1)
+        spec = scipy.fft.fft(seg, axis=-1, workers=-1)
         spec *= self.response[:, None, None, :]
-        y = scipy.fft.ifft(spec, axis=-1, overwrite_x=True)
+        y = scipy.fft.ifft(spec, axis=-1, overwrite_x=True, workers=-1)
         y = y[..., self.discard_head : self.nfft - self.discard_tail]
         return y.reshape(*y.shape[:2], nseg * self.step)
 

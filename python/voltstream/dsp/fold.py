@@ -124,10 +124,10 @@ class Folder:
         if self.tsub_s is None:
             isub = np.zeros(tc.shape, dtype=np.int64)
         else:
-            # The 1e-9 keeps a sample exactly on a boundary (i * tsamp == k * tsub
-            # in exact arithmetic) from falling back a sub-integration by rounding.
-            isub = np.floor(tc / self.tsub_s + 1e-9).astype(np.int64)
-        inside = tc >= -1e-9 * self.tsamp_s
+            # Plain floor, no tolerance: the GPU kernel (kernels/fold.cu) makes the
+            # same choice bit for bit. A sample on a boundary may land either side.
+            isub = np.floor(tc / self.tsub_s).astype(np.int64)
+        inside = tc >= 0
         offered = inside
         use = inside & v
         self.excluded_samples += int(np.count_nonzero(inside & ~v)) // self.nchan

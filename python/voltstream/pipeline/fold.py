@@ -48,6 +48,12 @@ def fold_file(
     npo = npol_out(pol_mode)
     if pol_mode != "AA+BB" and obs.npol != 2:
         raise ConfigError(f"{pol_mode} needs 2 polarisations; the input has {obs.npol}")
+    if abs(obs.tsamp_s * abs(obs.chan_bw_mhz) * 1e6 - 1.0) > 1e-6:
+        raise ConfigError(
+            f"sample interval {obs.tsamp_s * 1e6:g} us does not match the channel width "
+            f"{abs(obs.chan_bw_mhz):g} MHz: coherent dedispersion needs critically sampled "
+            "complex channels (tsamp = 1/|chan_bw|); check the file's TSAMP, BW and NCHAN"
+        )
     dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=nfft)
     stream = dd.streaming()
     folder = Folder(

@@ -24,6 +24,7 @@ intrinsic width. Memory is bounded by a few blocks whatever the duration.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -43,10 +44,37 @@ __all__ = ["SIGNALS", "quantize_int8", "synthesize", "synthesize_blocks"]
 SIGNALS = ("pulsar", "noise", "tone")
 
 
-def _noise(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    z = rng.standard_normal(shape + (2,), dtype=np.float32)
-    z *= np.float32(np.sqrt(0.5))
-    return z.view(np.complex64)[..., 0]
+class _Noise:
+    """Unit-power complex Gaussian noise (nchan, npol, n), complex64.
+
+    Drawing normals dominates the simulator's time, so channels are split
+    between two generators filled on two threads (NumPy releases the GIL while
+    filling). The split is fixed, so the samples depend only on the seed.
+    """
+
+    def __init__(self, seed: int, nchan: int):
+        gens = np.random.default_rng(seed).spawn(2 if nchan > 1 else 1)
+        self.parts = list(zip(gens, np.array_split(np.arange(nchan), len(gens)), strict=True))
+        self.pool = ThreadPoolExecutor(len(gens)) if len(gens) > 1 else None
+
+    def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
+        out = np.empty(shape + (2,), dtype=np.float32)
+
+        def fill(part):
+            rng, chans = part
+            sub = out[chans[0] : chans[-1] + 1]
+            rng.standard_normal(out=sub, dtype=np.float32)
+            sub *= np.float32(np.sqrt(0.5))
+
+        if self.pool is None:
+            fill(self.parts[0])
+        else:
+            list(self.pool.map(fill, self.parts))
+        return out.view(np.complex64)[..., 0]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False)
 
 
 def _ism_filter(obs: Observation, dm: float) -> StreamingOverlapSave:
@@ -87,6 +115,12 @@ def synthesize_blocks(
         raise ConfigError("duration and block size must be positive")
     if signal == "pulsar" and (period_s <= 0 or not 0 < duty < 1):
         raise ConfigError(f"pulsar needs period_s > 0 and 0 < duty < 1 (got {period_s}, {duty})")
+    if abs(obs.tsamp_s * abs(obs.chan_bw_mhz) * 1e6 - 1.0) > 1e-6:
+        raise ConfigError(
+            f"sample interval {obs.tsamp_s * 1e6:g} us does not match the channel width "
+            f"{abs(obs.chan_bw_mhz):g} MHz: the simulator makes critically sampled complex "
+            "channels, so set tsamp = 1/|chan_bw|"
+        )
     if signal == "tone":
         f_tone = obs.freq_mhz - obs.bw_mhz / 4 if tone_mhz is None else float(tone_mhz)
         lo, hi = sorted((obs.freq_mhz - obs.bw_mhz / 2, obs.freq_mhz + obs.bw_mhz / 2))
@@ -125,19 +159,28 @@ def _reblock(pieces: Iterator[np.ndarray], total: int, block_samples: int) -> It
 
 def _pieces(obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, amplitude, seed):
     """Endless (nchan, npol, n) complex64 pieces of the signal."""
-    rng = np.random.default_rng(seed)
+    noise = _Noise(seed, obs.nchan)
+    try:
+        yield from _signal_pieces(
+            noise, obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, amplitude
+        )
+    finally:
+        noise.close()
+
+
+def _signal_pieces(noise, obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, amplitude):
     nchan, npol = obs.nchan, obs.npol
     freqs = obs.chan_freqs_mhz
     if signal == "noise":
         while True:
-            yield _noise(rng, (nchan, npol, _PIECE))
+            yield noise((nchan, npol, _PIECE))
     if signal == "tone":
         f_tone = obs.freq_mhz - obs.bw_mhz / 4 if tone_mhz is None else float(tone_mhz)
         c = int(np.argmin(np.abs(freqs - f_tone)))
         nu_hz = obs.sideband * (f_tone - freqs[c]) * 1e6  # baseband frequency in channel c
         start = 0
         while True:
-            x = _noise(rng, (nchan, npol, _PIECE))
+            x = noise((nchan, npol, _PIECE))
             t = (start + np.arange(_PIECE)) * obs.tsamp_s
             # Reduce turns mod 1 in float64 before the complex64 cast.
             tone = amplitude * np.exp(2j * np.pi * ((nu_hz * t) % 1.0))
@@ -157,7 +200,7 @@ def _pieces(obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, amplitude, s
         ph = (t[None, :] - delay[:, None]) / period_s - pulse_phase
         ph -= np.round(ph)
         env = np.sqrt(1.0 + amplitude * np.exp(-0.5 * (ph / sigma) ** 2)).astype(np.float32)
-        raw = _noise(rng, (nchan, npol, _PIECE))
+        raw = noise((nchan, npol, _PIECE))
         raw *= env[:, None, :]
         gen += _PIECE
         out = ism.process(raw)[0] if ism is not None else raw
@@ -171,12 +214,13 @@ def synthesize(obs: Observation, duration_s: float, **kwargs) -> np.ndarray:
     return np.concatenate(blocks, axis=0)
 
 
-def quantize_int8(x: np.ndarray, rms: float = 20.0, return_clipped: bool = False):
+def quantize_int8(x: np.ndarray, rms: float = 20.0) -> tuple[np.ndarray, int]:
     """Quantise complex samples to int8 (..., 2) (re, im), clipping at +-127.
 
     ``rms`` is the standard deviation, in counts, that each of re/im of
-    unit-power complex noise (E|x|^2 = 1) gets. With ``return_clipped`` the
-    number of clipped values (re and im counted separately) is returned too.
+    unit-power complex noise (E|x|^2 = 1) gets. Returns ``(q, clipped)``:
+    the int8 array and the number of values (re and im counted separately)
+    that were clipped.
     """
     if not rms > 0:
         raise ConfigError(f"quantisation rms must be > 0 counts, got {rms}")
@@ -189,5 +233,4 @@ def quantize_int8(x: np.ndarray, rms: float = 20.0, return_clipped: bool = False
     np.rint(ri, out=ri)
     clipped = int(np.count_nonzero(np.abs(ri) > 127))
     np.clip(ri, -127, 127, out=ri)
-    q = ri.astype(np.int8)
-    return (q, clipped) if return_clipped else q
+    return ri.astype(np.int8), clipped

@@ -73,6 +73,9 @@ pub struct Assembler<L, S> {
     started: bool,
     /// Index of the packet that (re)started the timeline.
     floor: u64,
+    /// One past the highest index placed on this timeline: when the timeline ends
+    /// (stop or resync), positions from here on were never due, so not missing.
+    top: u64,
     counters: Counters,
 }
 
@@ -104,6 +107,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             head: 0,
             started: false,
             floor: 0,
+            top: 0,
         })
     }
 
@@ -177,6 +181,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             }
         }
 
+        self.top = self.top.max(index + 1);
         let slot = &mut self.slots[(c % window) as usize];
         if !slot.open {
             slot.open = true;
@@ -216,6 +221,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
         self.started = true;
         self.head = c;
         self.floor = index;
+        self.top = index + 1;
     }
 
     /// First position (within each stream) whose absence counts as missing.
@@ -233,7 +239,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
         let id = self.head;
         let i = (id % self.slots.len() as u64) as usize;
         if self.slots[i].open && self.slots[i].id == id {
-            self.emit(i);
+            self.emit(i, self.layout.packets_per_chunk);
         } else {
             let start = self.first_counted(id);
             let gap = (self.layout.packets_per_chunk - start) as u64;
@@ -252,19 +258,27 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
         }
         let newest = self.slots.iter().filter(|s| s.open).map(|s| s.id).max();
         if let Some(newest) = newest {
-            while self.head <= newest {
+            while self.head < newest {
                 self.flush_head();
             }
+            // The newest chunk holds the highest packet seen (`top - 1`); its
+            // positions after that one are counted as not yet due.
+            let ppc = self.layout.packets_per_chunk as u64;
+            let end = self.top.saturating_sub(newest * ppc).min(ppc) as usize;
+            self.emit((newest % self.slots.len() as u64) as usize, end);
+            self.head += 1;
         }
     }
 
-    fn emit(&mut self, i: usize) {
+    /// Emits slot `i`, counting its absent positions before `end` as missing.
+    fn emit(&mut self, i: usize, end: usize) {
         let start = self.first_counted(self.slots[i].id);
         let ppc = self.layout.packets_per_chunk;
+        let end = end.max(start);
         let slot = &mut self.slots[i];
         for (s, counters) in self.counters.streams.iter_mut().enumerate() {
-            let present = count_ones(&slot.bits, s * ppc + start, (s + 1) * ppc);
-            counters.missing += (ppc - start - present) as u64;
+            let present = count_ones(&slot.bits, s * ppc + start, s * ppc + end);
+            counters.missing += (end - start - present) as u64;
         }
         match slot.chunk.take() {
             Some(mut chunk) => {
@@ -468,9 +482,10 @@ mod tests {
         assert_eq!(c.streams[0].received, 5);
         assert_eq!(c.accounted(), 11);
         // Chunk 0: stream 1 absent (4). Chunk 1: nothing arrived (2 x 4).
-        // Chunk 2: index 9 present for stream 0 only (floor is 0, so 8 counts too).
-        assert_eq!(c.streams[0].missing, 4 + 3);
-        assert_eq!(c.streams[1].missing, 4 + 4 + 4);
+        // Chunk 2: due up to index 9, the highest seen; 9 is present for stream 0
+        // only (floor is 0, so 8 counts too).
+        assert_eq!(c.streams[0].missing, 4 + 1);
+        assert_eq!(c.streams[1].missing, 4 + 4 + 2);
         assert_eq!(emitted(&a).iter().map(|o| o.0).collect::<Vec<_>>(), [0, 2]);
     }
 
@@ -516,10 +531,11 @@ mod tests {
         let c = a.counters();
         assert_eq!(c.resyncs, 2);
         assert_eq!(c.streams[0].received, 10);
-        // Chunk 1 misses 6, 7. The far timeline starts at its first packet (floor),
-        // so its first chunk misses nothing and its second misses 10, 11. The
-        // restarted chunk 0 starts at 1 and misses 2, 3.
-        assert_eq!(c.streams[0].missing, 2 + 2 + 2);
+        // Each timeline is due from its first packet (floor) to its highest one
+        // (top), and every packet in between arrived: nothing is missing, although
+        // chunk 1, the far timeline's second chunk and the restarted chunk 0 are
+        // all partly filled.
+        assert_eq!(c.streams[0].missing, 0);
         assert_eq!(c.streams[0].late, 0);
         let ids: Vec<u64> = emitted(&a).iter().map(|o| o.0).collect();
         assert_eq!(ids, [0, 1, far / 4, far / 4 + 1, 0]);
@@ -537,7 +553,9 @@ mod tests {
         assert_eq!(out[0], (0, vec![(0, 0), (1, 1)]));
         assert_eq!(out[1], (1, vec![(0, 4)]));
         assert_eq!(out[2], (2, vec![(1, 9)]));
-        assert_eq!(a.counters().total().missing, 24 - 4);
+        // Chunks 0 and 1 are due in full; chunk 2 only up to index 9, the highest
+        // seen: what would follow it was never sent.
+        assert_eq!(a.counters().total().missing, (8 - 2) + (8 - 1) + (4 - 1));
     }
 
     #[test]
@@ -586,11 +604,15 @@ mod tests {
         let mut out = Vec::new();
         let mut head = packets.first().map_or(0, |p| p.1 / ppc);
         let floor = packets.first().map_or(0, |p| p.1);
-        let expected = |id: u64| (id * ppc..id * ppc + ppc).filter(move |&i| i >= floor);
-        let mut flush = |id: u64, set: Option<BTreeSet<(usize, u64)>>, c: &mut Counters| {
+        let mut top = floor + 1;
+        let expected =
+            |id: u64, top: u64| (id * ppc..id * ppc + ppc).filter(move |&i| i >= floor && i < top);
+        let mut flush = |id: u64, set: Option<BTreeSet<(usize, u64)>>, c: &mut Counters, top| {
             let set = set.unwrap_or_default();
             for (s, sc) in c.streams.iter_mut().enumerate() {
-                sc.missing += expected(id).filter(|&i| !set.contains(&(s, i))).count() as u64;
+                sc.missing += expected(id, top)
+                    .filter(|&i| !set.contains(&(s, i)))
+                    .count() as u64;
             }
             if !set.is_empty() {
                 out.push((id, set.into_iter().collect()));
@@ -605,9 +627,10 @@ mod tests {
             }
             while id >= head + window {
                 let set = open.remove(&head);
-                flush(head, set, &mut c);
+                flush(head, set, &mut c, u64::MAX);
                 head += 1;
             }
+            top = top.max(i + 1);
             if !open.entry(id).or_default().insert((s, i)) {
                 c.streams[s].duplicate += 1;
             } else {
@@ -618,7 +641,7 @@ mod tests {
         if let Some(&newest) = open.keys().max() {
             while head <= newest {
                 let set = open.remove(&head);
-                flush(head, set, &mut c);
+                flush(head, set, &mut c, top);
                 head += 1;
             }
         }

@@ -1,0 +1,246 @@
+"""Socket capture through `_core.Capture` on loopback: exact counters, exact chunks."""
+
+import socket
+import struct
+
+import numpy as np
+import pytest
+
+from voltstream import _core
+from voltstream.errors import CaptureError, ConfigError, VoltstreamError
+
+STREAM_KEYS = {"stream", "received", "missing", "late", "duplicate", "dropped", "bytes"}
+TOP_KEYS = {
+    "engine",
+    "running",
+    "streams",
+    "totals",
+    "packets",
+    "malformed",
+    "foreign",
+    "chunks_emitted",
+    "chunks_dropped",
+    "resyncs",
+    "kernel_drops",
+    "rcvbuf",
+}
+
+
+class Sender:
+    """Sends to a running capture over loopback (delivery is synchronous there)."""
+
+    def __init__(self, cap):
+        host, port = cap.address.rsplit(":", 1)
+        self.dest = (host, int(port))
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.count = 0
+
+    def send(self, payload: bytes):
+        self.sock.sendto(payload, self.dest)
+        self.count += 1
+
+    def close(self):
+        self.sock.close()
+
+
+def counter_packet(index: int, stream: int, payload: np.ndarray) -> bytes:
+    return struct.pack(">QH", index, stream) + payload.tobytes()
+
+
+def drain(cap, timeout=0.2):
+    chunks = []
+    while (ch := cap.next_chunk(timeout)) is not None:
+        chunks.append(ch)
+    return chunks
+
+
+def test_stats_dict_has_every_counter_before_and_after_start():
+    cap = _core.Capture("counter", "127.0.0.1:0", 4, payload_len=16, streams=3)
+    st = cap.stats()
+    assert set(st) == TOP_KEYS
+    assert [s["stream"] for s in st["streams"]] == [0, 1, 2]
+    assert all(set(s) == STREAM_KEYS and s["received"] == 0 for s in st["streams"])
+    assert set(st["totals"]) == STREAM_KEYS - {"stream"} | {"malformed", "foreign"}
+    assert cap.address is None and not st["running"]
+    with cap:
+        st = cap.stats()
+        assert st["running"] and st["engine"] == "socket"
+        assert st["rcvbuf"] > 0
+    assert not cap.stats()["running"]
+
+
+def test_counter_capture_counts_every_kind_of_packet_and_delivers_exact_chunks():
+    rng = np.random.default_rng(20240611)
+    ppc, nstreams, plen, nidx = 8, 2, 96, 80
+    data = rng.integers(0, 256, (nidx, nstreams, plen), dtype=np.uint8)
+    gap = {(13, 1), (40, 0), (41, 0)}
+    cap = _core.Capture(
+        "counter", "127.0.0.1:0", ppc, nchunks=32, window=3, payload_len=plen, streams=nstreams
+    )
+    with cap:
+        tx = Sender(cap)
+        # Reorder inside the window (3 chunks): shuffle blocks of 16 indices (2 chunks),
+        # keeping index 0 first since the first packet fixes where counting starts.
+        blocks = [b[rng.permutation(len(b))] for b in np.split(np.arange(nidx), 5)]
+        order = np.concatenate([[0], *[b[b != 0] for b in blocks]])
+        sent_good = 0
+        for i in order:
+            for s in range(nstreams):
+                if (int(i), s) not in gap:
+                    tx.send(counter_packet(int(i), s, data[i, s]))
+                    sent_good += 1
+        # Bad packets, each of one kind, sent after the timeline is established.
+        tx.send(counter_packet(5, 0, data[5, 0]))  # chunk 0 is long flushed: late
+        tx.send(counter_packet(int(order[-1]), 1, data[order[-1], 1]))  # duplicate
+        tx.send(counter_packet(75, 7, data[75, 0]))  # stream 7 is not configured: foreign
+        tx.send(counter_packet(75, 0, data[75, 0])[:50])  # cut short: malformed
+        tx.send(counter_packet(75, 0, data[75, 0]) + b"extra")  # too long: malformed
+        tx.send(b"\x01" * (plen + 10 + 200))  # beyond the receive buffer: malformed
+        tx.close()
+        cap.stop()
+        st = cap.stats()
+        chunks = drain(cap)
+
+    assert st["kernel_drops"] == 0
+    assert st["packets"] == tx.count == sent_good + 6
+    s0, s1 = st["streams"]
+    for s, st_s in enumerate((s0, s1)):
+        ngap = sum(1 for g in gap if g[1] == s)
+        assert (st_s["received"], st_s["missing"]) == (nidx - ngap, ngap), s
+        assert st_s["bytes"] == st_s["received"] * plen
+    assert (s0["late"], s1["late"], s0["duplicate"], s1["duplicate"]) == (1, 0, 0, 1)
+    assert (st["foreign"], st["malformed"]) == (1, 3)
+    assert s0["dropped"] == s1["dropped"] == st["chunks_dropped"] == 0
+    assert st["chunks_emitted"] == nidx // ppc == len(chunks)
+
+    for k, ch in enumerate(chunks):
+        assert (ch.chunk_id, ch.first_index) == (k, k * ppc)
+        assert (ch.nstreams, ch.packets_per_chunk, ch.payload_len) == (nstreams, ppc, plen)
+        got = np.frombuffer(ch, np.uint8).reshape(nstreams, ppc, plen)
+        present = np.frombuffer(ch.present, np.uint8).reshape(nstreams, ppc).astype(bool)
+        want_present = np.array(
+            [[(k * ppc + j, s) not in gap for j in range(ppc)] for s in range(nstreams)]
+        )
+        np.testing.assert_array_equal(present, want_present)
+        want = data[k * ppc : (k + 1) * ppc].transpose(1, 0, 2)
+        np.testing.assert_array_equal(got[present], want[present])
+        assert ch.present_count == want_present.sum()
+        del got
+        ch.release()
+
+
+def test_chunks_are_dropped_whole_when_the_consumer_holds_them_all():
+    rng = np.random.default_rng(5)
+    ppc, plen = 4, 32
+    cap = _core.Capture("counter", "127.0.0.1:0", ppc, nchunks=3, window=2, payload_len=plen)
+    with cap:
+        tx = Sender(cap)
+        for i in range(6 * ppc):
+            tx.send(counter_packet(i, 0, rng.integers(0, 256, plen, dtype=np.uint8)))
+        tx.close()
+        cap.stop()
+        st = cap.stats()
+        chunks = drain(cap)
+    s0 = st["streams"][0]
+    # Three chunks fit the pool; the other three find no free chunk.
+    assert (st["chunks_emitted"], st["chunks_dropped"]) == (3, 3)
+    assert (s0["received"], s0["dropped"], s0["missing"]) == (3 * ppc, 3 * ppc, 0)
+    assert [c.chunk_id for c in chunks] == [0, 1, 2]
+
+
+def test_time_stamp_jump_resynchronises_instead_of_counting_missing():
+    rng = np.random.default_rng(11)
+    ppc, plen = 4, 24
+    cap = _core.Capture("counter", "127.0.0.1:0", ppc, payload_len=plen, resync_chunks=16)
+    with cap:
+        tx = Sender(cap)
+        for i in [*range(8), *range(10**12, 10**12 + 8)]:
+            tx.send(counter_packet(i, 0, rng.integers(0, 256, plen, dtype=np.uint8)))
+        tx.close()
+        cap.stop()
+        st = cap.stats()
+        ids = [c.chunk_id for c in drain(cap)]
+    assert st["resyncs"] == 1
+    assert st["streams"][0]["missing"] == 0 and st["streams"][0]["received"] == 16
+    assert ids == [0, 1, 10**12 // ppc, 10**12 // ppc + 1]
+
+
+def ynao_frame(seq: int, subband: int, data: np.ndarray, version: int = 1) -> bytes:
+    header = struct.pack(">QIIIBBH", seq, 60500, 3600, 16_000 * seq, version, subband, 32)
+    return header + data.tobytes()
+
+
+def test_ynao_capture_is_byte_exact_and_rejects_other_subbands():
+    rng = np.random.default_rng(99)
+    ppc, n = 4, 12
+    data = rng.integers(0, 256, (n, 8192), dtype=np.uint8)
+    cap = _core.Capture("ynao", "127.0.0.1:0", ppc, subband=3)
+    assert (cap.payload_len, cap.packet_len, cap.nstreams) == (8192, 8216, 1)
+    with cap:
+        tx = Sender(cap)
+        for i in range(n):
+            tx.send(ynao_frame(1000 + i, 3, data[i]))
+        tx.send(ynao_frame(1000 + n, 4, data[0]))  # another subband: foreign
+        tx.send(ynao_frame(1000 + n, 3, data[0])[:8000])  # truncated: malformed
+        tx.close()
+        cap.stop()
+        st = cap.stats()
+        chunks = drain(cap)
+    assert (st["foreign"], st["malformed"], st["streams"][0]["received"]) == (1, 1, n)
+    assert st["streams"][0]["missing"] == 0
+    got = np.concatenate([np.frombuffer(c, np.uint8).reshape(ppc, 8192) for c in chunks])
+    assert [c.first_index for c in chunks] == [1000, 1004, 1008]
+    np.testing.assert_array_equal(got, data)
+
+
+def test_port_in_use_is_a_capture_error_naming_the_address():
+    with _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8) as first:
+        second = _core.Capture("counter", first.address, 4, payload_len=8)
+        with pytest.raises(CaptureError, match="another capture") as err:
+            second.start()
+        assert first.address in str(err.value)
+        assert isinstance(err.value, VoltstreamError)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"format": "spead"}, "unknown capture format"),
+        ({"format": "vdif"}, "vdif_threads"),
+        ({"format": "counter"}, "payload_len"),
+        ({"format": "ynao", "nchunks": 2, "window": 2}, "nchunks"),
+        ({"format": "ynao", "window": 0}, "window"),
+        ({"format": "ynao", "bind": "no-port-here"}, None),
+    ],
+)
+def test_bad_configuration_is_a_config_error(kwargs, match):
+    args = {"format": "ynao", "bind": "127.0.0.1:0", "packets_per_chunk": 4} | kwargs
+    if match is None:
+        with pytest.raises(ConfigError, match="host:port"):
+            _core.Capture(**args).start()
+    else:
+        with pytest.raises(ConfigError, match=match):
+            _core.Capture(**args)
+
+
+def test_release_is_refused_while_exported_and_access_after_release_fails():
+    rng = np.random.default_rng(3)
+    with _core.Capture("counter", "127.0.0.1:0", 2, payload_len=16) as cap:
+        tx = Sender(cap)
+        for i in range(6):
+            tx.send(counter_packet(i, 0, rng.integers(0, 256, 16, dtype=np.uint8)))
+        tx.close()
+        ch = cap.next_chunk(5.0)
+        assert ch is not None
+        view = np.frombuffer(ch, np.uint8)
+        with pytest.raises(CaptureError, match="still exported"):
+            ch.release()
+        del view
+        ch.release()
+        assert ch.released
+        with pytest.raises(CaptureError, match="released"):
+            _ = ch.present
+        with pytest.raises(CaptureError, match="released"):
+            memoryview(ch)
+        with pytest.raises(CaptureError, match="not started"):
+            _core.Capture("counter", "127.0.0.1:0", 2, payload_len=16).next_chunk(0.0)
