@@ -46,116 +46,203 @@ def _positive(kind):
 
 def _add_format_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("stream format")
-    g.add_argument("--format", choices=("ynao", "vdif"), default="ynao",
-                   help="packet format: the YNAO/ROACH2 frame (32 channels x 2 pols x 64 "
-                        "spectra) or VDIF (8-bit complex, one thread per pol). Default: ynao")
-    g.add_argument("--nchan", type=_positive(int), default=None,
-                   help="channels (VDIF only; the YNAO frame always has 32). Default: 32")
-    g.add_argument("--chan-bw", type=float, default=4.0,
-                   help="channel width in MHz, negative for a lower sideband. Default: 4.0")
-    g.add_argument("--freq", type=_positive(float), default=1420.0,
-                   help="centre frequency of the band in MHz. Default: 1420.0")
-    g.add_argument("--vdif-payload", type=_positive(int), default=8000,
-                   help="VDIF data bytes per frame (multiple of 8 and of 2*nchan). Default: 8000")
+    g.add_argument(
+        "--format",
+        choices=("ynao", "vdif"),
+        default="ynao",
+        help="packet format: the YNAO/ROACH2 frame (32 channels x 2 pols x 64 "
+        "spectra) or VDIF (8-bit complex, one thread per pol). Default: ynao",
+    )
+    g.add_argument(
+        "--nchan",
+        type=_positive(int),
+        default=None,
+        help="channels (VDIF only; the YNAO frame always has 32). Default: 32",
+    )
+    g.add_argument(
+        "--chan-bw",
+        type=float,
+        default=4.0,
+        help="channel width in MHz, negative for a lower sideband. Default: 4.0",
+    )
+    g.add_argument(
+        "--freq",
+        type=_positive(float),
+        default=1420.0,
+        help="centre frequency of the band in MHz. Default: 1420.0",
+    )
+    g.add_argument(
+        "--vdif-payload",
+        type=_positive(int),
+        default=8000,
+        help="VDIF data bytes per frame (multiple of 8 and of 2*nchan). Default: 8000",
+    )
 
 
 def _format_from(args):
     from voltstream.formats import make_format
 
-    return make_format(args.format, nchan=args.nchan, chan_bw_mhz=args.chan_bw,
-                       freq_mhz=args.freq, vdif_payload=args.vdif_payload)
+    return make_format(
+        args.format,
+        nchan=args.nchan,
+        chan_bw_mhz=args.chan_bw,
+        freq_mhz=args.freq,
+        vdif_payload=args.vdif_payload,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="voltstream", description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="voltstream",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
 
     p = verbs.add_parser(
-        "simulate", help="synthesise a digitizer stream (pulsar, noise, tone) to UDP or a file",
+        "simulate",
+        help="synthesise a digitizer stream (pulsar, noise, tone) to UDP or a file",
         description="Synthesise complex baseband (Gaussian noise, a tone, or a dispersed "
         "periodic pulsar), quantise it to 8 bits, packetise it, and send it over UDP at a "
         "paced rate or write it to a file (.dada: a DADA file; anything else: the raw "
         "packets back to back). The sender batches with sendmmsg and uses UDP GSO "
         "(UDP_SEGMENT) where the kernel has it; without both, one core cannot generate "
-        "line-rate load.")
+        "line-rate load.",
+    )
     _add_format_options(p)
-    p.add_argument("--signal", choices=("pulsar", "noise", "tone"), default="pulsar",
-                   help="what to synthesise. Default: pulsar")
-    p.add_argument("--dm", type=float, default=26.833,
-                   help="dispersion measure in pc cm^-3 (pulsar). Default: 26.833")
-    p.add_argument("--period", type=_positive(float), default=0.0333,
-                   help="pulse period in seconds (pulsar). Default: 0.0333")
-    p.add_argument("--duty", type=_positive(float), default=0.03,
-                   help="pulse width as a fraction of the period. Default: 0.03")
-    p.add_argument("--pulse-phase", type=float, default=0.25,
-                   help="phase of the pulse peak at the band centre, phase zero at the "
-                        "first sample. Default: 0.25")
-    p.add_argument("--tone", type=float, default=None,
-                   help="tone frequency in MHz (tone). Default: a quarter into the band")
-    p.add_argument("--duration", type=_positive(float), default=1.0,
-                   help="seconds of data to synthesise. Default: 1.0")
+    p.add_argument(
+        "--signal",
+        choices=("pulsar", "noise", "tone"),
+        default="pulsar",
+        help="what to synthesise. Default: pulsar",
+    )
+    p.add_argument(
+        "--dm",
+        type=float,
+        default=26.833,
+        help="dispersion measure in pc cm^-3 (pulsar). Default: 26.833",
+    )
+    p.add_argument(
+        "--period",
+        type=_positive(float),
+        default=0.0333,
+        help="pulse period in seconds (pulsar). Default: 0.0333",
+    )
+    p.add_argument(
+        "--duty",
+        type=_positive(float),
+        default=0.03,
+        help="pulse width as a fraction of the period. Default: 0.03",
+    )
+    p.add_argument(
+        "--pulse-phase",
+        type=float,
+        default=0.25,
+        help="phase of the pulse peak at the band centre, phase zero at the "
+        "first sample. Default: 0.25",
+    )
+    p.add_argument(
+        "--tone",
+        type=float,
+        default=None,
+        help="tone frequency in MHz (tone). Default: a quarter into the band",
+    )
+    p.add_argument(
+        "--duration",
+        type=_positive(float),
+        default=1.0,
+        help="seconds of data to synthesise. Default: 1.0",
+    )
     p.add_argument("--seed", type=int, default=1, help="random seed. Default: 1")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--dest", type=_host_port, help="send UDP to HOST:PORT")
     out.add_argument("--output", help="write a file instead of sending")
-    p.add_argument("--rate", type=float, default=1.0,
-                   help="send rate in Gb/s with --dest (0 = as fast as possible). Default: 1.0")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=1.0,
+        help="send rate in Gb/s with --dest (0 = as fast as possible). Default: 1.0",
+    )
 
     p = verbs.add_parser(
-        "capture", help="capture a UDP stream into time-ordered chunks (and a DADA file)",
+        "capture",
+        help="capture a UDP stream into time-ordered chunks (and a DADA file)",
         description="Capture packets with the socket engine (recvmmsg batches), place each "
         "by its time stamp into chunks (reordering within a window), count every packet "
         "(received, missing, late, duplicate, malformed, foreign, dropped, and the "
         "kernel's drops), and write the samples to a DADA file. Missing packets are "
-        "zero-filled in the file and counted in the report.")
+        "zero-filled in the file and counted in the report.",
+    )
     _add_format_options(p)
     p.add_argument("--bind", type=_host_port, required=True, help="HOST:PORT to listen on")
-    p.add_argument("--duration", type=_positive(float), required=True,
-                   help="seconds to capture")
-    p.add_argument("--idle-timeout", type=_positive(float), default=None,
-                   help="stop early after this many seconds without packets (after the first)")
+    p.add_argument("--duration", type=_positive(float), required=True, help="seconds to capture")
+    p.add_argument(
+        "--idle-timeout",
+        type=_positive(float),
+        default=None,
+        help="stop early after this many seconds without packets (after the first)",
+    )
     p.add_argument("--output", help="write the samples to this DADA file")
     p.add_argument("--report", help="write the run report (all counters) as JSON here")
     p.add_argument("--source", default="J0000+0000", help="source name for the DADA header")
-    p.add_argument("--packets-per-chunk", type=_positive(int), default=256,
-                   help="packets per stream per chunk. Default: 256")
-    p.add_argument("--window", type=_positive(int), default=4,
-                   help="reorder window in chunks. Default: 4")
+    p.add_argument(
+        "--packets-per-chunk",
+        type=_positive(int),
+        default=256,
+        help="packets per stream per chunk. Default: 256",
+    )
+    p.add_argument(
+        "--window", type=_positive(int), default=4, help="reorder window in chunks. Default: 4"
+    )
 
     p = verbs.add_parser(
-        "fold", help="coherently dedisperse, detect and fold a baseband file into PSRFITS",
+        "fold",
+        help="coherently dedisperse, detect and fold a baseband file into PSRFITS",
         description="Coherent dedispersion (overlap-save, FFT length chosen as DSPSR does), "
         "detection and folding into sub-integrations. Inter-channel delays are removed "
-        "relative to the band centre. With --period, phase zero is the first sample.")
+        "relative to the band centre. With --period, phase zero is the first sample.",
+    )
     p.add_argument("input", help="baseband file: .dada (8-bit TFP) or .vdif")
     p.add_argument("--dm", type=float, required=True, help="dispersion measure, pc cm^-3")
     pred = p.add_mutually_exclusive_group(required=True)
     pred.add_argument("--period", type=_positive(float), help="constant folding period, s")
     pred.add_argument("--polyco", help="TEMPO polyco file to fold with")
     p.add_argument("--nbin", type=_positive(int), default=256, help="phase bins. Default: 256")
-    p.add_argument("--tsub", type=_positive(float), default=None,
-                   help="sub-integration length in seconds. Default: 10 sub-integrations")
-    p.add_argument("--pol", choices=("AA+BB", "AABBCRCI", "IQUV"), default="AA+BB",
-                   help="detection: total intensity or coherence products. Default: AA+BB")
+    p.add_argument(
+        "--tsub",
+        type=_positive(float),
+        default=None,
+        help="sub-integration length in seconds. Default: 10 sub-integrations",
+    )
+    p.add_argument(
+        "--pol",
+        choices=("AA+BB", "AABBCRCI", "IQUV"),
+        default="AA+BB",
+        help="detection: total intensity or coherence products. Default: AA+BB",
+    )
     p.add_argument("-o", "--output", required=True, help="PSRFITS archive to write")
     p.add_argument("--plot", help="also write a PNG of profile, phase-frequency, phase-time")
-    p.add_argument("--chan-bw", type=float, default=None,
-                   help="channel width in MHz (VDIF input only; DADA has it in its header)")
-    p.add_argument("--freq", type=float, default=None,
-                   help="band centre in MHz (VDIF input only)")
+    p.add_argument(
+        "--chan-bw",
+        type=float,
+        default=None,
+        help="channel width in MHz (VDIF input only; DADA has it in its header)",
+    )
+    p.add_argument("--freq", type=float, default=None, help="band centre in MHz (VDIF input only)")
 
     p = verbs.add_parser(
-        "demo", help="simulate a pulsar, send it over loopback, capture, fold, report",
+        "demo",
+        help="simulate a pulsar, send it over loopback, capture, fold, report",
         description="End to end on one machine: simulates a known dispersed pulsar, sends "
         "it over loopback, captures it, folds it and writes the archive, the plots and a "
         "run report to ./demo-output/. Exits non-zero if any packet was lost or the pulsar "
-        "is not detected at the right phase.")
+        "is not detected at the right phase.",
+    )
     p.add_argument("--outdir", default="demo-output", help="where to write. Default: demo-output")
-    p.add_argument("--duration", type=_positive(float), default=0.5,
-                   help="seconds of data. Default: 0.5")
+    p.add_argument(
+        "--duration", type=_positive(float), default=0.5, help="seconds of data. Default: 0.5"
+    )
     p.add_argument("--rate", type=float, default=2.0, help="send rate, Gb/s. Default: 2.0")
     p.add_argument("--port", type=int, default=0, help="UDP port (0: pick a free one)")
     return parser

@@ -31,8 +31,15 @@ def simulate(args) -> int:
     obs = fmt.observation(start_mjd=mjd, start_sec=sec, source="SIM" + args.signal.upper())
     block = fmt.samples_per_packet * max(1, 65536 // fmt.samples_per_packet)
     blocks = signal.synthesize_blocks(
-        obs, args.duration, signal=args.signal, dm=args.dm, period_s=args.period,
-        duty=args.duty, pulse_phase=args.pulse_phase, tone_mhz=args.tone, seed=args.seed,
+        obs,
+        args.duration,
+        signal=args.signal,
+        dm=args.dm,
+        period_s=args.period,
+        duty=args.duty,
+        pulse_phase=args.pulse_phase,
+        tone_mhz=args.tone,
+        seed=args.seed,
         block_samples=block,
     )
     stats = {"packets": 0, "bytes": 0, "seconds": 0.0, "clipped": 0}
@@ -71,6 +78,10 @@ def simulate(args) -> int:
     finally:
         if sink is not None:
             sink[1].close()
+    if args.output and fmt.name == "vdif":
+        from voltstream.io.vdif import write_sidecar
+
+        write_sidecar(args.output, obs, fmt.capture_kwargs()["frames_per_second"])
     stats["seconds"] = time.monotonic() - t0
     stats["samples"] = first
     where = args.dest or args.output
@@ -103,13 +114,17 @@ def capture(args) -> int:
         from voltstream.io.dada import DadaWriter
 
         mjd, sec = _now_mjd()
-        writer = DadaWriter(args.output, fmt.observation(start_mjd=mjd, start_sec=sec,
-                                                         source=args.source))
+        writer = DadaWriter(
+            args.output, fmt.observation(start_mjd=mjd, start_sec=sec, source=args.source)
+        )
     try:
         report = run_capture(
-            fmt, args.bind, args.duration,
+            fmt,
+            args.bind,
+            args.duration,
             sink=(lambda samples, valid: writer.write(samples)) if writer else None,
-            packets_per_chunk=args.packets_per_chunk, window=args.window,
+            packets_per_chunk=args.packets_per_chunk,
+            window=args.window,
             idle_timeout_s=args.idle_timeout,
         )
     finally:
@@ -173,8 +188,10 @@ def fold(args) -> int:
     from voltstream.dsp.fold import profile_snr
 
     snr = profile_snr(archive.profile())
-    print(f"fold: {args.input} -> {args.output}: {archive.nsub} sub-integrations x "
-          f"{obs.nchan} channels x {archive.nbin} bins, S/N {snr:.1f}")
+    print(
+        f"fold: {args.input} -> {args.output}: {archive.nsub} sub-integrations x "
+        f"{obs.nchan} channels x {archive.nbin} bins, S/N {snr:.1f}"
+    )
     return 0
 
 
@@ -205,29 +222,51 @@ def demo(args) -> int:
     port = args.port or _free_udp_port()
     dest = f"127.0.0.1:{port}"
     psr = DEMO_PULSAR
-    print(f"demo: simulating {args.duration} s of a {psr['period'] * 1e3:.1f} ms pulsar at DM "
-          f"{psr['dm']} ({fmt.nchan} x {fmt.chan_bw_mhz} MHz, {fmt.npol} pols, 8-bit) "
-          f"-> UDP {dest} at {args.rate} Gb/s")
+    print(
+        f"demo: simulating {args.duration} s of a {psr['period'] * 1e3:.1f} ms pulsar at DM "
+        f"{psr['dm']} ({fmt.nchan} x {fmt.chan_bw_mhz} MHz, {fmt.npol} pols, 8-bit) "
+        f"-> UDP {dest} at {args.rate} Gb/s"
+    )
     sim_cmd = [
-        sys.executable, "-m", "voltstream.cli", "simulate", "--format", "ynao",
-        "--signal", "pulsar", "--dm", str(psr["dm"]), "--period", str(psr["period"]),
-        "--duty", str(psr["duty"]), "--pulse-phase", str(psr["pulse_phase"]),
-        "--duration", str(args.duration), "--dest", dest, "--rate", str(args.rate),
+        sys.executable,
+        "-m",
+        "voltstream.cli",
+        "simulate",
+        "--format",
+        "ynao",
+        "--signal",
+        "pulsar",
+        "--dm",
+        str(psr["dm"]),
+        "--period",
+        str(psr["period"]),
+        "--duty",
+        str(psr["duty"]),
+        "--pulse-phase",
+        str(psr["pulse_phase"]),
+        "--duration",
+        str(args.duration),
+        "--dest",
+        dest,
+        "--rate",
+        str(args.rate),
     ]
     procs = []
     dada_path = out / "demo.dada"
     mjd, sec = _now_mjd()
-    writer = DadaWriter(dada_path, fmt.observation(start_mjd=mjd, start_sec=sec,
-                                                   source="PSR_DEMO"))
+    writer = DadaWriter(dada_path, fmt.observation(start_mjd=mjd, start_sec=sec, source="PSR_DEMO"))
 
     def start_sender():
         procs.append(subprocess.Popen(sim_cmd, env=dict(os.environ, PYTHONUNBUFFERED="1")))
 
     try:
         report = run_capture(
-            fmt, dest, duration_s=max(60.0, 20 * args.duration),
+            fmt,
+            dest,
+            duration_s=max(60.0, 20 * args.duration),
             sink=lambda samples, valid: writer.write(samples),
-            idle_timeout_s=3.0, on_start=start_sender,
+            idle_timeout_s=3.0,
+            on_start=start_sender,
         )
     finally:
         writer.close()
@@ -256,13 +295,21 @@ def demo(args) -> int:
     lost = report.lost
     summary = {
         "capture": report.as_dict(),
-        "fold": {"snr": snr, "peak_phase": peak_phase, "expected_phase": psr["pulse_phase"],
-                 "nsub": archive.nsub, "nbin": archive.nbin, "seconds": fold_s},
+        "fold": {
+            "snr": snr,
+            "peak_phase": peak_phase,
+            "expected_phase": psr["pulse_phase"],
+            "nsub": archive.nsub,
+            "nbin": archive.nbin,
+            "seconds": fold_s,
+        },
         "simulator_exit": sim_rc,
     }
     (out / "demo-report.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"fold: {archive.nsub} sub-integrations, S/N {snr:.1f}, peak at phase "
-          f"{peak_phase:.3f} (expected {psr['pulse_phase']}), {fold_s:.1f} s")
+    print(
+        f"fold: {archive.nsub} sub-integrations, S/N {snr:.1f}, peak at phase "
+        f"{peak_phase:.3f} (expected {psr['pulse_phase']}), {fold_s:.1f} s"
+    )
     print(f"demo: wrote {out}/demo.fits, demo.png, demo.dada, demo-report.json")
     problems = []
     if sim_rc != 0:
@@ -272,8 +319,9 @@ def demo(args) -> int:
     if lost:
         problems.append(f"{lost} packets were lost")
     if snr < 10 or abs(phase_err) > 0.02:
-        problems.append(f"pulsar not detected at the right phase (S/N {snr:.1f}, "
-                        f"phase error {phase_err:+.3f})")
+        problems.append(
+            f"pulsar not detected at the right phase (S/N {snr:.1f}, phase error {phase_err:+.3f})"
+        )
     if problems:
         print("demo: FAILED: " + "; ".join(problems), file=sys.stderr)
         return 1

@@ -91,11 +91,16 @@ class StreamFormat:
         }
 
     def packetize(self, samples: np.ndarray, first_sample: int, obs: Observation) -> np.ndarray:
-        """Complex samples (nsamp, nchan, npol), already scaled to the 8-bit range, into
-        packets (n, packet_len) uint8 in send order. `first_sample` counts samples since
+        """Samples into packets (n, packet_len) uint8 in send order.
+
+        `samples` are int8 (nsamp, nchan, npol, 2) re/im, or complex (nsamp, nchan,
+        npol) already scaled to the 8-bit range. `first_sample` counts samples since
         the observation start `obs`, so every packet's time stamp and index are exact.
         """
         from voltstream.sim import packetize
+
+        if samples.dtype == np.int8:
+            samples = samples.astype(np.float32).view(np.complex64)[..., 0]
 
         spp = self.samples_per_packet
         if first_sample % spp:
@@ -104,13 +109,19 @@ class StreamFormat:
             ns = round(first_sample * self.tsamp_s * 1e9) + round(obs.start_sec * 1e9)
             days, ns = divmod(ns, 86400 * 10**9)
             return packetize.packetize_ynao(
-                samples, start_sequence=first_sample // spp, mjd=obs.start_mjd + days,
-                second=ns // 10**9, nanosecond=ns % 10**9, tsamp_s=self.tsamp_s,
+                samples,
+                start_sequence=first_sample // spp,
+                mjd=obs.start_mjd + days,
+                second=ns // 10**9,
+                nanosecond=ns % 10**9,
+                tsamp_s=self.tsamp_s,
             )
         fps = self.capture_kwargs()["frames_per_second"]
         start_frame = (obs.start_mjd - VDIF_EPOCH_MJD) * 86400 * fps + round(obs.start_sec * fps)
         return packetize.packetize_vdif(
-            samples, frames_per_second=fps, samples_per_frame=spp,
+            samples,
+            frames_per_second=fps,
+            samples_per_frame=spp,
             start_frame=start_frame + first_sample // spp,
         )
 

@@ -107,7 +107,8 @@ FOLD_CASES = [
 
 @pytest.mark.parametrize("mode,basis,npol", FOLD_CASES)
 @pytest.mark.parametrize("with_valid", [False, True])
-def test_detect_fold_matches_folder(cp, mode, basis, npol, with_valid):
+@pytest.mark.parametrize("spb,tsub", [(16384, 3.3e-4), (100, 3.3e-4), (64, 1.0), (16384, None)])
+def test_detect_fold_matches_folder(cp, mode, basis, npol, with_valid, spb, tsub):
     rng = np.random.default_rng()
     nchan, nbin, nfft, head, step, nblock = 6, 64, 256, 37, 171, 9
     nout = nblock * step
@@ -115,7 +116,8 @@ def test_detect_fold_matches_folder(cp, mode, basis, npol, with_valid):
     freqs = 1400.0 + np.arange(nchan) * 8.0 - 20.0
     dm = 40.0  # delays of a few hundred samples: some tc < 0 at the start
     pred = ConstantPeriod(float(rng.uniform(2e-4, 5e-4)), 60000, float(rng.uniform(0, 1)))
-    tsub = 3.3e-4  # several sub-integrations per chunk, boundaries inside blocks
+    # tsub 3.3e-4: several sub-integrations per chunk, boundaries inside blocks;
+    # spb < step splits frames into segments, spb > step groups whole frames.
     first = int(rng.integers(0, 300))
     ts = (
         rng.standard_normal((nchan, npol, nblock, nfft))
@@ -130,6 +132,7 @@ def test_detect_fold_matches_folder(cp, mode, basis, npol, with_valid):
     ref.add(detect(mid.astype(np.complex128), mode, basis=basis), first, valid)
 
     t = cuda.FoldTemplate(npol, mode, basis)
+    t.SAMPLES_PER_BLOCK = spb
     op = t.instantiate(nchan, nbin, nfft, head, step)
     cap = ref.nsub + 2
     acc0 = rng.standard_normal((cap, t.npol_out, nchan, nbin))
@@ -247,7 +250,7 @@ def test_fold_with_lost_packets_and_polyco(cp, mode, basis):
         obs.start_mjd,
         obs.start_sec,
         obs.start_mjd,
-        obs.start_sec + 30.0,
+        obs.start_sec + 10.0,
         nentries=2,
         span_min=1.0,
     )

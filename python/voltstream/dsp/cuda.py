@@ -284,7 +284,12 @@ class FoldOp:
         if valid is not None:
             _check(valid, np.uint8, (nout,), "valid")
         spb = t.SAMPLES_PER_BLOCK
-        grid = (-(-nout // spb), self.nchan)
+        # Mirrors the kernel's split: whole frames per block, or segments of one.
+        if self.step >= spb:
+            nx = nblock * -(-self.step // spb)
+        else:
+            nx = -(-nblock // (spb // self.step))
+        grid = (nx, self.nchan)
         _launch(
             t.kernel,
             grid,

@@ -47,6 +47,7 @@ class CaptureReport:
     samples_written: int = 0
     bytes_written: int = 0
     engine: dict = field(default_factory=dict)
+    engine_discontinuities: int = 0  # timeline restarts (jumps beyond the resync bound)
 
     @property
     def totals(self) -> dict[str, int]:
@@ -72,6 +73,7 @@ class CaptureReport:
             "chunks": self.chunks,
             "samples_written": self.samples_written,
             "bytes_written": self.bytes_written,
+            "discontinuities": self.engine_discontinuities,
             "rate_gbps": 8 * payload / self.duration_s / 1e9 if self.duration_s else 0.0,
             "totals": self.totals,
             "engine": self.engine,
@@ -86,7 +88,8 @@ class CaptureReport:
             f"capture {self.format} on {self.bind}: {self.chunks} chunks, "
             f"{self.samples_written} samples, {self.bytes_written / 1e6:.1f} MB "
             f"in {self.duration_s:.2f} s",
-            "  " + "  ".join(f"{k}={t[k]}" for k in COUNTER_NAMES)
+            "  "
+            + "  ".join(f"{k}={t[k]}" for k in COUNTER_NAMES)
             + f"  kernel_drops={self.engine.get('kernel_drops', 0)}",
         ]
         return lines
@@ -102,9 +105,10 @@ def run_capture(
     window: int = 4,
     idle_timeout_s: float | None = None,
     on_start=None,
+    resync_chunks: int = 64,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
-    the first packet) and passes every chunk to `sink(samples, valid)`.
+    the first packet) and passes the samples to `sink(samples, valid)` in time order.
 
     `on_start` is called once the socket is bound, so a sender can be started
     without racing the bind.
@@ -116,11 +120,16 @@ def run_capture(
     report = CaptureReport(format=fmt.name, bind=bind)
     try:
         cap = _core.Capture(
-            bind=bind, packets_per_chunk=packets_per_chunk, nchunks=nchunks, window=window,
+            bind=bind,
+            packets_per_chunk=packets_per_chunk,
+            nchunks=nchunks,
+            window=window,
+            resync_chunks=resync_chunks,
             **fmt.capture_kwargs(),
         )
     except OSError as e:  # CaptureError is an OSError; keep its message
         raise CaptureError(str(e)) from None
+    timeline = _Timeline(fmt, sink, report, resync_chunks)
     cap.start()
     t0 = time.monotonic()
     last_data = None
@@ -138,24 +147,68 @@ def run_capture(
             if chunk is None:
                 continue
             last_data = time.monotonic()
-            _consume(chunk, fmt, sink, report)
+            timeline.add(chunk)
     finally:
         cap.stop()
         # The engine flushes its open chunks at stop: drain them too.
         while (chunk := cap.next_chunk(0.0)) is not None:
-            _consume(chunk, fmt, sink, report)
+            timeline.add(chunk)
+        timeline.finish()
         report.duration_s = time.monotonic() - t0
         report.engine = cap.stats()
     return report
 
 
-def _consume(chunk, fmt: StreamFormat, sink, report: CaptureReport) -> None:
-    try:
-        samples, valid = chunk_to_tfp(chunk, fmt)
-    finally:
-        chunk.release()
-    report.chunks += 1
-    report.samples_written += samples.shape[0]
-    report.bytes_written += samples.nbytes
-    if sink is not None:
-        sink(samples, valid)
+class _Timeline:
+    """Turns chunks into a continuous sample stream for a sink.
+
+    Chunks in which no packet arrived are never emitted by the engine (their
+    packets are counted missing): the gap is filled with zeros marked invalid so
+    the file's time axis stays true. The last chunk is held back until the end so
+    its unfilled tail (packets never sent) can be cut instead of written as zeros.
+    A gap longer than the resync bound means the engine restarted its timeline;
+    it is counted as a discontinuity rather than filled.
+    """
+
+    def __init__(self, fmt: StreamFormat, sink, report: CaptureReport, resync_chunks: int):
+        self.fmt, self.sink, self.report = fmt, sink, report
+        self.resync_chunks = resync_chunks
+        self.pending = None  # (chunk_id, samples, valid, present)
+        self.discontinuities = 0
+
+    def add(self, chunk) -> None:
+        try:
+            samples, valid = chunk_to_tfp(chunk, self.fmt)
+            present = np.frombuffer(chunk.present, dtype=np.uint8).reshape(chunk.nstreams, -1)
+            present = present.any(axis=0)
+            cid = chunk.chunk_id
+        finally:
+            chunk.release()
+        if self.pending is not None:
+            prev_id, prev_samples, _, _ = self.pending
+            self._emit(*self.pending[1:3])
+            gap = cid - prev_id - 1
+            if 0 < gap <= self.resync_chunks:
+                zeros = np.zeros((gap * prev_samples.shape[0],) + prev_samples.shape[1:], np.int8)
+                self._emit(zeros, np.zeros(zeros.shape[0], dtype=bool))
+            elif gap != 0:
+                self.discontinuities += 1
+        self.pending = (cid, samples, valid, present)
+
+    def finish(self) -> None:
+        if self.pending is None:
+            return
+        _, samples, valid, present = self.pending
+        self.pending = None
+        if present.any():
+            last = int(np.flatnonzero(present)[-1]) + 1
+            keep = last * self.fmt.samples_per_packet
+            self._emit(samples[:keep], valid[:keep])
+        self.report.engine_discontinuities = self.discontinuities
+
+    def _emit(self, samples: np.ndarray, valid: np.ndarray) -> None:
+        self.report.chunks += 1
+        self.report.samples_written += samples.shape[0]
+        self.report.bytes_written += samples.nbytes
+        if self.sink is not None:
+            self.sink(samples, valid)

@@ -14,11 +14,17 @@
 // Over KNOT = 4096 samples (1 ms at 4 MHz) the curvature error is ~1e-10 turns
 // even for a binary millisecond pulsar.
 //
-// Accumulation: each thread block owns one channel and SPB consecutive samples,
-// histograms them in shared memory (float32, at most SPB/nbin samples per bin
-// on average) for its home sub-integration, and flushes once with float64
-// atomics; samples of another sub-integration (a block straddling a boundary)
-// go straight to global atomics.
+// Accumulation: each thread block owns one channel and a run of whole frames
+// (about SPB samples; a frame longer than SPB is split into segments), and
+// histograms them in shared memory (float32) for its home sub-integration,
+// flushing once with float64 atomics; samples of another sub-integration (a
+// block straddling a boundary) go straight to global atomics.  Neighbouring
+// samples usually share a phase bin (a bin of a slow pulsar spans hundreds of
+// samples), so a warp whose 32 samples all fall in one bin reduces them with
+// shuffles first and lane 0 keeps a running sum in registers until the bin
+// changes: without that, 32 lanes hitting one shared address serialise.
+// Blocks that lie wholly inside one sub-integration and after the start skip
+// the per-sample float64 division (floor(tc / tsub) is monotonic in o).
 //
 // Compile-time parameters:
 //   NPOL   input polarisations (1 or 2)
@@ -68,6 +74,13 @@ __device__ __forceinline__ void detect(const float2 *v, float *d)
 #endif
 }
 
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
+    return v;
+}
+
 extern "C" __global__ void __launch_bounds__(256)
 detect_fold(const float2 *__restrict__ ts,            // (nchan, NPOL, nblock, nfft)
             const unsigned char *__restrict__ valid,  // (nout,) or unused
@@ -86,10 +99,24 @@ detect_fold(const float2 *__restrict__ ts,            // (nchan, NPOL, nblock, n
     __shared__ unsigned int home_offered;
 
     const int c = blockIdx.y;
-    const long long nout = (long long)nblock * step;
-    const long long o_begin = (long long)blockIdx.x * spb;
-    if (o_begin >= nout) return;
-    const long long o_end = min(o_begin + spb, nout);
+    // Work split: whole frames per block when a frame is short, else segments.
+    const int fpb = step >= spb ? 1 : spb / step;
+    const int segs = step >= spb ? (step + spb - 1) / spb : 1;
+    int b_lo, b_hi, j_lo, j_hi;  // frames [b_lo, b_hi), within-frame [j_lo, j_hi)
+    if (segs > 1) {
+        b_lo = blockIdx.x / segs;
+        b_hi = b_lo + 1;
+        j_lo = (blockIdx.x % segs) * spb;
+        j_hi = min(j_lo + spb, step);
+    } else {
+        b_lo = blockIdx.x * fpb;
+        b_hi = min(b_lo + fpb, nblock);
+        j_lo = 0;
+        j_hi = step;
+    }
+    if (b_lo >= nblock) return;
+    const long long o_first = (long long)b_lo * step + j_lo;
+    const long long o_last = (long long)(b_hi - 1) * step + j_hi - 1;
 
     for (int i = threadIdx.x; i < NPOL_OUT * nbin; i += blockDim.x) hist[i] = 0.0f;
     for (int i = threadIdx.x; i < nbin; i += blockDim.x) cnt[i] = 0u;
@@ -97,57 +124,118 @@ detect_fold(const float2 *__restrict__ ts,            // (nchan, NPOL, nblock, n
     __syncthreads();
 
     const double dly = delay[c];
-    const long long home =
-        (long long)floor(((double)(first + o_begin) * tsamp - dly) / tsub);
+    const double tc_first = (double)(first + o_first) * tsamp - dly;
+    const double tc_last = (double)(first + o_last) * tsamp - dly;
+    const long long home = (long long)floor(tc_first / tsub);
+    const bool simple = tc_first >= 0.0 && home == (long long)floor(tc_last / tsub) &&
+                        home < nsub_cap;
     const double *kn = knots + (long long)c * nknot;
     const long long frame_stride = (long long)nblock * nfft;
     const float2 *chan_ts = ts + (long long)c * NPOL * frame_stride;
+    const int lane = threadIdx.x & 31;
 
-    for (long long o = o_begin + threadIdx.x; o < o_end; o += blockDim.x) {
-        const double tc = (double)(first + o) * tsamp - dly;
-        if (!(tc >= 0.0)) continue;
-        const long long sub = (long long)floor(tc / tsub);
-        if (sub >= nsub_cap) continue;  // the host sizes nsub_cap so this never happens
-        const bool use = !has_valid || valid[o];
-        if (sub == home) {
-            atomicAdd(&home_offered, 1u);
-        } else {
-            atomicAdd(&offered[sub * nchan + c], 1ull);
+    // Lane 0's run: a warp-uniform bin and its running sums.
+    int run_bin = -1;
+    float run_d[NPOL_OUT];
+#pragma unroll
+    for (int q = 0; q < NPOL_OUT; ++q) run_d[q] = 0.0f;
+    unsigned int run_n = 0u;
+
+    for (int b = b_lo; b < b_hi; ++b) {
+        const long long obase = (long long)b * step;
+        const float2 *fr = chan_ts + (long long)b * nfft + head;
+        // Whole warps iterate together so the shuffles below see every lane.
+        for (int j0 = j_lo; j0 < j_hi; j0 += blockDim.x) {
+            const int j = j0 + threadIdx.x;
+            const long long o = obase + j;
+            int bin = -1;
+            float d[NPOL_OUT];
+#pragma unroll
+            for (int q = 0; q < NPOL_OUT; ++q) d[q] = 0.0f;
+            if (j < j_hi) {
+                long long sub = home;
+                bool inside = true;
+                if (!simple) {
+                    const double tc = (double)(first + o) * tsamp - dly;
+                    inside = tc >= 0.0;
+                    sub = inside ? (long long)floor(tc / tsub) : -1;
+                    if (sub >= nsub_cap) inside = false;  // the host sizes nsub_cap to avoid this
+                    if (inside) {
+                        if (sub == home) atomicAdd(&home_offered, 1u);
+                        else atomicAdd(&offered[sub * nchan + c], 1ull);
+                    }
+                }
+                const bool use = inside && (!has_valid || valid[o]);
+                if (use) {
+                    float2 v[NPOL];
+#pragma unroll
+                    for (int p = 0; p < NPOL; ++p) v[p] = fr[p * frame_stride + j];
+                    detect(v, d);
+                    const int k = (int)(o >> KNOT_LOG2);
+                    const double f =
+                        (double)(o & ((1 << KNOT_LOG2) - 1)) * (1.0 / (1 << KNOT_LOG2));
+                    const double p0 = kn[k];
+                    double ph = p0 + (kn[k + 1] - p0) * f;
+                    ph -= floor(ph);
+                    bin = (int)(ph * nbin);
+                    bin = bin < nbin ? bin : nbin - 1;
+                    if (sub != home) {
+#pragma unroll
+                        for (int q = 0; q < NPOL_OUT; ++q)
+                            atomicAdd(&acc[((sub * NPOL_OUT + q) * nchan + c) * nbin + bin],
+                                      (double)d[q]);
+                        atomicAdd(&hits[(sub * nchan + c) * nbin + bin], 1u);
+                        // Done here: keep it out of the warp sums below.
+                        bin = -1;
+#pragma unroll
+                        for (int q = 0; q < NPOL_OUT; ++q) d[q] = 0.0f;
+                    }
+                }
+            }
+            // bin >= 0: a used sample of the home sub-integration.
+            const int top = __reduce_max_sync(0xffffffffu, bin);
+            const bool uniform = __all_sync(0xffffffffu, bin == top || bin < 0);
+            if (top < 0) continue;
+            if (uniform) {
+                const unsigned int n = __popc(__ballot_sync(0xffffffffu, bin >= 0));
+                float s[NPOL_OUT];
+#pragma unroll
+                for (int q = 0; q < NPOL_OUT; ++q) s[q] = warp_sum(d[q]);
+                if (lane == 0) {
+                    if (top != run_bin && run_n) {
+#pragma unroll
+                        for (int q = 0; q < NPOL_OUT; ++q)
+                            atomicAdd(&hist[q * nbin + run_bin], run_d[q]);
+                        atomicAdd(&cnt[run_bin], run_n);
+                        run_n = 0u;
+#pragma unroll
+                        for (int q = 0; q < NPOL_OUT; ++q) run_d[q] = 0.0f;
+                    }
+                    run_bin = top;
+#pragma unroll
+                    for (int q = 0; q < NPOL_OUT; ++q) run_d[q] += s[q];
+                    run_n += n;
+                }
+            } else if (bin >= 0) {
+#pragma unroll
+                for (int q = 0; q < NPOL_OUT; ++q) atomicAdd(&hist[q * nbin + bin], d[q]);
+                atomicAdd(&cnt[bin], 1u);
+            }
         }
-        if (!use) continue;
-
-        const int b = (int)(o / step);
-        const long long idx = (long long)b * nfft + head + (o - (long long)b * step);
-        float2 v[NPOL];
+    }
+    if (lane == 0 && run_n) {
 #pragma unroll
-        for (int p = 0; p < NPOL; ++p) v[p] = chan_ts[p * frame_stride + idx];
-        float d[NPOL_OUT];
-        detect(v, d);
-
-        const int k = (int)(o >> KNOT_LOG2);
-        const double f = (double)(o & ((1 << KNOT_LOG2) - 1)) * (1.0 / (1 << KNOT_LOG2));
-        const double p0 = kn[k];
-        double ph = p0 + (kn[k + 1] - p0) * f;
-        ph -= floor(ph);
-        int bin = (int)(ph * nbin);
-        bin = bin < nbin ? bin : nbin - 1;
-
-        if (sub == home) {
-#pragma unroll
-            for (int q = 0; q < NPOL_OUT; ++q) atomicAdd(&hist[q * nbin + bin], d[q]);
-            atomicAdd(&cnt[bin], 1u);
-        } else {
-#pragma unroll
-            for (int q = 0; q < NPOL_OUT; ++q)
-                atomicAdd(&acc[((sub * NPOL_OUT + q) * nchan + c) * nbin + bin], (double)d[q]);
-            atomicAdd(&hits[(sub * nchan + c) * nbin + bin], 1u);
-        }
+        for (int q = 0; q < NPOL_OUT; ++q) atomicAdd(&hist[q * nbin + run_bin], run_d[q]);
+        atomicAdd(&cnt[run_bin], run_n);
     }
     __syncthreads();
 
     if (home < 0 || home >= nsub_cap) return;
-    if (threadIdx.x == 0 && home_offered)
-        atomicAdd(&offered[home * nchan + c], (unsigned long long)home_offered);
+    if (threadIdx.x == 0) {
+        const unsigned long long n =
+            simple ? (unsigned long long)(o_last - o_first + 1) : home_offered;
+        if (n) atomicAdd(&offered[home * nchan + c], n);
+    }
     for (int i = threadIdx.x; i < nbin; i += blockDim.x) {
         if (cnt[i] == 0u) continue;
 #pragma unroll

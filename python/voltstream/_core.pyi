@@ -1,0 +1,105 @@
+"""Type stub for the compiled extension `voltstream._core` (crates/voltstream-py).
+
+Checked against the binary by scripts/check_stub.py (`make stubs`, part of `make test`).
+"""
+
+from types import TracebackType
+from typing import Any, Literal, Self
+
+__version__: str
+
+def locate(
+    format: Literal["vdif", "ynao"],
+    packet: bytes,
+    *,
+    threads: list[int] | None = None,
+    frame_len: int | None = None,
+    frames_per_second: int | None = None,
+    station: int | None = None,
+    subband: int | None = None,
+) -> tuple[int, int, int]:
+    """Classifies one packet as the capture would: (stream, index, payload offset).
+    Raises FormatError for malformed or foreign packets."""
+
+def parse_header(format: Literal["vdif", "ynao"], packet: bytes) -> dict[str, Any]:
+    """The header fields of one packet, checked by the Rust parser."""
+
+class Sender:
+    """Paced UDP sender: sendmmsg batches, UDP GSO where the kernel has it."""
+
+    def __init__(self, dest: str, bind: str | None = None) -> None: ...
+    def send(self, buffer: Any, packet_len: int, rate_gbps: float) -> dict[str, Any]:
+        """Sends `buffer` (n * packet_len bytes) at `rate_gbps` (0 = unpaced); releases
+        the GIL. Returns packets, bytes, seconds, rate_gbps, gso."""
+    @property
+    def dest(self) -> str: ...
+    @property
+    def local_addr(self) -> str: ...
+
+class Chunk:
+    """One assembled chunk; data [stream][packet][payload byte] via the buffer protocol."""
+
+    @property
+    def chunk_id(self) -> int: ...
+    @property
+    def first_index(self) -> int: ...
+    @property
+    def nstreams(self) -> int: ...
+    @property
+    def packets_per_chunk(self) -> int: ...
+    @property
+    def payload_len(self) -> int: ...
+    @property
+    def present_count(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def present(self) -> bytes: ...
+    @property
+    def released(self) -> bool: ...
+    def release(self) -> None: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
+    ) -> bool: ...
+
+class Capture:
+    """UDP capture (socket engine, recvmmsg) assembling packets into chunks."""
+
+    def __init__(
+        self,
+        format: Literal["vdif", "ynao", "counter"],
+        bind: str,
+        packets_per_chunk: int,
+        nchunks: int = 8,
+        window: int = 2,
+        vdif_threads: list[int] | None = None,
+        vdif_frame_len: int | None = None,
+        frames_per_second: int | None = None,
+        subband: int | None = None,
+        rcvbuf: int = 67108864,
+        station: int | None = None,
+        resync_chunks: int = 64,
+        streams: int = 1,
+        payload_len: int | None = None,
+        batch: int = 64,
+    ) -> None: ...
+    def start(self) -> None: ...
+    def next_chunk(self, timeout_s: float) -> Chunk | None: ...
+    def stop(self) -> None: ...
+    def stats(self) -> dict[str, Any]: ...
+    @property
+    def address(self) -> str | None: ...
+    @property
+    def nstreams(self) -> int: ...
+    @property
+    def payload_len(self) -> int: ...
+    @property
+    def packet_len(self) -> int: ...
+    @property
+    def packets_per_chunk(self) -> int: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
+    ) -> bool: ...
