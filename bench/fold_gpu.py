@@ -56,7 +56,7 @@ def copy_ceilings(cp, nbytes: int) -> dict:
     return res
 
 
-def run_once(cls, obs, dm, pred, chunks, device: bool, passes: int, **kw) -> float:
+def run_once(cls, obs, dm, pred, chunks, device: bool, passes: int, **kw):
     """Seconds to fold all ``chunks`` (after a warm-up chunk) with a fresh engine."""
     import cupy as cp
 
@@ -125,9 +125,8 @@ def main(argv=None) -> int:
             for mode in ("device", "pinned"):
                 times = []
                 for _ in range(args.repeat):
-                    dt, eng = run_once(
-                        cls, obs, dm, pred, on_dev if mode == "device" else pinned, mode == "device"
-                    )
+                    src = on_dev if mode == "device" else pinned
+                    dt, eng = run_once(cls, obs, dm, pred, src, mode == "device", args.passes)
                     times.append(dt)
                     del eng
                     cp.get_default_memory_pool().free_all_blocks()
