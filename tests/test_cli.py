@@ -147,3 +147,96 @@ def test_end_to_end_loopback(tmp_path):
     assert abs(report["fold"]["peak_phase"] - report["fold"]["expected_phase"]) < 0.02
     for name in ("demo.fits", "demo.png", "demo.dada", "capture-report.json"):
         assert (out / name).stat().st_size > 0
+
+
+def test_device_gpu_without_a_gpu_is_refused(monkeypatch):
+    from voltstream import commands
+    from voltstream.dsp import gpu_fold
+    from voltstream.errors import ConfigError
+
+    monkeypatch.setattr(gpu_fold, "gpu_available", lambda: False)
+    assert commands.choose_device("auto") == "cpu"
+    assert commands.choose_device("cpu") == "cpu"
+    with pytest.raises(ConfigError, match="no usable CUDA GPU"):
+        commands.choose_device("gpu")
+
+
+def test_fold_needs_exactly_one_input(tmp_path):
+    r = run_cli("fold", "--dm", "1", "--period", "0.1", "-o", str(tmp_path / "x.fits"))
+    assert r.returncode == 2
+    assert "either an INPUT file or --listen" in r.stderr
+
+
+def test_live_fold_of_vdif_over_loopback(tmp_path):
+    """fold --listen captures VDIF (two threads = two pols) and folds it in one process."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = ["--format", "vdif", "--nchan", "16", "--chan-bw", "2", "--freq", "1400"]
+    fold = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "voltstream.cli",
+            "fold",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--duration",
+            "60",
+            "--idle-timeout",
+            "2",
+            "--dm",
+            "10",
+            "--period",
+            "0.01",
+            "--nbin",
+            "64",
+            "--device",
+            "cpu",
+            "-o",
+            str(tmp_path / "live.fits"),
+            "--report",
+            str(tmp_path / "live.json"),
+            *common,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        import time
+
+        time.sleep(1.5)  # let it bind
+        sim = run_cli(
+            "simulate",
+            *common,
+            "--signal",
+            "pulsar",
+            "--dm",
+            "10",
+            "--period",
+            "0.01",
+            "--pulse-phase",
+            "0.6",
+            "--duration",
+            "0.1",
+            "--dest",
+            f"127.0.0.1:{port}",
+            "--rate",
+            "0.5",
+        )
+        assert sim.returncode == 0, sim.stderr
+        out, err = fold.communicate(timeout=120)
+    finally:
+        fold.kill()
+    assert fold.returncode == 0, out + err
+    report = json.loads((tmp_path / "live.json").read_text())
+    assert report["totals"]["received"] == 2 * (200_000 // 250)  # 2 threads x frames
+    assert report["totals"]["missing"] == 0 and report["totals"]["foreign"] == 0
+    from voltstream.dsp.fold import profile_snr
+    from voltstream.io.psrfits import read_psrfits
+
+    arch = read_psrfits(tmp_path / "live.fits")
+    prof = arch.profile()
+    assert profile_snr(prof) > 10
+    assert abs((np.argmax(prof) + 0.5) / arch.nbin - 0.6) < 0.03

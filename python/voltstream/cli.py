@@ -62,14 +62,16 @@ def _add_format_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--chan-bw",
         type=float,
-        default=4.0,
-        help="channel width in MHz, negative for a lower sideband. Default: 4.0",
+        default=None,
+        help="channel width in MHz, negative for a lower sideband. Default: 4.0 "
+        "(for a VDIF file: from its .json sidecar)",
     )
     g.add_argument(
         "--freq",
         type=_positive(float),
-        default=1420.0,
-        help="centre frequency of the band in MHz. Default: 1420.0",
+        default=None,
+        help="centre frequency of the band in MHz. Default: 1420.0 "
+        "(for a VDIF file: from its .json sidecar)",
     )
     g.add_argument(
         "--vdif-payload",
@@ -85,8 +87,8 @@ def _format_from(args):
     return make_format(
         args.format,
         nchan=args.nchan,
-        chan_bw_mhz=args.chan_bw,
-        freq_mhz=args.freq,
+        chan_bw_mhz=4.0 if args.chan_bw is None else args.chan_bw,
+        freq_mhz=1420.0 if args.freq is None else args.freq,
         vdif_payload=args.vdif_payload,
     )
 
@@ -203,7 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
         "detection and folding into sub-integrations. Inter-channel delays are removed "
         "relative to the band centre. With --period, phase zero is the first sample.",
     )
-    p.add_argument("input", help="baseband file: .dada (8-bit TFP) or .vdif")
+    p.add_argument(
+        "input", nargs="?", help="baseband file: .dada (8-bit TFP) or .vdif (omit with --listen)"
+    )
     p.add_argument("--dm", type=float, required=True, help="dispersion measure, pc cm^-3")
     pred = p.add_mutually_exclusive_group(required=True)
     pred.add_argument("--period", type=_positive(float), help="constant folding period, s")
@@ -224,12 +228,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="PSRFITS archive to write")
     p.add_argument("--plot", help="also write a PNG of profile, phase-frequency, phase-time")
     p.add_argument(
-        "--chan-bw",
-        type=float,
-        default=None,
-        help="channel width in MHz (VDIF input only; DADA has it in its header)",
+        "--device",
+        choices=("auto", "gpu", "cpu"),
+        default="auto",
+        help="where to dedisperse and fold: the GPU (CUDA + CuPy), the CPU (NumPy float64 "
+        "reference), or auto = the GPU when one is usable. Default: auto",
     )
-    p.add_argument("--freq", type=float, default=None, help="band centre in MHz (VDIF input only)")
+    p.add_argument(
+        "--gpus",
+        type=_positive(int),
+        default=1,
+        help="GPUs to use: time segments go to one worker per GPU and are merged into one "
+        "archive. Default: 1",
+    )
+    p.add_argument(
+        "--workers-per-gpu",
+        type=_positive(int),
+        default=1,
+        help="fold workers on each GPU (2 exercises the multi-worker path on one GPU). Default: 1",
+    )
+    live = p.add_argument_group(
+        "live folding from the network (instead of INPUT)",
+        "capture and fold in one process; the stream format options below apply",
+    )
+    live.add_argument("--listen", type=_host_port, default=None, help="capture UDP on HOST:PORT")
+    live.add_argument(
+        "--duration", type=_positive(float), default=10.0, help="seconds to capture. Default: 10"
+    )
+    live.add_argument(
+        "--idle-timeout",
+        type=_positive(float),
+        default=None,
+        help="stop after this many seconds without packets (after the first)",
+    )
+    live.add_argument("--report", help="write the capture report (JSON) here")
+    _add_format_options(p)
 
     p = verbs.add_parser(
         "demo",

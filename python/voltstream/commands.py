@@ -163,12 +163,45 @@ def open_baseband(path: str, chan_bw_mhz: float | None = None, freq_mhz: float |
     )
 
 
+def choose_device(device: str) -> str:
+    """Resolves --device auto|gpu|cpu to 'gpu' or 'cpu', refusing an unusable GPU."""
+    if device == "cpu":
+        return "cpu"
+    from voltstream.dsp.gpu_fold import gpu_available
+
+    usable = gpu_available()
+    if device == "gpu" and not usable:
+        raise ConfigError(
+            "--device gpu: no usable CUDA GPU (CuPy missing or no device); use --device cpu"
+        )
+    return "gpu" if usable else "cpu"
+
+
 def fold(args) -> int:
     from voltstream.io.polyco import ConstantPeriod, read_polyco
     from voltstream.io.psrfits import write_psrfits
-    from voltstream.pipeline.fold import fold_file
 
-    reader = open_baseband(args.input, args.chan_bw, args.freq)
+    if (args.input is None) == (args.listen is None):
+        raise ConfigError("give either an INPUT file or --listen HOST:PORT, not both or neither")
+    device = choose_device(args.device)
+    live = None
+    if args.listen:
+        from voltstream.cli import _format_from
+        from voltstream.pipeline.live import LiveReader
+
+        fmt = _format_from(args)
+        mjd, sec = _now_mjd()
+        live = LiveReader(
+            fmt,
+            args.listen,
+            args.duration,
+            fmt.observation(start_mjd=mjd, start_sec=sec),
+            idle_timeout_s=args.idle_timeout,
+        )
+        live.start()
+        reader = live
+    else:
+        reader = open_baseband(args.input, args.chan_bw, args.freq)
     obs = reader.obs
     if args.period:
         predictor = ConstantPeriod(args.period, obs.start_mjd, obs.start_sec)
@@ -177,8 +210,8 @@ def fold(args) -> int:
     tsub = args.tsub
     if tsub is None:
         nsamp = getattr(reader, "nsamp", None)
-        tsub = (nsamp * obs.tsamp_s / 10) if nsamp else 10.0
-    archive = fold_file(reader, args.dm, predictor, args.nbin, tsub, pol_mode=args.pol)
+        tsub = (nsamp * obs.tsamp_s / 10) if nsamp else args.duration / 10
+    archive = _fold_on(device, args, reader, predictor, tsub)
     archive.history.append("voltstream " + " ".join(sys.argv[1:]))
     write_psrfits(args.output, archive)
     if args.plot:
@@ -187,12 +220,42 @@ def fold(args) -> int:
         plot_archive(archive, args.plot, title=f"{obs.source}  DM {args.dm}")
     from voltstream.dsp.fold import profile_snr
 
+    if live is not None:
+        for line in live.report.summary_lines():
+            print(line)
+        if args.report:
+            live.report.write_json(args.report)
     snr = profile_snr(archive.profile())
     print(
-        f"fold: {args.input} -> {args.output}: {archive.nsub} sub-integrations x "
-        f"{obs.nchan} channels x {archive.nbin} bins, S/N {snr:.1f}"
+        f"fold ({device}): {args.input or args.listen} -> {args.output}: {archive.nsub} "
+        f"sub-integrations x {obs.nchan} channels x {archive.nbin} bins, S/N {snr:.1f}, "
+        f"{archive.excluded_samples} lost samples excluded"
     )
     return 0
+
+
+def _fold_on(device: str, args, reader, predictor, tsub: float):
+    kw = dict(pol_mode=args.pol)
+    if device == "cpu":
+        from voltstream.pipeline.fold import fold_file
+
+        return fold_file(reader, args.dm, predictor, args.nbin, tsub, **kw)
+    if args.gpus > 1 or args.workers_per_gpu > 1:
+        from voltstream.dsp.gpu_workers import fold_file_multi_gpu
+
+        return fold_file_multi_gpu(
+            reader,
+            args.dm,
+            predictor,
+            args.nbin,
+            tsub,
+            gpus=list(range(args.gpus)),
+            workers_per_gpu=args.workers_per_gpu,
+            **kw,
+        )
+    from voltstream.dsp.gpu_fold import fold_file_gpu
+
+    return fold_file_gpu(reader, args.dm, predictor, args.nbin, tsub, **kw)
 
 
 def _free_udp_port() -> int:

@@ -70,6 +70,14 @@ class _ValidCarry:
         return out
 
 
+def _lost_mask(valid, n: int) -> np.ndarray | None:
+    """Boolean mask of lost samples, or None when every sample is valid."""
+    if valid is None:
+        return None
+    lost = ~np.asarray(valid, dtype=bool).reshape(n)
+    return lost if lost.any() else None
+
+
 def output_valid(vbuf: np.ndarray, nout: int, overlap: int) -> np.ndarray:
     """Validity of ``nout`` outputs from the input validity ``vbuf`` (carry + block)."""
     bad = np.concatenate([[0], np.cumsum(~vbuf[: nout + overlap])])
@@ -136,8 +144,29 @@ class _FolderBase:
         self.samples_out = 0
         self.lost = 0
         self.valid_carry = _ValidCarry(self.plan.overlap)
+        # Absolute input sample of the stream's sample 0 minus the outputs made
+        # before it: output k of this engine is absolute output out_base + k.
+        self.out_base = 0
         self.nsub_cap = 0
         self.knot = 1 << FoldTemplate.KNOT_LOG2
+
+    def start_segment(self, in_start: int) -> None:
+        """Start a new, independent input stream at absolute input sample ``in_start``.
+
+        The overlap carried from the previous segment is dropped; the next
+        output is absolute output ``in_start`` (input sample ``in_start + head``).
+        With ``in_start`` a multiple of the FFT step the frames are those of one
+        stream fed from sample 0, so the sums match it to float32 precision.
+        The accumulators are kept: a worker folds all its segments into them.
+        """
+        if int(in_start) < 0:
+            raise ConfigError(f"segment start must be >= 0, got {in_start}")
+        self.out_base = int(in_start) - self.samples_out
+        self.valid_carry = _ValidCarry(self.plan.overlap)
+        self._drop_carry()
+
+    def _drop_carry(self) -> None:
+        self.carry_len = 0
 
     # -- host-side helpers
 
@@ -272,10 +301,17 @@ class GpuFolder(_FolderBase):
         return n, block
 
     def feed(self, block: np.ndarray, valid=None, pinned: bool = False) -> None:
-        """Queue one host chunk (time-major raw samples)."""
+        """Queue one host chunk (time-major raw samples).
+
+        Samples marked lost in `valid` are zeroed before the FFT, as the reference
+        does: the chirp's zeroed DC bin spreads any value over the whole FFT, so
+        garbage left there would leak (at ~1/nfft) into valid outputs. With
+        `pinned=True` they are zeroed in the caller's buffer.
+        """
         slot = self.slot
         n, block = self._raw_view(block)
         per_sample = self.ncp * self.ndim
+        lost = _lost_mask(valid, n)
         # The copy from this slot two chunks ago must be done before reuse.
         self.copied[slot].synchronize()
         if pinned:
@@ -285,6 +321,8 @@ class GpuFolder(_FolderBase):
                 self.pin_raw[slot] = self._pinned((self.plan.chunk * per_sample,), self.dtype)
             src = self.pin_raw[slot][: n * per_sample]
             np.copyto(src, np.ascontiguousarray(block).reshape(-1).view(self.dtype))
+        if lost is not None:
+            src.reshape(n, per_sample)[lost] = 0
         dst = self.dev_raw[slot]
         t0 = self._mark(self.copy_stream)
         if self.consumed[slot] is not None:
@@ -298,6 +336,9 @@ class GpuFolder(_FolderBase):
         n = raw_dev.size // (self.ncp * self.ndim)
         if n > self.plan.chunk:
             raise ConfigError(f"chunk of {n} samples exceeds the engine's {self.plan.chunk}")
+        lost = _lost_mask(valid, n)
+        if lost is not None:  # zeroed in place, see feed()
+            raw_dev.reshape(n, -1)[self.cp.asarray(lost)] = 0
         self._process(None, n, valid, raw=raw_dev.reshape(-1))
 
     def _mark(self, stream):
@@ -319,7 +360,7 @@ class GpuFolder(_FolderBase):
         cp, p = self.cp, self.plan
         nblock = p.blocks(self.carry_len, n)
         nout = nblock * p.step
-        first = self.samples_out + p.head
+        first = self.out_base + self.samples_out + p.head
         if valid is not None:
             self.lost += int(np.count_nonzero(~np.asarray(valid, dtype=bool)))
         out_valid = self.valid_carry.step(valid, n, nout)
@@ -429,10 +470,13 @@ class NaiveGpuFolder(_FolderBase):
         cp = self.cp
         self.response = cp.asarray(self.plan.dd.response.astype(np.complex64))
         self.delay = cp.asarray(self.folder.delay_s)
-        self.carry = cp.zeros((self.obs.nchan, self.obs.npol, 0), dtype=np.complex64)
+        self._drop_carry()
         self.acc = cp.zeros((0, self.npol_out, self.obs.nchan, self.nbin))
         self.hits = cp.zeros((0, self.obs.nchan, self.nbin), dtype=np.int64)
         self.offered = cp.zeros((0, self.obs.nchan), dtype=np.int64)
+
+    def _drop_carry(self) -> None:
+        self.carry = self.cp.zeros((self.obs.nchan, self.obs.npol, 0), dtype=np.complex64)
 
     def feed(self, block, valid=None, pinned: bool = False) -> None:
         self.feed_device(self.cp.asarray(block), valid)
@@ -446,11 +490,15 @@ class NaiveGpuFolder(_FolderBase):
             x = raw[..., 0].astype(np.float32) + 1j * raw[..., 1].astype(np.float32)
         else:
             x = raw.reshape(n, obs.nchan, obs.npol).astype(np.complex64)
+        lost = _lost_mask(valid, n)
+        if lost is not None:  # zero lost samples before the FFT, as the reference does
+            x = x.astype(np.complex64, copy=True)
+            x[cp.asarray(lost)] = 0
         x = cp.ascontiguousarray(x.astype(np.complex64).transpose(1, 2, 0))
         buf = cp.concatenate([self.carry, x], axis=-1)
         nblock = p.blocks(self.carry.shape[-1], n)
         nout = nblock * p.step
-        first = self.samples_out + p.head
+        first = self.out_base + self.samples_out + p.head
         if valid is not None:
             self.lost += int(np.count_nonzero(~np.asarray(valid, dtype=bool)))
         out_valid = self.valid_carry.step(valid, n, nout)

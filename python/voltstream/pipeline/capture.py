@@ -184,12 +184,20 @@ class _Timeline:
             cid = chunk.chunk_id
         finally:
             chunk.release()
+        if self.pending is None and self.report.samples_written == 0:
+            # Chunk boundaries are multiples of packets_per_chunk on the format's
+            # index axis (absolute for VDIF), so the first chunk usually starts
+            # before the first packet: the stream begins at that packet.
+            first = int(np.flatnonzero(present)[0]) if present.any() else 0
+            cut = first * self.fmt.samples_per_packet
+            samples, valid, present = samples[cut:], valid[cut:], present[first:]
         if self.pending is not None:
-            prev_id, prev_samples, _, _ = self.pending
+            prev_id = self.pending[0]
             self._emit(*self.pending[1:3])
             gap = cid - prev_id - 1
             if 0 < gap <= self.resync_chunks:
-                zeros = np.zeros((gap * prev_samples.shape[0],) + prev_samples.shape[1:], np.int8)
+                per_chunk = samples.shape[0]
+                zeros = np.zeros((gap * per_chunk,) + samples.shape[1:], np.int8)
                 self._emit(zeros, np.zeros(zeros.shape[0], dtype=bool))
             elif gap != 0:
                 self.discontinuities += 1

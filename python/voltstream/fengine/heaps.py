@@ -1,0 +1,313 @@
+"""F-engine output heaps and their SPEAD-64-48 packets, in NumPy (reference and tests).
+
+Heap layout (MeerKAT's channelised-voltage format; Merry 2023, sec. 2.2):
+
+- One heap per (heap time slot, substream). A substream carries a contiguous range of
+  ``channels_per_heap = nchan // n_substreams`` channels and goes to one destination.
+- Payload: ``(channels_per_heap, spectra_per_heap, npol=2, 2)`` int8 for 8-bit output
+  (real before imaginary, polarisation 0 before 1), or ``(channels_per_heap,
+  spectra_per_heap, 2)`` uint8 for 4-bit output (one byte per complex value,
+  ``voltstream.dsp.quantize.pack4``). Row-major, no padding.
+- ``timestamp``: the timestamp (digitiser samples, output time line) of the heap's
+  first spectrum, i.e. the first input sample of its window when the coarse delay
+  is zero. Heaps are aligned: timestamps are multiples of ``samples_per_heap =
+  spectra_per_heap * 2 * nchan``.
+- ``frequency``: the index of the heap's first channel (not Hz), constant per heap.
+
+SPEAD-64-48 packet (all big-endian; SPEAD protocol rev. 1, 2012):
+
+- 8-byte header: magic 0x53, version 4, item-pointer width 2 bytes, heap-address
+  width 6 bytes, 2 reserved zero bytes, number of item pointers (u16).
+- Item pointers, 8 bytes each: bit 63 set = immediate value, clear = address into
+  the heap payload; bits 62..48 = item id; bits 47..0 = value or address. Every
+  packet carries the same eight, in this order: heap cnt 0x1, heap size 0x2, heap
+  offset 0x3, payload length 0x4 (the SPEAD packet items), timestamp 0x1600,
+  feng_id 0x4101, frequency 0x4103 (immediate), feng_raw 0x4300 (address 0: the
+  whole payload). Repeating the immediates in every packet lets packet-level
+  consumers use any packet alone (spead2's ``repeat_pointers``).
+- Then ``payload length`` bytes of the heap payload from ``heap offset``. All packets
+  of a heap have the same payload size, which must divide the heap payload (so
+  the packets of a heap are one ``(n, packet_len)`` array for ``Sender.send``).
+- Heap cnt: ``(timestamp // samples_per_heap) * n_fengs + feng_id`` (``heap_counter``),
+  unique per F-engine and time slot, modulo 2^48. The ids 0x1600, 0x4101, 0x4103 and
+  0x4300 follow MeerKAT's CBF data subscribers ICD as documented by katgpucbf; no
+  item descriptors are sent, so a receiver must know the items in advance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from voltstream.errors import ConfigError, FormatError
+
+__all__ = [
+    "HEADER_LEN",
+    "ITEM_FENG_ID",
+    "ITEM_FENG_RAW",
+    "ITEM_FREQUENCY",
+    "ITEM_HEAP_CNT",
+    "ITEM_HEAP_OFFSET",
+    "ITEM_HEAP_SIZE",
+    "ITEM_PAYLOAD_LENGTH",
+    "ITEM_TIMESTAMP",
+    "DecodedHeap",
+    "HeapLayout",
+    "OutputHeap",
+    "decode_output_heap",
+    "decode_packets",
+    "encode_heap",
+    "heap_counter",
+]
+
+ITEM_HEAP_CNT = 0x1
+ITEM_HEAP_SIZE = 0x2
+ITEM_HEAP_OFFSET = 0x3
+ITEM_PAYLOAD_LENGTH = 0x4
+ITEM_TIMESTAMP = 0x1600
+ITEM_FENG_ID = 0x4101
+ITEM_FREQUENCY = 0x4103
+ITEM_FENG_RAW = 0x4300
+
+SPEAD_MAGIC = 0x53
+SPEAD_VERSION = 4
+ITEM_POINTER_WIDTH = 2
+HEAP_ADDRESS_WIDTH = 6
+HEADER_LEN = 8
+_IMMEDIATE = 1 << 63
+_VALUE_MASK = (1 << 48) - 1
+_ID_MASK = (1 << 15) - 1
+_PACKET_ITEMS = (ITEM_HEAP_CNT, ITEM_HEAP_SIZE, ITEM_HEAP_OFFSET, ITEM_PAYLOAD_LENGTH)
+_N_ITEMS = 8
+
+
+@dataclass(frozen=True)
+class HeapLayout:
+    """Shape of one F-engine output stream's heaps."""
+
+    nchan: int
+    spectra_per_heap: int
+    n_substreams: int = 1
+    bits: int = 8
+    npol: int = 2
+
+    def __post_init__(self) -> None:
+        if self.bits not in (4, 8):
+            raise ConfigError(f"output sample width {self.bits} bits: use 8 or 4")
+        if self.npol != 2:
+            raise ConfigError("F-engine heaps carry exactly 2 polarisations")
+        if self.spectra_per_heap < 1:
+            raise ConfigError(
+                f"spectra_per_heap={self.spectra_per_heap}: give at least 1 (MeerKAT uses 256)"
+            )
+        if self.n_substreams < 1 or self.nchan % self.n_substreams:
+            raise ConfigError(
+                f"{self.n_substreams} substreams do not split {self.nchan} channels evenly: "
+                "give a divisor of the channel count"
+            )
+
+    @property
+    def channels_per_heap(self) -> int:
+        return self.nchan // self.n_substreams
+
+    @property
+    def samples_per_heap(self) -> int:
+        """Digitiser samples per heap time slot: ``spectra_per_heap * 2 * nchan``."""
+        return self.spectra_per_heap * 2 * self.nchan
+
+    @property
+    def payload_shape(self) -> tuple[int, ...]:
+        base = (self.channels_per_heap, self.spectra_per_heap, self.npol)
+        return base + (2,) if self.bits == 8 else base
+
+    @property
+    def payload_dtype(self) -> np.dtype:
+        return np.dtype(np.int8 if self.bits == 8 else np.uint8)
+
+    @property
+    def payload_bytes(self) -> int:
+        return int(np.prod(self.payload_shape))
+
+    def channel_offset(self, substream: int) -> int:
+        """First channel (the ``frequency`` item) of a substream."""
+        if not 0 <= substream < self.n_substreams:
+            raise ConfigError(f"substream {substream} is not in 0..{self.n_substreams - 1}")
+        return substream * self.channels_per_heap
+
+
+@dataclass
+class OutputHeap:
+    """One output heap: the values of its items and its payload."""
+
+    timestamp: int
+    frequency: int
+    feng_id: int
+    payload: np.ndarray
+    substream: int = 0
+
+
+@dataclass
+class DecodedHeap:
+    """A heap reassembled from packets: immediate items, addressed items, payload."""
+
+    heap_cnt: int
+    immediates: dict[int, int] = field(default_factory=dict)
+    addresses: dict[int, int] = field(default_factory=dict)
+    payload: bytes = b""
+    complete: bool = False
+
+
+def heap_counter(timestamp: int, samples_per_heap: int, feng_id: int = 0, n_fengs: int = 1) -> int:
+    """Heap cnt ``(timestamp // samples_per_heap) * n_fengs + feng_id`` modulo 2^48."""
+    if not 0 <= feng_id < n_fengs:
+        raise ConfigError(f"feng_id={feng_id} must be in 0..n_fengs-1 (n_fengs={n_fengs})")
+    return ((int(timestamp) // int(samples_per_heap)) * n_fengs + feng_id) & _VALUE_MASK
+
+
+def _pointer(item_id: int, value: int, immediate: bool = True) -> int:
+    return (_IMMEDIATE if immediate else 0) | (item_id << 48) | (int(value) & _VALUE_MASK)
+
+
+def encode_heap(heap: OutputHeap, heap_cnt: int, packet_payload: int = 8192) -> np.ndarray:
+    """SPEAD-64-48 packets of one heap: uint8 ``(npackets, 72 + payload per packet)``.
+
+    Each packet carries ``min(packet_payload, heap payload)`` payload bytes, which
+    must divide the heap payload.
+    """
+    payload = np.ascontiguousarray(heap.payload).view(np.uint8).reshape(-1)
+    size = payload.size
+    if size == 0:
+        raise ConfigError("an output heap needs a non-empty payload")
+    per_packet = min(int(packet_payload), size)
+    if per_packet < 1 or size % per_packet:
+        raise ConfigError(
+            f"packet payload {packet_payload} B does not divide the heap payload {size} B: "
+            "give a divisor of it (a power of two usually is)"
+        )
+    for name in ("timestamp", "frequency", "feng_id"):
+        value = int(getattr(heap, name))
+        if not 0 <= value <= _VALUE_MASK:
+            raise ConfigError(f"heap {name}={value} does not fit a 48-bit SPEAD immediate item")
+    npackets = size // per_packet
+    header_len = HEADER_LEN + 8 * _N_ITEMS
+    packets = np.empty((npackets, header_len + per_packet), dtype=np.uint8)
+    packets[:, :4] = [SPEAD_MAGIC, SPEAD_VERSION, ITEM_POINTER_WIDTH, HEAP_ADDRESS_WIDTH]
+    packets[:, 4:8] = np.frombuffer(np.array(_N_ITEMS, dtype=">u4").tobytes(), dtype=np.uint8)
+    pointers = np.empty((npackets, _N_ITEMS), dtype=">u8")
+    offsets = np.arange(npackets, dtype=np.int64) * per_packet
+    pointers[:, 0] = _pointer(ITEM_HEAP_CNT, heap_cnt)
+    pointers[:, 1] = _pointer(ITEM_HEAP_SIZE, size)
+    pointers[:, 2] = [_pointer(ITEM_HEAP_OFFSET, int(o)) for o in offsets]
+    pointers[:, 3] = _pointer(ITEM_PAYLOAD_LENGTH, per_packet)
+    pointers[:, 4] = _pointer(ITEM_TIMESTAMP, heap.timestamp)
+    pointers[:, 5] = _pointer(ITEM_FENG_ID, heap.feng_id)
+    pointers[:, 6] = _pointer(ITEM_FREQUENCY, heap.frequency)
+    pointers[:, 7] = _pointer(ITEM_FENG_RAW, 0, immediate=False)
+    packets[:, HEADER_LEN:header_len] = pointers.view(np.uint8).reshape(npackets, -1)
+    packets[:, header_len:] = payload.reshape(npackets, per_packet)
+    return packets
+
+
+def _parse_packet(packet: bytes) -> tuple[dict[int, int], dict[int, int], bytes]:
+    if len(packet) < HEADER_LEN:
+        raise FormatError(f"SPEAD packet of {len(packet)} B is shorter than its 8-byte header")
+    magic, version, ptr_width, addr_width = packet[0], packet[1], packet[2], packet[3]
+    if (magic, version, ptr_width, addr_width) != (
+        SPEAD_MAGIC,
+        SPEAD_VERSION,
+        ITEM_POINTER_WIDTH,
+        HEAP_ADDRESS_WIDTH,
+    ):
+        raise FormatError(
+            f"not a SPEAD-64-48 packet (header {bytes(packet[:4]).hex()}, expected 53040206): "
+            "check the sender's flavour"
+        )
+    nitems = int.from_bytes(packet[6:8], "big")
+    end = HEADER_LEN + 8 * nitems
+    if len(packet) < end:
+        raise FormatError(f"SPEAD packet of {len(packet)} B is too short for {nitems} items")
+    words = np.frombuffer(packet[HEADER_LEN:end], dtype=">u8")
+    immediates: dict[int, int] = {}
+    addresses: dict[int, int] = {}
+    for word in words.tolist():
+        item_id = (word >> 48) & _ID_MASK
+        target = immediates if word & _IMMEDIATE else addresses
+        target[item_id] = word & _VALUE_MASK
+    missing = [hex(i) for i in _PACKET_ITEMS if i not in immediates]
+    if missing:
+        raise FormatError(f"SPEAD packet lacks the immediate items {', '.join(missing)}")
+    length = immediates[ITEM_PAYLOAD_LENGTH]
+    if len(packet) - end < length:
+        raise FormatError(
+            f"SPEAD packet promises {length} payload bytes but carries {len(packet) - end}"
+        )
+    return immediates, addresses, bytes(packet[end : end + length])
+
+
+def decode_packets(packets: Iterable) -> list[DecodedHeap]:
+    """Reassembles SPEAD-64-48 packets into heaps, in order of first packet.
+
+    ``packets`` is any iterable of bytes-like packets (a 2-D uint8 array works).
+    Heaps missing a byte range come back with ``complete=False``.
+    """
+    heaps: dict[int, DecodedHeap] = {}
+    buffers: dict[int, tuple[bytearray, np.ndarray]] = {}
+    for raw in packets:
+        if isinstance(raw, (bytes, bytearray, memoryview)):
+            packet = bytes(raw)
+        else:
+            packet = np.asarray(raw, dtype=np.uint8).tobytes()
+        immediates, addresses, data = _parse_packet(packet)
+        cnt = immediates[ITEM_HEAP_CNT]
+        size = immediates[ITEM_HEAP_SIZE]
+        offset = immediates[ITEM_HEAP_OFFSET]
+        if offset + len(data) > size:
+            raise FormatError(
+                f"heap {cnt}: packet bytes {offset}..{offset + len(data)} overrun heap size {size}"
+            )
+        if cnt not in heaps:
+            items = {k: v for k, v in immediates.items() if k not in _PACKET_ITEMS}
+            heaps[cnt] = DecodedHeap(heap_cnt=cnt, immediates=items, addresses=dict(addresses))
+            buffers[cnt] = (bytearray(size), np.zeros(size, dtype=bool))
+        buf, seen = buffers[cnt]
+        if len(buf) != size:
+            raise FormatError(f"heap {cnt}: packets disagree on the heap size")
+        buf[offset : offset + len(data)] = data
+        seen[offset : offset + len(data)] = True
+    for cnt, heap in heaps.items():
+        buf, seen = buffers[cnt]
+        heap.payload = bytes(buf)
+        heap.complete = bool(np.all(seen))
+    return list(heaps.values())
+
+
+def decode_output_heap(decoded: DecodedHeap, layout: HeapLayout) -> OutputHeap:
+    """An ``OutputHeap`` from a complete decoded heap of the given layout."""
+    if not decoded.complete:
+        raise FormatError(f"heap {decoded.heap_cnt} is incomplete: some packets are missing")
+    missing = [
+        hex(i)
+        for i in (ITEM_TIMESTAMP, ITEM_FENG_ID, ITEM_FREQUENCY)
+        if i not in decoded.immediates
+    ]
+    if missing or decoded.addresses.get(ITEM_FENG_RAW) != 0:
+        raise FormatError(
+            f"heap {decoded.heap_cnt} is not an F-engine heap: it lacks items "
+            f"{', '.join(missing) or hex(ITEM_FENG_RAW)}"
+        )
+    if len(decoded.payload) != layout.payload_bytes:
+        raise FormatError(
+            f"heap {decoded.heap_cnt} has {len(decoded.payload)} payload bytes, the layout "
+            f"expects {layout.payload_bytes}: check nchan, substreams, spectra_per_heap, bits"
+        )
+    payload = np.frombuffer(decoded.payload, dtype=layout.payload_dtype)
+    frequency = decoded.immediates[ITEM_FREQUENCY]
+    return OutputHeap(
+        timestamp=decoded.immediates[ITEM_TIMESTAMP],
+        frequency=frequency,
+        feng_id=decoded.immediates[ITEM_FENG_ID],
+        payload=payload.reshape(layout.payload_shape).copy(),
+        substream=frequency // layout.channels_per_heap,
+    )
