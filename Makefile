@@ -46,7 +46,7 @@ test: setup lint rust-test stubs kernels py-test
 fuzz: $(DEPS)
 	./scripts/fuzz.sh 30
 
-# Run on the GPU machine (see docs/operations.md): installs the carried wheels.
+# Run on the GPU machine (see docs/gpu.md): installs the carried wheels, runs -m gpu.
 gpu-test:
 	./scripts/gpu.sh test
 

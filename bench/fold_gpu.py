@@ -25,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 from voltstream.dsp.gpu_fold import STAGES, GpuFolder, NaiveGpuFolder  # noqa: E402
+from voltstream.dsp.gpu_workers import fold_file_multi_gpu  # noqa: E402
 from voltstream.io.polyco import ConstantPeriod  # noqa: E402
 from voltstream.observation import Observation  # noqa: E402
 
@@ -75,6 +76,38 @@ def run_once(cls, obs, dm, pred, chunks, device: bool, passes: int, **kw):
     return dt, eng
 
 
+def copy_only(cp, chunks, passes: int) -> float:
+    """Seconds for the H2D copies alone of the same chunks, back to back on one stream."""
+    dev = cp.empty(chunks[0].size, dtype=chunks[0].dtype)
+    s = cp.cuda.Stream(non_blocking=True)
+    dev.set(chunks[0].reshape(-1), stream=s)
+    s.synchronize()
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for c in chunks * passes:
+            dev[: c.size].set(c.reshape(-1), stream=s)
+        s.synchronize()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+class LoopReader:
+    """Random-access reader over a pinned buffer, repeated ``passes`` times."""
+
+    def __init__(self, obs, buf, passes: int):
+        self.obs, self.buf, self.valid = obs, buf, None
+        self.nsamp = buf.shape[0] * passes
+
+    def read_raw(self, start, n):
+        L = self.buf.shape[0]
+        a = start % L
+        if a + n <= L:
+            return self.buf[a : a + n]
+        idx = (start + np.arange(n)) % L  # wraps: a pageable copy, rare
+        return self.buf[idx]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunk", type=int, default=1 << 20, help="time samples per chunk")
@@ -83,6 +116,15 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dms", type=float, nargs="*", default=list(DMS))
     ap.add_argument("--no-naive", action="store_true")
+    ap.add_argument(
+        "--sweep-chunks",
+        type=int,
+        nargs="*",
+        default=[1 << 20, 1 << 21, 1 << 22],
+        help="chunk sizes tried (fused + pinned) at --sweep-dm",
+    )
+    ap.add_argument("--sweep-dm", type=float, default=26.833)
+    ap.add_argument("--workers", type=int, nargs="*", default=[1, 2], help="workers on GPU 0")
     args = ap.parse_args(argv)
 
     import cupy as cp
@@ -95,11 +137,14 @@ def main(argv=None) -> int:
     pred = ConstantPeriod(0.089, obs.start_mjd, obs.start_sec)
     shape = (args.chunk, obs.nchan, obs.npol, 2)
     rng = np.random.default_rng(1)
-    pinned = []
-    for _ in range(args.nchunk):
-        h = cupyx.empty_pinned(shape, dtype=np.int8)
-        h[...] = rng.integers(-128, 128, shape, dtype=np.int8)
-        pinned.append(h)
+    # One pinned buffer; the chunks of every size tried are views of it.
+    big_n = args.nchunk * max([args.chunk] + list(args.sweep_chunks))
+    big = cupyx.empty_pinned((big_n,) + shape[1:], dtype=np.int8)
+    flat = big.reshape(-1)
+    seed = np.frombuffer(rng.bytes(min(flat.size, 1 << 28)), dtype=np.int8)
+    for a in range(0, flat.size, seed.size):
+        flat[a : a + seed.size] = seed[: flat.size - a]
+    pinned = [big[i * args.chunk : (i + 1) * args.chunk] for i in range(args.nchunk)]
     on_dev = [cp.asarray(h) for h in pinned]
     dev.synchronize()
     nsamp = args.chunk * args.nchunk * args.passes
@@ -156,8 +201,52 @@ def main(argv=None) -> int:
         }
         del eng
         cp.get_default_memory_pool().free_all_blocks()
+        nb = 1 / (
+            1 / row["fused_device_gsps"] + 1 / (csamp / copy_only(cp, pinned, args.passes) / 1e9)
+        )
+        row["no_overlap_bound_gsps"] = nb
         rows.append(row)
         print(json.dumps(row), flush=True)
+
+    # Chunk size and copy/compute overlap at one DM: copies alone, compute alone, both.
+    sweep = []
+    dm = args.sweep_dm
+    for c in args.sweep_chunks:
+        ch = [big[i * c : (i + 1) * c] for i in range(args.nchunk)]
+        dch = [cp.asarray(x) for x in ch]
+        n_c = c * args.nchunk * args.passes * obs.nchan * obs.npol
+        r = {"chunk": c, "copy_only_gsps": n_c / copy_only(cp, ch, args.passes) / 1e9}
+        for mode, src in (("device", dch), ("pinned", ch)):
+            ts = [
+                run_once(GpuFolder, obs, dm, pred, src, mode == "device", args.passes)[0]
+                for _ in range(args.repeat)
+            ]
+            r[f"fused_{mode}_gsps"] = n_c / float(np.median(ts)) / 1e9
+        r["no_overlap_bound_gsps"] = 1 / (1 / r["copy_only_gsps"] + 1 / r["fused_device_gsps"])
+        del dch
+        cp.get_default_memory_pool().free_all_blocks()
+        sweep.append(r)
+        print(json.dumps(r), flush=True)
+
+    # Workers (dsp/gpu_workers.py) on GPU 0, reading the pinned buffer themselves.
+    wrows = []
+    for nw in args.workers:
+        # The whole pinned buffer, read once: no piece wraps round (a wrapped piece
+        # would be a pageable gather and time the host, not the GPU).
+        rd = LoopReader(obs, big, 1)
+        n_w = rd.nsamp * obs.nchan * obs.npol
+        ts = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            fold_file_multi_gpu(
+                rd, dm, pred, 1024, 10.0, gpus=[0], workers_per_gpu=nw, block_samples=args.chunk
+            )
+            ts.append(time.perf_counter() - t0)
+            cp.get_default_memory_pool().free_all_blocks()
+        w = {"workers": nw, "chunk": args.chunk, "gsps": n_w / float(np.median(ts)) / 1e9}
+        w["rtf"] = rd.nsamp * obs.tsamp_s / float(np.median(ts))
+        wrows.append(w)
+        print(json.dumps(w), flush=True)
 
     print()
     print(
@@ -177,6 +266,26 @@ def main(argv=None) -> int:
             )
         )
     print("\nG complex samples/s; RTF = seconds of data per second of wall time.")
+    print(
+        f"\nDM {dm}, fused, chunk size sweep (same data; copy alone = the chunks' H2D "
+        "copies back to back; no-overlap bound = 1/(1/copy + 1/compute)):\n"
+    )
+    print("| chunk | copy alone | fused on GPU | fused + pinned H2D | no-overlap bound |")
+    print("|---:|---:|---:|---:|---:|")
+    for r in sweep:
+        print(
+            f"| 2^{int(r['chunk']).bit_length() - 1} | {r['copy_only_gsps']:.1f} "
+            f"| {r['fused_device_gsps']:.1f} | {r['fused_pinned_gsps']:.1f} "
+            f"| {r['no_overlap_bound_gsps']:.1f} |"
+        )
+    print(
+        f"\nfold_file_multi_gpu on GPU 0, DM {dm}, pinned reader, chunk {args.chunk}, "
+        "whole call (engine set-up, fill and drain, merge) timed:\n"
+    )
+    print("| workers | G samples/s | RTF |")
+    print("|---:|---:|---:|")
+    for w in wrows:
+        print(f"| {w['workers']} on 1 GPU | {w['gsps']:.1f} | {w['rtf']:.0f} |")
     print("\n| DM | " + " | ".join(f"{s} ms/Gs (GB/s)" for s in STAGES) + " |")
     print("|---:|" + "---:|" * len(STAGES))
     for r in rows:
@@ -189,7 +298,10 @@ def main(argv=None) -> int:
             "ceilings": ceil,
             "chunk": args.chunk,
             "nchunk": args.nchunk,
+            "passes": args.passes,
             "rows": rows,
+            "chunk_sweep": sweep,
+            "workers": wrows,
         }
         Path(out, "fold_gpu.json").write_text(json.dumps(doc, indent=1))
     return 0

@@ -65,11 +65,11 @@ class Chunk:
     ) -> bool: ...
 
 class Capture:
-    """UDP capture (socket engine, recvmmsg) assembling packets into chunks."""
+    """UDP capture assembling packets into chunks; engine: 'auto' | 'socket' | 'packet_ring'."""
 
     def __init__(
         self,
-        format: Literal["vdif", "ynao", "counter"],
+        format: Literal["vdif", "ynao", "spead", "codif", "counter", "layout"],
         bind: str,
         packets_per_chunk: int,
         nchunks: int = 8,
@@ -84,8 +84,23 @@ class Capture:
         streams: int = 1,
         payload_len: int | None = None,
         batch: int = 64,
+        engine: Literal["auto", "socket", "packet_ring"] = "auto",
+        interface: str | None = None,
+        ring_block_size: int = 1048576,
+        digitiser_ids: list[int] | None = None,
+        samples_per_heap: int = 4096,
+        sample_bits: int = 10,
+        heap_address_bits: int = 48,
+        timestamp_id: int = 0x1600,
+        digitiser_id_item: int = 0x3101,
+        codif_threads: list[int] | None = None,
+        codif_frame_len: int | None = None,
+        frames_per_period: int | None = None,
+        group: int | None = None,
+        layout: dict[str, Any] | None = None,
     ) -> None: ...
-    def start(self) -> None: ...
+    def start(self, paused: bool = False) -> None: ...
+    def resume(self) -> None: ...
     def next_chunk(self, timeout_s: float) -> Chunk | None: ...
     def stop(self) -> None: ...
     def stats(self) -> dict[str, Any]: ...

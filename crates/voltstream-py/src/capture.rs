@@ -1,4 +1,9 @@
-//! `_core.Capture` and `_core.Chunk`: the socket capture engine and its chunks.
+//! `_core.Capture` and `_core.Chunk`: a capture engine (socket or packet ring)
+//! assembling packets into chunks, and the chunks.
+//!
+//! Adding a format: one arm in `Capture.__new__` (parse the kwargs into a
+//! [`Format`] variant), the variant's three getters, and one arm in
+//! [`start_capture`]; engines need no change.
 //!
 //! Chunks are exported zero-copy through the buffer protocol. A chunk returns to
 //! the pool on `release()` or when it is garbage collected; `release()` is refused
@@ -6,7 +11,8 @@
 //! can ever see a buffer the capture thread is refilling.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -15,11 +21,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use voltstream_core::assemble::{AssemblerConfig, ChunkLayout};
 use voltstream_core::capture::{
-    Capture, CaptureConfig, Counter, SocketConfig, SocketEngine, COUNTER_HEADER_LEN,
+    Capture, CaptureConfig, Engine, PacketRingConfig, PacketRingEngine, Received, SocketConfig,
+    SocketEngine,
 };
 use voltstream_core::ring::Lease;
 use voltstream_core::stats::{Counters, Snapshot, StreamCounters};
-use voltstream_core::wire::FormatSpec;
+use voltstream_core::wire::{Endian, FormatSpec, Layout, LayoutCheck, LayoutField};
 
 use crate::errors::{py_error, to_py};
 
@@ -41,40 +48,166 @@ fn capture_error(msg: String) -> PyErr {
     Python::attach(|py| py_error(py, "CaptureError", msg))
 }
 
-enum Format {
-    Wire(FormatSpec),
-    Counter(Counter),
+/// Starts `engine` with the locator of `format`: the one place a new format
+/// meets the (generic) capture thread.
+fn start_capture<E: Engine>(
+    engine: E,
+    format: &FormatSpec,
+    config: &CaptureConfig,
+) -> voltstream_core::Result<Capture> {
+    Capture::start(engine, format.locator()?, config)
 }
 
-impl Format {
-    fn streams(&self) -> usize {
-        match self {
-            Format::Wire(f) => f.streams(),
-            Format::Counter(c) => c.streams,
+/// Reads one `{offset, bytes, endian='big', shift=0, bits=0}` field of a layout.
+fn layout_field(d: &Bound<'_, PyDict>, what: &str) -> PyResult<LayoutField> {
+    let get = |k: &str| d.get_item(k);
+    let need =
+        |k: &str| get(k)?.ok_or_else(|| config_error(format!("layout field '{what}' needs '{k}'")));
+    let endian = match get("endian")?
+        .map(|v| v.extract::<String>())
+        .transpose()?
+        .as_deref()
+    {
+        None | Some("big") => Endian::Big,
+        Some("little") => Endian::Little,
+        Some(o) => {
+            return Err(config_error(format!(
+                "layout field '{what}': endian {o:?}; use 'big' or 'little'"
+            )))
+        }
+    };
+    let opt_u8 =
+        |k: &str| -> PyResult<u8> { Ok(get(k)?.map(|v| v.extract()).transpose()?.unwrap_or(0)) };
+    Ok(LayoutField {
+        offset: need("offset")?.extract()?,
+        bytes: need("bytes")?.extract()?,
+        endian,
+        shift: opt_u8("shift")?,
+        bits: opt_u8("bits")?,
+    })
+}
+
+/// Builds a declarative [`Layout`] from the `layout=` dict of `Capture()`.
+fn layout_from_dict(d: &Bound<'_, PyDict>) -> PyResult<Layout> {
+    let need = |k: &str| {
+        d.get_item(k)?
+            .ok_or_else(|| config_error(format!("format 'layout' needs layout['{k}']")))
+    };
+    let sub = |k: &str| -> PyResult<Option<Bound<'_, PyDict>>> {
+        Ok(d.get_item(k)?
+            .map(|v| v.cast_into::<PyDict>())
+            .transpose()?)
+    };
+    let index = sub("index")?.ok_or_else(|| {
+        config_error("format 'layout' needs layout['index'] = {offset, bytes}".into())
+    })?;
+    let mut checks = Vec::new();
+    if let Some(list) = d.get_item("checks")? {
+        for item in list.try_iter()? {
+            let item = item?.cast_into::<PyDict>()?;
+            let value = item
+                .get_item("value")?
+                .ok_or_else(|| config_error("each layout check needs a 'value'".into()))?;
+            checks.push(LayoutCheck {
+                field: layout_field(&item, "checks")?,
+                value: value.extract()?,
+                foreign: item
+                    .get_item("foreign")?
+                    .map(|v| v.extract())
+                    .transpose()?
+                    .unwrap_or(false),
+            });
         }
     }
+    Ok(Layout {
+        packet_len: need("packet_len")?.extract()?,
+        index: layout_field(&index, "index")?,
+        index_step: d
+            .get_item("index_step")?
+            .map(|v| v.extract())
+            .transpose()?
+            .unwrap_or(1),
+        stream: sub("stream")?
+            .map(|f| layout_field(&f, "stream"))
+            .transpose()?,
+        stream_ids: d
+            .get_item("stream_ids")?
+            .map(|v| v.extract())
+            .transpose()?
+            .unwrap_or_default(),
+        checks,
+        payload_offset: need("payload_offset")?.extract()?,
+        payload_len: need("payload_len")?.extract()?,
+    })
+}
 
-    fn payload_len(&self) -> usize {
-        match self {
-            Format::Wire(f) => f.payload_len(),
-            Format::Counter(c) => c.payload_len,
-        }
-    }
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EngineKind {
+    Socket,
+    PacketRing,
+}
 
-    fn packet_len(&self) -> usize {
+impl EngineKind {
+    fn name(self) -> &'static str {
         match self {
-            Format::Wire(f) => f.packet_len(),
-            Format::Counter(c) => c.payload_len + COUNTER_HEADER_LEN,
+            EngineKind::Socket => "socket",
+            EngineKind::PacketRing => "packet_ring",
         }
     }
 }
 
-/// A UDP capture (socket engine) assembling packets into chunks.
+/// The order in which `engine="auto"` tries engines: the first that opens wins.
+/// The packet ring comes first: in bench/capture.py it lost nothing at the
+/// sender's limit where the socket engine lost 44%. It needs CAP_NET_RAW, so
+/// an unprivileged capture falls back to the socket engine, which every host has.
+const AUTO_ORDER: [EngineKind; 2] = [EngineKind::PacketRing, EngineKind::Socket];
+
+/// An engine behind a gate: while closed, nothing is read and packets wait in
+/// the kernel's queue (used to measure how fast a pre-filled queue drains).
+struct Gated<E> {
+    inner: E,
+    open: Arc<AtomicBool>,
+}
+
+impl<E: Engine> Engine for Gated<E> {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn recv_batch<F: FnMut(Received<'_>)>(
+        &mut self,
+        timeout: Duration,
+        sink: F,
+    ) -> voltstream_core::Result<usize> {
+        if !self.open.load(Ordering::Acquire) {
+            std::thread::sleep(timeout.min(Duration::from_millis(1)));
+            return Ok(0);
+        }
+        self.inner.recv_batch(timeout, sink)
+    }
+
+    fn kernel_drops(&mut self) -> u64 {
+        self.inner.kernel_drops()
+    }
+
+    fn rcvbuf(&self) -> u64 {
+        self.inner.rcvbuf()
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+/// A UDP capture assembling packets into chunks; `engine` picks the backend.
 #[pyclass(module = "voltstream._core", name = "Capture", frozen)]
 pub struct PyCapture {
-    format: Format,
+    format: FormatSpec,
     config: CaptureConfig,
+    engines: Vec<EngineKind>,
     socket: SocketConfig,
+    ring: PacketRingConfig,
+    gate: Arc<AtomicBool>,
     running: Mutex<Option<Arc<Capture>>>,
 }
 
@@ -84,7 +217,11 @@ impl PyCapture {
     #[pyo3(signature = (
         format, bind, packets_per_chunk, nchunks = 8, window = 2, vdif_threads = None,
         vdif_frame_len = None, frames_per_second = None, subband = None, rcvbuf = 64 << 20,
-        station = None, resync_chunks = 64, streams = 1, payload_len = None, batch = 64
+        station = None, resync_chunks = 64, streams = 1, payload_len = None, batch = 64,
+        engine = "auto", interface = None, ring_block_size = 1 << 20, digitiser_ids = None,
+        samples_per_heap = 4096, sample_bits = 10, heap_address_bits = 48,
+        timestamp_id = 0x1600, digitiser_id_item = 0x3101, codif_threads = None,
+        codif_frame_len = None, frames_per_period = None, group = None, layout = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -103,45 +240,85 @@ impl PyCapture {
         streams: usize,
         payload_len: Option<usize>,
         batch: usize,
+        engine: &str,
+        interface: Option<String>,
+        ring_block_size: usize,
+        digitiser_ids: Option<Vec<u64>>,
+        samples_per_heap: u64,
+        sample_bits: u8,
+        heap_address_bits: u8,
+        timestamp_id: u64,
+        digitiser_id_item: u64,
+        codif_threads: Option<Vec<u16>>,
+        codif_frame_len: Option<usize>,
+        frames_per_period: Option<u32>,
+        group: Option<u16>,
+        layout: Option<Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let format = match format {
-            "ynao" => Format::Wire(FormatSpec::Ynao { subband }),
-            "vdif" => {
-                let missing = |what: &str| {
-                    config_error(format!("format 'vdif' needs {what}; pass it to Capture()"))
-                };
-                Format::Wire(FormatSpec::Vdif {
-                    threads: vdif_threads.ok_or_else(|| missing("vdif_threads (e.g. [0])"))?,
-                    frame_len: vdif_frame_len
-                        .ok_or_else(|| missing("vdif_frame_len (bytes, header included)"))?,
-                    frames_per_second: frames_per_second
-                        .ok_or_else(|| missing("frames_per_second"))?,
-                    station,
-                })
-            }
-            "counter" => {
-                let payload_len = payload_len.ok_or_else(|| {
-                    config_error("format 'counter' needs payload_len (bytes per packet)".into())
-                })?;
-                if streams == 0 || streams > u16::MAX as usize + 1 {
-                    return Err(config_error(format!(
-                        "format 'counter' needs 1..=65536 streams, got {streams}"
-                    )));
-                }
-                Format::Counter(Counter {
-                    streams,
-                    payload_len,
-                })
-            }
+        let engines = match engine {
+            "auto" => AUTO_ORDER.to_vec(),
+            "socket" => vec![EngineKind::Socket],
+            "packet_ring" => vec![EngineKind::PacketRing],
             other => {
                 return Err(config_error(format!(
-                    "unknown capture format '{other}'; use 'vdif', 'ynao' or 'counter'"
+                    "unknown capture engine '{other}'; use 'auto', 'socket' or 'packet_ring'"
                 )))
             }
         };
-        if let Format::Wire(spec) = &format {
-            spec.validate().map_err(to_py)?;
-        }
+        let needs = |fmt: &str, what: &str| {
+            config_error(format!("format '{fmt}' needs {what}; pass it to Capture()"))
+        };
+        let format = match format {
+            "ynao" => FormatSpec::Ynao { subband },
+            "vdif" => FormatSpec::Vdif {
+                threads: vdif_threads.ok_or_else(|| needs("vdif", "vdif_threads (e.g. [0])"))?,
+                frame_len: vdif_frame_len
+                    .ok_or_else(|| needs("vdif", "vdif_frame_len (bytes, header included)"))?,
+                frames_per_second: frames_per_second
+                    .ok_or_else(|| needs("vdif", "frames_per_second"))?,
+                station,
+            },
+            "spead" => {
+                let ids =
+                    digitiser_ids.ok_or_else(|| needs("spead", "digitiser_ids (e.g. [0, 1])"))?;
+                let mut spec = FormatSpec::spead_digitiser(ids, samples_per_heap, sample_bits)
+                    .map_err(to_py)?;
+                if let FormatSpec::Spead {
+                    heap_address_bits: a,
+                    timestamp_id: t,
+                    digitiser_id_item: d,
+                    ..
+                } = &mut spec
+                {
+                    (*a, *t, *d) = (heap_address_bits, timestamp_id, digitiser_id_item);
+                }
+                spec
+            }
+            "codif" => FormatSpec::Codif {
+                threads: codif_threads.ok_or_else(|| needs("codif", "codif_threads (e.g. [0])"))?,
+                frame_len: codif_frame_len
+                    .ok_or_else(|| needs("codif", "codif_frame_len (bytes, header included)"))?,
+                frames_per_period: frames_per_period
+                    .ok_or_else(|| needs("codif", "frames_per_period"))?,
+                station,
+                group,
+            },
+            "counter" => FormatSpec::Counter {
+                streams,
+                payload_len: payload_len
+                    .ok_or_else(|| needs("counter", "payload_len (bytes per packet)"))?,
+            },
+            "layout" => FormatSpec::Layout(layout_from_dict(
+                &layout.ok_or_else(|| needs("layout", "layout={packet_len, index, ...}"))?,
+            )?),
+            other => {
+                return Err(config_error(format!(
+                    "unknown capture format '{other}'; use 'vdif', 'ynao', 'spead', 'codif', \
+                     'counter' or 'layout'"
+                )))
+            }
+        };
+        format.validate().map_err(to_py)?;
         let assembler = AssemblerConfig {
             packets_per_chunk,
             window,
@@ -160,37 +337,48 @@ impl PyCapture {
                  `window` chunks open and consumers need at least one more"
             )));
         }
+        let max_packet = (format.packet_len() + PACKET_MARGIN).min(65_536);
+        let mut ring = PacketRingConfig::new(bind.clone());
+        ring.interface = interface;
+        ring.block_size = ring_block_size;
+        // The ring takes the memory the socket engine would give its queue.
+        ring.blocks = rcvbuf.div_ceil(ring_block_size.max(1)).max(2);
+        ring.max_packet = max_packet;
         let mut socket = SocketConfig::new(bind);
         socket.rcvbuf = rcvbuf;
         socket.batch = batch;
-        socket.max_packet = (format.packet_len() + PACKET_MARGIN).min(65_536);
+        socket.max_packet = max_packet;
         Ok(PyCapture {
             format,
             config: CaptureConfig { assembler, nchunks },
+            engines,
             socket,
+            ring,
+            gate: Arc::new(AtomicBool::new(true)),
             running: Mutex::new(None),
         })
     }
 
-    /// Binds the socket, allocates the chunk pool and starts the capture thread.
-    fn start(&self, py: Python<'_>) -> PyResult<()> {
+    /// Opens the engine, allocates the chunk pool and starts the capture thread.
+    /// With `paused=True` nothing is read (packets queue in the kernel) until
+    /// `resume()`.
+    #[pyo3(signature = (paused = false))]
+    fn start(&self, py: Python<'_>, paused: bool) -> PyResult<()> {
         let mut running = lock(&self.running);
         if running.is_some() {
             return Err(capture_error(
                 "this Capture was already started; create a new Capture to capture again".into(),
             ));
         }
-        let cap = py
-            .detach(|| {
-                let engine = SocketEngine::bind(&self.socket)?;
-                match &self.format {
-                    Format::Wire(spec) => Capture::start(engine, spec.locator()?, &self.config),
-                    Format::Counter(c) => Capture::start(engine, *c, &self.config),
-                }
-            })
-            .map_err(to_py)?;
+        self.gate.store(!paused, Ordering::Release);
+        let cap = py.detach(|| self.open_and_start()).map_err(to_py)?;
         *running = Some(Arc::new(cap));
         Ok(())
+    }
+
+    /// Lets a capture started with `paused=True` read what has queued. Idempotent.
+    fn resume(&self) {
+        self.gate.store(true, Ordering::Release);
     }
 
     /// Waits up to `timeout_s` seconds for the next chunk; None on timeout, or
@@ -220,6 +408,7 @@ impl PyCapture {
     /// Stops the capture: drains what the kernel queued, flushes open chunks.
     /// Chunks already assembled stay available from next_chunk. Idempotent.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        self.resume(); // a paused capture still drains what queued
         let cap = lock(&self.running).clone();
         match cap {
             Some(cap) => py.detach(|| cap.stop()).map_err(to_py),
@@ -240,7 +429,13 @@ impl PyCapture {
                 false,
             ),
         };
-        stats_dict(py, &snap, running)
+        // Before start: the engine asked for ("auto" until one is chosen).
+        let engine = match (&cap, self.engines.as_slice()) {
+            (Some(c), _) => c.engine_name(),
+            (None, [one]) => one.name(),
+            (None, _) => "auto",
+        };
+        stats_dict(py, &snap, running, engine)
     }
 
     /// The bound address as "host:port" once started (useful with port 0).
@@ -275,7 +470,7 @@ impl PyCapture {
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
         let started = lock(&slf.get().running).is_some();
         if !started {
-            slf.get().start(slf.py())?;
+            slf.get().start(slf.py(), false)?;
         }
         Ok(slf)
     }
@@ -293,6 +488,40 @@ impl PyCapture {
 }
 
 impl PyCapture {
+    /// Opens the first engine of `engines` that works. When none does, the
+    /// error is the first (preferred) engine's, so its type and hint survive.
+    fn open_and_start(&self) -> voltstream_core::Result<Capture> {
+        let mut first = None;
+        for kind in &self.engines {
+            let gate = self.gate.clone();
+            let r = match kind {
+                EngineKind::Socket => SocketEngine::bind(&self.socket).and_then(|e| {
+                    let e = Gated {
+                        inner: e,
+                        open: gate,
+                    };
+                    start_capture(e, &self.format, &self.config)
+                }),
+                EngineKind::PacketRing => PacketRingEngine::open(&self.ring).and_then(|e| {
+                    let e = Gated {
+                        inner: e,
+                        open: gate,
+                    };
+                    start_capture(e, &self.format, &self.config)
+                }),
+            };
+            match r {
+                Ok(cap) => return Ok(cap),
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        Err(first.unwrap_or_else(|| {
+            voltstream_core::Error::Config("no capture engine was selected".into())
+        }))
+    }
+
     fn running(&self) -> PyResult<Arc<Capture>> {
         lock(&self.running)
             .clone()
@@ -315,6 +544,7 @@ fn stats_dict<'py>(
     py: Python<'py>,
     snap: &Snapshot,
     running: bool,
+    engine: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
     let c = &snap.counters;
     let streams = PyList::empty(py);
@@ -327,7 +557,7 @@ fn stats_dict<'py>(
     totals.set_item("malformed", c.malformed)?;
     totals.set_item("foreign", c.foreign)?;
     let d = PyDict::new(py);
-    d.set_item("engine", "socket")?;
+    d.set_item("engine", engine)?;
     d.set_item("running", running)?;
     d.set_item("streams", streams)?;
     d.set_item("totals", totals)?;

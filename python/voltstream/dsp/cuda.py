@@ -12,6 +12,7 @@ without it.
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -59,9 +60,26 @@ def _cupy():
     return cupy
 
 
-@functools.cache
 def load_module(name: str, defines: tuple[tuple[str, int], ...] = ()):
-    """Compile ``kernels/<name>`` once per process and option set; returns a CuPy RawModule."""
+    """Compile ``kernels/<name>`` once per process, option set and device; a CuPy RawModule.
+
+    Keyed by the current device too: a loaded module belongs to one CUDA context,
+    and the multi-GPU workers (dsp/gpu_workers.py) build engines on several.
+    """
+    cp = _cupy()
+    return _load_module(name, tuple(defines), cp.cuda.runtime.getDevice())
+
+
+_LOAD_LOCK = threading.Lock()
+
+
+@functools.cache
+def _load_module(name: str, defines: tuple[tuple[str, int], ...], device: int):
+    with _LOAD_LOCK:  # worker threads build their engines at the same time
+        return _compile_module(name, defines)
+
+
+def _compile_module(name: str, defines: tuple[tuple[str, int], ...]):
     cp = _cupy()
     path = KERNEL_DIR / name
     if not path.is_file():

@@ -8,10 +8,11 @@
 //! chunks to consumers through the [`crate::ring`]. Stopping is honoured within
 //! one poll timeout (100 ms).
 //!
-//! Engines: [`SocketEngine`] (UDP socket, `recvmmsg`). Kernel-bypass engines
+//! Engines: [`SocketEngine`] (UDP socket, `recvmmsg`), [`PacketRingEngine`]
+//! (AF_PACKET `TPACKET_V3` ring, needs CAP_NET_RAW). Kernel-bypass engines
 //! implement the same trait.
 
-mod counter;
+mod packet_ring;
 mod runner;
 mod socket;
 
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use crate::Result;
 
-pub use counter::{Counter, COUNTER_HEADER_LEN};
+pub use packet_ring::{interface_of, PacketRingConfig, PacketRingEngine};
 pub use runner::{Capture, CaptureConfig};
 pub use socket::{SocketConfig, SocketEngine};
 

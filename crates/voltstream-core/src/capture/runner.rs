@@ -202,7 +202,8 @@ fn feed<L: Locate, S: crate::assemble::ChunkSink>(a: &mut Assembler<L, S>, p: Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::{Counter, SocketConfig, SocketEngine};
+    use crate::capture::{SocketConfig, SocketEngine};
+    use crate::wire::FormatSpec;
     use std::net::UdpSocket;
 
     fn packet(stream: u16, index: u64, len: usize) -> Vec<u8> {
@@ -220,10 +221,12 @@ mod tests {
         cfg.nchunks = 64;
         let cap = Capture::start(
             engine,
-            Counter {
+            FormatSpec::Counter {
                 streams: 2,
                 payload_len: LEN,
-            },
+            }
+            .locator()
+            .unwrap(),
             &cfg,
         )
         .unwrap();

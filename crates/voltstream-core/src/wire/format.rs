@@ -4,7 +4,7 @@
 //! messages that say what to change); [`FormatSpec::locator`] turns it into a
 //! [`Locator`], the allocation-free per-packet classifier the assembler calls.
 
-use super::{roach2, vdif, Locate, Located, WireError};
+use super::{codif, counter, layout, roach2, spead, vdif, Locate, Located, WireError};
 use crate::{Error, Result};
 
 /// A capture's packet format.
@@ -26,6 +26,44 @@ pub enum FormatSpec {
         /// Accept only this subband id; `None` accepts any.
         subband: Option<u8>,
     },
+    /// SPEAD digitiser heaps, one packet per heap (MeerKAT style). One
+    /// stream per digitiser id, numbered by position in `digitiser_ids`.
+    Spead {
+        /// Flavour: heap address bits, 48 for SPEAD-64-48.
+        heap_address_bits: u8,
+        /// Values of the digitiser-id item accepted, in stream order.
+        digitiser_ids: Vec<u64>,
+        /// Samples per heap: the index is timestamp / this.
+        samples_per_heap: u64,
+        /// Payload (heap) bytes per packet: samples_per_heap * bits / 8.
+        heap_bytes: usize,
+        /// Item id of the time stamp (ADC sample count), 0x1600 for MeerKAT.
+        timestamp_id: u64,
+        /// Item id of the digitiser id, 0x3101 for MeerKAT.
+        digitiser_id_item: u64,
+    },
+    /// CODIF frames with 64-byte headers. One stream per thread id,
+    /// numbered by position in `threads`.
+    Codif {
+        threads: Vec<u16>,
+        /// Whole frame in bytes, header included (the UDP payload length).
+        frame_len: usize,
+        /// Frames per period per thread: the index is
+        /// (seconds / period) * this + frame.
+        frames_per_period: u32,
+        /// Accept only this station id; `None` accepts any.
+        station: Option<u16>,
+        /// Accept only this group id; `None` accepts any.
+        group: Option<u16>,
+    },
+    /// The sequence-counter packet (`wire::counter`): stream ids `0..streams`.
+    Counter { streams: usize, payload_len: usize },
+    /// A declarative user format.
+    Layout(layout::Layout),
+}
+
+fn config(msg: String) -> Error {
+    Error::Config(msg)
 }
 
 impl FormatSpec {
@@ -33,6 +71,122 @@ impl FormatSpec {
     pub fn validate(&self) -> Result<()> {
         match self {
             FormatSpec::Ynao { .. } => Ok(()),
+            FormatSpec::Spead {
+                heap_address_bits,
+                digitiser_ids,
+                samples_per_heap,
+                heap_bytes,
+                timestamp_id,
+                digitiser_id_item,
+            } => {
+                let bits = *heap_address_bits as u32;
+                if bits % 8 != 0 || !(8..=56).contains(&bits) {
+                    return Err(config(format!(
+                        "SPEAD heap address bits {bits} is not a SPEAD-64-XX flavour; use a \
+                         multiple of 8 from 8 to 56 (48 for SPEAD-64-48)"
+                    )));
+                }
+                let max_id = (1u64 << (63 - bits)) - 1;
+                let max_value = (1u64 << bits) - 1;
+                for (what, id) in [
+                    ("timestamp", timestamp_id),
+                    ("digitiser id", digitiser_id_item),
+                ] {
+                    if *id > max_id || (spead::HEAP_CNT..=spead::PAYLOAD_LEN).contains(id) {
+                        return Err(config(format!(
+                            "SPEAD {what} item id {id:#x} is invalid: it must fit {} bits and \
+                             not be a standard item (0x1..=0x4)",
+                            63 - bits
+                        )));
+                    }
+                }
+                if timestamp_id == digitiser_id_item {
+                    return Err(config(
+                        "SPEAD timestamp and digitiser id items must differ (0x1600, 0x3101)"
+                            .into(),
+                    ));
+                }
+                if digitiser_ids.is_empty() {
+                    return Err(config(
+                        "SPEAD format needs at least one digitiser id (e.g. digitiser_ids = \
+                         [0, 1] for two polarisations)"
+                            .into(),
+                    ));
+                }
+                for (i, &d) in digitiser_ids.iter().enumerate() {
+                    if d > max_value {
+                        return Err(config(format!(
+                            "SPEAD digitiser id {d} does not fit {bits} bits"
+                        )));
+                    }
+                    if digitiser_ids[..i].contains(&d) {
+                        return Err(config(format!(
+                            "SPEAD digitiser id {d} is listed twice; list each digitiser once"
+                        )));
+                    }
+                }
+                if *samples_per_heap == 0 || *heap_bytes == 0 || *heap_bytes as u64 > max_value {
+                    return Err(config(format!(
+                        "SPEAD samples per heap ({samples_per_heap}) and heap bytes \
+                         ({heap_bytes}) must be positive (MeerKAT: 4096 samples, 5120 bytes \
+                         at 10 bits)"
+                    )));
+                }
+                Ok(())
+            }
+            FormatSpec::Codif {
+                threads,
+                frame_len,
+                frames_per_period,
+                ..
+            } => {
+                if threads.is_empty() {
+                    return Err(config(
+                        "CODIF format needs at least one thread id (e.g. threads = [0, 1])".into(),
+                    ));
+                }
+                for (i, &t) in threads.iter().enumerate() {
+                    if threads[..i].contains(&t) {
+                        return Err(config(format!(
+                            "CODIF thread id {t} is listed twice; list each thread once"
+                        )));
+                    }
+                }
+                let data = frame_len.saturating_sub(codif::HEADER_LEN);
+                if data == 0 || data % 8 != 0 || data / 8 >= 1 << 24 {
+                    return Err(config(format!(
+                        "CODIF frame length {frame_len} bytes is invalid: it must be the \
+                         64-byte header plus a data array of a positive multiple of 8 bytes \
+                         (below 134217728)"
+                    )));
+                }
+                if *frames_per_period == 0 {
+                    return Err(config(
+                        "CODIF frames per period is 0; use the number of frames each thread \
+                         sends per period"
+                            .into(),
+                    ));
+                }
+                Ok(())
+            }
+            FormatSpec::Counter {
+                streams,
+                payload_len,
+            } => {
+                if *streams == 0 || *streams > u16::MAX as usize + 1 {
+                    return Err(config(format!(
+                        "counter format needs 1..=65536 streams, got {streams}"
+                    )));
+                }
+                if *payload_len == 0 {
+                    return Err(config(
+                        "counter format needs payload_len > 0 (bytes after the 10-byte header)"
+                            .into(),
+                    ));
+                }
+                Ok(())
+            }
+            FormatSpec::Layout(l) => l.validate(),
             FormatSpec::Vdif {
                 threads,
                 frame_len,
@@ -78,15 +232,56 @@ impl FormatSpec {
         match self {
             FormatSpec::Vdif { threads, .. } => threads.len(),
             FormatSpec::Ynao { .. } => 1,
+            FormatSpec::Spead { digitiser_ids, .. } => digitiser_ids.len(),
+            FormatSpec::Codif { threads, .. } => threads.len(),
+            FormatSpec::Counter { streams, .. } => *streams,
+            FormatSpec::Layout(l) => l.streams(),
         }
     }
 
-    /// UDP payload bytes of one packet.
+    /// UDP payload bytes of one packet; for SPEAD, whose item count may
+    /// vary, the largest packet accepted.
     pub fn packet_len(&self) -> usize {
         match self {
             FormatSpec::Vdif { frame_len, .. } => *frame_len,
             FormatSpec::Ynao { .. } => roach2::FRAME_LEN,
+            FormatSpec::Spead { heap_bytes, .. } => heap_bytes
+                .saturating_add(spead::HEADER_LEN + spead::ITEM_LEN * spead::MAX_DIGITISER_ITEMS),
+            FormatSpec::Codif { frame_len, .. } => *frame_len,
+            FormatSpec::Counter { payload_len, .. } => {
+                payload_len.saturating_add(counter::HEADER_LEN)
+            }
+            FormatSpec::Layout(l) => l.packet_len,
         }
+    }
+
+    /// SPEAD-64-48 MeerKAT digitiser heaps of `samples_per_heap` samples of
+    /// `bits` bits, items 0x1600 (time stamp) and 0x3101 (digitiser id).
+    pub fn spead_digitiser(
+        digitiser_ids: Vec<u64>,
+        samples_per_heap: u64,
+        bits: u8,
+    ) -> Result<Self> {
+        let heap_bytes = usize::try_from(samples_per_heap)
+            .ok()
+            .and_then(|n| spead::packed_len(n, bits))
+            .filter(|_| matches!(bits, 8 | 10 | 12 | 16))
+            .ok_or_else(|| {
+                config(format!(
+                    "SPEAD digitiser heaps of {samples_per_heap} samples of {bits} bits are not \
+                     whole bytes, or the width is not 8, 10, 12 or 16"
+                ))
+            })?;
+        let spec = FormatSpec::Spead {
+            heap_address_bits: spead::DEFAULT_HEAP_ADDRESS_BITS,
+            digitiser_ids,
+            samples_per_heap,
+            heap_bytes,
+            timestamp_id: spead::DIG_TIMESTAMP,
+            digitiser_id_item: spead::DIG_ID,
+        };
+        spec.validate()?;
+        Ok(spec)
     }
 
     /// Sample bytes per packet (the packet minus its header).
@@ -94,6 +289,10 @@ impl FormatSpec {
         match self {
             FormatSpec::Vdif { frame_len, .. } => frame_len.saturating_sub(vdif::HEADER_LEN),
             FormatSpec::Ynao { .. } => roach2::DATA_LEN,
+            FormatSpec::Spead { heap_bytes, .. } => *heap_bytes,
+            FormatSpec::Codif { frame_len, .. } => frame_len.saturating_sub(codif::HEADER_LEN),
+            FormatSpec::Counter { payload_len, .. } => *payload_len,
+            FormatSpec::Layout(l) => l.payload_len,
         }
     }
 
@@ -121,6 +320,42 @@ impl FormatSpec {
                 }
             }
             FormatSpec::Ynao { subband } => Kind::Ynao { subband: *subband },
+            FormatSpec::Spead {
+                heap_address_bits,
+                digitiser_ids,
+                samples_per_heap,
+                heap_bytes,
+                timestamp_id,
+                digitiser_id_item,
+            } => Kind::Spead {
+                bits: *heap_address_bits,
+                ids: digitiser_ids.clone().into_boxed_slice(),
+                samples_per_heap: *samples_per_heap,
+                heap_bytes: *heap_bytes,
+                timestamp_id: *timestamp_id,
+                id_item: *digitiser_id_item,
+            },
+            FormatSpec::Codif {
+                threads,
+                frame_len,
+                frames_per_period,
+                station,
+                group,
+            } => Kind::Codif {
+                threads: threads.clone().into_boxed_slice(),
+                frame_len: *frame_len,
+                fpp: *frames_per_period,
+                station: *station,
+                group: *group,
+            },
+            FormatSpec::Counter {
+                streams,
+                payload_len,
+            } => Kind::Counter {
+                streams: *streams,
+                payload_len: *payload_len,
+            },
+            FormatSpec::Layout(l) => Kind::Layout(l.clone()),
         };
         Ok(Locator { kind })
     }
@@ -146,6 +381,26 @@ enum Kind {
     Ynao {
         subband: Option<u8>,
     },
+    Spead {
+        bits: u8,
+        ids: Box<[u64]>,
+        samples_per_heap: u64,
+        heap_bytes: usize,
+        timestamp_id: u64,
+        id_item: u64,
+    },
+    Codif {
+        threads: Box<[u16]>,
+        frame_len: usize,
+        fpp: u32,
+        station: Option<u16>,
+        group: Option<u16>,
+    },
+    Counter {
+        streams: usize,
+        payload_len: usize,
+    },
+    Layout(layout::Layout),
 }
 
 impl Locate for Locator {
@@ -153,6 +408,10 @@ impl Locate for Locator {
         match &self.kind {
             Kind::Vdif { streams, .. } => *streams,
             Kind::Ynao { .. } => 1,
+            Kind::Spead { ids, .. } => ids.len(),
+            Kind::Codif { threads, .. } => threads.len(),
+            Kind::Counter { streams, .. } => *streams,
+            Kind::Layout(l) => l.streams(),
         }
     }
 
@@ -160,6 +419,10 @@ impl Locate for Locator {
         match &self.kind {
             Kind::Vdif { frame_len, .. } => frame_len - vdif::HEADER_LEN,
             Kind::Ynao { .. } => roach2::DATA_LEN,
+            Kind::Spead { heap_bytes, .. } => *heap_bytes,
+            Kind::Codif { frame_len, .. } => frame_len - codif::HEADER_LEN,
+            Kind::Counter { payload_len, .. } => *payload_len,
+            Kind::Layout(l) => l.payload_len,
         }
     }
 
@@ -214,6 +477,91 @@ impl Locate for Locator {
                         .ok_or(WireError::Truncated)?,
                 })
             }
+            Kind::Spead {
+                bits,
+                ids,
+                samples_per_heap,
+                heap_bytes,
+                timestamp_id,
+                id_item,
+            } => {
+                let d = spead::digitiser(packet, *bits, *timestamp_id, *id_item)?;
+                if d.payload.len() != *heap_bytes || d.timestamp % *samples_per_heap != 0 {
+                    return Err(WireError::Malformed);
+                }
+                let stream = ids
+                    .iter()
+                    .position(|&i| i == d.digitiser_id)
+                    .ok_or(WireError::Foreign)?;
+                Ok(Located {
+                    stream,
+                    index: d.timestamp / *samples_per_heap,
+                    payload: d.payload,
+                })
+            }
+            Kind::Codif {
+                threads,
+                frame_len,
+                fpp,
+                station,
+                group,
+            } => {
+                let p = codif::Packet::new_checked(packet)?;
+                if p.invalid()
+                    || p.frame_len() != *frame_len
+                    || packet.len() != *frame_len
+                    || p.sync() != codif::SYNC
+                {
+                    return Err(WireError::Malformed);
+                }
+                let period = p.period() as u32;
+                if period == 0 || p.seconds() % period != 0 || p.frame() >= *fpp {
+                    return Err(WireError::Malformed);
+                }
+                if station.is_some_and(|s| s != p.station())
+                    || group.is_some_and(|g| g != p.group())
+                {
+                    return Err(WireError::Foreign);
+                }
+                let stream = threads
+                    .iter()
+                    .position(|&t| t == p.thread())
+                    .ok_or(WireError::Foreign)?;
+                let index = (p.seconds() / period) as u64 * *fpp as u64 + p.frame() as u64;
+                let payload = packet
+                    .get(codif::HEADER_LEN..)
+                    .ok_or(WireError::Truncated)?;
+                Ok(Located {
+                    stream,
+                    index,
+                    payload,
+                })
+            }
+            Kind::Counter {
+                streams,
+                payload_len,
+            } => {
+                let p = counter::Packet::new_checked(packet)?;
+                let payload = p.payload();
+                if payload.len() < *payload_len {
+                    return Err(WireError::Truncated);
+                }
+                if payload.len() > *payload_len {
+                    return Err(WireError::Malformed);
+                }
+                let stream = p.stream() as usize;
+                if stream >= *streams {
+                    return Err(WireError::Foreign);
+                }
+                Ok(Located {
+                    stream,
+                    index: p.index(),
+                    payload: packet
+                        .get(counter::HEADER_LEN..)
+                        .ok_or(WireError::Truncated)?,
+                })
+            }
+            Kind::Layout(l) => l.locate(packet),
         }
     }
 }
@@ -368,6 +716,292 @@ mod tests {
                 assert!(loc.stream < 2);
             }
             let _ = y.locate(&bytes);
+        }
+    }
+
+    fn dig_packet(timestamp: u64, id: u64, len: usize) -> Vec<u8> {
+        let r = spead::Repr {
+            heap_address_bits: 48,
+            heap_cnt: timestamp / 4096,
+            heap_size: Some(len as u64),
+            heap_offset: 0,
+            payload_len: len as u64,
+            items: vec![
+                spead::Item::immediate(spead::DIG_TIMESTAMP, timestamp),
+                spead::Item::immediate(spead::DIG_ID, id),
+                spead::Item::immediate(spead::DIG_STATUS, 0),
+                spead::Item::address(spead::DIG_RAW_DATA, 0),
+            ],
+        };
+        let mut b = vec![0x5au8; r.packet_len()];
+        r.emit(&mut spead::Packet::new_unchecked(&mut b[..]))
+            .unwrap();
+        b
+    }
+
+    #[test]
+    fn spead_locate() {
+        let spec = FormatSpec::spead_digitiser(vec![7, 4], 4096, 10).unwrap();
+        assert_eq!(spec.payload_len(), 5120);
+        assert!(spec.packet_len() >= dig_packet(0, 7, 5120).len());
+        let l = spec.locator().unwrap();
+        assert_eq!((l.streams(), l.payload_len()), (2, 5120));
+        let p = dig_packet(4096 * 1_000_003, 4, 5120);
+        let loc = l.locate(&p).unwrap();
+        assert_eq!((loc.stream, loc.index), (1, 1_000_003));
+        assert_eq!(loc.payload, &p[72..]);
+        assert_eq!(l.locate(&dig_packet(0, 7, 5120)).unwrap().stream, 0);
+        assert_eq!(l.locate(&dig_packet(0, 5, 5120)), Err(WireError::Foreign));
+        assert_eq!(
+            l.locate(&dig_packet(100, 7, 5120)),
+            Err(WireError::Malformed)
+        );
+        assert_eq!(l.locate(&dig_packet(0, 7, 5112)), Err(WireError::Malformed));
+        assert_eq!(l.locate(&p[..p.len() - 1]), Err(WireError::Truncated));
+        let mut long = p.clone();
+        long.push(0);
+        assert_eq!(l.locate(&long), Err(WireError::Malformed));
+        let mut bad_magic = p.clone();
+        bad_magic[0] = 0;
+        assert_eq!(l.locate(&bad_magic), Err(WireError::Malformed));
+        for bits in [8u8, 12, 16] {
+            let s = FormatSpec::spead_digitiser(vec![0], 4096, bits).unwrap();
+            assert_eq!(s.payload_len(), 4096 * bits as usize / 8);
+        }
+        assert!(FormatSpec::spead_digitiser(vec![0], 4096, 11).is_err());
+        assert!(FormatSpec::spead_digitiser(vec![0], 3, 10).is_err());
+    }
+
+    fn codif_frame(thread: u16, seconds: u32, frame: u32) -> Vec<u8> {
+        let r = codif::Repr {
+            invalid: false,
+            complex: true,
+            seconds,
+            frame,
+            epoch: 48,
+            representation: 0,
+            station: 0x4b41,
+            version: 1,
+            bits_per_sample: 16,
+            data_len: 1024,
+            group: 2,
+            thread,
+            nchan: 8,
+            block_len: 1,
+            period: 27,
+            total_samples: 32_000_000,
+            sync: codif::SYNC,
+            edv: 0,
+        };
+        let mut b = vec![3u8; r.frame_len()];
+        r.emit(&mut codif::Packet::new_unchecked(&mut b[..]))
+            .unwrap();
+        b
+    }
+
+    fn codif_spec() -> FormatSpec {
+        FormatSpec::Codif {
+            threads: vec![9, 1],
+            frame_len: 1088,
+            frames_per_period: 1000,
+            station: Some(0x4b41),
+            group: Some(2),
+        }
+    }
+
+    #[test]
+    fn codif_locate() {
+        let l = codif_spec().locator().unwrap();
+        assert_eq!((l.streams(), l.payload_len()), (2, 1024));
+        let f = codif_frame(1, 27 * 5, 999);
+        let loc = l.locate(&f).unwrap();
+        assert_eq!((loc.stream, loc.index), (1, 5 * 1000 + 999));
+        assert_eq!(loc.payload, &f[64..]);
+        assert_eq!(l.locate(&codif_frame(9, 0, 0)).unwrap().stream, 0);
+        assert_eq!(l.locate(&codif_frame(2, 0, 0)), Err(WireError::Foreign));
+        assert_eq!(l.locate(&codif_frame(1, 28, 0)), Err(WireError::Malformed));
+        assert_eq!(
+            l.locate(&codif_frame(1, 27, 1000)),
+            Err(WireError::Malformed)
+        );
+        assert_eq!(l.locate(&f[..1087]), Err(WireError::Truncated));
+        let mut long = f.clone();
+        long.push(0);
+        assert_eq!(l.locate(&long), Err(WireError::Malformed));
+        let corrupt = |byte: usize, bit: u8| {
+            let mut c = f.clone();
+            c[byte] ^= 1 << bit;
+            l.locate(&c).map(|x| (x.stream, x.index))
+        };
+        assert_eq!(corrupt(7, 7), Err(WireError::Malformed)); // invalid flag
+        assert_eq!(corrupt(44, 0), Err(WireError::Malformed)); // sync word
+        assert_eq!(corrupt(12, 0), Err(WireError::Truncated)); // longer data array
+        assert_eq!(corrupt(12, 7), Err(WireError::Malformed)); // empty data array
+        let mut shorter = f.clone();
+        shorter[12] = 0x40; // 512 bytes: a frame of another length
+        assert_eq!(l.locate(&shorter), Err(WireError::Malformed));
+        assert_eq!(corrupt(0, 0), Ok((1, 5 * 1000 + 998)));
+        assert_eq!(corrupt(8, 0), Err(WireError::Foreign)); // station
+        assert_eq!(corrupt(16, 0), Err(WireError::Foreign)); // group
+        let mut no_period = f.clone();
+        no_period[28..30].fill(0);
+        assert_eq!(l.locate(&no_period), Err(WireError::Malformed));
+    }
+
+    #[test]
+    fn counter_and_layout_locate() {
+        let l = FormatSpec::Counter {
+            streams: 2,
+            payload_len: 4,
+        }
+        .locator()
+        .unwrap();
+        let mut p = 0x0102_0304_0506_0708u64.to_be_bytes().to_vec();
+        p.extend_from_slice(&1u16.to_be_bytes());
+        p.extend_from_slice(&[9, 8, 7, 6]);
+        let loc = l.locate(&p).unwrap();
+        assert_eq!(
+            (loc.stream, loc.index, loc.payload),
+            (1, 0x0102_0304_0506_0708, &[9, 8, 7, 6][..])
+        );
+        for n in 0..p.len() {
+            assert_eq!(l.locate(&p[..n]), Err(WireError::Truncated), "length {n}");
+        }
+        p.push(0);
+        assert_eq!(l.locate(&p), Err(WireError::Malformed));
+        p.pop();
+        p[9] = 2;
+        assert_eq!(l.locate(&p), Err(WireError::Foreign));
+        // The counter format, described as a layout, locates the same.
+        let as_layout = FormatSpec::Layout(layout::Layout {
+            packet_len: 14,
+            index: layout::Field::be(0, 8),
+            index_step: 1,
+            stream: Some(layout::Field::be(8, 2)),
+            stream_ids: vec![0, 1],
+            checks: vec![],
+            payload_offset: 10,
+            payload_len: 4,
+        });
+        assert_eq!(as_layout.packet_len(), 14);
+        let ll = as_layout.locator().unwrap();
+        p[9] = 1;
+        assert_eq!(ll.locate(&p), l.locate(&p));
+        assert_eq!(ll.streams(), 2);
+    }
+
+    #[test]
+    fn new_format_validation_messages() {
+        let spead = |f: &dyn Fn(&mut FormatSpec)| {
+            let mut s = FormatSpec::spead_digitiser(vec![0, 1], 4096, 10).unwrap();
+            f(&mut s);
+            s
+        };
+        let set = |s: &mut FormatSpec, k: &str| {
+            if let FormatSpec::Spead {
+                heap_address_bits,
+                digitiser_ids,
+                samples_per_heap,
+                heap_bytes,
+                timestamp_id,
+                digitiser_id_item,
+            } = s
+            {
+                match k {
+                    "bits44" => *heap_address_bits = 44,
+                    "bits64" => *heap_address_bits = 64,
+                    "noids" => digitiser_ids.clear(),
+                    "dupids" => *digitiser_ids = vec![3, 3],
+                    "bigid" => *digitiser_ids = vec![1 << 48],
+                    "spp0" => *samples_per_heap = 0,
+                    "bytes0" => *heap_bytes = 0,
+                    "ts_std" => *timestamp_id = spead::HEAP_SIZE,
+                    "ts_wide" => *timestamp_id = 1 << 15,
+                    "same" => *digitiser_id_item = *timestamp_id,
+                    _ => unreachable!(),
+                }
+            }
+        };
+        let mut bad: Vec<FormatSpec> = [
+            "bits44", "bits64", "noids", "dupids", "bigid", "spp0", "bytes0", "ts_std", "ts_wide",
+            "same",
+        ]
+        .iter()
+        .map(|k| spead(&|s| set(s, k)))
+        .collect();
+        let codif = |threads: Vec<u16>, frame_len: usize, fpp: u32| FormatSpec::Codif {
+            threads,
+            frame_len,
+            frames_per_period: fpp,
+            station: None,
+            group: None,
+        };
+        bad.extend([
+            codif(vec![], 1088, 1),
+            codif(vec![1, 1], 1088, 1),
+            codif(vec![1], 64, 1),
+            codif(vec![1], 1090, 1),
+            codif(vec![1], 1088, 0),
+            FormatSpec::Counter {
+                streams: 0,
+                payload_len: 8,
+            },
+            FormatSpec::Counter {
+                streams: 65537,
+                payload_len: 8,
+            },
+            FormatSpec::Counter {
+                streams: 1,
+                payload_len: 0,
+            },
+            FormatSpec::Layout(layout::Layout {
+                packet_len: 8,
+                index: layout::Field::be(0, 8),
+                index_step: 1,
+                stream: None,
+                stream_ids: vec![],
+                checks: vec![],
+                payload_offset: 8,
+                payload_len: 1,
+            }),
+        ]);
+        for s in bad {
+            assert!(matches!(s.locator(), Err(Error::Config(_))), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn new_formats_no_panic_on_random_input() {
+        let mut rng = super::super::testutil::XorShift(0x5ead_c0d1_f00d_1a40);
+        let cases = [
+            (
+                FormatSpec::spead_digitiser(vec![7, 4], 64, 10).unwrap(),
+                dig_packet(64 * 3, 4, 80),
+            ),
+            (codif_spec(), codif_frame(9, 54, 3)),
+            (
+                FormatSpec::Counter {
+                    streams: 3,
+                    payload_len: 30,
+                },
+                [&5u64.to_be_bytes()[..], &[0, 2], &[1; 30]].concat(),
+            ),
+        ];
+        let mut bytes = Vec::new();
+        for (spec, valid) in cases {
+            let l = spec.locator().unwrap();
+            assert!(l.locate(&valid).is_ok(), "{spec:?}");
+            let mut accepted = 0;
+            for i in 0..40_000 {
+                rng.fill_like(&mut bytes, &valid, i);
+                if let Ok(loc) = l.locate(&bytes) {
+                    accepted += 1;
+                    assert_eq!(loc.payload.len(), l.payload_len());
+                    assert!(loc.stream < l.streams());
+                    assert!(bytes.len() <= spec.packet_len());
+                }
+            }
+            assert!(accepted > 100, "{spec:?}: {accepted}");
         }
     }
 }

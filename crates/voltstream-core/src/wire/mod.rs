@@ -13,16 +13,24 @@
 //! [`FormatSpec`] describes a capture's format and builds its [`Locator`].
 #![deny(unsafe_code)]
 
+pub mod codif;
+pub mod counter;
 mod error;
 mod format;
+pub mod layout;
 mod locate;
 pub mod roach2;
+pub mod spead;
 pub mod vdif;
 
+pub use codif::{Packet as CodifPacket, Repr as CodifRepr};
+pub use counter::{Packet as CounterPacket, Repr as CounterRepr};
 pub use error::WireError;
 pub use format::{FormatSpec, Locator};
+pub use layout::{Check as LayoutCheck, Endian, Field as LayoutField, Layout};
 pub use locate::{Locate, Located};
 pub use roach2::{Packet as YnaoPacket, Repr as YnaoRepr};
+pub use spead::{Item as SpeadItem, Packet as SpeadPacket, Repr as SpeadRepr};
 pub use vdif::{Packet as VdifPacket, Repr as VdifRepr};
 
 #[cfg(test)]

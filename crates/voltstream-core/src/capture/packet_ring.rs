@@ -1,0 +1,1030 @@
+//! AF_PACKET engine: a `TPACKET_V3` receive ring mapped into our address space,
+//! filled by the kernel and read without a system call per packet.
+//!
+//! How traffic reaches us:
+//! - The socket is bound to one interface (`lo` for loopback, a veth or a NIC)
+//!   with `ETH_P_ALL`, `PACKET_IGNORE_OUTGOING` set, and a classic BPF program
+//!   attached before the bind, so the ring only ever holds IPv4/UDP frames
+//!   (optionally with one 802.1Q/802.1ad tag) addressed to our port (and our
+//!   address, unless bound to 0.0.0.0) that are not outgoing copies and not
+//!   non-first IP fragments. Other traffic is filtered in the kernel and never
+//!   counted, exactly as the socket engine never sees other ports.
+//! - A plain UDP socket (the *guard*) is bound to the same address and port so
+//!   the kernel neither answers with ICMP port-unreachable nor lets another
+//!   capture take the port. A `ret 0` BPF program on the guard drops every
+//!   datagram before it is queued: no second copy, no draining thread. The
+//!   kernel counts those as UDP `InErrors` and in the guard's `sk_drops`; that
+//!   is the price of not receiving everything twice.
+//! - Senders using UDP GSO on loopback or veth hand the stack one super-frame
+//!   of up to 64 datagrams, and AF_PACKET sees it unsegmented. With
+//!   `PACKET_VNET_HDR` the kernel tells us the segment size, and the engine
+//!   splits the payload into the datagrams the receiver would have seen.
+//!
+//! Loss accounting: a frame the kernel cut short (`tp_snaplen < tp_len`), a
+//! first IP fragment (the datagram cannot be reassembled here; raise the MTU),
+//! inconsistent IP/UDP lengths and payloads longer than `max_packet` reach the
+//! sink as [`Received::Truncated`], one per datagram they carried.
+//! [`Engine::kernel_drops`] sums `tp_drops` from `PACKET_STATISTICS` (read and
+//! reset by the kernel on each call): it counts *frames*, and one GSO frame can
+//! carry up to 64 datagrams; the assembler's `missing` counter is exact.
+//!
+//! Threads: one thread reads one ring. `PACKET_FANOUT` across threads is not
+//! implemented yet (it needs one assembler per thread or a merge step).
+//!
+//! Latency: the kernel hands a block over when it is full or `retire_ms` after
+//! its first packet. Waits therefore last at least one retire period, so a
+//! zero-timeout drain still sees packets sitting in a half-filled block.
+
+use std::io;
+use std::mem::size_of;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::time::Duration;
+
+use super::{Engine, Received};
+use crate::{Error, Result};
+
+/// Settings of the packet-ring engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PacketRingConfig {
+    /// `ipv4:port` the traffic is sent to; port 0 picks a free port.
+    pub bind: String,
+    /// Interface to capture on; `None`: the interface that owns the bind address.
+    pub interface: Option<String>,
+    /// Bytes per ring block: a power-of-two multiple of the page size, large
+    /// enough for the largest frame (a 64 KiB GSO frame on loopback).
+    pub block_size: usize,
+    /// Blocks in the ring (its size is `block_size * blocks`).
+    pub blocks: usize,
+    /// Nominal frame size (TPACKET_V3 packs frames of any size into blocks; the
+    /// kernel only checks that it divides the block size).
+    pub frame_size: usize,
+    /// Milliseconds after which the kernel retires a block that is not full.
+    pub retire_ms: u32,
+    /// Largest UDP payload accepted whole; longer ones are reported truncated.
+    pub max_packet: usize,
+}
+
+impl PacketRingConfig {
+    /// Defaults: 64 blocks of 1 MiB (the socket engine's 64 MiB), 4 ms retire.
+    pub fn new(bind: impl Into<String>) -> Self {
+        PacketRingConfig {
+            bind: bind.into(),
+            interface: None,
+            block_size: 1 << 20,
+            blocks: 64,
+            frame_size: 2048,
+            retire_ms: 4,
+            max_packet: 9000,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let page = page_size();
+        if self.block_size < 128 << 10
+            || !self.block_size.is_power_of_two()
+            || self.block_size % page != 0
+        {
+            return Err(Error::Config(format!(
+                "packet ring block size must be a power of two of at least 128 KiB (to hold a \
+                 64 KiB GSO frame), got {}",
+                self.block_size
+            )));
+        }
+        if self.frame_size < 128
+            || self.frame_size % 16 != 0
+            || self.block_size % self.frame_size != 0
+        {
+            return Err(Error::Config(format!(
+                "packet ring frame size must be a multiple of 16, at least 128, dividing the \
+                 block size; got {}",
+                self.frame_size
+            )));
+        }
+        let total = self.block_size.checked_mul(self.blocks);
+        if self.blocks < 2 || !matches!(total, Some(t) if t <= u32::MAX as usize) {
+            return Err(Error::Config(format!(
+                "packet ring needs 2 or more blocks and at most 4 GiB in all (got {} blocks of \
+                 {} bytes)",
+                self.blocks, self.block_size
+            )));
+        }
+        if self.retire_ms == 0 || self.retire_ms > 1000 {
+            return Err(Error::Config(format!(
+                "packet ring retire_ms must be 1..=1000, got {}",
+                self.retire_ms
+            )));
+        }
+        if self.max_packet == 0 || self.max_packet > 65_536 {
+            return Err(Error::Config(format!(
+                "max_packet must be 1..=65536, got {}",
+                self.max_packet
+            )));
+        }
+        Ok(())
+    }
+}
+
+// Linux constants not (or not everywhere) exported by the libc crate.
+const TPACKET_V3: libc::c_int = 2;
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+const PACKET_VNET_HDR: libc::c_int = 15;
+const PACKET_OUTGOING: u8 = 4;
+const TP_STATUS_KERNEL: u32 = 0;
+const TP_STATUS_USER: u32 = 1;
+const VNET_HDR_LEN: usize = 10;
+const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
+const VIRTIO_NET_HDR_GSO_UDP_L4: u8 = 5;
+const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
+
+/// Offsets inside a block descriptor (`tpacket_block_desc` with `tpacket_hdr_v1`).
+mod block {
+    pub const STATUS: usize = 8;
+    pub const NUM_PKTS: usize = 12;
+    pub const FIRST: usize = 16;
+}
+
+/// Offsets inside a frame header (`tpacket3_hdr`, then `sockaddr_ll`).
+mod frame {
+    pub const NEXT: usize = 0;
+    pub const SNAPLEN: usize = 12;
+    pub const LEN: usize = 16;
+    pub const MAC: usize = 24;
+    /// `TPACKET_ALIGN(sizeof(tpacket3_hdr))` + offset of `sll_pkttype`.
+    pub const PKTTYPE: usize = 48 + 10;
+}
+
+/// A UDP-over-IPv4 frame, as far as the engine cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Frame<'a> {
+    /// The UDP payload (for a GSO frame: every segment back to back).
+    Udp(&'a [u8]),
+    /// Unusable: cut short, a fragment, or lengths that do not add up.
+    Malformed,
+    /// Not UDP/IPv4 to our port (the BPF filter normally keeps these out).
+    Other,
+}
+
+/// Parses Ethernet (one optional VLAN tag), IPv4 and UDP with checked bounds.
+/// `l2` is the captured frame; `port` the UDP destination port we own.
+fn parse_udp(l2: &[u8], port: u16) -> Frame<'_> {
+    let be16 = |b: &[u8], at: usize| b.get(at..at + 2).map(|s| u16::from_be_bytes([s[0], s[1]]));
+    let mut ethertype = be16(l2, 12);
+    let mut l3 = 14;
+    if matches!(ethertype, Some(0x8100 | 0x88a8)) {
+        ethertype = be16(l2, 16);
+        l3 = 18;
+    }
+    match ethertype {
+        Some(0x0800) => {}
+        Some(_) => return Frame::Other,
+        None => return Frame::Malformed,
+    }
+    let Some(ip) = l2.get(l3..) else {
+        return Frame::Malformed;
+    };
+    let (Some(&vihl), Some(&proto), Some(total), Some(frag)) =
+        (ip.first(), ip.get(9), be16(ip, 2), be16(ip, 6))
+    else {
+        return Frame::Malformed;
+    };
+    if proto != libc::IPPROTO_UDP as u8 {
+        return Frame::Other;
+    }
+    let ihl = (vihl & 0x0f) as usize * 4;
+    if vihl >> 4 != 4 || ihl < 20 {
+        return Frame::Malformed;
+    }
+    let Some(udp) = ip.get(ihl..total as usize) else {
+        return Frame::Malformed; // shorter than the IP header says
+    };
+    if frag & 0x1fff != 0 {
+        return Frame::Other; // a later fragment has no UDP header; the filter drops them
+    }
+    match be16(udp, 2) {
+        None => return Frame::Malformed,
+        Some(p) if p != port => return Frame::Other,
+        Some(_) => {}
+    }
+    if frag & 0x2000 != 0 {
+        return Frame::Malformed; // first fragment (MF): the rest is elsewhere
+    }
+    let Some(payload) = udp.get(8..) else {
+        return Frame::Malformed;
+    };
+    // The UDP length field is exact for plain datagrams; for a GSO frame it
+    // spans the whole frame as well, so it must agree with the IP length.
+    match be16(udp, 4) {
+        Some(len) if len as usize == udp.len() => Frame::Udp(payload),
+        _ => Frame::Malformed,
+    }
+}
+
+pub struct PacketRingEngine {
+    fd: OwnedFd,
+    _guard: UdpSocket,
+    local: SocketAddr,
+    interface: String,
+    ring: *mut u8,
+    ring_len: usize,
+    block_size: usize,
+    blocks: usize,
+    next: usize,
+    min_wait: Duration,
+    port: u16,
+    max_packet: usize,
+    drops: u64,
+    freezes: u64,
+    kernel_packets: u64,
+}
+
+// SAFETY: `ring` is a mapping owned by this struct (unmapped in Drop); the
+// kernel shares it only through the block status words, which are accessed
+// atomically. Nothing is shared with another user thread.
+unsafe impl Send for PacketRingEngine {}
+
+impl PacketRingEngine {
+    /// Opens the ring on the interface and binds the guard socket. Needs
+    /// CAP_NET_RAW (root); the error says so.
+    pub fn open(config: &PacketRingConfig) -> Result<Self> {
+        config.validate()?;
+        let addr = resolve_v4(&config.bind)?;
+        let guard = UdpSocket::bind(addr).map_err(|e| {
+            let hint = match e.kind() {
+                io::ErrorKind::AddrInUse => {
+                    " (is another capture running? stop it or choose another port)"
+                }
+                io::ErrorKind::AddrNotAvailable => " (the host is not an address of this machine)",
+                _ => "",
+            };
+            Error::io(format!("cannot bind {addr}{hint}"), e)
+        })?;
+        let local = guard
+            .local_addr()
+            .map_err(|e| Error::io("cannot read the guard socket address", e))?;
+        // Drop every datagram the stack would queue on the guard.
+        let mut drop_all = [bpf(BPF_RET | BPF_K, 0, 0, 0)];
+        attach_filter(guard.as_raw_fd(), &mut drop_all)
+            .map_err(|e| Error::io("cannot attach the drop-all filter to the guard socket", e))?;
+        let ip = match local.ip() {
+            IpAddr::V4(v4) => v4,
+            IpAddr::V6(_) => unreachable!("resolve_v4 returns IPv4"),
+        };
+        let interface = match &config.interface {
+            Some(i) => i.clone(),
+            None => interface_of(ip)?.ok_or_else(|| {
+                Error::Config(format!(
+                    "no interface has the address {ip}; pass the interface to capture on \
+                     (e.g. interface='lo' or 'eth0')"
+                ))
+            })?,
+        };
+        let ifindex = if_index(&interface)?;
+
+        // SAFETY: plain socket(2) call; the result is checked below. Protocol 0:
+        // nothing is received until bind() names a protocol, after the filter.
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            let e = io::Error::last_os_error();
+            let hint = if e.kind() == io::ErrorKind::PermissionDenied {
+                " (AF_PACKET needs root or CAP_NET_RAW; use engine='socket' otherwise)"
+            } else {
+                ""
+            };
+            return Err(Error::io(
+                format!("cannot open an AF_PACKET socket{hint}"),
+                e,
+            ));
+        }
+        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let s = fd.as_raw_fd();
+        let ctx = |what: &'static str| move |e| Error::io(what, e);
+        setsockopt(s, libc::SOL_PACKET, libc::PACKET_VERSION, &TPACKET_V3)
+            .map_err(ctx("cannot select TPACKET_V3 (kernel too old?)"))?;
+        setsockopt(s, libc::SOL_PACKET, PACKET_VNET_HDR, &1 as &libc::c_int).map_err(ctx(
+            "cannot enable PACKET_VNET_HDR (needed to split GSO frames)",
+        ))?;
+        setsockopt(
+            s,
+            libc::SOL_PACKET,
+            PACKET_IGNORE_OUTGOING,
+            &1 as &libc::c_int,
+        )
+        .map_err(ctx(
+            "cannot set PACKET_IGNORE_OUTGOING (kernel 4.20 or later needed)",
+        ))?;
+        let dst = if ip.is_unspecified() { None } else { Some(ip) };
+        let mut prog = udp_filter(local.port(), dst);
+        attach_filter(s, &mut prog).map_err(ctx("cannot attach the BPF filter"))?;
+        let req = libc::tpacket_req3 {
+            tp_block_size: config.block_size as u32,
+            tp_block_nr: config.blocks as u32,
+            tp_frame_size: config.frame_size as u32,
+            tp_frame_nr: (config.block_size / config.frame_size * config.blocks) as u32,
+            tp_retire_blk_tov: config.retire_ms,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        setsockopt(s, libc::SOL_PACKET, libc::PACKET_RX_RING, &req).map_err(|e| {
+            Error::io(
+                format!(
+                    "cannot allocate a packet ring of {} x {} bytes; use fewer or smaller blocks",
+                    config.blocks, config.block_size
+                ),
+                e,
+            )
+        })?;
+        let ring_len = config.block_size * config.blocks;
+        // SAFETY: maps the ring the kernel just allocated for this socket; the
+        // result is checked against MAP_FAILED. MAP_POPULATE pre-faults it.
+        let ring = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ring_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE | libc::MAP_LOCKED,
+                s,
+                0,
+            )
+        };
+        let ring = if ring == libc::MAP_FAILED {
+            // SAFETY: as above, without MAP_LOCKED (RLIMIT_MEMLOCK may be low;
+            // the ring's pages are kernel pages and are never swapped anyway).
+            let r = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    ring_len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_POPULATE,
+                    s,
+                    0,
+                )
+            };
+            if r == libc::MAP_FAILED {
+                return Err(Error::io(
+                    "cannot map the packet ring",
+                    io::Error::last_os_error(),
+                ));
+            }
+            r
+        } else {
+            ring
+        };
+        let engine = PacketRingEngine {
+            fd,
+            _guard: guard,
+            local,
+            interface,
+            ring: ring.cast(),
+            ring_len,
+            block_size: config.block_size,
+            blocks: config.blocks,
+            next: 0,
+            min_wait: Duration::from_millis(config.retire_ms as u64 + 2),
+            port: local.port(),
+            max_packet: config.max_packet,
+            drops: 0,
+            freezes: 0,
+            kernel_packets: 0,
+        };
+        // SAFETY: an all-zero sockaddr_ll is valid; the fields that matter are set.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_ifindex = ifindex;
+        // SAFETY: passes a live sockaddr_ll and its exact size.
+        let r = unsafe {
+            libc::bind(
+                s,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(Error::io(
+                format!(
+                    "cannot bind the packet ring to interface '{}'",
+                    engine.interface
+                ),
+                io::Error::last_os_error(),
+            ));
+        }
+        Ok(engine)
+    }
+
+    /// The interface the ring is bound to.
+    pub fn interface(&self) -> &str {
+        &self.interface
+    }
+
+    /// Times the kernel found the ring full and froze it (`tp_freeze_q_cnt`),
+    /// as of the last [`Engine::kernel_drops`] call.
+    pub fn freezes(&self) -> u64 {
+        self.freezes
+    }
+
+    /// Frames the kernel passed the filter, dropped ones included, as of the
+    /// last [`Engine::kernel_drops`] call.
+    pub fn kernel_frames(&self) -> u64 {
+        self.kernel_packets
+    }
+
+    fn status(&self, b: usize) -> &AtomicU32 {
+        // SAFETY: b < blocks, so the word lies inside the mapping; it is 4-byte
+        // aligned (blocks are page aligned), lives as long as `self`, and the
+        // kernel accesses it concurrently, hence the atomic view.
+        unsafe { AtomicU32::from_ptr(self.ring.add(b * self.block_size + block::STATUS).cast()) }
+    }
+
+    fn wait(&self, timeout: Duration) -> io::Result<()> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN | libc::POLLERR,
+            revents: 0,
+        };
+        let ms = timeout.max(self.min_wait).as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd, count 1.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Hands every datagram of one user-owned block to `sink`; returns how many.
+    fn read_block<F: FnMut(Received<'_>)>(&self, blk: &[u8], sink: &mut F) -> usize {
+        let u32_at = |at: usize| {
+            blk.get(at..at + 4)
+                .map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+        };
+        let u16_at = |at: usize| {
+            blk.get(at..at + 2)
+                .map(|s| u16::from_ne_bytes([s[0], s[1]]))
+        };
+        let (Some(npkts), Some(first)) = (u32_at(block::NUM_PKTS), u32_at(block::FIRST)) else {
+            return 0;
+        };
+        let mut n = 0;
+        let mut off = first as usize;
+        for _ in 0..npkts {
+            let (Some(next), Some(snap), Some(len), Some(mac)) = (
+                u32_at(off + frame::NEXT),
+                u32_at(off + frame::SNAPLEN),
+                u32_at(off + frame::LEN),
+                u16_at(off + frame::MAC),
+            ) else {
+                break; // a corrupt block: the kernel never writes one
+            };
+            let pkttype = blk.get(off + frame::PKTTYPE).copied();
+            let start = off + mac as usize;
+            let vnet = start
+                .checked_sub(VNET_HDR_LEN)
+                .and_then(|v| blk.get(v..start));
+            if let (Some(l2), Some(vnet), false) = (
+                blk.get(start..start + snap as usize),
+                vnet,
+                pkttype == Some(PACKET_OUTGOING),
+            ) {
+                n += self.deliver(l2, len as usize, vnet, sink);
+            }
+            if next == 0 {
+                break;
+            }
+            off += next as usize;
+        }
+        n
+    }
+
+    /// Passes one frame's datagrams on; returns how many reached `sink`.
+    fn deliver<F: FnMut(Received<'_>)>(
+        &self,
+        l2: &[u8],
+        wire_len: usize,
+        vnet: &[u8],
+        sink: &mut F,
+    ) -> usize {
+        let gso_type = vnet[1] & !VIRTIO_NET_HDR_GSO_ECN;
+        let gso_size = u16::from_ne_bytes([vnet[4], vnet[5]]) as usize;
+        let seg = match gso_type {
+            VIRTIO_NET_HDR_GSO_NONE => None,
+            VIRTIO_NET_HDR_GSO_UDP_L4 if gso_size > 0 => Some(gso_size),
+            _ => {
+                sink(Received::Truncated); // TCP or UFO: not a datagram stream
+                return 1;
+            }
+        };
+        if l2.len() < wire_len {
+            // Cut short by the ring: one loss per datagram the frame carried.
+            let k = seg.map_or(1, |s| wire_len.saturating_sub(42).div_ceil(s).max(1));
+            for _ in 0..k {
+                sink(Received::Truncated);
+            }
+            return k;
+        }
+        match (parse_udp(l2, self.port), seg) {
+            (Frame::Udp(p), None) => {
+                if p.len() <= self.max_packet {
+                    sink(Received::Packet(p));
+                } else {
+                    sink(Received::Truncated);
+                }
+                1
+            }
+            (Frame::Udp(p), Some(s)) => {
+                let mut k = 0;
+                for d in p.chunks(s) {
+                    if d.len() <= self.max_packet {
+                        sink(Received::Packet(d));
+                    } else {
+                        sink(Received::Truncated);
+                    }
+                    k += 1;
+                }
+                k
+            }
+            (Frame::Malformed, _) => {
+                sink(Received::Truncated);
+                1
+            }
+            (Frame::Other, _) => 0,
+        }
+    }
+}
+
+impl Engine for PacketRingEngine {
+    fn name(&self) -> &'static str {
+        "packet_ring"
+    }
+
+    fn recv_batch<F: FnMut(Received<'_>)>(
+        &mut self,
+        timeout: Duration,
+        mut sink: F,
+    ) -> Result<usize> {
+        let b = self.next;
+        if self.status(b).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
+            match self.wait(timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
+                Err(e) => return Err(Error::io("poll on the packet ring failed", e)),
+            }
+            if self.status(b).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
+                return Ok(0);
+            }
+        }
+        // SAFETY: block `b` lies inside the mapping, and while its status says
+        // TP_STATUS_USER the kernel does not write to it (the Acquire load above
+        // orders our reads after the kernel's writes), so a shared slice is sound
+        // until we hand it back below.
+        let blk = unsafe {
+            std::slice::from_raw_parts(self.ring.add(b * self.block_size), self.block_size)
+        };
+        let n = self.read_block(blk, &mut sink);
+        fence(Ordering::Release);
+        self.status(b).store(TP_STATUS_KERNEL, Ordering::Release);
+        self.next = (b + 1) % self.blocks;
+        Ok(n)
+    }
+
+    fn kernel_drops(&mut self) -> u64 {
+        let mut st = libc::tpacket_stats_v3 {
+            tp_packets: 0,
+            tp_drops: 0,
+            tp_freeze_q_cnt: 0,
+        };
+        let mut len = size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+        // SAFETY: `st` is writable for `len` bytes; the kernel writes at most that.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats_v3).cast(),
+                &mut len,
+            )
+        };
+        if r == 0 {
+            // The kernel resets these counters on every read.
+            self.drops += st.tp_drops as u64;
+            self.kernel_packets += st.tp_packets as u64;
+            self.freezes += st.tp_freeze_q_cnt as u64;
+        }
+        self.drops
+    }
+
+    fn rcvbuf(&self) -> u64 {
+        self.ring_len as u64
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        Some(self.local)
+    }
+}
+
+impl Drop for PacketRingEngine {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `open`; no slice into it
+        // outlives a `recv_batch` call.
+        unsafe {
+            libc::munmap(self.ring.cast(), self.ring_len);
+        }
+    }
+}
+
+// Classic BPF opcodes (linux/filter.h).
+const BPF_LD: u16 = 0x00;
+const BPF_LDX: u16 = 0x01;
+const BPF_ALU: u16 = 0x04;
+const BPF_JMP: u16 = 0x05;
+const BPF_RET: u16 = 0x06;
+const BPF_W: u16 = 0x00;
+const BPF_H: u16 = 0x08;
+const BPF_B: u16 = 0x10;
+const BPF_ABS: u16 = 0x20;
+const BPF_IND: u16 = 0x40;
+const BPF_MSH: u16 = 0xa0;
+const BPF_AND: u16 = 0x50;
+const BPF_JEQ: u16 = 0x10;
+const BPF_JSET: u16 = 0x40;
+const BPF_K: u16 = 0x00;
+/// `SKF_AD_OFF + SKF_AD_PKTTYPE`: loads the packet type.
+const SKF_PKTTYPE: u32 = (-0x1000i32 + 4) as u32;
+/// Snap length the filter grants: more than any frame (64 KiB GSO + headers).
+const SNAP: u32 = 0x0004_0000;
+
+fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// Accepts IPv4/UDP frames to `port` (and `dst`, when given) that are not
+/// outgoing and not non-first fragments, with or without one VLAN tag.
+fn udp_filter(port: u16, dst: Option<Ipv4Addr>) -> Vec<libc::sock_filter> {
+    let (mask, addr) = match dst {
+        Some(a) => (u32::MAX, u32::from(a)),
+        None => (0, 0), // (ip & 0) == 0: any address
+    };
+    // One body per header position (`l3`: where IPv4 starts), each ending in
+    // its own accept (rel. 12) and drop (rel. 13), so jump offsets are fixed.
+    let body = |l3: u32| {
+        [
+            bpf(BPF_LD | BPF_H | BPF_ABS, 0, 0, l3 - 2), // ethertype
+            bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 11, 0x0800),
+            bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, l3 + 9), // protocol
+            bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 9, 17),
+            bpf(BPF_LD | BPF_H | BPF_ABS, 0, 0, l3 + 6), // fragment offset
+            bpf(BPF_JMP | BPF_JSET | BPF_K, 7, 0, 0x1fff),
+            bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, l3 + 16), // destination address
+            bpf(BPF_ALU | BPF_AND | BPF_K, 0, 0, mask),
+            bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 4, addr & mask),
+            bpf(BPF_LDX | BPF_B | BPF_MSH, 0, 0, l3), // X = IP header length
+            bpf(BPF_LD | BPF_H | BPF_IND, 0, 0, l3 + 2), // UDP destination port
+            bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, port as u32),
+            bpf(BPF_RET | BPF_K, 0, 0, SNAP), // accept
+            bpf(BPF_RET | BPF_K, 0, 0, 0),    // drop
+        ]
+    };
+    let mut p = vec![
+        bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, SKF_PKTTYPE),
+        bpf(BPF_JMP | BPF_JEQ | BPF_K, 16, 0, PACKET_OUTGOING as u32), // -> 18 (drop)
+        bpf(BPF_LD | BPF_H | BPF_ABS, 0, 0, 12),
+        bpf(BPF_JMP | BPF_JEQ | BPF_K, 15, 0, 0x8100), // -> 19 (tagged body)
+        bpf(BPF_JMP | BPF_JEQ | BPF_K, 14, 0, 0x88a8), // -> 19
+    ];
+    p.extend(body(14)); // 5..=18
+    p.extend(body(18)); // 19..=32
+    p
+}
+
+fn attach_filter(fd: libc::c_int, prog: &mut [libc::sock_filter]) -> io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as libc::c_ushort,
+        filter: prog.as_mut_ptr(),
+    };
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+}
+
+fn setsockopt<T>(fd: libc::c_int, level: libc::c_int, opt: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live `T` and its exact size; the kernel
+    // copies it before returning.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (v as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn resolve_v4(bind: &str) -> Result<SocketAddr> {
+    let bad = || {
+        Error::Config(format!(
+            "bind address '{bind}' is not ipv4:port (for example 127.0.0.1:7000); the packet \
+             ring engine captures IPv4 only"
+        ))
+    };
+    bind.to_socket_addrs()
+        .map_err(|_| bad())?
+        .find(SocketAddr::is_ipv4)
+        .ok_or_else(bad)
+}
+
+fn if_index(name: &str) -> Result<libc::c_int> {
+    let c = std::ffi::CString::new(name)
+        .map_err(|_| Error::Config(format!("interface name {name:?} contains a NUL byte")))?;
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        return Err(Error::Config(format!(
+            "no network interface named '{name}' (see `ip link`)"
+        )));
+    }
+    Ok(i as libc::c_int)
+}
+
+/// The interface that owns `ip` (`lo` for 127.0.0.0/8), if any.
+pub fn interface_of(ip: Ipv4Addr) -> Result<Option<String>> {
+    if ip.is_loopback() {
+        return Ok(Some("lo".into()));
+    }
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(Error::io(
+            "cannot list network interfaces",
+            io::Error::last_os_error(),
+        ));
+    }
+    let mut found = None;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed;
+        // ifa_addr, when non-null and AF_INET, points to a sockaddr_in, and
+        // ifa_name to a NUL-terminated string.
+        unsafe {
+            let a = (*cur).ifa_addr;
+            if !a.is_null() && (*a).sa_family as libc::c_int == libc::AF_INET {
+                let sin = &*(a as *const libc::sockaddr_in);
+                if Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)) == ip {
+                    let name = std::ffi::CStr::from_ptr((*cur).ifa_name);
+                    found = Some(name.to_string_lossy().into_owned());
+                    break;
+                }
+            }
+            cur = (*cur).ifa_next;
+        }
+    }
+    // SAFETY: frees the list getifaddrs allocated, once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(found)
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(port: u16, payload: &[u8], vlan: bool, frag: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        if vlan {
+            f.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
+        }
+        f.extend_from_slice(&[0x08, 0x00]);
+        let total = (20 + 8 + payload.len()) as u16;
+        f.extend_from_slice(&[0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0]);
+        let ip = f.len() - 12;
+        f[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
+        f[ip + 6..ip + 8].copy_from_slice(&frag.to_be_bytes());
+        f.extend_from_slice(&[127, 0, 0, 1, 127, 0, 0, 1]);
+        f.extend_from_slice(&1234u16.to_be_bytes());
+        f.extend_from_slice(&port.to_be_bytes());
+        f.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    #[test]
+    fn parses_udp_with_and_without_vlan_and_rejects_every_cut() {
+        let payload: Vec<u8> = (0..100u32).map(|i| (i * 7 + 3) as u8).collect();
+        for vlan in [false, true] {
+            let f = frame(7000, &payload, vlan, 0);
+            assert_eq!(parse_udp(&f, 7000), Frame::Udp(&payload[..]));
+            assert_eq!(parse_udp(&f, 7001), Frame::Other);
+            for n in 0..f.len() {
+                assert!(
+                    matches!(parse_udp(&f[..n], 7000), Frame::Malformed | Frame::Other),
+                    "cut at {n}"
+                );
+                assert_ne!(parse_udp(&f[..n], 7000), Frame::Udp(&payload[..]));
+            }
+            // Ethernet padding after the IP datagram is ignored.
+            let mut padded = f.clone();
+            padded.extend_from_slice(&[0; 9]);
+            assert_eq!(parse_udp(&padded, 7000), Frame::Udp(&payload[..]));
+            // First fragment (MF) and a UDP length that disagrees: malformed.
+            assert_eq!(
+                parse_udp(&frame(7000, &payload, vlan, 0x2000), 7000),
+                Frame::Malformed
+            );
+            let mut bad = f.clone();
+            let at = bad.len() - payload.len() - 4;
+            bad[at] ^= 1;
+            assert_eq!(parse_udp(&bad, 7000), Frame::Malformed);
+        }
+        let mut arp = frame(7000, &payload, false, 0);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(parse_udp(&arp, 7000), Frame::Other);
+    }
+
+    /// A classic BPF interpreter for the instructions `udp_filter` uses.
+    fn run_bpf(p: &[libc::sock_filter], pkt: &[u8], pkttype: u8) -> u32 {
+        let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
+        let load = |at: usize, size: u16| -> Option<u32> {
+            let n = match size {
+                BPF_W => 4,
+                BPF_H => 2,
+                _ => 1,
+            };
+            let b = pkt.get(at..at + n)?;
+            Some(b.iter().fold(0u32, |v, &c| v << 8 | c as u32))
+        };
+        loop {
+            let i = p[pc];
+            pc += 1;
+            match (i.code & 0x07, i.code & 0xe0) {
+                (BPF_LD, BPF_ABS) if i.k == SKF_PKTTYPE => a = pkttype as u32,
+                (BPF_LD, BPF_ABS) => match load(i.k as usize, i.code & 0x18) {
+                    Some(v) => a = v,
+                    None => return 0,
+                },
+                (BPF_LD, BPF_IND) => match load((x + i.k) as usize, i.code & 0x18) {
+                    Some(v) => a = v,
+                    None => return 0,
+                },
+                (BPF_LDX, BPF_MSH) => match pkt.get(i.k as usize) {
+                    Some(&b) => x = 4 * (b & 0x0f) as u32,
+                    None => return 0,
+                },
+                (BPF_ALU, _) => a &= i.k,
+                (BPF_JMP, _) => {
+                    let hit = if i.code & 0xf0 == BPF_JSET {
+                        a & i.k != 0
+                    } else {
+                        a == i.k
+                    };
+                    pc += if hit { i.jt } else { i.jf } as usize;
+                }
+                (BPF_RET, _) => return i.k,
+                other => panic!("unexpected instruction {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn filter_accepts_exactly_udp_to_our_address_and_port() {
+        let payload = [1u8, 2, 3, 4, 5];
+        let lo = Some(Ipv4Addr::LOCALHOST);
+        for vlan in [false, true] {
+            let f = frame(7000, &payload, vlan, 0);
+            let ip = if vlan { 18 } else { 14 };
+            let run = |dst, f: &[u8], t| run_bpf(&udp_filter(7000, dst), f, t);
+            assert_eq!(run(lo, &f, 0), SNAP);
+            assert_eq!(run(None, &f, 0), SNAP);
+            assert_eq!(run(lo, &f, PACKET_OUTGOING), 0);
+            assert_eq!(run(lo, &frame(7001, &payload, vlan, 0), 0), 0);
+            assert_eq!(run(lo, &frame(7000, &payload, vlan, 0x2000), 0), SNAP);
+            assert_eq!(run(lo, &frame(7000, &payload, vlan, 0x0010), 0), 0);
+            assert_eq!(run(lo, &frame(7000, &payload, vlan, 0x4000), 0), SNAP);
+            let mut other_dst = f.clone();
+            other_dst[ip + 16] = 10;
+            assert_eq!(run(lo, &other_dst, 0), 0);
+            assert_eq!(run(None, &other_dst, 0), SNAP);
+            let mut tcp = f.clone();
+            tcp[ip + 9] = 6;
+            assert_eq!(run(lo, &tcp, 0), 0);
+            let mut arp = f.clone();
+            arp[ip - 2] = 0x06;
+            assert_eq!(run(lo, &arp, 0), 0);
+            // IP options move the UDP header; the filter follows the IHL.
+            let mut opt = f[..ip].to_vec();
+            opt.extend_from_slice(&f[ip..ip + 20]);
+            opt[ip] = 0x46;
+            opt.extend_from_slice(&[1, 1, 1, 0]);
+            opt.extend_from_slice(&f[ip + 20..]);
+            assert_eq!(run(lo, &opt, 0), SNAP);
+            for n in 0..ip + 24 {
+                assert_eq!(run(lo, &f[..n], 0), 0, "cut at {n}");
+            }
+        }
+    }
+
+    fn collect(e: &mut PacketRingEngine, want: usize) -> (Vec<Vec<u8>>, usize) {
+        let (mut got, mut truncated) = (Vec::new(), 0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while got.len() + truncated < want && std::time::Instant::now() < deadline {
+            e.recv_batch(Duration::from_millis(50), |p| match p {
+                Received::Packet(b) => got.push(b.to_vec()),
+                Received::Truncated => truncated += 1,
+            })
+            .unwrap();
+        }
+        (got, truncated)
+    }
+
+    #[test]
+    fn loopback_ring_receives_our_port_only_in_order() {
+        let mut cfg = PacketRingConfig::new("127.0.0.1:0");
+        cfg.max_packet = 1000;
+        cfg.blocks = 4;
+        cfg.block_size = 128 << 10;
+        let mut e = PacketRingEngine::open(&cfg).unwrap();
+        assert_eq!(e.interface(), "lo");
+        let to = e.local_addr().unwrap();
+        let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut sent = Vec::new();
+        for i in 0..60u32 {
+            let len = if i % 10 == 3 {
+                1001
+            } else {
+                1 + (i as usize * 37) % 1000
+            };
+            let p: Vec<u8> = (0..len).map(|k| (k as u32 * 13 + i) as u8).collect();
+            tx.send_to(&p, to).unwrap();
+            tx.send_to(&p, other.local_addr().unwrap()).unwrap(); // filtered out
+            sent.push(p);
+        }
+        let (got, truncated) = collect(&mut e, 60);
+        assert_eq!(truncated, 6);
+        let expect: Vec<Vec<u8>> = sent.into_iter().filter(|p| p.len() <= 1000).collect();
+        assert_eq!(got, expect);
+        // Nothing more is pending: the other port's packets never reached us.
+        assert_eq!(e.recv_batch(Duration::ZERO, |_| {}).unwrap(), 0);
+        assert_eq!(e.kernel_drops(), 0);
+        assert_eq!(e.kernel_frames(), 60);
+    }
+
+    #[test]
+    fn ring_drops_are_counted_when_it_overflows() {
+        let mut cfg = PacketRingConfig::new("127.0.0.1:0");
+        cfg.blocks = 2;
+        cfg.block_size = 128 << 10;
+        let mut e = PacketRingEngine::open(&cfg).unwrap();
+        let to = e.local_addr().unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let p = vec![0x5au8; 8000];
+        for _ in 0..100 {
+            tx.send_to(&p, to).unwrap();
+        }
+        let mut got = 0u64;
+        while e
+            .recv_batch(Duration::ZERO, |r| {
+                assert_eq!(r, Received::Packet(&p[..]));
+                got += 1;
+            })
+            .unwrap()
+            > 0
+        {}
+        let drops = e.kernel_drops();
+        assert!(got > 0 && drops > 0, "got {got}, drops {drops}");
+        assert_eq!(got + drops, 100);
+    }
+
+    #[test]
+    fn port_in_use_and_unknown_interface_are_clear_errors() {
+        let e = PacketRingEngine::open(&PacketRingConfig::new("127.0.0.1:0")).unwrap();
+        let addr = e.local_addr().unwrap().to_string();
+        let err = PacketRingEngine::open(&PacketRingConfig::new(addr.clone()))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("another capture"), "{err}");
+        let mut cfg = PacketRingConfig::new("127.0.0.1:0");
+        cfg.interface = Some("vs-no-such-if".into());
+        let err = PacketRingEngine::open(&cfg).err().unwrap();
+        assert!(err.to_string().contains("vs-no-such-if"), "{err}");
+        cfg.block_size = 1000;
+        assert!(matches!(
+            PacketRingEngine::open(&cfg).err().unwrap(),
+            Error::Config(_)
+        ));
+    }
+}

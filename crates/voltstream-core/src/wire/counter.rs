@@ -1,0 +1,170 @@
+//! The sequence-counter packet: voltstream's fixed layout for the plain
+//! test and bring-up stream of the 400GbE FPGA-to-GPU paper, where each packet
+//! carries a counter that goes up by one per packet and loss is read from
+//! its gaps.
+//!
+//! 10-byte big-endian header, then the payload:
+//! `index: u64 | stream: u16 | payload`. The paper's FPGA generator used a
+//! 16-bit counter; describe such a design with [`crate::wire::layout`]
+//! instead (and see its note on narrow counters). No function here panics
+//! on any input.
+
+use super::WireError;
+
+/// Bytes before the payload.
+pub const HEADER_LEN: usize = 10;
+
+mod field {
+    use core::ops::Range;
+    pub const INDEX: Range<usize> = 0..8;
+    pub const STREAM: Range<usize> = 8..10;
+}
+
+/// A read/write view of one counter packet held in `T`.
+#[derive(Debug, Clone)]
+pub struct Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Wraps a buffer without checks; accessors read zeros where it is short.
+    pub fn new_unchecked(buffer: T) -> Self {
+        Packet { buffer }
+    }
+
+    /// Wraps untrusted bytes: only the 10-byte header is required (the
+    /// payload length is the capture's business, see [`crate::wire::FormatSpec`]).
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        let p = Packet { buffer };
+        p.check_len()?;
+        Ok(p)
+    }
+
+    pub fn check_len(&self) -> Result<(), WireError> {
+        if self.buffer.as_ref().len() < HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        Ok(())
+    }
+
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// Packet number on this stream's timeline.
+    pub fn index(&self) -> u64 {
+        let mut b = [0u8; 8];
+        if let Some(s) = self.buffer.as_ref().get(field::INDEX) {
+            b.copy_from_slice(s);
+        }
+        u64::from_be_bytes(b)
+    }
+
+    pub fn stream(&self) -> u16 {
+        match self.buffer.as_ref().get(field::STREAM) {
+            Some(s) => u16::from_be_bytes([s[0], s[1]]),
+            None => 0,
+        }
+    }
+
+    /// Everything after the header; empty if the view is short.
+    pub fn payload(&self) -> &[u8] {
+        self.buffer.as_ref().get(HEADER_LEN..).unwrap_or(&[])
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        self.buffer
+            .as_mut()
+            .get_mut(HEADER_LEN..)
+            .unwrap_or(&mut [])
+    }
+}
+
+/// A parsed counter header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repr {
+    pub index: u64,
+    pub stream: u16,
+}
+
+impl Repr {
+    pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr, WireError> {
+        p.check_len()?;
+        Ok(Repr {
+            index: p.index(),
+            stream: p.stream(),
+        })
+    }
+
+    /// Writes the header; the payload is left alone.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) -> Result<(), WireError> {
+        let h = p
+            .buffer
+            .as_mut()
+            .get_mut(..HEADER_LEN)
+            .ok_or(WireError::Truncated)?;
+        h[field::INDEX].copy_from_slice(&self.index.to_be_bytes());
+        h[field::STREAM].copy_from_slice(&self.stream.to_be_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_known_bytes() {
+        let r = Repr {
+            index: 0x0102_0304_0506_0708,
+            stream: 0xa1b2,
+        };
+        let mut b = vec![0xeeu8; 14];
+        r.emit(&mut Packet::new_unchecked(&mut b[..])).unwrap();
+        assert_eq!(
+            b,
+            [1, 2, 3, 4, 5, 6, 7, 8, 0xa1, 0xb2, 0xee, 0xee, 0xee, 0xee]
+        );
+        let p = Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(Repr::parse(&p), Ok(r));
+        assert_eq!(p.payload(), &[0xee; 4]);
+        for n in 0..HEADER_LEN {
+            assert_eq!(
+                Packet::new_checked(&b[..n]).err(),
+                Some(WireError::Truncated)
+            );
+            assert_eq!(
+                r.emit(&mut Packet::new_unchecked(&mut b[..n])),
+                Err(WireError::Truncated)
+            );
+        }
+        assert!(Packet::new_checked(&b[..HEADER_LEN]).is_ok());
+    }
+
+    #[test]
+    fn no_panic_on_random_input() {
+        let mut rng = crate::wire::testutil::XorShift(0x0040_06be_00c0_u64);
+        let mut valid = vec![0u8; 40];
+        Repr {
+            index: 12345,
+            stream: 1,
+        }
+        .emit(&mut Packet::new_unchecked(&mut valid[..]))
+        .unwrap();
+        let mut bytes = Vec::new();
+        for i in 0..100_000 {
+            rng.fill_like(&mut bytes, &valid, i);
+            if let Ok(p) = Packet::new_checked(&bytes[..]) {
+                let r = Repr::parse(&p).unwrap();
+                let mut again = bytes.clone();
+                r.emit(&mut Packet::new_unchecked(&mut again[..])).unwrap();
+                assert_eq!(again, bytes);
+                assert_eq!(p.payload().len() + HEADER_LEN, bytes.len());
+            }
+            let p = Packet::new_unchecked(&bytes[..]);
+            let _ = (p.index(), p.stream(), p.payload());
+        }
+    }
+}

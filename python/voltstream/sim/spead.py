@@ -1,0 +1,220 @@
+"""MeerKAT-style digitiser heaps as SPEAD packets, in NumPy.
+
+One packet per heap, flavour SPEAD-64-48 by default: the 8-byte header
+(magic 0x53, version 4, id width 2 bytes, address width 6 bytes, item count),
+eight big-endian item pointers, then the heap. Item order: heap counter
+(0x1), heap size (0x2), heap offset (0x3, always 0), payload length (0x4),
+time stamp (0x1600, the ADC sample count of the heap's first sample),
+digitiser id (0x3101), digitiser status (0x3102), all immediate; then the
+raw data item (0x3300) pointing at heap address 0. The heap counter is
+``timestamp // samples_per_heap``. ``docs/formats.md`` has the details.
+
+Samples are signed two's-complement integers of 8, 10, 12 or 16 bits, packed
+as one big-endian bit stream: the first sample fills the most significant
+bits of byte 0 (10 bits: four samples in five bytes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from voltstream.errors import ConfigError, FormatError
+
+__all__ = [
+    "DIG_ID",
+    "DIG_RAW_DATA",
+    "DIG_STATUS",
+    "DIG_TIMESTAMP",
+    "SPEAD_BITS",
+    "depacketize_spead_dig",
+    "pack_samples",
+    "packetize_spead_dig",
+    "parse_spead_header",
+    "spead_dig_packet_len",
+    "unpack_samples",
+]
+
+MAGIC = 0x53
+VERSION = 4
+HEAP_CNT, HEAP_SIZE, HEAP_OFFSET, PAYLOAD_LEN = 0x1, 0x2, 0x3, 0x4
+DIG_TIMESTAMP = 0x1600
+DIG_ID = 0x3101
+DIG_STATUS = 0x3102
+DIG_RAW_DATA = 0x3300
+#: Sample widths the packetizer writes.
+SPEAD_BITS = (8, 10, 12, 16)
+_N_ITEMS = 8
+_HEADER_LEN = 8 + 8 * _N_ITEMS
+
+
+def _check_bits(bits: int) -> None:
+    if bits not in SPEAD_BITS:
+        raise ConfigError(f"digitiser sample width {bits} is not supported; use 8, 10, 12 or 16")
+
+
+def pack_samples(samples, bits: int) -> np.ndarray:
+    """Packs signed integers into a big-endian bit stream of ``bits`` per sample.
+
+    ``samples`` must be integers within the signed ``bits``-bit range and their
+    total bit count a whole number of bytes; returns a 1-D uint8 array.
+    """
+    _check_bits(bits)
+    s = np.asarray(samples)
+    if s.dtype.kind not in "iu":
+        raise ConfigError(f"samples must be integers to pack, got dtype {s.dtype}")
+    s = s.reshape(-1).astype(np.int64)
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if s.size and (s.min() < lo or s.max() > hi):
+        raise ConfigError(f"samples must lie in {lo}..{hi} for {bits}-bit packing")
+    if s.size * bits % 8:
+        raise ConfigError(f"{s.size} samples of {bits} bits are not a whole number of bytes")
+    codes = (s & ((1 << bits) - 1)).astype(">u2")
+    bitplane = np.unpackbits(codes.view(np.uint8).reshape(-1, 2), axis=1)[:, 16 - bits :]
+    return np.packbits(bitplane.reshape(-1))
+
+
+def unpack_samples(data, bits: int, n: int | None = None) -> np.ndarray:
+    """Unpacks ``n`` (default: all whole) signed samples; returns int16."""
+    _check_bits(bits)
+    d = np.frombuffer(np.ascontiguousarray(data, dtype=np.uint8), dtype=np.uint8)
+    avail = d.size * 8 // bits
+    n = avail if n is None else n
+    if n > avail:
+        raise FormatError(f"{d.size} bytes hold {avail} samples of {bits} bits, not {n}")
+    stream = np.unpackbits(d)[: n * bits].reshape(n, bits)
+    padded = np.zeros((n, 16), dtype=np.uint8)
+    padded[:, :bits] = stream
+    # The code sits in the top bits of a big-endian int16: the arithmetic
+    # shift back down sign-extends it.
+    top = np.packbits(padded, axis=1).reshape(-1).view(">i2").astype(np.int16)
+    return top >> (16 - bits)
+
+
+def spead_dig_packet_len(samples_per_heap: int = 4096, bits: int = 10) -> int:
+    """UDP payload bytes of one digitiser heap packet."""
+    _check_bits(bits)
+    return _HEADER_LEN + samples_per_heap * bits // 8
+
+
+def _pointer(immediate: bool, item_id: int, value, addr_bits: int) -> np.ndarray:
+    value = np.asarray(value, dtype=np.uint64)
+    if np.any(value >= np.uint64(1 << addr_bits)):
+        raise ConfigError(f"item {item_id:#x} value does not fit {addr_bits} bits")
+    head = (int(immediate) << 63) | (item_id << addr_bits)
+    return np.uint64(head) | value
+
+
+def packetize_spead_dig(
+    samples,
+    *,
+    bits: int = 10,
+    samples_per_heap: int = 4096,
+    timestamp: int = 0,
+    digitiser_id: int = 0,
+    status=0,
+    heap_address_bits: int = 48,
+) -> np.ndarray:
+    """Packs a 1-D integer sample stream into digitiser heap packets.
+
+    ``timestamp`` is the sample count of the first sample (a multiple of
+    ``samples_per_heap``); each next heap adds ``samples_per_heap``.
+    ``status`` is one value or one per heap. Returns (n_heaps, packet_len)
+    uint8, C-contiguous.
+    """
+    _check_bits(bits)
+    if heap_address_bits % 8 or not 16 <= heap_address_bits <= 48:
+        raise ConfigError("heap_address_bits must be 16, 24, 32, 40 or 48 (items up to 0x3300)")
+    if samples_per_heap <= 0 or samples_per_heap * bits % 8:
+        raise ConfigError(f"{samples_per_heap} samples of {bits} bits are not whole bytes")
+    if timestamp < 0 or timestamp % samples_per_heap:
+        raise ConfigError(f"timestamp {timestamp} must be a multiple of {samples_per_heap}")
+    s = np.asarray(samples).reshape(-1)
+    if s.size == 0 or s.size % samples_per_heap:
+        raise ConfigError(f"{s.size} samples are not a whole number of {samples_per_heap}-heaps")
+    n = s.size // samples_per_heap
+    heap_bytes = samples_per_heap * bits // 8
+    ts = timestamp + samples_per_heap * np.arange(n, dtype=np.uint64)
+    a = heap_address_bits
+    items = np.stack(
+        np.broadcast_arrays(
+            _pointer(True, HEAP_CNT, ts // np.uint64(samples_per_heap), a),
+            _pointer(True, HEAP_SIZE, heap_bytes, a),
+            _pointer(True, HEAP_OFFSET, 0, a),
+            _pointer(True, PAYLOAD_LEN, heap_bytes, a),
+            _pointer(True, DIG_TIMESTAMP, ts, a),
+            _pointer(True, DIG_ID, digitiser_id, a),
+            _pointer(True, DIG_STATUS, np.broadcast_to(status, (n,)), a),
+            _pointer(False, DIG_RAW_DATA, 0, a),
+        ),
+        axis=1,
+    )
+    out = np.empty((n, _HEADER_LEN + heap_bytes), dtype=np.uint8)
+    out[:, :8] = [MAGIC, VERSION, 8 - a // 8, a // 8, 0, 0, 0, _N_ITEMS]
+    out[:, 8:_HEADER_LEN] = items.astype(">u8").view(np.uint8).reshape(n, -1)
+    out[:, _HEADER_LEN:] = pack_samples(s, bits).reshape(n, heap_bytes)
+    return out
+
+
+def parse_spead_header(packet) -> dict:
+    """Reads one SPEAD-64-XX packet: flavour, items and payload.
+
+    Returns ``{"heap_address_bits", "items": [(immediate, id, value), ...],
+    "payload": bytes}``; raises FormatError for a bad magic, version or
+    flavour, a missing or non-immediate standard item, or a short packet.
+    """
+    b = bytes(packet)
+    if len(b) < 8:
+        raise FormatError(f"SPEAD packet of {len(b)} bytes is shorter than its header")
+    if b[0] != MAGIC or b[1] != VERSION or b[2] + b[3] != 8 or not 1 <= b[3] <= 7:
+        raise FormatError(f"not a SPEAD-64-XX packet header: {b[:4].hex()}")
+    addr = 8 * b[3]
+    n_items = int.from_bytes(b[6:8], "big")
+    start = 8 + 8 * n_items
+    if len(b) < start:
+        raise FormatError(f"SPEAD packet is shorter than its {n_items} item pointers")
+    items = []
+    for k in range(n_items):
+        raw = int.from_bytes(b[8 + 8 * k : 16 + 8 * k], "big")
+        items.append(
+            (bool(raw >> 63), (raw >> addr) & ((1 << (63 - addr)) - 1), raw & ((1 << addr) - 1))
+        )
+    std = {i: v for imm, i, v in items if imm and i in (HEAP_CNT, HEAP_OFFSET, PAYLOAD_LEN)}
+    if len(std) != 3:
+        raise FormatError("SPEAD packet lacks an immediate heap counter, offset or length")
+    if len(b) < start + std[PAYLOAD_LEN]:
+        raise FormatError("SPEAD packet is shorter than its payload length")
+    return {
+        "heap_address_bits": addr,
+        "items": items,
+        "payload": b[start : start + std[PAYLOAD_LEN]],
+    }
+
+
+def depacketize_spead_dig(packets, *, bits: int = 10) -> dict:
+    """Decodes digitiser heap packets (rows of ``packets``).
+
+    Returns ``{"timestamp", "digitiser_id", "status"}`` (uint64, one per
+    packet) and ``"samples"`` (int16, the heaps' samples concatenated).
+    Raises FormatError for packets that are not whole single-packet heaps.
+    """
+    _check_bits(bits)
+    ts, ids, status, samples = [], [], [], []
+    for row in np.atleast_2d(np.asarray(packets, dtype=np.uint8)):
+        h = parse_spead_header(row.tobytes())
+        imm = {i: v for im, i, v in h["items"] if im}
+        missing = {HEAP_SIZE, DIG_TIMESTAMP, DIG_ID} - imm.keys()
+        if missing:
+            raise FormatError(f"digitiser heap lacks items {sorted(hex(m) for m in missing)}")
+        size = len(h["payload"])
+        if imm[HEAP_OFFSET] != 0 or imm[HEAP_SIZE] != size or size * 8 % bits:
+            raise FormatError("not a single-packet digitiser heap of whole samples")
+        ts.append(imm[DIG_TIMESTAMP])
+        ids.append(imm[DIG_ID])
+        status.append(imm.get(DIG_STATUS, 0))
+        samples.append(unpack_samples(np.frombuffer(h["payload"], np.uint8), bits))
+    return {
+        "timestamp": np.array(ts, dtype=np.uint64),
+        "digitiser_id": np.array(ids, dtype=np.uint64),
+        "status": np.array(status, dtype=np.uint64),
+        "samples": np.concatenate(samples) if samples else np.zeros(0, np.int16),
+    }

@@ -1,0 +1,117 @@
+"""Several GPU workers (dsp/gpu_workers.py) against the CPU fold and one engine.
+
+On one GPU the path runs as two workers (threads, own streams and engines) on
+device 0, with segments shorter than the input so each worker folds several,
+and the lead-in of every segment re-read. Fresh random data per test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from voltstream.dsp.dedisperse import Dedisperser
+from voltstream.dsp.gpu_fold import fold_file_gpu, gpu_available
+from voltstream.dsp.gpu_workers import fold_file_multi_gpu
+from voltstream.io.polyco import ConstantPeriod, Polyco, polyco_entries_from_spin
+from voltstream.pipeline.fold import fold_file
+
+from .test_kernels import BlocksOnly, MemReader, compare_archives, make_obs
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cp():
+    import cupy
+
+    assert gpu_available(), "no CUDA device visible to CuPy"
+    return cupy
+
+
+@pytest.mark.parametrize("dm,bw", [(26.833, -8.0), (120.0, 8.0)])
+@pytest.mark.parametrize("variant", ["fused", "naive"])
+def test_two_workers_raw_reader_match_cpu(cp, dm, bw, variant):
+    rng = np.random.default_rng()
+    obs = make_obs(8, bw)
+    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz)
+    n = 6 * dd.nfft + int(rng.integers(1000, 5000))
+    raw = rng.integers(-128, 128, (n, obs.nchan, obs.npol, 2)).astype(np.int8)
+    pred = ConstantPeriod(float(rng.uniform(1e-3, 3e-3)), obs.start_mjd, obs.start_sec)
+    tsub = n * obs.tsamp_s / 3.7
+    cpu = fold_file(MemReader(obs, raw), dm, pred, 128, tsub, "AA+BB")
+    multi = fold_file_multi_gpu(
+        MemReader(obs, raw),
+        dm,
+        pred,
+        128,
+        tsub,
+        "AA+BB",
+        gpus=[0],
+        workers_per_gpu=2,
+        segment_samples=dd.step * 2 + 5,  # rounded up to 3 steps: several segments each
+        block_samples=dd.step + 1231,
+        variant=variant,
+    )
+    compare_archives(multi, cpu)
+    one = fold_file_gpu(MemReader(obs, raw), dm, pred, 128, tsub, "AA+BB", variant=variant)
+    compare_archives(multi, one)
+    assert "2 workers" in " ".join(multi.history)
+
+
+@pytest.mark.parametrize("variant", ["fused", "naive"])
+def test_two_workers_lost_packets_polyco_match_cpu(cp, variant):
+    rng = np.random.default_rng()
+    obs = make_obs(4, -16.0, freq=800.0)
+    dm = 35.727
+    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz)
+    n = 6 * dd.nfft + 3001
+    raw = rng.integers(-128, 128, (n, obs.nchan, obs.npol, 2)).astype(np.int8)
+    valid = np.ones(n, dtype=bool)
+    for s in rng.integers(0, n - 64, 8):  # lost packets of 64 samples
+        valid[s : s + 64] = False
+    entries = polyco_entries_from_spin(
+        "J0000+0000",
+        float(rng.uniform(300, 700)),
+        -1e-12,
+        obs.start_mjd,
+        obs.start_sec,
+        obs.start_mjd,
+        obs.start_sec + 10.0,
+        nentries=2,
+        span_min=1.0,
+    )
+    pred = Polyco(entries)
+    tsub = n * obs.tsamp_s / 2.5
+    cpu = fold_file(BlocksOnly(obs, raw, valid), dm, pred, 256, tsub, "AABBCRCI")
+    multi = fold_file_multi_gpu(
+        BlocksOnly(obs, raw, valid),
+        dm,
+        pred,
+        256,
+        tsub,
+        "AABBCRCI",
+        gpus=1,
+        workers_per_gpu=2,
+        segment_samples=dd.step * 2,
+        block_samples=dd.step + 77,
+        variant=variant,
+    )
+    compare_archives(multi, cpu)
+    assert multi.excluded_samples == int((~valid).sum()) > 0
+    assert np.any(multi.weights < 1) and np.all(multi.weights <= 1)
+
+
+def test_more_workers_than_segments(cp):
+    rng = np.random.default_rng()
+    obs = make_obs(4, 8.0)
+    dm = 3.0
+    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz)
+    n = dd.nfft + dd.step + 17  # two frames: two segments at most
+    raw = rng.integers(-128, 128, (n, obs.nchan, obs.npol, 2)).astype(np.int8)
+    pred = ConstantPeriod(0.0017, obs.start_mjd, obs.start_sec)
+    cpu = fold_file(MemReader(obs, raw), dm, pred, 64, None)
+    multi = fold_file_multi_gpu(
+        MemReader(obs, raw), dm, pred, 64, None, gpus=[0], workers_per_gpu=4
+    )
+    compare_archives(multi, cpu)
