@@ -54,3 +54,19 @@ pub trait Engine: Send + 'static {
     /// The local address traffic is received on, when there is one.
     fn local_addr(&self) -> Option<SocketAddr>;
 }
+
+/// Test helper shared by the engines' tests: receives until `want` packets (or
+/// truncations) arrived or 5 s passed; returns the packets and the truncations.
+#[cfg(test)]
+pub(crate) fn test_collect<E: Engine>(e: &mut E, want: usize) -> (Vec<Vec<u8>>, usize) {
+    let (mut got, mut truncated) = (Vec::new(), 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while got.len() + truncated < want && std::time::Instant::now() < deadline {
+        e.recv_batch(std::time::Duration::from_millis(50), |p| match p {
+            Received::Packet(b) => got.push(b.to_vec()),
+            Received::Truncated => truncated += 1,
+        })
+        .unwrap();
+    }
+    (got, truncated)
+}

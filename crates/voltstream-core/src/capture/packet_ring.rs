@@ -801,6 +801,7 @@ fn page_size() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::test_collect as collect;
 
     fn frame(port: u16, payload: &[u8], vlan: bool, frag: u16) -> Vec<u8> {
         let mut f = vec![0u8; 12];
@@ -935,19 +936,6 @@ mod tests {
                 assert_eq!(run(lo, &f[..n], 0), 0, "cut at {n}");
             }
         }
-    }
-
-    fn collect(e: &mut PacketRingEngine, want: usize) -> (Vec<Vec<u8>>, usize) {
-        let (mut got, mut truncated) = (Vec::new(), 0);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while got.len() + truncated < want && std::time::Instant::now() < deadline {
-            e.recv_batch(Duration::from_millis(50), |p| match p {
-                Received::Packet(b) => got.push(b.to_vec()),
-                Received::Truncated => truncated += 1,
-            })
-            .unwrap();
-        }
-        (got, truncated)
     }
 
     #[test]

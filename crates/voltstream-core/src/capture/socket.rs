@@ -334,19 +334,7 @@ fn getsockopt_int(fd: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn collect(e: &mut SocketEngine, want: usize) -> (Vec<Vec<u8>>, usize) {
-        let (mut got, mut truncated) = (Vec::new(), 0);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while got.len() + truncated < want && std::time::Instant::now() < deadline {
-            e.recv_batch(Duration::from_millis(50), |p| match p {
-                Received::Packet(b) => got.push(b.to_vec()),
-                Received::Truncated => truncated += 1,
-            })
-            .unwrap();
-        }
-        (got, truncated)
-    }
+    use crate::capture::test_collect as collect;
 
     #[test]
     fn receives_in_order_and_flags_oversized_packets() {
