@@ -74,6 +74,14 @@ def _add_format_options(p: argparse.ArgumentParser) -> None:
         "(for a VDIF file: from its .json sidecar)",
     )
     g.add_argument(
+        "--engine",
+        choices=("auto", "packet_ring", "socket"),
+        default="auto",
+        help="capture engine: packet_ring (AF_PACKET TPACKET_V3 ring, needs CAP_NET_RAW), "
+        "socket (recvmmsg batches), or auto = the first that opens, in that order. "
+        "Default: auto",
+    )
+    g.add_argument(
         "--vdif-payload",
         type=_positive(int),
         default=8000,

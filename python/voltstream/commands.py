@@ -126,6 +126,7 @@ def capture(args) -> int:
             packets_per_chunk=args.packets_per_chunk,
             window=args.window,
             idle_timeout_s=args.idle_timeout,
+            engine=args.engine,
         )
     finally:
         if writer is not None:
@@ -197,6 +198,7 @@ def fold(args) -> int:
             args.duration,
             fmt.observation(start_mjd=mjd, start_sec=sec),
             idle_timeout_s=args.idle_timeout,
+            engine=args.engine,
         )
         live.start()
         reader = live

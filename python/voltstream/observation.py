@@ -73,6 +73,8 @@ class FoldedArchive:
     polyco_text: str | None = None  # the polyco file used, for the POLYCO HDU
     history: list[str] = field(default_factory=list)
     excluded_samples: int = 0  # samples from missing packets kept out of profiles
+    par_text: str | None = None  # the .par file folded with, for the PSRPARAM HDU
+    coherent_nfft: int | None = None  # FFT length of the coherent dedispersion (COHDDISP)
 
     @property
     def nsub(self) -> int:

@@ -16,6 +16,23 @@ http://www.atnf.csiro.au/research/pulsar/psrfits/fitsdef.html; header version
   channel ``c`` and polarisation ``p`` is
   ``DATA[p, c, b] * DAT_SCL[p*NCHAN + c] + DAT_OFFS[p*NCHAN + c]``.
 - POLYCO: when the fold used a TEMPO polyco, one row per polyco block.
+- PSRPARAM: when the fold used a .par file (``archive.par_text``), its text,
+  one row per non-blank line in the single fixed-width string column PARAM
+  (128A as in the template, wider only if a line is longer).
+- COHDDISP: always, since every voltstream archive is coherently dedispersed.
+  Keys and columns are those of the PSRFITS template shipped with PSRCHIVE
+  (Base/Formats/PSRFITS/psrheader.fits, "Coherent Dedispersion Parameters",
+  the layout PSRCHIVE's CoherentDedispersion extension writes): header DOMAIN
+  = 'FREQ' (overlap-save in the Fourier domain), CHRPTYPE, DM, DOPPLER (1.0:
+  no Doppler correction), DATANBIT and CHRPNBIT (32: the float32 GPU path;
+  the CPU reference works in float64), NCHAN (input channels), plus NFFT (the
+  header key of the older template); one row per input channel with FREQ,
+  BW (signed, MHz), OUT_NCHAN (1: each channel is dedispersed in place),
+  OUT_FREQ, OUT_BW, NCHIRP (FFT length, ``archive.coherent_nfft``, 0 when
+  unknown), NCYC_POS and NCYC_NEG (samples discarded at the start and end of
+  each FFT, computed as voltstream.dsp.dedisperse.Dedisperser does).
+  read_psrfits returns PSRPARAM as ``par_text`` and NCHIRP as
+  ``coherent_nfft`` (None when 0).
 
 Each (sub-integration, polarisation, channel) profile is quantised on its own
 scale, so the int16 values reconstruct it within 1/65534 of its range (plus
@@ -163,6 +180,77 @@ def _check(archive: FoldedArchive) -> None:
             raise FormatError(f"archive {name} has shape {np.shape(arr)}; need {shape}")
     if not np.all(np.isfinite(d)):
         raise FormatError("archive data holds NaN or infinity; zero-weight those channels first")
+
+
+# --- PSRPARAM and COHDDISP ----------------------------------------------------
+
+
+def _psrparam_hdu(par_text: str):
+    """PSRPARAM: the .par file, one row per non-blank line (column PARAM)."""
+    from astropy.io import fits
+
+    lines = [ln.rstrip() for ln in par_text.splitlines() if ln.strip()]
+    if not lines:
+        raise FormatError("the archive's .par text is empty; pass the .par file folded with")
+    if not all(ln.isascii() for ln in lines):
+        raise FormatError("the archive's .par text is not ASCII; FITS strings must be ASCII")
+    width = max(128, max(len(ln) for ln in lines))
+    col = fits.Column(name="PARAM", format=f"{width}A", array=lines)
+    return fits.BinTableHDU.from_columns([col], name="PSRPARAM")
+
+
+def _cohddisp_geometry(archive: FoldedArchive) -> tuple[int, int]:
+    """Samples discarded at the start and end of each FFT, as the Dedisperser chooses."""
+    from voltstream.dsp.dedisperse import edge_delays_samples, smearing_samples
+
+    obs = archive.obs
+    freqs, cbw = obs.chan_freqs_mhz, float(obs.chan_bw_mhz)
+    n_hi, n_lo = edge_delays_samples(float(archive.dm), freqs, cbw)
+    head = int(np.ceil(np.max(n_hi) - 1e-9))
+    tail = int(np.ceil(np.max(n_lo) - 1e-9))
+    overlap = max(int(np.max(smearing_samples(float(archive.dm), freqs, cbw))), head + tail)
+    return head, overlap - head
+
+
+def _cohddisp_hdu(archive: FoldedArchive):
+    """COHDDISP: the coherent dedispersion applied (see the module docstring)."""
+    from astropy.io import fits
+
+    obs = archive.obs
+    nchan = obs.nchan
+    nfft = int(archive.coherent_nfft or 0)
+    if nfft < 0:
+        raise FormatError(f"archive coherent_nfft is {nfft}; give the FFT length (> 0) or None")
+    head, tail = _cohddisp_geometry(archive)
+    freqs = np.asarray(obs.chan_freqs_mhz, dtype=np.float64)
+    bw = np.full(nchan, float(obs.chan_bw_mhz))
+    ones = np.ones(nchan, dtype=np.int32)
+    hdu = fits.BinTableHDU.from_columns(
+        [
+            fits.Column(name="FREQ", format="1D", unit="MHz", array=freqs),
+            fits.Column(name="BW", format="1D", unit="MHz", array=bw),
+            fits.Column(name="OUT_NCHAN", format="1J", array=ones),
+            fits.Column(name="OUT_FREQ", format="1D", unit="MHz", array=freqs),
+            fits.Column(name="OUT_BW", format="1D", unit="MHz", array=bw),
+            fits.Column(name="NCHIRP", format="1J", array=ones * nfft),
+            fits.Column(name="NCYC_POS", format="1J", array=ones * head),
+            fits.Column(name="NCYC_NEG", format="1J", array=ones * tail),
+        ],
+        name="COHDDISP",
+    )
+    h = hdu.header
+    for key, value, comment in [
+        ("DOMAIN", "FREQ", "Coherent dedisp domain (TIME/FREQ)"),
+        ("CHRPTYPE", "voltstream overlap-save", "Chirp function descriptor"),
+        ("DM", float(archive.dm), "[cm-3 pc] DM used for coherent dedispersion"),
+        ("DOPPLER", 1.0, "[v/c] Doppler correction factor"),
+        ("DATANBIT", 32, "Number of quantization levels for data"),
+        ("CHRPNBIT", 32, "Number of quantization levels for chirp"),
+        ("NCHAN", nchan, "Number of input frequency channels"),
+        ("NFFT", nfft, "Size of forward FFT (0: unknown)"),
+    ]:
+        h[key] = (value, comment)
+    return hdu
 
 
 # --- writer ------------------------------------------------------------------
@@ -396,6 +484,9 @@ def write_psrfits(
         )
         hdus[-1].header["DM"] = (entries[0].dm, "[cm-3 pc] DM of the polyco")
         hdus[-1].header["SRC_NAME"] = (entries[0].psr, "Pulsar of the polyco")
+    if archive.par_text:
+        hdus.append(_psrparam_hdu(archive.par_text))
+    hdus.append(_cohddisp_hdu(archive))
     try:
         fits.HDUList(hdus).writeto(path, overwrite=True)
     except OSError as exc:
@@ -474,6 +565,17 @@ def _read(path, hdul) -> FoldedArchive:
         dm = float(hdul["POLYCO"].header.get("DM", sh.get("DM", 0.0)))
         prows = [{c: r[c] for c in hdul["POLYCO"].data.columns.names} for r in hdul["POLYCO"].data]
         polyco_text = write_polyco(None, _polyco_entries(prows, src, dm))
+    par_text = None
+    if "PSRPARAM" in names and hdul["PSRPARAM"].data is not None:
+        par_lines = [str(s).rstrip() for s in hdul["PSRPARAM"].data["PARAM"]]
+        par_text = "".join(ln + "\n" for ln in par_lines) or None
+    coherent_nfft = None
+    if "COHDDISP" in names and hdul["COHDDISP"].data is not None:
+        coh = hdul["COHDDISP"]
+        if "NCHIRP" in coh.columns.names and len(coh.data):
+            coherent_nfft = int(np.ravel(coh.data["NCHIRP"])[0]) or None
+        else:
+            coherent_nfft = int(coh.header.get("NFFT", 0)) or None
     return FoldedArchive(
         obs=obs,
         data=data,
@@ -485,4 +587,6 @@ def _read(path, hdul) -> FoldedArchive:
         pol_type=str(sh.get("POL_TYPE", "AA+BB")).strip(),
         polyco_text=polyco_text,
         history=history,
+        par_text=par_text,
+        coherent_nfft=coherent_nfft,
     )

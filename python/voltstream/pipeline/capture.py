@@ -85,7 +85,8 @@ class CaptureReport:
     def summary_lines(self) -> list[str]:
         t = self.totals
         lines = [
-            f"capture {self.format} on {self.bind}: {self.chunks} chunks, "
+            f"capture {self.format} on {self.bind} ({self.engine.get('engine', '?')} engine): "
+            f"{self.chunks} chunks, "
             f"{self.samples_written} samples, {self.bytes_written / 1e6:.1f} MB "
             f"in {self.duration_s:.2f} s",
             "  "
@@ -106,6 +107,7 @@ def run_capture(
     idle_timeout_s: float | None = None,
     on_start=None,
     resync_chunks: int = 64,
+    engine: str = "auto",
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
@@ -125,6 +127,7 @@ def run_capture(
             nchunks=nchunks,
             window=window,
             resync_chunks=resync_chunks,
+            engine=engine,
             **fmt.capture_kwargs(),
         )
     except OSError as e:  # CaptureError is an OSError; keep its message

@@ -32,9 +32,11 @@ class LiveReader:
         obs: Observation,
         idle_timeout_s: float | None = None,
         max_queued_chunks: int = 64,
+        engine: str = "auto",
     ):
         self.fmt, self.bind, self.obs = fmt, bind, obs
         self.duration_s, self.idle_timeout_s = duration_s, idle_timeout_s
+        self.engine = engine
         self._queue: queue.Queue = queue.Queue(maxsize=max_queued_chunks)
         self.report = None
         self.error: BaseException | None = None
@@ -59,6 +61,7 @@ class LiveReader:
                 sink=lambda samples, valid: self._queue.put((samples, valid)),
                 idle_timeout_s=self.idle_timeout_s,
                 on_start=self._started.set,
+                engine=self.engine,
             )
         except BaseException as e:  # handed to the reading thread
             self.error = e
