@@ -240,3 +240,17 @@ def test_live_fold_of_vdif_over_loopback(tmp_path):
     prof = arch.profile()
     assert profile_snr(prof) > 10
     assert abs((np.argmax(prof) + 0.5) / arch.nbin - 0.6) < 0.03
+
+
+def test_fold_par_without_pint_says_what_to_do(tmp_path, monkeypatch, capsys):
+    """--par needs PINT; without it the user is told how to get it or use --polyco."""
+    from voltstream.errors import ConfigError
+    from voltstream.io import par
+
+    monkeypatch.setitem(sys.modules, "pint", None)
+    (tmp_path / "p.par").write_text("PSRJ J0000+0000\nF0 30.03\nDM 26.833\n")
+    with pytest.raises(ConfigError, match="pint-pulsar"):
+        par.predictor_from_par(tmp_path / "p.par", 60000, 0.0, 1.0, 1420.0)
+    with pytest.raises(SystemExit):
+        main(["fold", "--help"])
+    assert "--par PAR" in capsys.readouterr().out

@@ -106,7 +106,7 @@ def test_read_back_with_astropy_by_the_definition(tmp_path):
     path = tmp_path / "b.fits"
     write_psrfits(path, a)
     with fits.open(path) as h:
-        assert [x.name for x in h] == ["PRIMARY", "HISTORY", "SUBINT"]
+        assert [x.name for x in h] == ["PRIMARY", "HISTORY", "SUBINT", "COHDDISP"]
         p, s = h[0].header, h["SUBINT"]
         for key in PRIMARY_KEYS:
             assert key in p, key
@@ -241,3 +241,79 @@ def test_not_psrfits(tmp_path):
         read_psrfits(nosub)
     with pytest.raises(FormatError, match="no such file"):
         read_psrfits(tmp_path / "absent.fits")
+
+
+# --- COHDDISP and PSRPARAM ---------------------------------------------------
+
+PAR = """\
+PSRJ           J1136+1551
+RAJ            11:36:03.2477
+DECJ           +15:51:04.48
+F0             {f0!r}  1
+F1             -3.7D-15
+PEPOCH         60000
+DM             {dm!r}
+# a comment line kept verbatim
+EPHEM          DE421
+"""
+
+
+def test_cohddisp_always_written_and_read_back(tmp_path):
+    from voltstream.dsp.dedisperse import Dedisperser
+
+    a = make_archive(nsub=2, npol=1, nchan=5, nbin=32, pol_type="AA+BB")
+    a.dm = float(RNG.uniform(1.0, 8.0))
+    a.coherent_nfft = int(RNG.choice([4096, 8192, 16384]))
+    path = tmp_path / "c.fits"
+    write_psrfits(path, a)
+    ref = Dedisperser(a.dm, a.obs.chan_freqs_mhz, a.obs.chan_bw_mhz, a.coherent_nfft)
+    with fits.open(path) as h:
+        t = h["COHDDISP"]
+        hd, d = t.header, t.data
+        assert hd["DM"] == a.dm and hd["DOPPLER"] == 1.0 and hd["DOMAIN"] == "FREQ"
+        assert hd["NCHAN"] == 5 and hd["NFFT"] == a.coherent_nfft
+        assert len(d) == 5 and list(d["OUT_NCHAN"]) == [1] * 5
+        np.testing.assert_array_equal(d["FREQ"], h["SUBINT"].data["DAT_FREQ"][0])
+        np.testing.assert_array_equal(d["OUT_FREQ"], d["FREQ"])
+        assert np.all(d["BW"] == -32.0 / 5) and np.all(d["OUT_BW"] == -32.0 / 5)
+        assert np.all(d["NCHIRP"] == a.coherent_nfft)
+        assert np.all(d["NCYC_POS"] == ref.discard_head) and ref.discard_head > 0
+        assert np.all(d["NCYC_NEG"] == ref.discard_tail) and ref.discard_tail > 0
+    b = read_psrfits(path)
+    assert b.coherent_nfft == a.coherent_nfft and b.dm == a.dm and b.par_text is None
+    a.coherent_nfft = None
+    write_psrfits(path, a)
+    with fits.open(path) as h:
+        assert np.all(h["COHDDISP"].data["NCHIRP"] == 0) and h["COHDDISP"].header["NFFT"] == 0
+    assert read_psrfits(path).coherent_nfft is None
+
+
+def test_psrparam_only_when_par_given(tmp_path):
+    f0, dm = float(RNG.uniform(0.5, 700)), float(RNG.uniform(1, 500))
+    par = PAR.format(f0=f0, dm=dm) + "\n\n"  # trailing blank lines are not rows
+    a = make_archive(polyco=POLYCO)
+    a.par_text = par
+    path = tmp_path / "p.fits"
+    write_psrfits(path, a)
+    with fits.open(path) as h:
+        names = [x.name for x in h]
+        assert {"POLYCO", "PSRPARAM", "COHDDISP"} <= set(names)
+        t = h["PSRPARAM"]
+        assert t.columns.names == ["PARAM"] and t.columns["PARAM"].format == "128A"
+        rows = [str(r) for r in t.data["PARAM"]]
+    want = [ln for ln in par.splitlines() if ln.strip()]
+    assert rows == want and f"{f0!r}" in rows[3] and rows[7].startswith("# a comment")
+    b = read_psrfits(path)
+    assert b.par_text == "".join(ln + "\n" for ln in want)
+    long = "F2  " + "1" * 200
+    a.par_text = par + long + "\n"
+    write_psrfits(path, a)
+    with fits.open(path) as h:
+        assert str(h["PSRPARAM"].data["PARAM"][-1]) == long
+    a.par_text = None
+    write_psrfits(path, a)
+    with fits.open(path) as h:
+        assert "PSRPARAM" not in [x.name for x in h]
+    a.par_text = "PSRJ J0000+0000\nF0 1.0 \u00b11\n"
+    with pytest.raises(FormatError, match="ASCII"):
+        write_psrfits(path, a)

@@ -220,6 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
     pred = p.add_mutually_exclusive_group(required=True)
     pred.add_argument("--period", type=_positive(float), help="constant folding period, s")
     pred.add_argument("--polyco", help="TEMPO polyco file to fold with")
+    pred.add_argument(
+        "--par",
+        help="pulsar ephemeris (.par): polycos are made with PINT (pip install pint-pulsar; "
+        "runs offline, see voltstream/io/par.py for local clock files)",
+    )
     p.add_argument("--nbin", type=_positive(int), default=256, help="phase bins. Default: 256")
     p.add_argument(
         "--tsub",

@@ -205,15 +205,22 @@ def fold(args) -> int:
     else:
         reader = open_baseband(args.input, args.chan_bw, args.freq)
     obs = reader.obs
+    nsamp = getattr(reader, "nsamp", None)
+    span_s = nsamp * obs.tsamp_s if nsamp else args.duration
     if args.period:
         predictor = ConstantPeriod(args.period, obs.start_mjd, obs.start_sec)
+    elif args.par:
+        from voltstream.io.par import predictor_from_par
+
+        predictor = predictor_from_par(args.par, obs.start_mjd, obs.start_sec, span_s, obs.freq_mhz)
     else:
         predictor = read_polyco(args.polyco)
-    tsub = args.tsub
-    if tsub is None:
-        nsamp = getattr(reader, "nsamp", None)
-        tsub = (nsamp * obs.tsamp_s / 10) if nsamp else args.duration / 10
+    tsub = args.tsub if args.tsub is not None else span_s / 10
     archive = _fold_on(device, args, reader, predictor, tsub)
+    archive.par_text = getattr(predictor, "par_text", None)
+    from voltstream.dsp.dedisperse import Dedisperser
+
+    archive.coherent_nfft = Dedisperser(args.dm, obs.chan_freqs_mhz, obs.chan_bw_mhz).nfft
     archive.history.append("voltstream " + " ".join(sys.argv[1:]))
     write_psrfits(args.output, archive)
     if args.plot:
