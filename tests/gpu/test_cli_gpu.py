@@ -1,0 +1,83 @@
+"""`voltstream fold --device gpu` on a DADA file: the CLI's GPU path (one engine and
+two workers on one GPU) gives the CPU reference's archive and finds the pulse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from voltstream.cli import build_parser
+from voltstream.commands import _fold_on, choose_device
+from voltstream.dsp.fold import profile_snr
+from voltstream.io.dada import DadaWriter, open_dada
+from voltstream.io.polyco import ConstantPeriod
+from voltstream.observation import Observation
+from voltstream.sim.signal import quantize_int8, synthesize_blocks
+
+pytestmark = pytest.mark.gpu
+
+DM, PERIOD, PHASE = 26.833, 0.0071, 0.4
+
+
+@pytest.fixture(scope="module")
+def dada(tmp_path_factory):
+    obs = Observation(
+        nchan=8,
+        npol=2,
+        freq_mhz=1420.0,
+        bw_mhz=-16.0,
+        tsamp_s=0.5e-6,
+        start_mjd=60100,
+        start_sec=456.0,
+    )
+    path = tmp_path_factory.mktemp("cli") / "psr.dada"
+    seed = int(np.random.default_rng().integers(1 << 30))
+    with DadaWriter(path, obs) as w:
+        for block in synthesize_blocks(
+            obs,
+            0.12,
+            signal="pulsar",
+            dm=DM,
+            period_s=PERIOD,
+            duty=0.03,
+            pulse_phase=PHASE,
+            seed=seed,
+        ):
+            w.write(quantize_int8(block)[0])
+    return path
+
+
+def fold(path, *extra):
+    args = build_parser().parse_args(
+        [
+            "fold",
+            str(path),
+            "--dm",
+            str(DM),
+            "--period",
+            str(PERIOD),
+            "--nbin",
+            "64",
+            "-o",
+            "unused.fits",
+            *extra,
+        ]
+    )
+    reader = open_dada(path)
+    pred = ConstantPeriod(PERIOD, reader.obs.start_mjd, reader.obs.start_sec)
+    device = choose_device(args.device)
+    return device, _fold_on(device, args, reader, pred, 0.03)
+
+
+@pytest.mark.parametrize("extra", [(), ("--workers-per-gpu", "2")])
+def test_cli_gpu_fold_equals_cpu(dada, extra):
+    dev_cpu, cpu = fold(dada, "--device", "cpu")
+    dev_gpu, gpu = fold(dada, "--device", "gpu", *extra)
+    assert (dev_cpu, dev_gpu) == ("cpu", "gpu")
+    assert gpu.data.shape == cpu.data.shape
+    err = np.max(np.abs(gpu.data - cpu.data)) / np.max(np.abs(cpu.data))
+    assert err < 2e-5, err
+    np.testing.assert_allclose(gpu.weights, cpu.weights, rtol=1e-12)
+    prof = gpu.profile()
+    assert profile_snr(prof) > 10
+    assert abs((np.argmax(prof) + 0.5) / gpu.nbin - PHASE) < 0.03
