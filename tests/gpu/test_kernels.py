@@ -191,6 +191,32 @@ class BlocksOnly(MemReader):
         return super().__getattribute__(name)
 
 
+def lost_packet_polyco_case(nffts: int, nlost: int):
+    """Random 8-bit baseband with `nlost` lost packets of 64 samples, folded with a
+    two-entry polyco of a random spinning pulsar: (obs, dm, dd, raw, valid, pred, tsub)."""
+    rng = np.random.default_rng()
+    obs = make_obs(4, -16.0, freq=800.0)
+    dm = 35.727
+    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz)
+    n = nffts * dd.nfft + 3001
+    raw = rng.integers(-128, 128, (n, obs.nchan, obs.npol, 2)).astype(np.int8)
+    valid = np.ones(n, dtype=bool)
+    for s in rng.integers(0, n - 64, nlost):
+        valid[s : s + 64] = False
+    entries = polyco_entries_from_spin(
+        "J0000+0000",
+        float(rng.uniform(300, 700)),
+        -1e-12,
+        obs.start_mjd,
+        obs.start_sec,
+        obs.start_mjd,
+        obs.start_sec + 10.0,
+        nentries=2,
+        span_min=1.0,
+    )
+    return obs, dm, dd, raw, valid, Polyco(entries), n * obs.tsamp_s / 2.5
+
+
 def make_obs(nchan, bw, freq=1400.0):
     return Observation(
         nchan=nchan,
@@ -234,28 +260,7 @@ def test_fold_file_gpu_matches_cpu(cp, dm, bw, variant):
 
 @pytest.mark.parametrize("mode,basis", [("AABBCRCI", "linear"), ("IQUV", "circular")])
 def test_fold_with_lost_packets_and_polyco(cp, mode, basis):
-    rng = np.random.default_rng()
-    obs = make_obs(4, -16.0, freq=800.0)
-    dm = 35.727
-    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz)
-    n = 4 * dd.nfft + 3001
-    raw = rng.integers(-128, 128, (n, obs.nchan, obs.npol, 2)).astype(np.int8)
-    valid = np.ones(n, dtype=bool)
-    for s in rng.integers(0, n - 64, 6):  # lost packets of 64 samples
-        valid[s : s + 64] = False
-    entries = polyco_entries_from_spin(
-        "J0000+0000",
-        float(rng.uniform(300, 700)),
-        -1e-12,
-        obs.start_mjd,
-        obs.start_sec,
-        obs.start_mjd,
-        obs.start_sec + 10.0,
-        nentries=2,
-        span_min=1.0,
-    )
-    pred = Polyco(entries)
-    tsub = n * obs.tsamp_s / 2.5
+    obs, dm, dd, raw, valid, pred, tsub = lost_packet_polyco_case(nffts=4, nlost=6)
     cpu = fold_file(BlocksOnly(obs, raw, valid), dm, pred, 256, tsub, mode, basis=basis)
     for variant in ("fused", "naive"):
         gpu = fold_file_gpu(

@@ -13,10 +13,16 @@ import pytest
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.gpu_fold import fold_file_gpu, gpu_available
 from voltstream.dsp.gpu_workers import fold_file_multi_gpu
-from voltstream.io.polyco import ConstantPeriod, Polyco, polyco_entries_from_spin
+from voltstream.io.polyco import ConstantPeriod
 from voltstream.pipeline.fold import fold_file
 
-from .test_kernels import BlocksOnly, MemReader, compare_archives, make_obs
+from .test_kernels import (
+    BlocksOnly,
+    MemReader,
+    compare_archives,
+    lost_packet_polyco_case,
+    make_obs,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -61,28 +67,7 @@ def test_two_workers_raw_reader_match_cpu(cp, dm, bw, variant):
 
 @pytest.mark.parametrize("variant", ["fused", "naive"])
 def test_two_workers_lost_packets_polyco_match_cpu(cp, variant):
-    rng = np.random.default_rng()
-    obs = make_obs(4, -16.0, freq=800.0)
-    dm = 35.727
-    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz)
-    n = 6 * dd.nfft + 3001
-    raw = rng.integers(-128, 128, (n, obs.nchan, obs.npol, 2)).astype(np.int8)
-    valid = np.ones(n, dtype=bool)
-    for s in rng.integers(0, n - 64, 8):  # lost packets of 64 samples
-        valid[s : s + 64] = False
-    entries = polyco_entries_from_spin(
-        "J0000+0000",
-        float(rng.uniform(300, 700)),
-        -1e-12,
-        obs.start_mjd,
-        obs.start_sec,
-        obs.start_mjd,
-        obs.start_sec + 10.0,
-        nentries=2,
-        span_min=1.0,
-    )
-    pred = Polyco(entries)
-    tsub = n * obs.tsamp_s / 2.5
+    obs, dm, dd, raw, valid, pred, tsub = lost_packet_polyco_case(nffts=6, nlost=8)
     cpu = fold_file(BlocksOnly(obs, raw, valid), dm, pred, 256, tsub, "AABBCRCI")
     multi = fold_file_multi_gpu(
         BlocksOnly(obs, raw, valid),

@@ -70,3 +70,18 @@ pub(crate) fn test_collect<E: Engine>(e: &mut E, want: usize) -> (Vec<Vec<u8>>, 
     }
     (got, truncated)
 }
+
+/// Binds the capture's UDP port (no SO_REUSEADDR, so a second capture on the
+/// same port fails) with an error that says what to do about the usual causes.
+pub(crate) fn bind_udp(addr: std::net::SocketAddr) -> crate::Result<std::net::UdpSocket> {
+    use std::io::ErrorKind;
+    std::net::UdpSocket::bind(addr).map_err(|e| {
+        let hint = match e.kind() {
+            ErrorKind::AddrInUse => " (is another capture running? stop it or choose another port)",
+            ErrorKind::AddrNotAvailable => " (the host is not an address of this machine)",
+            ErrorKind::PermissionDenied => " (ports below 1024 need root)",
+            _ => "",
+        };
+        crate::Error::io(format!("cannot bind {addr}{hint}"), e)
+    })
+}

@@ -42,7 +42,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::{Engine, Received};
+use super::{bind_udp, Engine, Received};
 use crate::{Error, Result};
 
 /// Settings of the packet-ring engine.
@@ -250,16 +250,7 @@ impl PacketRingEngine {
     pub fn open(config: &PacketRingConfig) -> Result<Self> {
         config.validate()?;
         let addr = resolve_v4(&config.bind)?;
-        let guard = UdpSocket::bind(addr).map_err(|e| {
-            let hint = match e.kind() {
-                io::ErrorKind::AddrInUse => {
-                    " (is another capture running? stop it or choose another port)"
-                }
-                io::ErrorKind::AddrNotAvailable => " (the host is not an address of this machine)",
-                _ => "",
-            };
-            Error::io(format!("cannot bind {addr}{hint}"), e)
-        })?;
+        let guard = bind_udp(addr)?;
         let local = guard
             .local_addr()
             .map_err(|e| Error::io("cannot read the guard socket address", e))?;

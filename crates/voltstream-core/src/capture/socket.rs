@@ -7,7 +7,7 @@ use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::{Engine, Received};
+use super::{bind_udp, Engine, Received};
 use crate::memory::Buffer;
 use crate::{Error, Result};
 
@@ -77,17 +77,7 @@ impl SocketEngine {
             )));
         }
         let addr = resolve(&config.bind)?;
-        let sock = UdpSocket::bind(addr).map_err(|e| {
-            let hint = match e.kind() {
-                io::ErrorKind::AddrInUse => {
-                    " (is another capture running? stop it or choose another port)"
-                }
-                io::ErrorKind::AddrNotAvailable => " (the host is not an address of this machine)",
-                io::ErrorKind::PermissionDenied => " (ports below 1024 need root)",
-                _ => "",
-            };
-            Error::io(format!("cannot bind {addr}{hint}"), e)
-        })?;
+        let sock = bind_udp(addr)?;
         let local = sock
             .local_addr()
             .map_err(|e| Error::io("cannot read socket address", e))?;
