@@ -47,7 +47,7 @@ class CaptureReport:
     samples_written: int = 0
     bytes_written: int = 0
     engine: dict = field(default_factory=dict)
-    engine_discontinuities: int = 0  # timeline restarts (jumps beyond the resync bound)
+    discontinuities: int = 0  # timeline restarts (jumps beyond the resync bound)
 
     @property
     def totals(self) -> dict[str, int]:
@@ -73,7 +73,7 @@ class CaptureReport:
             "chunks": self.chunks,
             "samples_written": self.samples_written,
             "bytes_written": self.bytes_written,
-            "discontinuities": self.engine_discontinuities,
+            "discontinuities": self.discontinuities,
             "rate_gbps": 8 * payload / self.duration_s / 1e9 if self.duration_s else 0.0,
             "totals": self.totals,
             "engine": self.engine,
@@ -177,7 +177,6 @@ class _Timeline:
         self.fmt, self.sink, self.report = fmt, sink, report
         self.resync_chunks = resync_chunks
         self.pending = None  # (chunk_id, samples, valid, present)
-        self.discontinuities = 0
 
     def add(self, chunk) -> None:
         try:
@@ -203,7 +202,7 @@ class _Timeline:
                 zeros = np.zeros((gap * per_chunk,) + samples.shape[1:], np.int8)
                 self._emit(zeros, np.zeros(zeros.shape[0], dtype=bool))
             elif gap != 0:
-                self.discontinuities += 1
+                self.report.discontinuities += 1
         self.pending = (cid, samples, valid, present)
 
     def finish(self) -> None:
@@ -215,7 +214,6 @@ class _Timeline:
             last = int(np.flatnonzero(present)[-1]) + 1
             keep = last * self.fmt.samples_per_packet
             self._emit(samples[:keep], valid[:keep])
-        self.report.engine_discontinuities = self.discontinuities
 
     def _emit(self, samples: np.ndarray, valid: np.ndarray) -> None:
         self.report.chunks += 1
