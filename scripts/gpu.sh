@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the GPU tests or the GPU benchmark on the GPU machine, from the repo root:
-#   scripts/gpu.sh test|bench
+#   scripts/gpu.sh test|bench|bench-fold|bench-fengine
 # Installs carried wheels (.whl/*.whl) into /tmp/site first; needs no astropy and
 # no compiled voltstream._core (the GPU path is pure Python + CuPy).
 set -euo pipefail
@@ -19,10 +19,19 @@ case "${1:-}" in
         ;;
     bench)
         shift
+        "$PY" bench/fold_gpu.py "$@"
+        exec "$PY" bench/fengine_gpu.py
+        ;;
+    bench-fold)
+        shift
         exec "$PY" bench/fold_gpu.py "$@"
         ;;
+    bench-fengine)
+        shift
+        exec "$PY" bench/fengine_gpu.py "$@"
+        ;;
     *)
-        echo "usage: scripts/gpu.sh test|bench [args...]" >&2
+        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-fengine [args...]" >&2
         exit 2
         ;;
 esac

@@ -5,7 +5,7 @@ import pytest
 
 from voltstream.dsp.delay import DelayModel
 from voltstream.dsp.pfb import pfb_weights
-from voltstream.dsp.quantize import uniform_dither, unpack4
+from voltstream.dsp.quantize import slot_dither, unpack4
 from voltstream.errors import ConfigError, FormatError
 from voltstream.fengine import (
     FEngineReference,
@@ -73,7 +73,7 @@ def test_heap_equals_chain_computed_by_hand():
     for first in range(0, len(heaps), nsub):
         t0 = heaps[first].timestamp
         slot = t0 // heap_len
-        dither = uniform_dither((2, nspec, nchan), (seed, slot))
+        dither = slot_dither(seed, slot, (2, nspec, nchan))
         expected = np.zeros((nchan, nspec, 2, 2), dtype=np.int64)
         for p in range(2):
             m = models[p]

@@ -7,6 +7,7 @@ from voltstream.dsp.quantize import (
     quantize,
     quantize4,
     quantize8,
+    slot_dither,
     uniform_dither,
     unpack4,
 )
@@ -127,3 +128,27 @@ def test_apply_gains_per_pol_per_channel():
                 assert out[p, s, k] == pytest.approx(x[p, s, k] * g[p, k])
     with pytest.raises(ConfigError, match="npol, nchan"):
         apply_gains(x, g[:, :4])
+
+
+def test_slot_dither_is_uniform_deterministic_and_slot_dependent():
+    d = slot_dither(7, 123, (2, 64, 32))
+    assert d.shape == (2, 64, 32, 2)
+    assert d.min() >= -0.5 and d.max() < 0.5
+    # 24-bit values: exact multiples of 2**-24, mean near 0, variance near 1/12.
+    assert np.all((d + 0.5) * 2**24 == np.round((d + 0.5) * 2**24))
+    assert abs(d.mean()) < 0.01 and abs(d.var() - 1 / 12) < 0.005
+    np.testing.assert_array_equal(d, slot_dither(7, 123, (2, 64, 32)))
+    assert not np.array_equal(d, slot_dither(7, 124, (2, 64, 32)))
+    assert not np.array_equal(d, slot_dither(8, 123, (2, 64, 32)))
+    # Element e depends on e only, not on the shape it sits in.
+    np.testing.assert_array_equal(slot_dither(7, 123, (4096,)).ravel(), d.ravel()[:8192])
+
+    # One value by hand (splitmix64 in Python integers).
+    def sm(z):
+        z = (z + 0x9E3779B97F4A7C15) & (2**64 - 1)
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & (2**64 - 1)
+        return z ^ (z >> 31)
+
+    h = sm((sm((sm(7) + 123) & (2**64 - 1)) + 5) & (2**64 - 1))
+    assert d.ravel()[5] == (h >> 40) / 2**24 - 0.5

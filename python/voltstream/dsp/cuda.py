@@ -21,6 +21,7 @@ from voltstream.errors import ConfigError, VoltstreamError
 
 __all__ = [
     "KERNEL_DIR",
+    "KERNEL_VARIANTS",
     "NVRTC_OPTIONS",
     "ChirpTemplate",
     "FoldTemplate",
@@ -35,6 +36,17 @@ KERNEL_DIR = Path(__file__).with_name("kernels")
 # Shared by the runtime loader and the CI compile check. No fast-math: the fold
 # kernel keeps the pulse phase in float64 and the detection in IEEE float32.
 NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17",)
+
+# -D sets the runtime compiles besides each file's defaults, so that CI's NVRTC
+# check (scripts/check_kernels.py) builds every variant a GPU run can ask for.
+KERNEL_VARIANTS: dict[str, tuple[tuple[tuple[str, int], ...], ...]] = {
+    "fengine.cu": tuple(
+        (("IN_BITS", b), ("TAPS", t), ("OUT_BITS", o))
+        for b in (8, 10, 12, 16)
+        for t in (1, 16)
+        for o in (8, 4)
+    ),
+}
 
 # Sample encodings the unpack kernel reads, keyed by (numpy dtype, ndim).
 SAMPLE_KINDS = {("int8", 2): 0, ("int16", 2): 1, ("float32", 2): 2, ("int8", 1): 3, ("int16", 1): 4}

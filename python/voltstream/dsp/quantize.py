@@ -7,7 +7,10 @@ Conventions (the GPU F-engine matches these exactly; docs/fengine.md):
 - Dither (optional) is uniform on ``[-0.5, 0.5)`` output steps, independent for the
   real and imaginary parts, added before rounding. It is passed as an array
   ``(..., 2)`` (re, im) so that a GPU run can be checked with the dither it drew, or
-  drawn here from a seed with NumPy's PCG64 (``uniform_dither``).
+  drawn here from a seed with NumPy's PCG64 (``uniform_dither``). The F-engine draws
+  it per heap time slot with ``slot_dither``: a counter-based hash (splitmix64) of
+  (seed, slot, element), which the GPU kernel computes bit for bit, so the CPU and
+  GPU engines give the same output for the same seed.
 - Rounding is to the nearest integer, ties to even (``rint``; CUDA's ``__float2int_rn``
   and PTX ``cvt.rni`` do the same).
 - Saturation is symmetric: 8-bit parts clip to -127..127 and 4-bit parts to -7..7,
@@ -31,6 +34,7 @@ __all__ = [
     "quantize",
     "quantize4",
     "quantize8",
+    "slot_dither",
     "uniform_dither",
     "unpack4",
 ]
@@ -52,6 +56,36 @@ def uniform_dither(shape, seed) -> np.ndarray:
     """Uniform dither on [-0.5, 0.5), float64 ``(*shape, 2)``, from ``seed`` (PCG64)."""
     rng = np.random.default_rng(seed)
     return rng.random((*tuple(shape), 2)) - 0.5
+
+
+def _splitmix64(z: np.ndarray) -> np.ndarray:
+    """Steele et al.'s SplitMix64 finaliser on uint64 (wrapping), as fengine.cu does it."""
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def slot_dither(seed: int, slot: int, shape) -> np.ndarray:
+    """Uniform dither on [-0.5, 0.5) for one heap slot, float64 ``(*shape, 2)``.
+
+    Element ``e`` (row-major index into ``(*shape, 2)``) gets ``u = (h >> 40) / 2**24
+    - 0.5`` with ``h = splitmix64(splitmix64(splitmix64(seed) + slot) + e)`` in
+    wrapping uint64 arithmetic: 24 random bits, exact in float32, independent of how
+    the work is split, and the same on the GPU (``fengine.cu``).
+    """
+    if int(seed) < 0:
+        raise ConfigError(f"dither seed {seed} must be a non-negative integer")
+    key = _splitmix64(
+        _splitmix64(np.array(int(seed), dtype=np.uint64))
+        + np.uint64(int(slot) & 0xFFFFFFFFFFFFFFFF)
+    )
+    n = int(np.prod(tuple(shape), dtype=np.int64)) * 2
+    with np.errstate(over="ignore"):
+        h = _splitmix64(key + np.arange(n, dtype=np.uint64))
+    u = (h >> np.uint64(40)).astype(np.float64) * 2.0**-24 - 0.5
+    return u.reshape(*tuple(shape), 2)
 
 
 def _parts(values, dither) -> np.ndarray:

@@ -40,7 +40,7 @@ import numpy as np
 
 from voltstream.dsp.delay import DelayModel, apply_fine_delay
 from voltstream.dsp.pfb import channel_frequencies, check_pfb_shape, pfb_fir, pfb_weights
-from voltstream.dsp.quantize import apply_gains, quantize, uniform_dither
+from voltstream.dsp.quantize import apply_gains, quantize, slot_dither, uniform_dither
 from voltstream.errors import ConfigError
 from voltstream.fengine.heaps import HeapLayout, OutputHeap
 
@@ -249,7 +249,7 @@ class FEngineReference:
         phase = np.stack([s[2] for s in split])
         dither = None
         if self.dither_seed is not None:
-            dither = uniform_dither(spectra.shape, (int(self.dither_seed), slot))
+            dither = slot_dither(int(self.dither_seed), slot, spectra.shape)
         payload, saturated = postprocess(
             spectra, self.chan_freqs_hz, residual, phase, self.gains, layout.bits, dither
         )

@@ -1,0 +1,579 @@
+"""The F-engine on the GPU: the same heaps as ``FEngineReference``, from packed samples.
+
+Per call, for every heap time slot the input now completes (docs/fengine.md):
+
+1. the host works out each spectrum's window start (coarse delay), residual delay
+   and phase, and which spectra are flagged (lost samples, delay out of range,
+   history already dropped), exactly as the reference does;
+2. ``pfb_fir`` (fengine.cu) reads the *packed* 8/10/12/16-bit samples straight from
+   the device copy of the input and writes the FIR output in float32;
+3. cuFFT (through CuPy, plans cached) turns each row into ``nchan + 1`` bins;
+4. ``postprocess`` (fengine.cu) applies fine delay, phase, gain and dither,
+   quantises, counts clipped values and transposes into the heap layout, for
+   the slots that will be sent only.
+
+Three CUDA streams overlap the work of consecutive calls: host-to-device copies,
+compute, device-to-host copies (``process_packed_async``). The device keeps the
+packed history (``taps * 2 * nchan + max_delay_samples`` samples) between calls, so
+the input is copied to the GPU once. Lost samples are kept as intervals on the host,
+so an all-valid stream costs the GPU nothing for them.
+
+CuPy is imported inside functions only: this module imports without a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from voltstream.dsp.cuda import GpuError, _cupy, _launch, load_module
+from voltstream.dsp.quantize import _splitmix64
+from voltstream.errors import ConfigError
+from voltstream.fengine.heaps import OutputHeap
+from voltstream.fengine.reference import NPOL, FEngineReference
+from voltstream.sim.spead import SPEAD_BITS, pack_samples
+
+__all__ = ["FEngineKernels", "GpuFEngine", "naive_channelize"]
+
+
+def _row_bytes(nbytes: int) -> int:
+    """Device row length for ``nbytes`` of packed samples: padded, a multiple of 16."""
+    return (nbytes + 8 + 15) // 16 * 16
+
+
+class FEngineKernels:
+    """The two kernels of fengine.cu for one (input bits, taps, output bits)."""
+
+    FIR_THREADS = 128
+
+    def __init__(self, in_bits: int, taps: int, out_bits: int):
+        if in_bits not in SPEAD_BITS:
+            raise ConfigError(f"input sample width {in_bits}: use one of {SPEAD_BITS}")
+        if out_bits not in (4, 8):
+            raise ConfigError(f"output sample width {out_bits}: use 8 or 4")
+        self.in_bits, self.taps, self.out_bits = int(in_bits), int(taps), int(out_bits)
+        mod = load_module(
+            "fengine.cu", (("IN_BITS", in_bits), ("TAPS", taps), ("OUT_BITS", out_bits))
+        )
+        self._fir = mod.get_function("pfb_fir")
+        self._post = mod.get_function("postprocess")
+
+    def fir(self, raw, starts, weights, out, n: int, stream=None) -> None:
+        """FIR of packed ``raw`` (2, bytes) at ``starts`` (2, nspec) into ``out`` (2, nspec, n)."""
+        nspec = starts.shape[1]
+        if nspec == 0:
+            return
+        # Enough threads to fill the GPU (four columns each), each sliding over a
+        # run of spectra.
+        seg = int(min(64, max(self.taps, nspec * (n // 4) * 2 // (1 << 19))))
+        grid = (-(-(n // 4) // self.FIR_THREADS), -(-nspec // seg), NPOL)
+        if raw.strides[1] != 1 or raw.strides[0] % 16 or n % 4:
+            raise ConfigError("packed input rows must be contiguous and 16-byte aligned")
+        args = (raw, np.int64(raw.strides[0]), starts, weights, out)
+        _launch(
+            self._fir,
+            grid,
+            (self.FIR_THREADS,),
+            (*args, np.int32(n), np.int32(nspec), np.int32(seg)),
+            stream,
+        )
+
+    @staticmethod
+    def rotation(tau, phi, chan_hz: float) -> np.ndarray:
+        """Per-spectrum rotation parameters for ``post``: float32 ``(..., 2)``.
+
+        ``(phi / 2 pi reduced to [-0.5, 0.5), chan_hz * tau)`` in cycles, computed in
+        float64 so the kernel's float32 ``x - c * y`` stays exact to ~1e-7 cycles.
+        """
+        cyc = np.asarray(phi, dtype=np.float64) / (2 * np.pi)
+        cyc -= np.rint(cyc)
+        step = chan_hz * np.asarray(tau, dtype=np.float64)
+        return np.stack([cyc, step], axis=-1).astype(np.float32)
+
+    def post(self, spec, rot, gains, slots, slot_ids, out, sat, dither_key, stream=None):
+        """Post-process the slots listed in ``slots`` into ``out (nsend, nchan, sph, ...)``."""
+        nsend = int(slots.shape[0])
+        if nsend == 0:
+            return
+        nchan, sph = out.shape[1], out.shape[2]
+        grid = (-(-nchan // 32), -(-sph // 32), nsend)
+        args = (spec, rot, gains, slots, slot_ids, out, sat, np.int32(nchan), np.int32(sph))
+        args += (np.int64(rot.shape[1]),)
+        args += (
+            np.uint64(0 if dither_key is None else dither_key),
+            np.int32(dither_key is not None),
+        )
+        _launch(self._post, grid, (32, 8), args, stream)
+
+
+@dataclass
+class _Pending:
+    """One submitted call: where its heaps will land and what they are."""
+
+    done: object  # cupy Event after the device-to-host copy
+    host_out: np.ndarray  # pinned (nsend, nchan, sph, ...) payloads
+    host_sat: np.ndarray  # pinned (nsend, 2) clipped counts
+    send_slots: list  # absolute slot numbers, in order
+    device: tuple = ()  # device buffers still in use: released after ``done``
+
+
+class GpuFEngine(FEngineReference):
+    """``FEngineReference`` with ``process`` on the GPU; settings and control are shared.
+
+    ``input_bits`` is the width of the digitiser samples (8, 10, 12, 16) as they are
+    given to ``process_packed``; ``process`` takes integer samples and packs them.
+    For 10- and 12-bit input, blocks and gaps must be whole multiples of 8 samples
+    (a byte boundary); digitiser heaps of 4096 samples are.
+    """
+
+    #: Calls in flight on the async path: the copy in of one call, the kernels of the
+    #: one before and the copy out of the one before that all overlap.
+    ASYNC_DEPTH = 3
+
+    def __init__(self, nchan, taps, spectra_per_heap, *, input_bits: int = 16, **settings):
+        super().__init__(nchan, taps, spectra_per_heap, **settings)
+        cp = _cupy()
+        try:
+            cp.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # CUDARuntimeError without a driver or device
+            raise GpuError(f"no usable CUDA device: {exc}") from exc
+        self.input_bits = int(input_bits)
+        self.kernels = FEngineKernels(self.input_bits, self.taps, self.layout.bits)
+        self._w = cp.asarray(self.weights, dtype=cp.float32)
+        # copy in, compute, copy out, parameters
+        self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(4)]
+        self._raw = None  # device (2, bytes): packed samples from self._base to self._end
+        self._base = 0
+        self._end = None
+        self._invalid = [np.zeros((0, 2), dtype=np.int64) for _ in range(NPOL)]
+        self._pending: list[_Pending] = []
+        self._pinned_ring: list[tuple[np.ndarray, np.ndarray]] = []  # ASYNC_DEPTH + 1 deep
+        self._pinned_next = 0
+        # Three device input buffers, each free again once the next call took its history.
+        self._bufs = [None, None, None]
+        self._buf_free = [None, None, None]
+        self._buf_next = 0
+        # Pinned parameter buffers, reused once the call that filled them is collected.
+        self._param_ring = [np.zeros(0, np.uint8) for _ in range(self.ASYNC_DEPTH + 2)]
+        self._param_next = 0
+
+    # --- input
+
+    def process(self, samples, timestamp: int, valid=None) -> list[OutputHeap]:
+        """As ``FEngineReference.process``: integer samples ``(2, n)``; heaps now complete."""
+        x = np.asarray(samples)
+        if x.ndim != 2 or x.shape[0] != NPOL or np.iscomplexobj(x):
+            raise ConfigError(f"samples of shape {x.shape}: give real (2 polarisations, n)")
+        if x.dtype.kind == "f":
+            if not np.all(np.isfinite(x)) or np.any(x != np.rint(x)):
+                raise ConfigError("the GPU F-engine takes integer digitiser samples")
+            x = x.astype(np.int64)
+        bits = self.input_bits
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        if x.size and (x.min() < lo or x.max() > hi):
+            raise ConfigError(f"samples must lie in {lo}..{hi} for input_bits={bits}")
+        if bits == 8:
+            raw = x.astype(np.int8).view(np.uint8)
+        elif bits == 16:
+            raw = x.astype(">i2").view(np.uint8)
+        else:
+            raw = np.stack([pack_samples(x[p], bits) for p in range(NPOL)])
+        self._submit(np.ascontiguousarray(raw), x.shape[1], int(timestamp), valid)
+        return self.flush()
+
+    def process_packed(self, raw, timestamp: int, valid=None) -> list[OutputHeap]:
+        """Packed big-endian samples ``(2, nbytes)`` uint8 (host or device); heaps now complete."""
+        self._submit(raw, self._samples_in(raw), int(timestamp), valid)
+        return self.flush()
+
+    def process_packed_async(self, raw, timestamp: int, valid=None) -> list[OutputHeap]:
+        """Like ``process_packed`` but returns the heaps of an earlier call.
+
+        The copy in, the kernels and the copy out of this call overlap with the
+        caller's next steps; heaps come back ``ASYNC_DEPTH - 1`` calls later. ``raw``
+        must stay unchanged until its heaps come back (pinned host memory makes the
+        copy asynchronous). Payloads are views into pinned buffers that are reused
+        by the next call: copy what you keep. Call ``flush`` at the end for the rest.
+        """
+        self._submit(raw, self._samples_in(raw), int(timestamp), valid)
+        if len(self._pending) < self.ASYNC_DEPTH:
+            return []
+        return self._collect(self._pending.pop(0), copy=False)
+
+    def flush(self, copy: bool = True) -> list[OutputHeap]:
+        """Heaps of every submitted call not yet returned, in time order.
+
+        ``copy=False`` returns views into the pinned buffers, as the async path does.
+        """
+        heaps: list[OutputHeap] = []
+        while self._pending:
+            heaps.extend(self._collect(self._pending.pop(0), copy=copy))
+        return heaps
+
+    def _samples_in(self, raw) -> int:
+        if raw.ndim != 2 or raw.shape[0] != NPOL or raw.dtype != np.uint8:
+            raise ConfigError(
+                f"packed input must be uint8 (2 polarisations, nbytes), got {raw.dtype} {raw.shape}"
+            )
+        nbits = raw.shape[1] * 8
+        if nbits % self.input_bits:
+            raise ConfigError(
+                f"{raw.shape[1]} bytes are not a whole number of {self.input_bits}-bit samples"
+            )
+        return nbits // self.input_bits
+
+    # --- one call
+
+    def _submit(self, raw, n: int, timestamp: int, valid) -> None:
+        cp = _cupy()
+        ok = self._valid_mask(valid, n)
+        if self._end is None:
+            self._start = self._base = self._end = timestamp
+            self._slot = -(-(timestamp + self.max_delay_samples) // self.layout.samples_per_heap)
+        if timestamp < self._end:
+            raise ConfigError(
+                f"block at timestamp {timestamp} overlaps data already given (up to {self._end}): "
+                "feed blocks in time order without overlap"
+            )
+        gap = timestamp - self._end
+        if self.input_bits not in (8, 16) and (gap % 8 or n % 8):
+            raise ConfigError(
+                f"{self.input_bits}-bit input must come in whole bytes: blocks and gaps must be "
+                f"multiples of 8 samples (got {n} samples after a gap of {gap})"
+            )
+        old_end = self._end
+        self._add_invalid(old_end, timestamp, ok, n)
+        self._end = timestamp + n
+        # The small parameter copy goes ahead of the block's big copy in: behind
+        # it, the kernels of this call would wait for the whole block to land.
+        prepared = self._prepare_slots()
+        self._append(cp, raw, old_end, gap, n)
+        if prepared is not None:
+            self._launch_slots(cp, *prepared)
+        self._trim()
+
+    def _valid_mask(self, valid, n: int):
+        if valid is None:
+            return None
+        v = np.asarray(valid, dtype=bool)
+        try:
+            return np.array(np.broadcast_to(v, (NPOL, n)))
+        except ValueError:
+            raise ConfigError(
+                f"valid mask of shape {v.shape} does not match {n} samples: give (n,) or (2, n)"
+            ) from None
+
+    def _add_invalid(self, end: int, timestamp: int, ok, n: int) -> None:
+        """Records the gap and the invalid runs of ``ok`` as sample intervals per pol."""
+        for p in range(NPOL):
+            runs = [] if end == timestamp else [(end, timestamp)]
+            if ok is not None and not ok[p].all():
+                edges = np.diff(np.concatenate([[0], (~ok[p]).astype(np.int8), [0]]))
+                lo, hi = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+                runs += list(zip((lo + timestamp).tolist(), (hi + timestamp).tolist(), strict=True))
+            if runs:
+                self._invalid[p] = np.concatenate(
+                    [self._invalid[p], np.array(runs, dtype=np.int64)]
+                )
+
+    def _bytes(self, samples: int) -> int:
+        return samples * self.input_bits // 8
+
+    def _append(self, cp, raw, old_end: int, gap: int, n: int) -> None:
+        """Device buffer = retained history + zeroed gap + the new block (+ padding).
+
+        Three engine-owned buffers in turn: the block is copied straight from the
+        host into its place (a pitched copy on the copy stream), the history (at
+        most ``window_len + max_delay_samples`` samples) is copied on the GPU from
+        the previous buffer. A buffer is written again only after the call that
+        used it has run its kernels and the next one has taken its history.
+        """
+        copy_s, comp_s = self._streams[:2]
+        hist = self._bytes(old_end - self._base)
+        new = self._bytes(gap + n)
+        need = _row_bytes(hist + new)
+        i, prev = self._buf_next, (self._buf_next + 2) % 3
+        self._buf_next = (i + 1) % 3
+        buf = self._bufs[i]
+        if buf is None or buf.shape[1] < need:
+            if self._buf_free[i] is not None:
+                self._buf_free[i].synchronize()
+            with comp_s:
+                # Room for the history to grow a little without reallocating.
+                buf = self._bufs[i] = cp.empty((NPOL, _row_bytes(need + (need >> 4))), cp.uint8)
+        buf = buf[:, :need]
+        with comp_s:
+            if hist:
+                buf[:, :hist] = self._raw[:, :hist]
+            self._buf_free[prev] = comp_s.record()  # the previous buffer is done with
+            buf[:, hist : hist + self._bytes(gap)] = 0
+            buf[:, hist + new :] = 0
+        col = hist + self._bytes(gap)
+        if isinstance(raw, np.ndarray):
+            raw = np.ascontiguousarray(raw)
+            if self._buf_free[i] is not None:
+                copy_s.wait_event(self._buf_free[i])
+            cp.cuda.runtime.memcpy2DAsync(
+                buf.data.ptr + col, buf.strides[0], raw.ctypes.data, raw.strides[0],
+                raw.shape[1], NPOL, cp.cuda.runtime.memcpyHostToDevice, copy_s.ptr,
+            )  # fmt: skip
+            comp_s.wait_event(copy_s.record())
+        else:
+            with comp_s:
+                buf[:, col : hist + new] = raw
+        self._raw = buf
+
+    def _prepare_slots(self):
+        """Plans the slots the input now completes, counts them, uploads their parameters.
+
+        Returns what ``_launch_slots`` needs, or None when no heap is to be computed.
+        """
+        plan = self._plan_slots()
+        if plan is None:
+            return
+        slots, starts, tau, phi, flagged = plan
+        layout = self.layout
+        nspec = layout.spectra_per_heap
+        bad = flagged.any(axis=0).reshape(len(slots), nspec)  # per slot, per spectrum
+        send = [i for i in range(len(slots)) if not bad[i].any()]
+        nflag = int(bad.sum())
+        self.counters.spectra += len(slots) * nspec
+        self.counters.flagged_spectra += nflag
+        self.counters.heaps_skipped += (len(slots) - len(send)) * layout.n_substreams
+        self.counters.heaps_sent += len(send) * layout.n_substreams
+        if not send:
+            return None
+        avail = self._end - self._base
+        rel = np.clip(starts - self._base, 0, avail - self.window_len)  # flagged ones only move
+        sent = [slots[i] for i in send]
+        params = self._upload(
+            rel,
+            self.kernels.rotation(tau, phi, self.sample_rate_hz / self.step),
+            self.gains.astype(np.complex64),
+            np.array(send, dtype=np.int32),
+            np.array(sent, dtype=np.int64),
+        )
+        return sent, params
+
+    def _launch_slots(self, cp, sent, params) -> None:
+        """Kernels and copy out for the planned slots; queues their heaps."""
+        comp_s, out_s = self._streams[1:3]
+        n, nspec, layout = self.step, self.layout.spectra_per_heap, self.layout
+        _, d_rel, d_rot, d_gains, d_send, d_sent = params
+        total = d_rel.shape[1]
+        payload_shape = (len(sent), self.nchan, nspec) + ((2, 2) if layout.bits == 8 else (2,))
+        host_out, host_sat = self._pinned(payload_shape)
+        key = None
+        if self.dither_seed is not None:
+            key = int(_splitmix64(np.array(int(self.dither_seed), dtype=np.uint64)))
+        with comp_s:
+            fir = cp.empty((NPOL, total, n), dtype=cp.float32)
+            self.kernels.fir(self._raw, d_rel, self._w, fir, n, comp_s)
+            spec = cp.fft.rfft(fir, axis=-1)
+            del fir
+            out = cp.empty(payload_shape, dtype=cp.int8 if layout.bits == 8 else cp.uint8)
+            sat = cp.zeros((len(sent), NPOL), dtype=cp.uint64)
+            self.kernels.post(spec, d_rot, d_gains, d_send, d_sent, out, sat, key, comp_s)
+            computed = comp_s.record()
+        out_s.wait_event(computed)
+        out.data.copy_to_host_async(host_out.ctypes.data, host_out.nbytes, out_s)
+        sat.data.copy_to_host_async(host_sat.ctypes.data, host_sat.nbytes, out_s)
+        done = out_s.record()
+        self._pending.append(_Pending(done, host_out, host_sat, sent, (out, sat, *params)))
+
+    def _upload(self, *arrays):
+        """Small per-call arrays to the GPU in one copy from pinned memory.
+
+        On its own stream and from pinned memory, so the host never waits for it
+        (a copy from pageable memory may wait for the copy engine to drain).
+        """
+        cp = _cupy()
+        param_s, comp_s = self._streams[3], self._streams[1]
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        offsets, total = [], 0
+        for a in arrays:
+            offsets.append(total)
+            total += (a.nbytes + 255) // 256 * 256
+        i = self._param_next
+        self._param_next = (i + 1) % len(self._param_ring)
+        host = self._param_ring[i]
+        if host.nbytes < total:
+            host = self._param_ring[i] = np.frombuffer(
+                cp.cuda.alloc_pinned_memory(2 * total), dtype=np.uint8
+            )
+        for a, off in zip(arrays, offsets, strict=True):
+            host[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
+        with param_s:
+            dev = cp.empty(total, dtype=cp.uint8)
+        dev.data.copy_from_host_async(host.ctypes.data, total, param_s)
+        comp_s.wait_event(param_s.record())
+        views = [
+            dev[off : off + a.nbytes].view(a.dtype).reshape(a.shape)
+            for a, off in zip(arrays, offsets, strict=True)
+        ]
+        return [dev, *views]
+
+    def _plan_slots(self):
+        """Slots from ``self._slot`` on that the input completes, with their spectra.
+
+        Returns (slots, starts, tau, phi, flagged), the last four ``(2, nslots*nspec)``,
+        or None. Mirrors ``FEngineReference._heap`` for many slots at once.
+        """
+        sph, nspec = self.layout.samples_per_heap, self.layout.spectra_per_heap
+        chunks = []
+        first = self._slot
+        while True:
+            count = max(4, (self._end + self.max_delay_samples - first * sph) // sph + 2)
+            slots = np.arange(first, first + count, dtype=np.int64)
+            times = (slots[:, None] * sph + np.arange(nspec, dtype=np.int64) * self.step).ravel()
+            split = [m.split(times, self.sample_rate_hz) for m in self.delay_models]
+            coarse = np.stack([s[0] for s in split])
+            starts = times[None, :] - coarse
+            complete = (
+                starts.reshape(NPOL, count, nspec).max(axis=(0, 2)) + self.window_len
+            ) <= self._end
+            ndone = count if complete.all() else int(np.argmin(complete))
+            if ndone:
+                keep = slice(0, ndone * nspec)
+                tau = np.stack([s[1] for s in split])[:, keep]
+                phi = np.stack([s[2] for s in split])[:, keep]
+                chunks.append((slots[:ndone], starts[:, keep], tau, phi, coarse[:, keep]))
+            if ndone < count:
+                break
+            first += count
+        if not chunks:
+            return None
+        slots, starts, tau, phi, coarse = (
+            np.concatenate(c, axis=-1) for c in zip(*chunks, strict=True)
+        )
+        flagged = (coarse > self.max_delay_samples) | (starts < self._start)
+        for p in range(NPOL):
+            flagged[p] |= self._touches_invalid(p, starts[p])
+        self._slot = int(slots[-1]) + 1
+        return slots.tolist(), starts, tau, phi, flagged
+
+    def _touches_invalid(self, pol: int, starts: np.ndarray) -> np.ndarray:
+        iv = self._invalid[pol]
+        if iv.shape[0] == 0:
+            return np.zeros(starts.shape, dtype=bool)
+        idx = np.searchsorted(iv[:, 1], starts, side="right")  # first run ending after start
+        hit = idx < iv.shape[0]
+        hit[hit] = iv[idx[hit], 0] < starts[hit] + self.window_len
+        return hit
+
+    def _trim(self) -> None:
+        """Drops history no later slot needs, as the reference does (kept 8-aligned)."""
+        keep_from = self._slot * self.layout.samples_per_heap - self.max_delay_samples
+        self._start = min(max(self._start, keep_from), self._end)
+        new_base = self._base + (self._start - self._base) // 8 * 8
+        if new_base > self._base:
+            self._raw = self._raw[:, self._bytes(new_base - self._base) :]
+            self._base = new_base
+        for p in range(NPOL):
+            iv = self._invalid[p]
+            self._invalid[p] = iv[iv[:, 1] > self._start]
+
+    # --- output
+
+    def _pinned(self, shape):
+        """Pinned host buffers for one call's payloads: a ring, grown as needed.
+
+        ``ASYNC_DEPTH + 1`` deep: an async caller holds views of one call's heaps
+        while the next ``ASYNC_DEPTH`` calls are in flight.
+        """
+        cp = _cupy()
+        nbytes = int(np.prod(shape))
+        i = self._pinned_next
+        self._pinned_next = (i + 1) % (self.ASYNC_DEPTH + 1)
+        if i == len(self._pinned_ring):
+            self._pinned_ring.append((np.zeros(0, np.uint8), np.zeros(0, np.uint64)))
+        out, sat = self._pinned_ring[i]
+        if out.nbytes < nbytes or sat.size < 2 * shape[0]:
+            out = np.frombuffer(cp.cuda.alloc_pinned_memory(nbytes), dtype=np.uint8, count=nbytes)
+            sat = np.frombuffer(cp.cuda.alloc_pinned_memory(shape[0] * 16), dtype=np.uint64)
+            self._pinned_ring[i] = (out, sat)
+        dtype = np.int8 if self.layout.bits == 8 else np.uint8
+        return out[:nbytes].view(dtype).reshape(shape), sat[: shape[0] * 2].reshape(shape[0], 2)
+
+    def _collect(self, pending: _Pending, copy: bool) -> list[OutputHeap]:
+        pending.done.synchronize()
+        self.counters.saturated += pending.host_sat.sum(axis=0).astype(np.int64)
+        layout, c = self.layout, self.layout.channels_per_heap
+        heaps = []
+        for i, slot in enumerate(pending.send_slots):
+            payload = pending.host_out[i]
+            for sub in range(layout.n_substreams):
+                part = payload[sub * c : (sub + 1) * c]
+                heaps.append(
+                    OutputHeap(
+                        timestamp=int(slot * layout.samples_per_heap),
+                        frequency=layout.channel_offset(sub),
+                        feng_id=self.feng_id,
+                        payload=part.copy() if copy else part,
+                        substream=sub,
+                    )
+                )
+        return heaps
+
+    # --- for tests and benchmarks
+
+    def channelize(self, samples) -> np.ndarray:
+        """FIR + FFT of one pol pair with no delay: complex128 ``(2, nspec, nchan)``."""
+        cp = _cupy()
+        x = np.asarray(samples)
+        nspec = max(0, (x.shape[1] - self.window_len) // self.step + 1)
+        bits = self.input_bits
+        raw = x.astype(np.int8).view(np.uint8) if bits == 8 else x.astype(">i2").view(np.uint8)
+        if bits not in (8, 16):
+            raw = np.stack([pack_samples(x[p], bits) for p in range(NPOL)])
+        dev = cp.zeros((NPOL, _row_bytes(raw.shape[1])), dtype=cp.uint8)
+        dev[:, : raw.shape[1]] = cp.asarray(raw)
+        starts = cp.asarray(np.tile(np.arange(nspec, dtype=np.int64) * self.step, (NPOL, 1)))
+        fir = cp.full((NPOL, nspec, self.step), cp.nan, dtype=cp.float32)
+        self.kernels.fir(dev, starts, self._w, fir, self.step)
+        return cp.asnumpy(cp.fft.rfft(fir, axis=-1)[..., : self.nchan]).astype(np.complex128)
+
+
+def naive_channelize(
+    cp, raw_dev, bits: int, weights_dev, nchan: int, gains_dev, spectra_per_heap: int
+):
+    """The straightforward CuPy F-engine (benchmark baseline): whole-array CuPy steps.
+
+    Unpack (bit arithmetic on the whole array), FIR as a sum of ``taps`` shifted
+    products, ``cupy.fft.rfft``, gain, rounding and clipping, then the transpose to
+    heap order; each step reads and writes the whole array. No delay or dither.
+    ``raw_dev``: (2, nbytes) uint8; returns the 8-bit payloads of the whole heap
+    slots it covers, int8 ``(nslots, nchan, spectra_per_heap, 2, 2)``.
+    """
+    n_samp = raw_dev.shape[1] * 8 // bits
+    if bits == 8:
+        x = raw_dev.view(cp.int8).astype(cp.float32)
+    elif bits == 16:
+        b = raw_dev.astype(cp.int32)
+        x = (((b[:, 0::2] << 24) >> 16) | b[:, 1::2]).astype(cp.float32)
+    else:
+        bit = cp.arange(n_samp, dtype=cp.int64) * bits
+        byte = bit >> 3
+        b = raw_dev.astype(cp.uint32)
+        pad = cp.concatenate([b, cp.zeros((2, 3), dtype=cp.uint32)], axis=1)
+        word = (pad[:, byte] << 24) | (pad[:, byte + 1] << 16) | (pad[:, byte + 2] << 8)
+        x = (((word << (bit & 7).astype(cp.uint32)).astype(cp.int32)) >> (32 - bits)).astype(
+            cp.float32
+        )
+    step = 2 * nchan
+    taps = weights_dev.size // step
+    nspec = (n_samp - weights_dev.size) // step + 1
+    rows = x[:, : (nspec + taps - 1) * step].reshape(2, nspec + taps - 1, step)
+    w = weights_dev.reshape(taps, step)
+    fir = rows[:, 0:nspec] * w[0]
+    for j in range(1, taps):
+        fir += rows[:, j : j + nspec] * w[j]
+    spec = cp.fft.rfft(fir, axis=-1)[..., :nchan]
+    spec = spec * gains_dev[:, None, :]
+    re = cp.clip(cp.rint(spec.real), -127, 127).astype(cp.int8)
+    im = cp.clip(cp.rint(spec.imag), -127, 127).astype(cp.int8)
+    nslots = nspec // spectra_per_heap
+    q = cp.stack([re, im], axis=-1)[:, : nslots * spectra_per_heap]  # (pol, spec, chan, 2)
+    q = q.reshape(2, nslots, spectra_per_heap, nchan, 2)
+    return cp.ascontiguousarray(q.transpose(1, 3, 2, 0, 4))
