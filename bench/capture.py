@@ -12,7 +12,9 @@
 
 Only 127.0.0.1 is used, and every phase is bounded in packets and time. On a 2-core
 machine sender and receiver share the cores, so the sweep measures the sender's limit;
-the drain rate is the engine's own ceiling.
+the drain rate is the engine's own ceiling. The xdp engine is not in the default list: on
+loopback it runs in generic mode, where the GSO sender's super-frames arrive unsplit (each
+counted malformed); its numbers over a veth are in docs/architecture.md ("AF_XDP engine").
 
     python bench/capture.py [--quick] [--engines socket,packet_ring] [--rates 1,2,5,10,20]
                             [--seconds 3] [--packets 40000] [--json out.json]

@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(iproute2 python3-venv pkg-config)
+# libbpf-dev, clang, llvm, linux-libc-dev: the AF_XDP engine (crates/voltstream-core/build.rs
+# compiles its XDP program and links libbpf; without them that engine is left out).
+apt_packages=(iproute2 python3-venv pkg-config libbpf-dev clang llvm linux-libc-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

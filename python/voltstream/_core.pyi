@@ -65,7 +65,11 @@ class Chunk:
     ) -> bool: ...
 
 class Capture:
-    """UDP capture assembling packets into chunks; engine: 'auto' | 'socket' | 'packet_ring'."""
+    """UDP capture assembling packets into chunks; engine: 'auto' | 'socket' | 'packet_ring' |
+    'xdp' (AF_XDP: our XDP program on `interface` redirects the flow on receive queue
+    `xdp_queue` to an AF_XDP socket; needs root; `xdp_mode` 'native' | 'skb' | 'auto'; stats()
+    then has an 'xdp' dict: mode, zero_copy, multi_buffer and the kernel's counters). 'auto'
+    tries packet_ring, then socket; never xdp."""
 
     def __init__(
         self,
@@ -84,7 +88,7 @@ class Capture:
         streams: int = 1,
         payload_len: int | None = None,
         batch: int = 64,
-        engine: Literal["auto", "socket", "packet_ring"] = "auto",
+        engine: Literal["auto", "socket", "packet_ring", "xdp"] = "auto",
         interface: str | None = None,
         ring_block_size: int = 1048576,
         digitiser_ids: list[int] | None = None,
@@ -98,6 +102,8 @@ class Capture:
         frames_per_period: int | None = None,
         group: int | None = None,
         layout: dict[str, Any] | None = None,
+        xdp_queue: int = 0,
+        xdp_mode: Literal["auto", "native", "skb"] = "auto",
     ) -> None: ...
     def start(self, paused: bool = False) -> None: ...
     def resume(self) -> None: ...

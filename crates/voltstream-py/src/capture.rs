@@ -1,5 +1,5 @@
-//! `_core.Capture` and `_core.Chunk`: a capture engine (socket or packet ring)
-//! assembling packets into chunks, and the chunks.
+//! `_core.Capture` and `_core.Chunk`: a capture engine (socket, packet ring or
+//! AF_XDP) assembling packets into chunks, and the chunks.
 //!
 //! Adding a format: one arm in `Capture.__new__` (parse the kwargs into a
 //! [`Format`] variant), the variant's three getters, and one arm in
@@ -22,7 +22,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use voltstream_core::assemble::{AssemblerConfig, ChunkLayout};
 use voltstream_core::capture::{
     Capture, CaptureConfig, Engine, PacketRingConfig, PacketRingEngine, Received, SocketConfig,
-    SocketEngine,
+    SocketEngine, XdpConfig, XdpEngine, XdpInfo, XdpMode,
 };
 use voltstream_core::ring::Lease;
 use voltstream_core::stats::{Counters, Snapshot, StreamCounters};
@@ -145,6 +145,7 @@ fn layout_from_dict(d: &Bound<'_, PyDict>) -> PyResult<Layout> {
 enum EngineKind {
     Socket,
     PacketRing,
+    Xdp,
 }
 
 impl EngineKind {
@@ -152,6 +153,7 @@ impl EngineKind {
         match self {
             EngineKind::Socket => "socket",
             EngineKind::PacketRing => "packet_ring",
+            EngineKind::Xdp => "xdp",
         }
     }
 }
@@ -160,6 +162,11 @@ impl EngineKind {
 /// The packet ring comes first: in bench/capture.py it lost nothing at the
 /// sender's limit where the socket engine lost 44%. It needs CAP_NET_RAW, so
 /// an unprivileged capture falls back to the socket engine, which every host has.
+/// The AF_XDP engine is not tried: it takes over the interface's XDP hook
+/// (one program per interface, one socket per queue), on loopback it can only
+/// run in generic mode, where local UDP-GSO senders' super-frames cannot be
+/// split (the ring splits them), and over a veth its drain rate was below the
+/// ring's (docs/architecture.md, "AF_XDP engine"). Ask for it with engine="xdp".
 const AUTO_ORDER: [EngineKind; 2] = [EngineKind::PacketRing, EngineKind::Socket];
 
 /// An engine behind a gate: while closed, nothing is read and packets wait in
@@ -207,6 +214,9 @@ pub struct PyCapture {
     engines: Vec<EngineKind>,
     socket: SocketConfig,
     ring: PacketRingConfig,
+    xdp: XdpConfig,
+    /// The AF_XDP engine's settings and counters, once it runs.
+    xdp_info: Mutex<Option<Arc<XdpInfo>>>,
     gate: Arc<AtomicBool>,
     running: Mutex<Option<Arc<Capture>>>,
 }
@@ -221,7 +231,8 @@ impl PyCapture {
         engine = "auto", interface = None, ring_block_size = 1 << 20, digitiser_ids = None,
         samples_per_heap = 4096, sample_bits = 10, heap_address_bits = 48,
         timestamp_id = 0x1600, digitiser_id_item = 0x3101, codif_threads = None,
-        codif_frame_len = None, frames_per_period = None, group = None, layout = None
+        codif_frame_len = None, frames_per_period = None, group = None, layout = None,
+        xdp_queue = 0, xdp_mode = "auto"
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -254,17 +265,22 @@ impl PyCapture {
         frames_per_period: Option<u32>,
         group: Option<u16>,
         layout: Option<Bound<'_, PyDict>>,
+        xdp_queue: u32,
+        xdp_mode: &str,
     ) -> PyResult<Self> {
         let engines = match engine {
             "auto" => AUTO_ORDER.to_vec(),
             "socket" => vec![EngineKind::Socket],
             "packet_ring" => vec![EngineKind::PacketRing],
+            "xdp" => vec![EngineKind::Xdp],
             other => {
                 return Err(config_error(format!(
-                    "unknown capture engine '{other}'; use 'auto', 'socket' or 'packet_ring'"
+                    "unknown capture engine '{other}'; use 'auto', 'socket', 'packet_ring' or \
+                     'xdp'"
                 )))
             }
         };
+        let xdp_mode = XdpMode::parse(xdp_mode).map_err(to_py)?;
         let needs = |fmt: &str, what: &str| {
             config_error(format!("format '{fmt}' needs {what}; pass it to Capture()"))
         };
@@ -338,6 +354,13 @@ impl PyCapture {
             )));
         }
         let max_packet = (format.packet_len() + PACKET_MARGIN).min(65_536);
+        let mut xdp = XdpConfig::new(bind.clone());
+        xdp.interface = interface.clone();
+        xdp.queue = xdp_queue;
+        xdp.mode = xdp_mode;
+        // The UMEM takes the memory the socket engine would give its queue.
+        xdp.frames = XdpConfig::frames_for(rcvbuf, xdp.frame_size);
+        xdp.max_packet = max_packet;
         let mut ring = PacketRingConfig::new(bind.clone());
         ring.interface = interface;
         ring.block_size = ring_block_size;
@@ -354,6 +377,8 @@ impl PyCapture {
             engines,
             socket,
             ring,
+            xdp,
+            xdp_info: Mutex::new(None),
             gate: Arc::new(AtomicBool::new(true)),
             running: Mutex::new(None),
         })
@@ -435,7 +460,11 @@ impl PyCapture {
             (None, [one]) => one.name(),
             (None, _) => "auto",
         };
-        stats_dict(py, &snap, running, engine)
+        let d = stats_dict(py, &snap, running, engine)?;
+        if let Some(info) = lock(&self.xdp_info).as_ref() {
+            d.set_item("xdp", xdp_dict(py, info)?)?;
+        }
+        Ok(d)
     }
 
     /// The bound address as "host:port" once started (useful with port 0).
@@ -509,6 +538,16 @@ impl PyCapture {
                     };
                     start_capture(e, &self.format, &self.config)
                 }),
+                EngineKind::Xdp => XdpEngine::open(&self.xdp).and_then(|e| {
+                    let info = e.info();
+                    let e = Gated {
+                        inner: e,
+                        open: gate,
+                    };
+                    let cap = start_capture(e, &self.format, &self.config)?;
+                    *lock(&self.xdp_info) = Some(info);
+                    Ok(cap)
+                }),
             };
             match r {
                 Ok(cap) => return Ok(cap),
@@ -527,6 +566,29 @@ impl PyCapture {
             .clone()
             .ok_or_else(|| capture_error("the capture is not started; call start() first".into()))
     }
+}
+
+/// How the AF_XDP engine runs, and the kernel's and the XDP program's counters
+/// (as of the capture thread's last read, every few milliseconds).
+fn xdp_dict<'py>(py: Python<'py>, info: &XdpInfo) -> PyResult<Bound<'py, PyDict>> {
+    let c = info.counts();
+    let d = PyDict::new(py);
+    d.set_item("interface", &info.interface)?;
+    d.set_item("queue", info.queue)?;
+    d.set_item("mode", info.mode)?;
+    d.set_item("zero_copy", info.zero_copy)?;
+    d.set_item("multi_buffer", info.multi_buffer)?;
+    d.set_item("huge_pages", info.huge_pages)?;
+    d.set_item("frame_size", info.frame_size)?;
+    d.set_item("frames", info.frames)?;
+    d.set_item("matched", c.matched)?;
+    d.set_item("cut", c.cut)?;
+    d.set_item("no_socket", c.no_socket)?;
+    d.set_item("rx_dropped", c.rx_dropped)?;
+    d.set_item("rx_ring_full", c.rx_ring_full)?;
+    d.set_item("rx_fill_ring_empty_descs", c.rx_fill_ring_empty_descs)?;
+    d.set_item("rx_invalid_descs", c.rx_invalid_descs)?;
+    Ok(d)
 }
 
 fn stream_dict<'py>(py: Python<'py>, s: &StreamCounters) -> PyResult<Bound<'py, PyDict>> {

@@ -9,12 +9,14 @@
 //! one poll timeout (100 ms).
 //!
 //! Engines: [`SocketEngine`] (UDP socket, `recvmmsg`), [`PacketRingEngine`]
-//! (AF_PACKET `TPACKET_V3` ring, needs CAP_NET_RAW). Kernel-bypass engines
-//! implement the same trait.
+//! (AF_PACKET `TPACKET_V3` ring, needs CAP_NET_RAW), [`XdpEngine`] (AF_XDP
+//! socket fed by our own XDP program, needs root; built when libbpf and clang
+//! are present, see build.rs). Kernel-bypass engines implement the same trait.
 
 mod packet_ring;
 mod runner;
 mod socket;
+mod xdp;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -24,6 +26,7 @@ use crate::Result;
 pub use packet_ring::{interface_of, PacketRingConfig, PacketRingEngine};
 pub use runner::{Capture, CaptureConfig};
 pub use socket::{SocketConfig, SocketEngine};
+pub use xdp::{XdpConfig, XdpCounts, XdpEngine, XdpInfo, XdpMode, AVAILABLE as XDP_AVAILABLE};
 
 /// One packet as an engine delivers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

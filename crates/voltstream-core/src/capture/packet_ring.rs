@@ -155,9 +155,10 @@ mod frame {
     pub const PKTTYPE: usize = 48 + 10;
 }
 
-/// A UDP-over-IPv4 frame, as far as the engine cares.
+/// A UDP-over-IPv4 frame, as far as the engine cares (shared with the AF_XDP
+/// engine, which parses the same frames).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Frame<'a> {
+pub(crate) enum Frame<'a> {
     /// The UDP payload (for a GSO frame: every segment back to back).
     Udp(&'a [u8]),
     /// Unusable: cut short, a fragment, or lengths that do not add up.
@@ -168,7 +169,7 @@ enum Frame<'a> {
 
 /// Parses Ethernet (one optional VLAN tag), IPv4 and UDP with checked bounds.
 /// `l2` is the captured frame; `port` the UDP destination port we own.
-fn parse_udp(l2: &[u8], port: u16) -> Frame<'_> {
+pub(crate) fn parse_udp(l2: &[u8], port: u16) -> Frame<'_> {
     let be16 = |b: &[u8], at: usize| b.get(at..at + 2).map(|s| u16::from_be_bytes([s[0], s[1]]));
     let mut ethertype = be16(l2, 12);
     let mut l3 = 14;
@@ -255,8 +256,7 @@ impl PacketRingEngine {
             .local_addr()
             .map_err(|e| Error::io("cannot read the guard socket address", e))?;
         // Drop every datagram the stack would queue on the guard.
-        let mut drop_all = [bpf(BPF_RET | BPF_K, 0, 0, 0)];
-        attach_filter(guard.as_raw_fd(), &mut drop_all)
+        attach_drop_all(guard.as_raw_fd())
             .map_err(|e| Error::io("cannot attach the drop-all filter to the guard socket", e))?;
         let ip = match local.ip() {
             IpAddr::V4(v4) => v4,
@@ -689,6 +689,12 @@ fn udp_filter(port: u16, dst: Option<Ipv4Addr>) -> Vec<libc::sock_filter> {
     p
 }
 
+/// Attaches a `ret 0` filter: the socket (a guard that only holds the port)
+/// never queues a datagram.
+pub(crate) fn attach_drop_all(fd: libc::c_int) -> io::Result<()> {
+    attach_filter(fd, &mut [bpf(BPF_RET | BPF_K, 0, 0, 0)])
+}
+
 fn attach_filter(fd: libc::c_int, prog: &mut [libc::sock_filter]) -> io::Result<()> {
     let fprog = libc::sock_fprog {
         len: prog.len() as libc::c_ushort,
@@ -697,7 +703,12 @@ fn attach_filter(fd: libc::c_int, prog: &mut [libc::sock_filter]) -> io::Result<
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
 }
 
-fn setsockopt<T>(fd: libc::c_int, level: libc::c_int, opt: libc::c_int, v: &T) -> io::Result<()> {
+pub(crate) fn setsockopt<T>(
+    fd: libc::c_int,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: &T,
+) -> io::Result<()> {
     // SAFETY: passes a pointer to a live `T` and its exact size; the kernel
     // copies it before returning.
     let r = unsafe {
@@ -716,11 +727,11 @@ fn setsockopt<T>(fd: libc::c_int, level: libc::c_int, opt: libc::c_int, v: &T) -
     }
 }
 
-fn resolve_v4(bind: &str) -> Result<SocketAddr> {
+pub(crate) fn resolve_v4(bind: &str) -> Result<SocketAddr> {
     let bad = || {
         Error::Config(format!(
             "bind address '{bind}' is not ipv4:port (for example 127.0.0.1:7000); the packet \
-             ring engine captures IPv4 only"
+             ring and AF_XDP engines capture IPv4 only"
         ))
     };
     bind.to_socket_addrs()
@@ -729,7 +740,7 @@ fn resolve_v4(bind: &str) -> Result<SocketAddr> {
         .ok_or_else(bad)
 }
 
-fn if_index(name: &str) -> Result<libc::c_int> {
+pub(crate) fn if_index(name: &str) -> Result<libc::c_int> {
     let c = std::ffi::CString::new(name)
         .map_err(|_| Error::Config(format!("interface name {name:?} contains a NUL byte")))?;
     // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
@@ -779,7 +790,7 @@ pub fn interface_of(ip: Ipv4Addr) -> Result<Option<String>> {
     Ok(found)
 }
 
-fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 {
