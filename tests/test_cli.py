@@ -13,7 +13,7 @@ import pytest
 
 from voltstream.cli import build_parser, main
 
-VERBS = ("simulate", "capture", "fold", "demo")
+VERBS = ("simulate", "capture", "fold", "fengine", "demo")
 
 
 def run_cli(*args, timeout=120):

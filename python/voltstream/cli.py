@@ -21,6 +21,10 @@ Typical chain (each step is also a library call):
   voltstream capture  --format ynao --bind 127.0.0.1:7000 --duration 10 --output obs.dada
   voltstream fold obs.dada --dm 26.833 --period 0.0333 --nbin 256 -o obs.fits --plot obs.png
 Or run everything on a built-in pulsar with `voltstream demo`.
+
+F-engine (digitiser heaps in, channelised SPEAD heaps out):
+  voltstream simulate --format spead-dig --heaps 4096 --dest 127.0.0.1:7148
+  voltstream fengine --listen 127.0.0.1:7148 --dest 127.0.0.1:7150 --duration 10
 """
 
 
@@ -44,14 +48,20 @@ def _positive(kind):
     return parse
 
 
-def _add_format_options(p: argparse.ArgumentParser) -> None:
+def _add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str] = ()) -> None:
     g = p.add_argument_group("stream format")
+    more = (
+        "; spead-dig: MeerKAT digitiser heaps of real samples for `voltstream fengine` "
+        "(options below)"
+        if "spead-dig" in extra_formats
+        else ""
+    )
     g.add_argument(
         "--format",
-        choices=("ynao", "vdif"),
+        choices=("ynao", "vdif", *extra_formats),
         default="ynao",
         help="packet format: the YNAO/ROACH2 frame (32 channels x 2 pols x 64 "
-        "spectra) or VDIF (8-bit complex, one thread per pol). Default: ynao",
+        f"spectra) or VDIF (8-bit complex, one thread per pol){more}. Default: ynao",
     )
     g.add_argument(
         "--nchan",
@@ -75,10 +85,11 @@ def _add_format_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--engine",
-        choices=("auto", "packet_ring", "socket"),
+        choices=("auto", "packet_ring", "socket", "xdp"),
         default="auto",
         help="capture engine: packet_ring (AF_PACKET TPACKET_V3 ring, needs CAP_NET_RAW), "
-        "socket (recvmmsg batches), or auto = the first that opens, in that order. "
+        "socket (recvmmsg batches), xdp (AF_XDP with our XDP program, needs root; not "
+        "tried by auto, see docs/architecture.md), or auto = packet_ring then socket. "
         "Default: auto",
     )
     g.add_argument(
@@ -101,6 +112,268 @@ def _format_from(args):
     )
 
 
+def _add_spead_dig_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "digitiser heaps (--format spead-dig)",
+        "Two polarisations of real samples, a tone (the same in both) plus independent "
+        "Gaussian noise, rounded and clipped like a digitiser, sent as SPEAD heaps of one "
+        "packet each (pol 0 and pol 1 interleaved, time stamps from 0). --signal does not "
+        "apply; --tone, --seed, --duration, --dest/--output and --rate do.",
+    )
+    g.add_argument(
+        "--sample-bits",
+        type=int,
+        default=10,
+        help="bits per sample: 8, 10, 12 or 16 (packed big-endian). Default: 10 (MeerKAT)",
+    )
+    g.add_argument(
+        "--samples-per-heap",
+        type=_positive(int),
+        default=4096,
+        help="samples per heap (a multiple of 4). Default: 4096",
+    )
+    g.add_argument(
+        "--sample-rate-hz",
+        type=_positive(float),
+        default=1712e6,
+        help="digitiser sample rate, for the tone frequency and --duration. Default: 1712e6",
+    )
+    g.add_argument(
+        "--tone-amplitude",
+        type=float,
+        default=100.0,
+        help="tone amplitude in digitiser units (0: noise only). Default: 100",
+    )
+    g.add_argument(
+        "--noise",
+        type=float,
+        default=20.0,
+        help="noise standard deviation in digitiser units. Default: 20",
+    )
+    g.add_argument(
+        "--heaps",
+        type=_positive(int),
+        default=None,
+        help="heaps per polarisation to make, instead of --duration x sample rate",
+    )
+    g.add_argument(
+        "--dig-ids",
+        default="0,1",
+        help="digitiser ids (item 0x3101) of pol 0 and pol 1. Default: 0,1",
+    )
+    g.add_argument(
+        "--drop",
+        default="",
+        help="packets not to send, for loss tests: POL:HEAP[,POL:HEAP...] (heap counted "
+        "from 0), e.g. 0:10,1:40",
+    )
+
+
+FENGINE_DESCRIPTION = """\
+Run the F-engine: capture the two polarisations of one antenna as MeerKAT digitiser
+SPEAD heaps, channelise them (coarse delay, PFB FIR + FFT, fine delay and phase, gains,
+quantisation to 8 or 4 bits), and send the channelised voltages as SPEAD heaps, one
+destination per substream (range of channels). docs/fengine.md has the contract.
+
+Input: both pols on one UDP port (--listen); the digitiser id item (0x3101) of each
+heap says which pol it is (--dig-ids). Heaps are paired by time stamp; a heap missing
+in either pol makes that time range invalid in both, and every output heap slot whose
+spectra touch invalid samples is not sent (counted as skipped).
+
+Output: heaps of (channels/substreams, spectra-per-heap, 2 pols, re/im) int8, items
+timestamp (0x1600), feng_id (0x4101), frequency (0x4103, first channel), feng_raw
+(0x4300), with item descriptors at the start and every --descriptor-interval heaps,
+so spead2's ItemGroup decodes them; a stop heap ends each stream.
+
+Throughput: the CPU engine (NumPy float64, the reference) handles about 10 M samples
+per second per pol; real digitiser rates (1712 MS/s) need --device gpu. The default of
+1024 channels keeps CPU runs practical; MeerKAT also uses 4096 and 32768.
+"""
+
+FENGINE_EPILOG = """\
+examples:
+  voltstream simulate --format spead-dig --heaps 4096 --dest 127.0.0.1:7148 --rate 0.5
+  voltstream fengine --listen 127.0.0.1:7148 --dest 127.0.0.1:7150,127.0.0.1:7151 \\
+      --channels 1024 --duration 10 --device cpu
+  voltstream fengine --listen 0.0.0.0:7148 --channels 4096 --substreams 4 \\
+      --dest 239.10.0.1+3:7148 --device gpu --katcp-port 7147 --settings feng.json
+
+The end-of-run report lists every counter: per pol received/missing/late/duplicate/
+dropped heaps, malformed/foreign packets, pairing, spectra flagged, heaps made/
+skipped/sent, saturation per pol, send errors.
+"""
+
+
+def _add_fengine_parser(verbs) -> None:
+    p = verbs.add_parser(
+        "fengine",
+        help="run the F-engine: digitiser SPEAD heaps in, channelised SPEAD heaps out",
+        description=FENGINE_DESCRIPTION,
+        epilog=FENGINE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g = p.add_argument_group("input (digitiser heaps)")
+    g.add_argument(
+        "--listen",
+        type=_host_port,
+        required=True,
+        help="HOST:PORT to capture both polarisations on",
+    )
+    g.add_argument(
+        "--dig-ids",
+        default="0,1",
+        help="digitiser ids (item 0x3101) of pol 0 and pol 1; others count as foreign. "
+        "Default: 0,1",
+    )
+    g.add_argument(
+        "--sample-bits",
+        type=int,
+        default=10,
+        help="digitiser bits per sample: 8, 10, 12 or 16. Default: 10",
+    )
+    g.add_argument(
+        "--samples-per-heap",
+        type=_positive(int),
+        default=4096,
+        help="samples per digitiser heap (one packet each). Default: 4096",
+    )
+    g.add_argument(
+        "--chunk-heaps",
+        type=_positive(int),
+        default=None,
+        help="digitiser heaps per pol handed to the engine at once. Default: enough for "
+        "4 output heaps (the GPU engine wants big blocks)",
+    )
+    g.add_argument(
+        "--capture-engine",
+        choices=("auto", "packet_ring", "socket", "xdp"),
+        default="auto",
+        help="capture engine, as for `voltstream capture --engine`. Default: auto",
+    )
+    g = p.add_argument_group("channeliser")
+    g.add_argument(
+        "--channels",
+        type=int,
+        default=1024,
+        help="output channels: a power of two (2 .. 65536); 2 x channels samples per "
+        "spectrum. Default: 1024",
+    )
+    g.add_argument(
+        "--taps", type=int, default=16, help="PFB taps per channel (1 .. 16). Default: 16"
+    )
+    g.add_argument(
+        "--spectra-per-heap",
+        type=int,
+        default=256,
+        help="spectra per output heap. Default: 256 (MeerKAT)",
+    )
+    g.add_argument(
+        "--sample-rate-hz",
+        type=float,
+        default=1712e6,
+        help="digitiser sample rate, for delays, channel frequencies and the default "
+        "send rate. Default: 1712e6 (MeerKAT L-band)",
+    )
+    g.add_argument(
+        "--max-delay-samples",
+        type=int,
+        default=0,
+        help="largest coarse delay the delay models may ask for; spectra needing more "
+        "are flagged. Raise it when you load delays. Default: 0",
+    )
+    g.add_argument(
+        "--dither-seed",
+        type=int,
+        default=None,
+        help="add uniform dither before quantisation, seeded (reproducible). Default: none",
+    )
+    g = p.add_argument_group("output (channelised heaps)")
+    g.add_argument(
+        "--dest",
+        action="append",
+        default=[],
+        help="HOST:PORT per substream, comma-separated or repeated, in channel order; "
+        "A.B.C.D+N:PORT means N+1 consecutive (multicast) addresses",
+    )
+    g.add_argument(
+        "--substreams",
+        type=int,
+        default=None,
+        help="channel ranges (heaps per time slot), each to its own destination. "
+        "Default: the number of destinations",
+    )
+    g.add_argument(
+        "--bits", type=int, default=8, help="output bits per real/imag part: 8 or 4. Default: 8"
+    )
+    g.add_argument(
+        "--rate-gbps",
+        type=float,
+        default=None,
+        help="total send rate over all destinations, Gb/s (0 = unpaced). Default: 1.1 x the "
+        "output data rate implied by --sample-rate-hz",
+    )
+    g.add_argument(
+        "--packet-payload",
+        type=int,
+        default=8192,
+        help="heap payload bytes per packet (divides the heap; 8192 needs jumbo frames "
+        "off loopback). Default: 8192",
+    )
+    g.add_argument("--feng-id", type=int, default=0, help="this F-engine's index. Default: 0")
+    g.add_argument(
+        "--n-fengs",
+        type=int,
+        default=1,
+        help="F-engines in the array (heap cnt = slot x n-fengs + feng-id). Default: 1",
+    )
+    g.add_argument(
+        "--descriptor-interval",
+        type=int,
+        default=1024,
+        help="resend the item descriptors every this many heaps per destination. Default: 1024",
+    )
+    g.add_argument(
+        "--output-file",
+        help="also write the packets as sent, back to back (docs/fengine.md; spead2 "
+        "reads it with add_buffer_reader)",
+    )
+    g = p.add_argument_group("run and control")
+    g.add_argument(
+        "--device",
+        choices=("auto", "gpu", "cpu"),
+        default="auto",
+        help="engine: gpu (CUDA + CuPy), cpu (NumPy reference), or auto = the GPU when "
+        "one is usable. Default: auto",
+    )
+    g.add_argument(
+        "--duration",
+        type=_positive(float),
+        default=None,
+        help="seconds to run. Default: until Ctrl-C",
+    )
+    g.add_argument(
+        "--idle-timeout",
+        type=_positive(float),
+        default=None,
+        help="stop after this many seconds without input (after the first packet)",
+    )
+    g.add_argument(
+        "--katcp-port",
+        type=int,
+        default=None,
+        help="serve katcp control on this port (?gain, ?delays, ?capture-start/stop, "
+        "sensors); output then follows ?capture-start/?capture-stop",
+    )
+    g.add_argument(
+        "--katcp-host", default="127.0.0.1", help="address for katcp. Default: 127.0.0.1"
+    )
+    g.add_argument(
+        "--settings",
+        help="gains and delay models to apply at start (the katcp control's file format)",
+    )
+    g.add_argument("--report", help="also write the end-of-run report (JSON) here")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="voltstream",
@@ -120,7 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(UDP_SEGMENT) where the kernel has it; without both, one core cannot generate "
         "line-rate load.",
     )
-    _add_format_options(p)
+    _add_format_options(p, extra_formats=("spead-dig",))
+    _add_spead_dig_options(p)
     p.add_argument(
         "--signal",
         choices=("pulsar", "noise", "tone"),
@@ -156,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tone",
         type=float,
         default=None,
-        help="tone frequency in MHz (tone). Default: a quarter into the band",
+        help="tone frequency in MHz (tone; for spead-dig: baseband, 0 .. sample rate / 2). "
+        "Default: a quarter into the band",
     )
     p.add_argument(
         "--duration",
@@ -276,6 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     live.add_argument("--report", help="write the capture report (JSON) here")
     _add_format_options(p)
+
+    _add_fengine_parser(verbs)
 
     p = verbs.add_parser(
         "demo",

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +28,8 @@ def simulate(args) -> int:
     from voltstream.cli import _format_from
     from voltstream.sim import signal
 
+    if args.format == "spead-dig":
+        return simulate_spead_dig(args)
     fmt = _format_from(args)
     mjd, sec = _now_mjd()
     obs = fmt.observation(start_mjd=mjd, start_sec=sec, source="SIM" + args.signal.upper())
@@ -89,6 +93,102 @@ def simulate(args) -> int:
         f"simulate: {args.signal} {fmt.name}, {first} samples x {fmt.nchan} ch x {fmt.npol} pol "
         f"-> {where}: {stats['packets']} packets, {stats['bytes'] / 1e6:.1f} MB in "
         f"{stats['seconds']:.2f} s, {stats['clipped']} clipped samples"
+    )
+    return 0
+
+
+def _parse_dig_ids(text: str) -> tuple[int, int]:
+    try:
+        ids = tuple(int(t) for t in str(text).split(","))
+    except ValueError:
+        ids = ()
+    if len(ids) != 2 or ids[0] == ids[1] or min(ids) < 0:
+        raise ConfigError(
+            f"--dig-ids {text!r}: give two different digitiser ids, pol 0 then pol 1 (e.g. 0,1)"
+        )
+    return ids  # type: ignore[return-value]
+
+
+def _parse_drops(text: str) -> set[tuple[int, int]]:
+    drops = set()
+    for item in filter(None, (t.strip() for t in str(text).split(","))):
+        pol, sep, heap = item.partition(":")
+        if not sep or pol not in ("0", "1") or not heap.isdigit():
+            raise ConfigError(f"--drop {item!r}: give POL:HEAP with POL 0 or 1, e.g. 0:10,1:40")
+        drops.add((int(pol), int(heap)))
+    return drops
+
+
+def simulate_spead_dig(args) -> int:
+    """`voltstream simulate --format spead-dig`: digitiser heaps of both pols."""
+    from voltstream.fengine.pipeline import digitiser_packets, digitiser_samples
+    from voltstream.sim.spead import SPEAD_BITS
+
+    bits, sph, fs = args.sample_bits, args.samples_per_heap, args.sample_rate_hz
+    if bits not in SPEAD_BITS:
+        raise ConfigError(f"--sample-bits {bits}: use 8, 10, 12 or 16")
+    if sph * bits % 8:
+        raise ConfigError(
+            f"--samples-per-heap {sph} x {bits} bits is not whole bytes: use a multiple of 4"
+        )
+    ids = _parse_dig_ids(args.dig_ids)
+    drops = _parse_drops(args.drop)
+    n_heaps = args.heaps or max(1, int(args.duration * fs // sph))
+    tone_hz = fs / 4 if args.tone is None else args.tone * 1e6
+    if not 0 <= tone_hz <= fs / 2:
+        raise ConfigError(f"--tone {tone_hz / 1e6} MHz is outside the band 0 .. {fs / 2e6} MHz")
+    sender = sink = None
+    if args.dest:
+        from voltstream import _core
+
+        sender = _core.Sender(args.dest)
+    else:
+        try:
+            sink = open(args.output, "wb")  # noqa: SIM115 - closed below
+        except OSError as e:
+            raise ConfigError(f"cannot write {args.output}: {e.strerror}") from None
+    stats = {"packets": 0, "bytes": 0, "dropped": 0}
+    block = max(1, 65536 // sph)  # heaps per pol per batch
+    t0 = time.monotonic()
+    try:
+        for first in range(0, n_heaps, block):
+            n = min(block, n_heaps - first)
+            x = digitiser_samples(
+                first,
+                n,
+                samples_per_heap=sph,
+                bits=bits,
+                sample_rate_hz=fs,
+                tone_hz=tone_hz,
+                tone_amplitude=args.tone_amplitude,
+                noise_rms=args.noise,
+                seed=args.seed,
+            )
+            pkts = digitiser_packets(x, first, samples_per_heap=sph, bits=bits, dig_ids=ids)
+            if drops:
+                keep = [(k % 2, first + k // 2) not in drops for k in range(pkts.shape[0])]
+                stats["dropped"] += len(keep) - sum(keep)
+                pkts = np.ascontiguousarray(pkts[np.array(keep, dtype=bool)])
+            if pkts.shape[0] == 0:
+                continue
+            if sender is not None:
+                r = sender.send(pkts, pkts.shape[1], args.rate)
+                stats["packets"] += int(r["packets"])
+                stats["bytes"] += int(r["bytes"])
+            else:
+                sink.write(pkts.tobytes())
+                stats["packets"] += pkts.shape[0]
+                stats["bytes"] += pkts.size
+    finally:
+        if sink is not None:
+            sink.close()
+    seconds = time.monotonic() - t0
+    print(
+        f"simulate: spead-dig, {n_heaps} heaps x {sph} samples x 2 pols ({bits}-bit, ids "
+        f"{ids[0]},{ids[1]}; tone {tone_hz / 1e6:g} MHz amplitude {args.tone_amplitude:g}, "
+        f"noise {args.noise:g}) -> {args.dest or args.output}: {stats['packets']} packets, "
+        f"{stats['bytes'] / 1e6:.1f} MB in {seconds:.2f} s, {stats['dropped']} dropped on "
+        "purpose"
     )
     return 0
 
@@ -265,6 +365,153 @@ def _fold_on(device: str, args, reader, predictor, tsub: float):
     from voltstream.dsp.gpu_fold import fold_file_gpu
 
     return fold_file_gpu(reader, args.dm, predictor, args.nbin, tsub, **kw)
+
+
+def fengine(args) -> int:
+    """`voltstream fengine`: capture, channelise, send; prints every counter at the end."""
+    from voltstream.dsp.pfb import check_pfb_shape
+    from voltstream.fengine.engines import make_engine, resolve_device
+    from voltstream.fengine.heaps import HeapLayout
+    from voltstream.fengine.output import HeapOutput, parse_destinations
+    from voltstream.fengine.pipeline import INPUT_BITS, apply_settings, run_fengine
+
+    if args.sample_bits not in INPUT_BITS:
+        raise ConfigError(f"--sample-bits {args.sample_bits}: use 8, 10, 12 or 16")
+    if args.bits not in (4, 8):
+        raise ConfigError(f"--bits {args.bits}: the output is 8-bit or 4-bit, use 8 or 4")
+    nchan, taps = check_pfb_shape(args.channels, args.taps)
+    dig_ids = _parse_dig_ids(args.dig_ids)
+    dests = parse_destinations(args.dest)
+    substreams = args.substreams if args.substreams is not None else max(1, len(dests))
+    if substreams < 1:
+        raise ConfigError(f"--substreams {substreams}: give at least 1")
+    if not dests and not args.output_file:
+        raise ConfigError(
+            "nowhere to send: give --dest HOST:PORT (one per substream) and/or --output-file"
+        )
+    layout = HeapLayout(nchan, args.spectra_per_heap, substreams, args.bits)
+    if args.rate_gbps is None:
+        # Output bytes per digitiser sample time: 2 pols x (2 or 1) bytes per complex
+        # value x nchan values per 2*nchan samples; plus packet headers; 10% margin.
+        per_sample = 2 * (2 if args.bits == 8 else 1) / 2
+        per_packet = max(1, min(args.packet_payload, layout.payload_bytes))
+        overhead = (per_packet + 72) / per_packet
+        rate = 1.1 * args.sample_rate_hz * per_sample * 8 * overhead / 1e9
+    else:
+        rate = args.rate_gbps
+    settings = dict(
+        nchan=nchan,
+        taps=taps,
+        spectra_per_heap=args.spectra_per_heap,
+        n_substreams=substreams,
+        bits=args.bits,
+        sample_rate_hz=args.sample_rate_hz,
+        max_delay_samples=args.max_delay_samples,
+        feng_id=args.feng_id,
+        dither_seed=args.dither_seed,
+    )
+    if not 0 <= args.feng_id < args.n_fengs:
+        raise ConfigError(f"--feng-id {args.feng_id} must be in 0 .. --n-fengs - 1")
+    device = resolve_device(args.device)
+    control = None
+    gains = delays = None
+    if args.katcp_port is not None or args.settings:
+        control_mod = _fengine_control(args)
+        if args.settings:
+            gains, delays = control_mod.load_settings(args.settings, nchan=nchan)
+        if args.katcp_port is not None:
+            control = control_mod.FEngineControl(
+                {"nchan": nchan, "sample_rate_hz": args.sample_rate_hz, "n_pols": 2},
+                host=args.katcp_host,
+                port=args.katcp_port,
+            )
+
+    def factory():
+        return make_engine(device, input_bits=args.sample_bits, **settings)
+
+    engine = factory()
+    if control is not None:
+        # Through the control's queue, so ?gain answers what the engine uses; it
+        # reaches the engine before the first block.
+        for pol, g in (gains or {}).items():
+            control.queue_gains(pol, g)
+        control.queue_delay_models(delays or {})
+    else:
+        apply_settings(engine, gains, delays)
+    output = HeapOutput(
+        layout,
+        dests,
+        rate_gbps=rate,
+        packet_payload=args.packet_payload,
+        n_fengs=args.n_fengs,
+        output_file=args.output_file,
+        descriptor_interval=args.descriptor_interval,
+    )
+    where = ", ".join(dests) if dests else "no UDP destination"
+    print(
+        f"fengine ({device}): {args.listen} (ids {dig_ids[0]},{dig_ids[1]}, "
+        f"{args.sample_bits}-bit) -> {nchan} channels x {args.spectra_per_heap} spectra, "
+        f"{substreams} substream(s), {args.bits}-bit -> {where}"
+        + (f" + {args.output_file}" if args.output_file else "")
+        + (f" at {rate:.2f} Gb/s" if rate else " unpaced"),
+        flush=True,
+    )
+    if control is not None:
+        control.start()
+        host, port = control.address
+        print(f"fengine: katcp control on {host}:{port}", flush=True)
+    previous = _stop_on_sigterm()
+    try:
+        report = run_fengine(
+            args.listen,
+            engine,
+            output,
+            dig_ids=dig_ids,
+            input_bits=args.sample_bits,
+            samples_per_heap=args.samples_per_heap,
+            duration_s=args.duration,
+            idle_timeout_s=args.idle_timeout,
+            chunk_heaps=args.chunk_heaps,
+            capture_engine=args.capture_engine,
+            control=control,
+            engine_factory=factory,
+            on_start=lambda address: print(f"fengine: listening on {address}", flush=True),
+        )
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if control is not None:
+            control.stop()
+    for line in report.summary_lines():
+        print(line)
+    if args.report:
+        report.write_json(args.report)
+    return 0
+
+
+def _stop_on_sigterm():
+    """Makes SIGTERM stop the F-engine like Ctrl-C (report printed); returns the old
+    handler, or None off the main thread, where handlers cannot be set."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _fengine_control(args):
+    """The katcp control module, or a one-line error naming the option that needs it."""
+    try:
+        from voltstream.fengine import control
+    except ImportError as e:
+        what = "--katcp-port" if args.katcp_port is not None else "--settings"
+        raise ConfigError(
+            f"{what} needs voltstream.fengine.control (katcp control, aiokatcp), which "
+            f"cannot be imported: {e}"
+        ) from None
+    return control
 
 
 def _free_udp_port() -> int:

@@ -30,13 +30,25 @@ SPEAD-64-48 packet (all big-endian; SPEAD protocol rev. 1, 2012):
   the packets of a heap are one ``(n, packet_len)`` array for ``Sender.send``).
 - Heap cnt: ``(timestamp // samples_per_heap) * n_fengs + feng_id`` (``heap_counter``),
   unique per F-engine and time slot, modulo 2^48. The ids 0x1600, 0x4101, 0x4103 and
-  0x4300 follow MeerKAT's CBF data subscribers ICD as documented by katgpucbf; no
-  item descriptors are sent, so a receiver must know the items in advance.
+  0x4300 follow MeerKAT's CBF data subscribers ICD as documented by katgpucbf.
+
+Item descriptors (``encode_descriptor_heap``): a heap whose item 0x5 pointers each
+address one descriptor, itself a complete SPEAD-64-48 packet with the item's id
+(0x14, immediate), name (0x10), description (0x11), format (0x13: ``(code, bits)``
+pairs, one ASCII byte and a 16-bit big-endian bit count each), shape (0x12: one flag
+byte and a 48-bit big-endian size per dimension) and, for array items, a NumPy
+header (0x15: the ``repr`` of ``{'descr', 'fortran_order', 'shape'}``, as in
+``.npy`` files). The F-engine's descriptors (``fengine_descriptors``): timestamp,
+feng_id and frequency as immediate unsigned 48-bit integers, feng_raw as an int8
+array ``(channels, spectra, 2, 2)`` (8-bit) or uint8 ``(channels, spectra, 2)``
+(4-bit). A receiver such as spead2's ``ItemGroup`` then decodes the data heaps with
+no prior knowledge. ``encode_stop_heap`` ends a stream (item 0x6 = 2).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import ast
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,7 +56,9 @@ import numpy as np
 from voltstream.errors import ConfigError, FormatError
 
 __all__ = [
+    "DESCRIPTOR_HEAP_CNT",
     "HEADER_LEN",
+    "ITEM_DESCRIPTOR",
     "ITEM_FENG_ID",
     "ITEM_FENG_RAW",
     "ITEM_FREQUENCY",
@@ -52,14 +66,24 @@ __all__ = [
     "ITEM_HEAP_OFFSET",
     "ITEM_HEAP_SIZE",
     "ITEM_PAYLOAD_LENGTH",
+    "ITEM_STREAM_CTRL",
     "ITEM_TIMESTAMP",
+    "STOP_HEAP_CNT",
     "DecodedHeap",
     "HeapLayout",
+    "ItemDescriptor",
     "OutputHeap",
+    "decode_descriptor",
+    "decode_descriptor_heap",
     "decode_output_heap",
     "decode_packets",
+    "encode_descriptor",
+    "encode_descriptor_heap",
     "encode_heap",
+    "encode_stop_heap",
+    "fengine_descriptors",
     "heap_counter",
+    "split_packets",
 ]
 
 ITEM_HEAP_CNT = 0x1
@@ -70,6 +94,14 @@ ITEM_TIMESTAMP = 0x1600
 ITEM_FENG_ID = 0x4101
 ITEM_FREQUENCY = 0x4103
 ITEM_FENG_RAW = 0x4300
+ITEM_DESCRIPTOR = 0x5
+ITEM_STREAM_CTRL = 0x6
+STREAM_CTRL_STOP = 2
+DESC_NAME, DESC_DESCRIPTION, DESC_SHAPE, DESC_FORMAT, DESC_ID, DESC_DTYPE = range(0x10, 0x16)
+#: Heap cnts of the descriptor and stop heaps: the top of the 48-bit range, which
+#: data heap cnts (slot * n_fengs + feng_id) do not reach in practice.
+DESCRIPTOR_HEAP_CNT = (1 << 48) - 2
+STOP_HEAP_CNT = (1 << 48) - 1
 
 SPEAD_MAGIC = 0x53
 SPEAD_VERSION = 4
@@ -311,3 +343,231 @@ def decode_output_heap(decoded: DecodedHeap, layout: HeapLayout) -> OutputHeap:
         payload=payload.reshape(layout.payload_shape).copy(),
         substream=frequency // layout.channels_per_heap,
     )
+
+
+# Item descriptors, the stop heap, and files of back-to-back packets.
+
+_ADDR_BYTES = HEAP_ADDRESS_WIDTH  # 48-bit sizes in shape entries
+_FORMAT_LEN_BYTES = 8 - HEAP_ADDRESS_WIDTH  # 16-bit bit counts in format entries
+
+
+@dataclass(frozen=True)
+class ItemDescriptor:
+    """What a receiver needs to decode one item: id, name, description, and either a
+    SPEAD ``format`` (``(code, bits)`` pairs, e.g. ``(("u", 48),)``) with a shape, or
+    a NumPy ``dtype`` descr string (e.g. ``"|i1"``) with a fixed shape."""
+
+    id: int
+    name: str
+    description: str
+    shape: tuple[int, ...] = ()
+    format: tuple[tuple[str, int], ...] | None = None
+    dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.format is None) == (self.dtype is None):
+            raise ConfigError(f"item {self.name!r}: give exactly one of format and dtype")
+        if not 0 < self.id <= _ID_MASK:
+            raise ConfigError(f"item id {self.id:#x} does not fit 15 bits")
+        for text in (self.name, self.description):
+            if not text.isascii():
+                raise ConfigError(f"item {self.name!r}: names and descriptions must be ASCII")
+        for dim in self.shape:
+            if not 0 <= int(dim) <= _VALUE_MASK:
+                raise ConfigError(f"item {self.name!r}: dimension {dim} does not fit 48 bits")
+        for code, bits in self.format or ():
+            if len(code) != 1 or not code.isascii() or not 0 < int(bits) < 1 << 16:
+                raise ConfigError(f"item {self.name!r}: bad format field ({code!r}, {bits})")
+
+
+def fengine_descriptors(layout: HeapLayout) -> list[ItemDescriptor]:
+    """The descriptors of an F-engine output stream's items."""
+    u48 = (("u", 48),)
+    if layout.bits == 8:
+        raw_text = "Channelised complex voltages, int8 (channel, spectrum, pol, re/im)"
+    else:
+        raw_text = (
+            "Channelised complex voltages, 4-bit: one byte per (channel, spectrum, pol), "
+            "real in the high nibble, imaginary in the low nibble, two's complement"
+        )
+    return [
+        ItemDescriptor(
+            ITEM_TIMESTAMP,
+            "timestamp",
+            "Digitiser sample count of the first spectrum of the heap",
+            format=u48,
+        ),
+        ItemDescriptor(ITEM_FENG_ID, "feng_id", "F-engine (antenna) index", format=u48),
+        ItemDescriptor(
+            ITEM_FREQUENCY, "frequency", "Index of the heap's first channel", format=u48
+        ),
+        ItemDescriptor(
+            ITEM_FENG_RAW,
+            "feng_raw",
+            raw_text,
+            shape=tuple(int(d) for d in layout.payload_shape),
+            dtype=np.lib.format.dtype_to_descr(layout.payload_dtype),
+        ),
+    ]
+
+
+def _packet(pointers: list[int], payload: bytes) -> bytes:
+    header = bytes(
+        [SPEAD_MAGIC, SPEAD_VERSION, ITEM_POINTER_WIDTH, HEAP_ADDRESS_WIDTH, 0, 0]
+    ) + len(pointers).to_bytes(2, "big")
+    words = np.array(pointers, dtype=">u8").tobytes()
+    return header + words + payload
+
+
+def _heap_packet(heap_cnt: int, items: list[int], payload: bytes) -> bytes:
+    """One packet holding a whole heap: the four packet items, then ``items``."""
+    size = len(payload)
+    pointers = [
+        _pointer(ITEM_HEAP_CNT, heap_cnt),
+        _pointer(ITEM_HEAP_SIZE, size),
+        _pointer(ITEM_HEAP_OFFSET, 0),
+        _pointer(ITEM_PAYLOAD_LENGTH, size),
+        *items,
+    ]
+    return _packet(pointers, payload)
+
+
+def encode_descriptor(desc: ItemDescriptor) -> bytes:
+    """One descriptor as the SPEAD-64-48 packet that a descriptor heap addresses."""
+    fields = [
+        (DESC_NAME, desc.name.encode("ascii")),
+        (DESC_DESCRIPTION, desc.description.encode("ascii")),
+        (
+            DESC_FORMAT,
+            b"".join(
+                code.encode("ascii") + int(bits).to_bytes(_FORMAT_LEN_BYTES, "big")
+                for code, bits in (desc.format or ())
+            ),
+        ),
+        (DESC_SHAPE, b"".join(b"\0" + int(d).to_bytes(_ADDR_BYTES, "big") for d in desc.shape)),
+    ]
+    if desc.dtype is not None:
+        header = {"descr": desc.dtype, "fortran_order": False, "shape": tuple(desc.shape)}
+        fields.append((DESC_DTYPE, repr(header).encode("ascii")))
+    items = [_pointer(DESC_ID, desc.id)]
+    payload = b""
+    for item_id, data in fields:
+        items.append(_pointer(item_id, len(payload), immediate=False))
+        payload += data
+    return _heap_packet(1, items, payload)
+
+
+def _addressed_fields(packet: bytes) -> tuple[dict[int, int], list[tuple[int, bytes]]]:
+    """Immediates and ``(id, bytes)`` of each addressed item (repeats kept) of a
+    one-packet heap; an addressed item runs to the next address or the end."""
+    if len(packet) < HEADER_LEN:
+        raise FormatError(f"SPEAD packet of {len(packet)} B is shorter than its header")
+    nitems = int.from_bytes(packet[6:8], "big")
+    end = HEADER_LEN + 8 * nitems
+    immediates, _, payload = _parse_packet(packet)
+    if immediates[ITEM_HEAP_OFFSET] != 0 or immediates[ITEM_HEAP_SIZE] != len(payload):
+        raise FormatError("descriptor heaps must fit in one packet")
+    words = np.frombuffer(packet[HEADER_LEN:end], dtype=">u8").tolist()
+    addressed = [((w >> 48) & _ID_MASK, w & _VALUE_MASK) for w in words if not w & _IMMEDIATE]
+    # Sorted by address (stably, so items sharing an address keep their order), each
+    # item ends where the next begins: the first of two at one address is empty.
+    order = sorted(range(len(addressed)), key=lambda i: addressed[i][1])
+    ends = [addressed[j][1] for j in order[1:]] + [len(payload)]
+    length = {i: max(0, e - addressed[i][1]) for i, e in zip(order, ends, strict=True)}
+    return immediates, [
+        (item_id, payload[addr : addr + length[i]]) for i, (item_id, addr) in enumerate(addressed)
+    ]
+
+
+def decode_descriptor(packet: bytes) -> ItemDescriptor:
+    """The ``ItemDescriptor`` encoded in one descriptor packet."""
+    immediates, fields = _addressed_fields(bytes(packet))
+    if DESC_ID not in immediates:
+        raise FormatError("descriptor packet lacks its item id (0x14)")
+    got = dict(fields)
+    fmt_bytes = got.get(DESC_FORMAT, b"")
+    width = 1 + _FORMAT_LEN_BYTES
+    fmt = tuple(
+        (chr(fmt_bytes[i]), int.from_bytes(fmt_bytes[i + 1 : i + width], "big"))
+        for i in range(0, len(fmt_bytes) - width + 1, width)
+    )
+    shape_bytes = got.get(DESC_SHAPE, b"")
+    width = 1 + _ADDR_BYTES
+    shape = tuple(
+        int.from_bytes(shape_bytes[i + 1 : i + width], "big")
+        for i in range(0, len(shape_bytes) - width + 1, width)
+    )
+    dtype = None
+    if got.get(DESC_DTYPE):
+        try:
+            header = ast.literal_eval(got[DESC_DTYPE].decode("ascii"))
+            dtype, shape = header["descr"], tuple(header["shape"])
+        except (ValueError, SyntaxError, KeyError, TypeError, UnicodeDecodeError):
+            raise FormatError("descriptor's NumPy header (0x15) is not readable") from None
+    return ItemDescriptor(
+        id=immediates[DESC_ID],
+        name=got.get(DESC_NAME, b"").decode("ascii", "replace"),
+        description=got.get(DESC_DESCRIPTION, b"").decode("ascii", "replace"),
+        shape=shape,
+        format=None if dtype is not None else fmt,
+        dtype=dtype,
+    )
+
+
+def encode_descriptor_heap(
+    descriptors: Iterable[ItemDescriptor], heap_cnt: int = DESCRIPTOR_HEAP_CNT
+) -> np.ndarray:
+    """A heap of item descriptors as one packet: uint8 ``(1, packet_len)``."""
+    items, payload = [], b""
+    for desc in descriptors:
+        items.append(_pointer(ITEM_DESCRIPTOR, len(payload), immediate=False))
+        payload += encode_descriptor(desc)
+    if not items:
+        raise ConfigError("a descriptor heap needs at least one descriptor")
+    packet = _heap_packet(heap_cnt, items, payload)
+    return np.frombuffer(packet, dtype=np.uint8).reshape(1, -1).copy()
+
+
+def decode_descriptor_heap(packet) -> list[ItemDescriptor]:
+    """The descriptors of a one-packet descriptor heap (empty for any other heap)."""
+    raw = packet if isinstance(packet, bytes) else np.asarray(packet, np.uint8).tobytes()
+    _, fields = _addressed_fields(raw)
+    return [decode_descriptor(data) for item_id, data in fields if item_id == ITEM_DESCRIPTOR]
+
+
+def encode_stop_heap(heap_cnt: int = STOP_HEAP_CNT) -> np.ndarray:
+    """The end-of-stream heap (stream control item 0x6 = 2): uint8 ``(1, packet_len)``."""
+    packet = _heap_packet(heap_cnt, [_pointer(ITEM_STREAM_CTRL, STREAM_CTRL_STOP)], b"")
+    return np.frombuffer(packet, dtype=np.uint8).reshape(1, -1).copy()
+
+
+def split_packets(buffer) -> Iterator[bytes]:
+    """The SPEAD packets of a buffer of packets back to back (an F-engine output file).
+
+    Each packet is self-delimiting: 8-byte header, ``n`` item pointers, then the
+    ``payload length`` (item 0x4) bytes of payload.
+    """
+    data = memoryview(buffer).cast("B")
+    pos = 0
+    while pos < len(data):
+        if len(data) - pos < HEADER_LEN:
+            raise FormatError(f"{len(data) - pos} stray bytes at offset {pos}: truncated file?")
+        if data[pos] != SPEAD_MAGIC or data[pos + 1] != SPEAD_VERSION:
+            raise FormatError(f"no SPEAD packet header at offset {pos}: not a packet file")
+        nitems = int.from_bytes(data[pos + 6 : pos + 8], "big")
+        end = pos + HEADER_LEN + 8 * nitems
+        if end > len(data):
+            raise FormatError(f"packet at offset {pos} is cut short: truncated file?")
+        words = np.frombuffer(data[pos + HEADER_LEN : end], dtype=">u8").tolist()
+        lengths = [
+            w & _VALUE_MASK
+            for w in words
+            if w & _IMMEDIATE and (w >> 48) & _ID_MASK == ITEM_PAYLOAD_LENGTH
+        ]
+        if not lengths:
+            raise FormatError(f"packet at offset {pos} has no payload length item")
+        stop = end + lengths[0]
+        if stop > len(data):
+            raise FormatError(f"packet at offset {pos} is cut short: truncated file?")
+        yield bytes(data[pos:stop])
+        pos = stop

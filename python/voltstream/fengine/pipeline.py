@@ -1,0 +1,595 @@
+"""The F-engine as a running program: digitiser SPEAD heaps in, channelised heaps out.
+
+Input. Both polarisations arrive on one UDP port as MeerKAT digitiser heaps (one
+packet per heap; ``voltstream.sim.spead``): the digitiser id item (0x3101) says
+which polarisation a heap belongs to (``dig_ids = (id of pol 0, id of pol 1)``),
+heaps of other ids are counted foreign. The Rust capture (``_core.Capture``,
+format ``spead``) places each heap by ``timestamp / samples_per_heap`` into chunks
+of ``chunk_heaps`` heaps per polarisation, so the two polarisations of a chunk are
+already paired by timestamp. A heap present in one polarisation but missing in the
+other makes that time range invalid in both; missing heaps are invalid samples
+(the engine flags every spectrum whose window touches them, and skips the heap
+slots holding such spectra). Chunks in which nothing arrived are gaps in time,
+which the engine also treats as invalid; a jump backwards in time (digitiser
+re-sync) or forward by more than a few chunks starts a fresh engine on the new
+time line (``timeline_restarts``), carrying over gains, delays and counters.
+
+Each chunk is unpacked (8, 10, 12 or 16-bit big-endian bit stream,
+``unpack_heaps``) and fed whole to the engine: chunks span several output heap
+slots by default, because the GPU engine is efficient only on large blocks. The
+last chunk is held back until the next arrives so that, at the end of a run, its
+tail of heaps never sent can be cut rather than counted as lost.
+
+Between blocks, a katcp control object (``voltstream.fengine.control``, optional)
+applies queued gain and delay changes, says whether to send (``?capture-start`` /
+``?capture-stop``; heaps made while stopped are counted, not sent) and receives the
+counters for its sensors.
+
+``digitiser_samples`` and ``digitiser_packets`` make test input: a tone plus
+Gaussian noise, quantised like a digitiser, as interleaved heap packets of both
+polarisations (``voltstream simulate --format spead-dig`` uses them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from voltstream.errors import CaptureError, ConfigError
+
+__all__ = [
+    "INPUT_BITS",
+    "FEngineReport",
+    "apply_settings",
+    "counters_dict",
+    "digitiser_packets",
+    "digitiser_samples",
+    "run_fengine",
+    "unpack_heaps",
+]
+
+#: Digitiser sample widths the input accepts.
+INPUT_BITS = (8, 10, 12, 16)
+_CAPTURE_COUNTERS = ("received", "missing", "late", "duplicate", "dropped")
+
+
+def _check_input(bits: int, samples_per_heap: int) -> None:
+    if bits not in INPUT_BITS:
+        raise ConfigError(f"digitiser sample width {bits} bits: use 8, 10, 12 or 16")
+    if int(samples_per_heap) != samples_per_heap or samples_per_heap < 1:
+        raise ConfigError(f"samples per heap {samples_per_heap}: give a positive whole number")
+    if samples_per_heap * bits % 8:
+        raise ConfigError(
+            f"{samples_per_heap} samples of {bits} bits are not a whole number of bytes: "
+            "give a multiple of 4 samples (MeerKAT uses 4096)"
+        )
+
+
+def unpack_heaps(raw, bits: int) -> np.ndarray:
+    """Signed samples (int16) from packed big-endian ``bits``-bit data along the last axis.
+
+    ``raw`` is uint8 ``(..., nbytes)``; the result is ``(..., nbytes * 8 // bits)``.
+    The first sample sits in the most significant bits of byte 0 (10 bits: four
+    samples in five bytes), as ``voltstream.sim.spead.unpack_samples`` reads it,
+    but vectorised by groups of bytes.
+    """
+    if bits not in INPUT_BITS:
+        raise ConfigError(f"digitiser sample width {bits} bits: use 8, 10, 12 or 16")
+    r = np.ascontiguousarray(raw, dtype=np.uint8)
+    lead, nbytes = r.shape[:-1], r.shape[-1]
+    if bits == 8:
+        return r.view(np.int8).astype(np.int16)
+    if bits == 16:
+        return r.reshape(*lead, nbytes // 2, 2).view(">i2")[..., 0].astype(np.int16)
+    per_group = 8 // math.gcd(bits, 8)  # samples per group: 4 (10 bits), 2 (12 bits)
+    group = per_group * bits // 8  # bytes per group: 5, 3
+    if nbytes % group:
+        raise ConfigError(f"{nbytes} bytes are not whole groups of {per_group} {bits}-bit samples")
+    g = r.reshape(*lead, nbytes // group, group)
+    out = np.empty((*lead, nbytes // group, per_group), dtype=np.int16)
+    mask, sign = (1 << bits) - 1, 1 << (bits - 1)
+    for j in range(per_group):
+        # Sample j of a group starts at bit j*bits: it lies within the three bytes
+        # from byte (j*bits)//8, read as one 24-bit big-endian number.
+        a, o = divmod(j * bits, 8)
+        v = g[..., a].astype(np.int32) << 16
+        if a + 1 < group:
+            v |= g[..., a + 1].astype(np.int32) << 8
+        if a + 2 < group:
+            v |= g[..., a + 2]
+        code = (v >> (24 - o - bits)) & mask
+        out[..., j] = (code ^ sign) - sign
+    return out.reshape(*lead, -1)
+
+
+def digitiser_samples(
+    first_heap: int,
+    n_heaps: int,
+    *,
+    samples_per_heap: int = 4096,
+    bits: int = 10,
+    sample_rate_hz: float = 1712e6,
+    tone_hz: float | None = None,
+    tone_amplitude: float = 0.0,
+    noise_rms: float = 0.0,
+    seed: int = 1,
+) -> np.ndarray:
+    """Digitiser samples, int16 ``(2, n_heaps * samples_per_heap)``, of heaps
+    ``first_heap ..``: ``A cos(2 pi f t / fs)`` in both polarisations plus independent
+    Gaussian noise, rounded and clipped to the signed ``bits``-bit range.
+
+    ``t`` is the absolute sample count, and the noise of heap ``k`` is drawn from
+    ``default_rng((seed, k))``, so any split into calls gives the same samples.
+    """
+    _check_input(bits, samples_per_heap)
+    if n_heaps < 0 or first_heap < 0:
+        raise ConfigError("heap numbers must be >= 0")
+    n = n_heaps * samples_per_heap
+    t0 = first_heap * samples_per_heap
+    x = np.zeros((2, n), dtype=np.float64)
+    if tone_amplitude and tone_hz is not None:
+        t = np.arange(t0, t0 + n, dtype=np.float64)
+        # The phase modulo one turn in exact integer arithmetic would need f/fs
+        # rational; float64 keeps the phase error far below a quantisation step.
+        x += tone_amplitude * np.cos(2 * np.pi * (tone_hz / sample_rate_hz) * t)
+    if noise_rms:
+        for k in range(n_heaps):
+            rng = np.random.default_rng((int(seed), first_heap + k))
+            sl = slice(k * samples_per_heap, (k + 1) * samples_per_heap)
+            x[:, sl] += noise_rms * rng.standard_normal((2, samples_per_heap))
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return np.clip(np.rint(x), lo, hi).astype(np.int16)
+
+
+def digitiser_packets(
+    samples,
+    first_heap: int,
+    *,
+    samples_per_heap: int = 4096,
+    bits: int = 10,
+    dig_ids: tuple[int, int] = (0, 1),
+) -> np.ndarray:
+    """Heap packets of both polarisations, interleaved (pol 0 heap k, pol 1 heap k, ...):
+    uint8 ``(2 * n_heaps, packet_len)``."""
+    from voltstream.sim.spead import packetize_spead_dig
+
+    x = np.asarray(samples)
+    pols = [
+        packetize_spead_dig(
+            x[p],
+            bits=bits,
+            samples_per_heap=samples_per_heap,
+            timestamp=first_heap * samples_per_heap,
+            digitiser_id=int(dig_ids[p]),
+        )
+        for p in range(2)
+    ]
+    return np.ascontiguousarray(np.stack(pols, axis=1).reshape(-1, pols[0].shape[1]))
+
+
+def counters_dict(counters) -> dict:
+    """An engine's counters as a plain dict (arrays become lists)."""
+    if dataclasses.is_dataclass(counters):
+        raw = {f.name: getattr(counters, f.name) for f in dataclasses.fields(counters)}
+    elif isinstance(counters, dict):
+        raw = dict(counters)
+    else:
+        raw = dict(vars(counters))
+    return {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v) for k, v in raw.items()}
+
+
+def _add_counts(total: dict, more: dict) -> dict:
+    out = dict(total)
+    for k, v in more.items():
+        if k in out and isinstance(v, list):
+            out[k] = [a + b for a, b in zip(out[k], v, strict=False)]
+        elif k in out and isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = out[k] + v
+        else:
+            out.setdefault(k, v)
+    return out
+
+
+def apply_settings(engine, gains: dict | None = None, delays: dict | None = None) -> None:
+    """Applies ``{pol: gains}`` and ``{pol: DelayModel}`` (``control.load_settings``)."""
+    for pol, g in (gains or {}).items():
+        engine.set_gains(g, pol=int(pol))
+    for pol, model in (delays or {}).items():
+        engine.set_delay_model(int(pol), model)
+
+
+@dataclass
+class FEngineReport:
+    """Every counter of a run: capture, pairing, engine, output, control."""
+
+    listen: str
+    address: str = ""
+    device: str = "cpu"
+    duration_s: float = 0.0
+    interrupted: bool = False
+    capture: dict = field(default_factory=dict)
+    chunks: int = 0
+    blocks: int = 0
+    samples_fed: int = 0
+    heaps_paired: int = 0
+    heaps_unpaired: list[int] = field(default_factory=lambda: [0, 0])
+    heaps_absent: int = 0
+    timeline_restarts: int = 0
+    chunks_out_of_order: int = 0
+    engine: dict = field(default_factory=dict)
+    heaps_not_sent_capture_stopped: int = 0
+    control_updates: int = 0
+    output: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.as_dict(), indent=2, default=str) + "\n")
+
+    def summary_lines(self) -> list[str]:
+        cap, eng, out = self.capture, self.engine, self.output
+        lines = [
+            f"fengine ({self.device}) on {self.address or self.listen}: "
+            f"{self.duration_s:.2f} s, "
+            f"{self.chunks} chunks, {self.blocks} blocks, {self.samples_fed} samples per pol"
+            + (" (interrupted)" if self.interrupted else "")
+        ]
+        for s in cap.get("streams", []):
+            pol = s.get("stream", "?")
+            lines.append(
+                f"  input pol {pol}: " + "  ".join(f"{k}={s.get(k, 0)}" for k in _CAPTURE_COUNTERS)
+            )
+        lines.append(
+            f"  input: malformed={cap.get('malformed', 0)}  foreign={cap.get('foreign', 0)}  "
+            f"kernel_drops={cap.get('kernel_drops', 0)}  resyncs={cap.get('resyncs', 0)}  "
+            f"chunks_dropped={cap.get('chunks_dropped', 0)}"
+        )
+        lines.append(
+            f"  pairing: heaps_paired={self.heaps_paired}  "
+            f"heaps_only_in_pol0={self.heaps_unpaired[0]}  "
+            f"heaps_only_in_pol1={self.heaps_unpaired[1]}  heaps_absent={self.heaps_absent}  "
+            f"timeline_restarts={self.timeline_restarts}  "
+            f"chunks_out_of_order={self.chunks_out_of_order}"
+        )
+        sat = eng.get("saturated", [0, 0])
+        lines.append(
+            f"  engine: spectra={eng.get('spectra', 0)}  "
+            f"flagged_spectra={eng.get('flagged_spectra', 0)}  "
+            f"heaps_made={eng.get('heaps_sent', 0)}  heaps_skipped={eng.get('heaps_skipped', 0)}  "
+            f"saturated_pol0={sat[0]}  saturated_pol1={sat[1]}"
+        )
+        extra = {
+            k: v
+            for k, v in eng.items()
+            if k not in ("spectra", "flagged_spectra", "heaps_sent", "heaps_skipped", "saturated")
+        }
+        if extra:
+            lines.append("  engine (more): " + "  ".join(f"{k}={v}" for k, v in extra.items()))
+        lines.append(
+            f"  output: heaps_sent={out.get('heaps_sent', 0)}  "
+            f"packets_sent={out.get('packets_sent', 0)}  "
+            f"MB_sent={out.get('bytes_sent', 0) / 1e6:.1f}  "
+            f"descriptor_heaps={out.get('descriptor_heaps_sent', 0)}  "
+            f"stop_heaps={out.get('stop_heaps_sent', 0)}  "
+            f"send_errors={out.get('send_errors', 0)}  "
+            f"heaps_not_sent_capture_stopped={self.heaps_not_sent_capture_stopped}"
+        )
+        if out.get("heaps_per_destination"):
+            lines.append(
+                "  output per destination: "
+                + "  ".join(str(n) for n in out.get("heaps_per_destination", []))
+            )
+        if out.get("bytes_written"):
+            lines.append(
+                f"  file: heaps_written={out.get('heaps_written', 0)}  "
+                f"MB_written={out.get('bytes_written', 0) / 1e6:.1f}"
+            )
+        if out.get("last_error"):
+            lines.append(f"  last send error: {out['last_error']}")
+        if self.control_updates:
+            lines.append(f"  control: {self.control_updates} gain/delay updates applied")
+        return lines
+
+
+class _Feeder:
+    """Chunks in, engine blocks out: pairing, valid masks, time line, control, output."""
+
+    def __init__(
+        self, engine, output, report, *, bits, samples_per_heap, control, factory, max_gap, stats
+    ):
+        self.engine, self.output, self.report = engine, output, report
+        self.bits, self.sph = bits, samples_per_heap
+        self.control, self.factory, self.max_gap = control, factory, max_gap
+        self.stats = stats  # the capture's stats() for the sensors
+        self.pending = None  # (timestamp, heaps (2, n, sph samples or bytes), present (2, n))
+        self.next_ts: int | None = None
+        self.retired: dict = {}
+        self.last_sensors = 0.0
+
+    def add(self, chunk) -> None:
+        try:
+            ppc = chunk.packets_per_chunk
+            raw = np.frombuffer(chunk, dtype=np.uint8).reshape(chunk.nstreams, ppc, -1)
+            present = np.frombuffer(chunk.present, dtype=np.uint8).reshape(chunk.nstreams, ppc)
+            present = present != 0
+            # A copy either way, so the chunk can go back to the pool now: packed
+            # bytes for an engine that unpacks them itself (the GPU), else samples.
+            samples = raw.copy() if self._packed() else unpack_heaps(raw, self.bits)
+            ts = chunk.chunk_id * ppc * self.sph
+            del raw
+        finally:
+            chunk.release()
+        self.report.chunks += 1
+        if self.pending is None and self.next_ts is None:
+            # The capture's chunks start at multiples of chunk_heaps: begin at the
+            # first heap that arrived in either polarisation.
+            seen = present.any(axis=0)
+            first = int(np.flatnonzero(seen)[0]) if seen.any() else 0
+            ts += first * self.sph
+            samples, present = samples[:, first:], present[:, first:]
+        if self.pending is not None:
+            self._block(*self.pending)
+        self.pending = (ts, samples, present)
+
+    def finish(self) -> None:
+        if self.pending is None:
+            return
+        ts, samples, present = self.pending
+        self.pending = None
+        seen = present.any(axis=0)
+        if seen.any():
+            last = int(np.flatnonzero(seen)[-1]) + 1
+            self._block(ts, samples[:, :last], present[:, :last])
+        self.flush()
+
+    def _packed(self) -> bool:
+        """Whether the engine takes packed bytes of our sample width."""
+        return (
+            callable(getattr(self.engine, "process_packed", None))
+            and getattr(self.engine, "input_bits", None) == self.bits
+        )
+
+    def _block(self, ts: int, samples: np.ndarray, present: np.ndarray) -> None:
+        """Feeds one chunk: samples (2, nheaps, sph) int16 or (2, nheaps, heap bytes)
+        uint8 (packed), present (2, nheaps)."""
+        if self.next_ts is not None and (ts < self.next_ts or ts - self.next_ts > self.max_gap):
+            if self.factory is None:
+                if ts < self.next_ts:
+                    self.report.chunks_out_of_order += 1
+                    return
+            else:
+                self._restart()
+        both = present.all(axis=0)
+        self.report.heaps_paired += int(both.sum())
+        only = present & ~present[::-1]
+        self.report.heaps_unpaired[0] += int(only[0].sum())
+        self.report.heaps_unpaired[1] += int(only[1].sum())
+        self.report.heaps_absent += int((~present.any(axis=0)).sum())
+        nheaps = samples.shape[1]
+        if not both.all():
+            samples = samples.copy()
+            samples[:, ~both] = 0  # stale pool bytes: zero them
+        x = samples.reshape(2, -1)
+        valid = np.repeat(both, self.sph)
+        if self.control is not None:
+            self.report.control_updates += int(self.control.apply_pending(self.engine) or 0)
+        if samples.dtype == np.uint8 and self._packed():
+            heaps = self.engine.process_packed(np.ascontiguousarray(x), ts, valid)
+        else:
+            if samples.dtype == np.uint8:  # the engine changed (restart): unpack now
+                x = unpack_heaps(samples, self.bits).reshape(2, -1)
+            heaps = self.engine.process(x, ts, valid)
+        n = nheaps * self.sph
+        self.report.blocks += 1
+        self.report.samples_fed += n
+        self.next_ts = ts + n
+        self._send(heaps)
+
+    def _send(self, heaps) -> None:
+        if heaps:
+            if self.control is not None and not self.control.capturing.is_set():
+                self.report.heaps_not_sent_capture_stopped += len(heaps)
+            elif self.output is not None:
+                self.output.submit(heaps)
+        if self.control is not None and time.monotonic() - self.last_sensors > 0.5:
+            self.publish()
+
+    def flush(self) -> None:
+        """Heaps an engine holds back (a pipelined GPU engine may), at the end."""
+        flush = getattr(self.engine, "flush", None)
+        if callable(flush):
+            self._send(flush() or [])
+
+    def _restart(self) -> None:
+        """A new engine on a new time line, with the old one's gains, delays, counters."""
+        old = self.engine
+        self.flush()
+        self.retired = _add_counts(self.retired, counters_dict(old.counters))
+        new = self.factory()
+        if hasattr(old, "gains"):
+            new.set_gains(old.gains)
+        for pol, model in enumerate(getattr(old, "delay_models", [])):
+            new.set_delay_model(pol, model)
+        self.engine = new
+        self.report.timeline_restarts += 1
+
+    def engine_counters(self) -> dict:
+        return _add_counts(counters_dict(self.engine.counters), self.retired)
+
+    def publish(self, capture: dict | None = None) -> None:
+        self.last_sensors = time.monotonic()
+        if capture is None:
+            capture = self.stats()
+        sent = self.output.counters.heaps_sent if self.output is not None else 0
+        values = _sensor_values(self.report, self.engine_counters(), capture, sent)
+        self.control.update_sensors(values)
+
+
+def _sensor_values(report: FEngineReport, eng: dict, capture: dict, sent: int) -> dict:
+    """Counters as katcp sensor values: numbers only, per-pol lists as ``name_polN``."""
+    flat: dict = {}
+    for k, v in eng.items():
+        if isinstance(v, list):
+            for i, x in enumerate(v):
+                flat[f"{k}_pol{i}"] = x
+        else:
+            flat[k] = v
+    totals = capture.get("totals", {})
+    for k in (*_CAPTURE_COUNTERS, "malformed", "foreign"):
+        flat[k] = totals.get(k, capture.get(k, 0))
+    for s in capture.get("streams", []):
+        for k in _CAPTURE_COUNTERS:
+            flat[f"{k}_pol{s.get('stream', 0)}"] = s.get(k, 0)
+    flat.update(
+        heaps_paired=report.heaps_paired,
+        heaps_absent=report.heaps_absent,
+        timeline_restarts=report.timeline_restarts,
+        heaps_not_sent_capture_stopped=report.heaps_not_sent_capture_stopped,
+        samples_fed=report.samples_fed,
+        heaps_transmitted=sent,
+    )
+    return {
+        k: v
+        for k, v in flat.items()
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+    }
+
+
+def run_fengine(
+    listen: str,
+    engine,
+    output=None,
+    *,
+    dig_ids: tuple[int, int] = (0, 1),
+    input_bits: int = 10,
+    samples_per_heap: int = 4096,
+    duration_s: float | None = None,
+    idle_timeout_s: float | None = None,
+    chunk_heaps: int | None = None,
+    nchunks: int = 16,
+    window: int = 4,
+    capture_engine: str = "auto",
+    control=None,
+    engine_factory=None,
+    on_start=None,
+    stop_event: threading.Event | None = None,
+) -> FEngineReport:
+    """Runs the F-engine: capture on ``listen``, ``engine`` in the middle, ``output`` out.
+
+    ``engine`` has FEngineReference's interface (``make_engine``); ``output`` is a
+    ``HeapOutput`` (started here, closed at the end) or None to only count.
+    Stops after ``duration_s``, after ``idle_timeout_s`` without input once data has
+    come, when ``stop_event`` is set, or on Ctrl-C (``report.interrupted``); with
+    none of them it runs until interrupted. ``on_start(address)`` is called once the
+    socket is bound, with the bound ``HOST:PORT`` (``listen`` may give port 0).
+    ``engine_factory`` (no arguments, a fresh engine) lets the run survive a
+    digitiser re-sync. ``chunk_heaps``: digitiser heaps per polarisation per block,
+    by default enough for four output heap slots (at least 64). An engine with
+    ``process_packed`` and ``input_bits`` equal to ``input_bits`` (the GPU engine)
+    gets the packed heap bytes; any other gets int16 samples.
+    """
+    from voltstream import _core
+
+    _check_input(input_bits, samples_per_heap)
+    ids = [int(i) for i in dig_ids]
+    if len(ids) != 2 or ids[0] == ids[1]:
+        raise ConfigError(f"digitiser ids {dig_ids}: give two different ids, pol 0 then pol 1")
+    for name, value in (("duration_s", duration_s), ("idle_timeout_s", idle_timeout_s)):
+        if value is not None and not value > 0:
+            raise ConfigError(f"{name}={value} must be positive")
+    layout = getattr(engine, "layout", None)
+    slot = layout.samples_per_heap if layout is not None else samples_per_heap
+    if chunk_heaps is None:
+        chunk_heaps = max(64, -(-4 * slot // samples_per_heap))
+    if int(chunk_heaps) < 1:
+        raise ConfigError(f"chunk_heaps={chunk_heaps} must be at least 1")
+    chunk_heaps = int(chunk_heaps)
+    from voltstream.fengine.engines import engine_device
+
+    report = FEngineReport(listen=listen, device=engine_device(engine))
+    try:
+        cap = _core.Capture(
+            "spead",
+            listen,
+            chunk_heaps,
+            nchunks=nchunks,
+            window=window,
+            engine=capture_engine,
+            digitiser_ids=ids,
+            samples_per_heap=int(samples_per_heap),
+            sample_bits=int(input_bits),
+        )
+    except OSError as e:  # CaptureError is an OSError; keep its message
+        raise CaptureError(str(e)) from None
+    max_gap = 8 * max(chunk_heaps * samples_per_heap, slot)
+    feeder = _Feeder(
+        engine,
+        output,
+        report,
+        bits=int(input_bits),
+        samples_per_heap=int(samples_per_heap),
+        control=control,
+        factory=engine_factory,
+        max_gap=max_gap,
+        stats=cap.stats,
+    )
+    if output is not None:
+        output.start()
+    cap.start()
+    t0 = time.monotonic()
+    last_data = None
+    packets_seen = 0
+    clean = False
+    try:
+        try:
+            report.address = cap.address or listen
+            if on_start is not None:
+                on_start(report.address)
+            while True:
+                now = time.monotonic()
+                if duration_s is not None and now - t0 >= duration_s:
+                    break
+                if stop_event is not None and stop_event.is_set():
+                    break
+                if idle_timeout_s is not None and last_data is not None:
+                    if now - last_data >= idle_timeout_s:
+                        break
+                chunk = cap.next_chunk(0.05)
+                if chunk is None:
+                    # Chunks come out only as later packets push them out of the
+                    # reorder window: watch the packet count for the idle timeout.
+                    packets = int(cap.stats()["packets"])
+                    if packets != packets_seen:
+                        packets_seen, last_data = packets, time.monotonic()
+                    continue
+                last_data = time.monotonic()
+                feeder.add(chunk)
+        except KeyboardInterrupt:
+            report.interrupted = True
+        cap.stop()
+        # The capture flushes its open chunks at stop: feed them too.
+        while (chunk := cap.next_chunk(0.0)) is not None:
+            feeder.add(chunk)
+        feeder.finish()
+        clean = True
+    finally:
+        cap.stop()
+        report.duration_s = time.monotonic() - t0
+        report.capture = cap.stats()
+        report.engine = feeder.engine_counters()
+        if output is not None:
+            try:
+                output.close(send_stop=clean)
+            finally:
+                report.output = dataclasses.asdict(output.counters)
+        if control is not None:
+            feeder.publish(report.capture)
+    return report
