@@ -286,6 +286,25 @@ def send_on_start(packet_sets, rate=0.3):
     return on_start, threads
 
 
+def run_local(eng, out, packet_sets, **kw):
+    """run_fengine on 127.0.0.1 with ``packet_sets`` sent as soon as it listens."""
+    on_start, threads = send_on_start(packet_sets)
+    report = run_fengine(
+        "127.0.0.1:0",
+        eng,
+        out,
+        input_bits=BITS,
+        samples_per_heap=SPH,
+        duration_s=20,
+        idle_timeout_s=0.4,
+        chunk_heaps=16,
+        on_start=on_start,
+        **kw,
+    )
+    threads[0].join(5)
+    return report
+
+
 def sim(first, n, **kw):
     x = digitiser_samples(first, n, samples_per_heap=SPH, bits=BITS, noise_rms=30.0, **kw)
     return x, digitiser_packets(x, first, samples_per_heap=SPH, bits=BITS)
@@ -297,20 +316,7 @@ def test_capture_stopped_counts_heaps_instead_of_sending_and_control_applies_gai
     eng = make_engine("cpu", **SETTINGS)
     out = HeapOutput(eng.layout, [address(sink)])
     control = FakeControl(capturing=False)
-    on_start, threads = send_on_start([pk])
-    report = run_fengine(
-        "127.0.0.1:0",
-        eng,
-        out,
-        input_bits=BITS,
-        samples_per_heap=SPH,
-        duration_s=20,
-        idle_timeout_s=0.4,
-        chunk_heaps=16,
-        control=control,
-        on_start=on_start,
-    )
-    threads[0].join(5)
+    report = run_local(eng, out, [pk], control=control)
     made = report.engine["heaps_sent"]
     assert made > 0
     assert report.heaps_not_sent_capture_stopped == made
@@ -336,20 +342,7 @@ def test_timeline_restart_keeps_running_with_a_fresh_engine(tmp_path):
         return made[-1]
 
     out = HeapOutput(eng.layout, [], output_file=tmp_path / "f.spead")
-    on_start, threads = send_on_start([pk1, pk2])
-    report = run_fengine(
-        "127.0.0.1:0",
-        eng,
-        out,
-        input_bits=BITS,
-        samples_per_heap=SPH,
-        duration_s=20,
-        idle_timeout_s=0.4,
-        chunk_heaps=16,
-        engine_factory=factory,
-        on_start=on_start,
-    )
-    threads[0].join(5)
+    report = run_local(eng, out, [pk1, pk2], engine_factory=factory)
     assert report.timeline_restarts == 1 and len(made) == 1
     np.testing.assert_array_equal(made[0].gains, 0.25)  # carried over
     expected = []
@@ -412,19 +405,7 @@ def test_an_engine_with_process_packed_gets_the_heap_bytes(tmp_path):
     pk = np.ascontiguousarray(np.delete(pk, [2 * 30], axis=0))  # pol 0, heap 30
     eng = PackedEngine(**SETTINGS, input_bits=BITS)
     out = HeapOutput(eng.layout, [], output_file=tmp_path / "p.spead")
-    on_start, threads = send_on_start([pk])
-    report = run_fengine(
-        "127.0.0.1:0",
-        eng,
-        out,
-        input_bits=BITS,
-        samples_per_heap=SPH,
-        duration_s=20,
-        idle_timeout_s=0.4,
-        chunk_heaps=16,
-        on_start=on_start,
-    )
-    threads[0].join(5)
+    report = run_local(eng, out, [pk])
     assert eng.packed_calls == report.blocks > 1
     valid = np.ones(x.shape[1], dtype=bool)
     valid[30 * SPH : 31 * SPH] = False
