@@ -141,6 +141,10 @@ class GpuFEngine(FEngineReference):
         self.input_bits = int(input_bits)
         self.kernels = FEngineKernels(self.input_bits, self.taps, self.layout.bits)
         self._w = cp.asarray(self.weights, dtype=cp.float32)
+        # The kernel's dither hash starts from splitmix64(seed): once, not per call.
+        self._dither_key = None
+        if self.dither_seed is not None:
+            self._dither_key = int(_splitmix64(np.array(int(self.dither_seed), np.uint64)))
         # copy in, compute, copy out, parameters
         self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(4)]
         self._raw = None  # device (2, bytes): packed samples from self._base to self._end
@@ -165,6 +169,11 @@ class GpuFEngine(FEngineReference):
         x = np.asarray(samples)
         if x.ndim != 2 or x.shape[0] != NPOL or np.iscomplexobj(x):
             raise ConfigError(f"samples of shape {x.shape}: give real (2 polarisations, n)")
+        self._submit(self._pack(x), x.shape[1], int(timestamp), valid)
+        return self.flush()
+
+    def _pack(self, x: np.ndarray) -> np.ndarray:
+        """Integer samples ``(2, n)`` -> packed ``input_bits`` big-endian bytes ``(2, nbytes)``."""
         if x.dtype.kind == "f":
             if not np.all(np.isfinite(x)) or np.any(x != np.rint(x)):
                 raise ConfigError("the GPU F-engine takes integer digitiser samples")
@@ -179,8 +188,7 @@ class GpuFEngine(FEngineReference):
             raw = x.astype(">i2").view(np.uint8)
         else:
             raw = np.stack([pack_samples(x[p], bits) for p in range(NPOL)])
-        self._submit(np.ascontiguousarray(raw), x.shape[1], int(timestamp), valid)
-        return self.flush()
+        return np.ascontiguousarray(raw)
 
     def process_packed(self, raw, timestamp: int, valid=None) -> list[OutputHeap]:
         """Packed big-endian samples ``(2, nbytes)`` uint8 (host or device); heaps now complete."""
@@ -364,9 +372,6 @@ class GpuFEngine(FEngineReference):
         total = d_rel.shape[1]
         payload_shape = (len(sent), self.nchan, nspec) + ((2, 2) if layout.bits == 8 else (2,))
         host_out, host_sat = self._pinned(payload_shape)
-        key = None
-        if self.dither_seed is not None:
-            key = int(_splitmix64(np.array(int(self.dither_seed), dtype=np.uint64)))
         with comp_s:
             fir = cp.empty((NPOL, total, n), dtype=cp.float32)
             self.kernels.fir(self._raw, d_rel, self._w, fir, n, comp_s)
@@ -374,7 +379,9 @@ class GpuFEngine(FEngineReference):
             del fir
             out = cp.empty(payload_shape, dtype=cp.int8 if layout.bits == 8 else cp.uint8)
             sat = cp.zeros((len(sent), NPOL), dtype=cp.uint64)
-            self.kernels.post(spec, d_rot, d_gains, d_send, d_sent, out, sat, key, comp_s)
+            self.kernels.post(
+                spec, d_rot, d_gains, d_send, d_sent, out, sat, self._dither_key, comp_s
+            )
             computed = comp_s.record()
         out_s.wait_event(computed)
         out.data.copy_to_host_async(host_out.ctypes.data, host_out.nbytes, out_s)
@@ -523,10 +530,7 @@ class GpuFEngine(FEngineReference):
         cp = _cupy()
         x = np.asarray(samples)
         nspec = max(0, (x.shape[1] - self.window_len) // self.step + 1)
-        bits = self.input_bits
-        raw = x.astype(np.int8).view(np.uint8) if bits == 8 else x.astype(">i2").view(np.uint8)
-        if bits not in (8, 16):
-            raw = np.stack([pack_samples(x[p], bits) for p in range(NPOL)])
+        raw = self._pack(x)
         dev = cp.zeros((NPOL, _row_bytes(raw.shape[1])), dtype=cp.uint8)
         dev[:, : raw.shape[1]] = cp.asarray(raw)
         starts = cp.asarray(np.tile(np.arange(nspec, dtype=np.int64) * self.step, (NPOL, 1)))

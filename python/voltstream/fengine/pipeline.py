@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from voltstream.errors import CaptureError, ConfigError
+from voltstream.sim.spead import SPEAD_BITS
 
 __all__ = [
     "INPUT_BITS",
@@ -56,7 +57,7 @@ __all__ = [
 ]
 
 #: Digitiser sample widths the input accepts.
-INPUT_BITS = (8, 10, 12, 16)
+INPUT_BITS = SPEAD_BITS  # the digitiser widths the packetizer writes
 _CAPTURE_COUNTERS = ("received", "missing", "late", "duplicate", "dropped")
 
 
