@@ -20,13 +20,15 @@ def _samples(rng, nsamp, nchan, npol, nbit, complex_data):
     def draw(shape):
         if nbit == 8:
             return rng.integers(-128, 128, shape).astype(np.float64)
+        if nbit == 4:
+            return rng.integers(-8, 8, shape).astype(np.float64)
         return LEVELS_2BIT[rng.integers(0, 4, shape)].astype(np.float64)
 
     shape = (nsamp, nchan, npol)
     return draw(shape) + 1j * draw(shape) if complex_data else draw(shape)
 
 
-COMBOS = [(8, True), (8, False), (2, True), (2, False)]
+COMBOS = [(8, True), (8, False), (4, True), (4, False), (2, True), (2, False)]
 
 
 @pytest.mark.parametrize("nbit,complex_data", COMBOS)
@@ -171,6 +173,16 @@ def test_file_reader_default_thread_order_rate_from_bw_and_gaps(tmp_path):
     want = x.copy()
     want[128:192, :, 1] = 0
     np.testing.assert_allclose(got, want)
+    # The gap is marked lost in the blocks that touch it, and only there.
+    blocks = list(f.read_blocks(100))
+    masks = [b[1] if isinstance(b, tuple) else np.ones(len(b), bool) for b in blocks]
+    valid = np.concatenate(masks)
+    assert np.flatnonzero(~valid).tolist() == list(range(128, 192))
+    assert sum(isinstance(b, tuple) for b in blocks) == 1
+    data, v = f.read_packed(0, 16)
+    assert data.shape == (16, 2, f.frame_data_len) and not data[2, 1].any()
+    np.testing.assert_array_equal(v, valid)
+    assert f.read_packed(3, 5)[1] is None
 
 
 def test_file_reader_rate_from_frame_numbers(tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,8 @@ __all__ = [
     "KERNEL_DIR",
     "KERNEL_VARIANTS",
     "NVRTC_OPTIONS",
+    "PackedLayout",
+    "PackedUnpackTemplate",
     "ChirpTemplate",
     "FoldTemplate",
     "GpuError",
@@ -40,6 +43,11 @@ NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17",)
 # -D sets the runtime compiles besides each file's defaults, so that CI's NVRTC
 # check (scripts/check_kernels.py) builds every variant a GPU run can ask for.
 KERNEL_VARIANTS: dict[str, tuple[tuple[tuple[str, int], ...], ...]] = {
+    "unpack_packed.cu": tuple(
+        (("NBIT", b), ("ENCODING", e), ("NDIM", d))
+        for b, e in ((2, 0), (2, 1), (2, 2), (4, 0), (4, 1), (8, 0), (8, 1))
+        for d in (1, 2)
+    ),
     "fengine.cu": tuple(
         (("IN_BITS", b), ("TAPS", t), ("OUT_BITS", o))
         for b in (8, 10, 12, 16)
@@ -188,6 +196,159 @@ class UnpackOp:
             ),
             stream,
         )
+
+
+# --- unpack of packed codes (2/4-bit, offset-binary 8-bit) straight from the bytes
+
+# Encodings of unpack_packed.cu, by name; see its header for what each means.
+ENCODINGS = {"twos": 0, "offset": 1, "vdif2": 2}
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """Where sample (s, chan, pol, re/im) sits in a packed buffer, in values.
+
+    ``value = (s // spf) * s_blk + (s % spf) * s_t + chan * s_c + pol * s_p + d``,
+    each value ``nbit`` bits, least significant first. :meth:`time_major` is
+    DADA's order; :meth:`vdif_frames` is VDIF's (each polarisation a thread of
+    frames, frames of one time side by side).
+    """
+
+    nbit: int
+    encoding: str
+    ndim: int
+    nchan: int
+    npol: int
+    spf: int
+    s_blk: int
+    s_t: int
+    s_c: int
+    s_p: int
+
+    @classmethod
+    def time_major(cls, nbit, encoding, nchan, npol, ndim):
+        per = nchan * npol * ndim
+        return cls(nbit, encoding, ndim, nchan, npol, 1, per, 0, npol * ndim, ndim)
+
+    @classmethod
+    def vdif_frames(cls, nbit, encoding, nchan, npol, ndim, spf):
+        per_frame = spf * nchan * ndim
+        return cls(nbit, encoding, ndim, nchan, npol, spf, npol * per_frame, nchan * ndim, ndim,
+                   per_frame)  # fmt: skip
+
+    def nbytes(self, nsamp: int) -> int:
+        """Bytes up to and including the last value of sample ``nsamp - 1``."""
+        if nsamp <= 0:
+            return 0
+        s = nsamp - 1
+        last = (s // self.spf) * self.s_blk + (s % self.spf) * self.s_t
+        last += (self.nchan - 1) * self.s_c + (self.npol - 1) * self.s_p + self.ndim - 1
+        return -(-(last + 1) * self.nbit // 8)
+
+    def check(self) -> None:
+        if self.nbit not in (2, 4, 8) or self.encoding not in ENCODINGS or self.ndim not in (1, 2):
+            raise ConfigError(
+                f"the GPU unpack reads 2/4/8-bit {sorted(ENCODINGS)} real or complex values, "
+                f"not {self.nbit}-bit {self.encoding!r} ndim={self.ndim}; use --device cpu"
+            )
+        if self.encoding == "vdif2" and self.nbit != 2:
+            raise ConfigError("the VDIF level table is for 2-bit data")
+        if self.spf == 1 and (self.nchan * self.npol * self.ndim * self.nbit) % 8:
+            raise ConfigError(
+                f"{self.nchan} channels x {self.npol} pols x {self.ndim} x {self.nbit} bits is "
+                "not a whole number of bytes per sample; the GPU path needs byte-aligned "
+                "samples in time-major data (use --device cpu)"
+            )
+
+
+class PackedUnpackTemplate:
+    TILE_T = 32
+    TILE_CP = 32
+    CARRY_THREADS = 128
+
+    def __init__(self, layout: PackedLayout):
+        layout.check()
+        self.layout = layout
+        mod = load_module(
+            "unpack_packed.cu",
+            (
+                ("NBIT", layout.nbit),
+                ("ENCODING", ENCODINGS[layout.encoding]),
+                ("NDIM", layout.ndim),
+                ("TILE_T", self.TILE_T),
+                ("TILE_CP", self.TILE_CP),
+            ),
+        )
+        self.frame_kernel = mod.get_function("unpack_packed_frame")
+        self.carry_kernel = mod.get_function("carry_tail")
+
+    def instantiate(self, nfft: int, step: int, carry_cap: int) -> PackedUnpackOp:
+        if not (0 < step <= nfft) or carry_cap < 1:
+            raise ConfigError(f"unpack needs 0 < step <= nfft and a carry, got {step}, {nfft}")
+        return PackedUnpackOp(self, nfft, step, carry_cap)
+
+
+class PackedUnpackOp:
+    """Frames ``carry[:carry_len]`` (decoded, (ncp, carry_cap)) then ``raw`` (bytes)."""
+
+    def __init__(self, template: PackedUnpackTemplate, nfft: int, step: int, carry_cap: int):
+        self.t, self.nfft, self.step, self.carry_cap = template, nfft, step, carry_cap
+        L = template.layout
+        self.ncp = L.nchan * L.npol
+        self.layout_args = (
+            np.int64(L.s_blk),
+            np.int32(L.spf),
+            np.int32(L.s_t),
+            np.int32(L.s_c),
+            np.int32(L.s_p),
+            np.int32(L.npol),
+            np.int32(self.ncp),
+        )
+
+    def _common(self, raw, carry, valid, nsamp_raw: int):
+        if raw.dtype != np.uint8 or carry.dtype != np.complex64:
+            raise ConfigError(f"packed unpack takes uint8 bytes and a complex64 carry, got "
+                              f"{raw.dtype}/{carry.dtype}")  # fmt: skip
+        if carry.size < self.ncp * self.carry_cap:
+            raise ConfigError("the decoded carry must hold (ncp, carry_cap) samples")
+        if raw.size < self.t.layout.nbytes(nsamp_raw):
+            raise ConfigError(f"{raw.size} bytes cannot hold {nsamp_raw} packed samples")
+        if valid is not None and (valid.dtype != np.uint8 or valid.size < nsamp_raw):
+            raise ConfigError("the validity mask must be uint8 with one entry per sample")
+        return valid if valid is not None else 0
+
+    def __call__(self, raw, nsamp_raw: int, carry, carry_len: int, valid, out, nblock: int,
+                 stream=None):  # fmt: skip
+        if carry_len > self.carry_cap:
+            raise ConfigError(f"carry of {carry_len} samples exceeds its {self.carry_cap}")
+        if carry_len + nsamp_raw < (nblock - 1) * self.step + self.nfft:
+            raise ConfigError("unpack was asked for more frames than the samples can fill")
+        if out.dtype != np.complex64 or out.size < self.ncp * nblock * self.nfft:
+            raise ConfigError("unpack output must be complex64 with room for every frame")
+        vptr = self._common(raw, carry, valid, nsamp_raw)
+        t = self.t
+        grid = (-(-self.nfft // t.TILE_T) * nblock, -(-self.ncp // t.TILE_CP))
+        args = (raw, carry, vptr, out) + self.layout_args[:-1]
+        args += (np.int32(self.ncp), np.int32(self.nfft), np.int32(self.step), np.int32(nblock),
+                 np.int32(self.carry_cap), np.int32(carry_len), np.int64(nsamp_raw))  # fmt: skip
+        _launch(t.frame_kernel, grid, (t.TILE_T * 8,), args, stream)
+
+    def carry_tail(self, raw, nsamp_raw: int, carry, carry_len: int, valid, nxt, cut: int,
+                   new_len: int, stream=None):  # fmt: skip
+        """``nxt`` = stream samples ``cut .. cut + new_len`` of carry + raw, decoded."""
+        if new_len > self.carry_cap or cut + new_len > carry_len + nsamp_raw:
+            raise ConfigError(f"carry of {new_len} samples from {cut} does not fit or exceeds "
+                              "the stream")  # fmt: skip
+        if nxt.dtype != np.complex64 or nxt.size < self.ncp * self.carry_cap:
+            raise ConfigError("the next carry must be complex64 (ncp, carry_cap)")
+        vptr = self._common(raw, carry, valid, nsamp_raw)
+        if new_len == 0:
+            return
+        nt = self.t.CARRY_THREADS
+        args = (raw, carry, vptr, nxt) + self.layout_args
+        args += (np.int32(self.carry_cap), np.int32(carry_len), np.int64(nsamp_raw),
+                 np.int64(cut), np.int32(new_len))  # fmt: skip
+        _launch(self.t.carry_kernel, (-(-new_len // nt), self.ncp), (nt,), args, stream)
 
 
 # --- chirp multiply, in place on the spectra

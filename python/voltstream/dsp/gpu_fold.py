@@ -30,7 +30,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from voltstream.dsp.cuda import ChirpTemplate, FoldTemplate, GpuError, UnpackTemplate, _cupy
+from voltstream.dsp.cuda import (
+    ChirpTemplate,
+    FoldTemplate,
+    GpuError,
+    PackedLayout,
+    PackedUnpackTemplate,
+    UnpackTemplate,
+    _cupy,
+)
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.detect import npol_out
 from voltstream.dsp.fold import Folder
@@ -223,11 +231,36 @@ class GpuFolder(_FolderBase):
 
     variant = "fused"
 
-    def __init__(self, *args, dtype=np.int8, ndim: int = 2, profile: bool = False, **kw):
+    def __init__(
+        self,
+        *args,
+        dtype=np.int8,
+        ndim: int = 2,
+        packed: PackedLayout | None = None,
+        profile: bool = False,
+        **kw,
+    ):
         super().__init__(*args, **kw)
         cp, p, obs = self.cp, self.plan, self.obs
+        self.packed = packed
+        if packed is not None:
+            if (packed.nchan, packed.npol) != (obs.nchan, obs.npol):
+                raise ConfigError(
+                    f"packed layout has {packed.nchan} x {packed.npol} channels x pols, the "
+                    f"observation {obs.nchan} x {obs.npol}"
+                )
+            dtype, ndim = np.uint8, packed.ndim
+            self.unpack_packed = PackedUnpackTemplate(packed).instantiate(p.nfft, p.step, p.nfft)
+            # Decoded carries (ncp, nfft): chunks need not start on a byte boundary.
+            self.carry_f = [cp.zeros(self.ncp * p.nfft, dtype=np.complex64) for _ in range(2)]
+            self.pin_inmask = [self._pinned((p.chunk,), np.uint8) for _ in range(2)]
+            self.dev_inmask = [cp.empty(p.chunk, dtype=np.uint8) for _ in range(2)]
+            self.inmask = [None, None]
         self.dtype, self.ndim = np.dtype(dtype), int(ndim)
-        self.unpack = UnpackTemplate(self.dtype, self.ndim).instantiate(self.ncp, p.nfft, p.step)
+        if packed is None:
+            self.unpack = UnpackTemplate(self.dtype, self.ndim).instantiate(
+                self.ncp, p.nfft, p.step
+            )
         self.chirp_op = ChirpTemplate().instantiate(obs.nchan, obs.npol, p.nfft)
         self.fold_t = FoldTemplate(obs.npol, self.pol_mode, self.basis)
         self.fold_op = self.fold_t.instantiate(obs.nchan, self.nbin, p.nfft, p.head, p.step)
@@ -237,8 +270,10 @@ class GpuFolder(_FolderBase):
         # frames of the current chunk, contiguous whatever nblock is.
         self.frames = cp.empty(self.ncp * p.max_blocks * p.nfft, dtype=np.complex64)
         per_sample = self.ncp * self.ndim
-        self.dev_raw = [cp.empty(p.chunk * per_sample, dtype=self.dtype) for _ in range(2)]
-        self.carry = [cp.empty(p.nfft * per_sample, dtype=self.dtype) for _ in range(2)]
+        raw_len = p.chunk * per_sample if packed is None else packed.nbytes(p.chunk)
+        self.dev_raw = [cp.empty(raw_len, dtype=self.dtype) for _ in range(2)]
+        carry_len = p.nfft * per_sample if packed is None else 1
+        self.carry = [cp.empty(carry_len, dtype=self.dtype) for _ in range(2)]
         self.cur = 0
         self.nknot_max = self.fold_t.nknot(p.max_blocks * p.step)
         self.pin_raw = [None, None]
@@ -341,6 +376,47 @@ class GpuFolder(_FolderBase):
             raw_dev.reshape(n, -1)[self.cp.asarray(lost)] = 0
         self._process(None, n, valid, raw=raw_dev.reshape(-1))
 
+    def feed_packed(self, data: np.ndarray, n: int, valid=None, pinned: bool = False) -> None:
+        """Queue ``n`` samples as packed bytes in the engine's :class:`PackedLayout`.
+
+        Lost samples (``valid`` False) are zeroed by the unpack kernel from a mask
+        copied with the data (no 2-bit code means zero, so the bytes are left
+        alone). ``pinned=True``: ``data`` is page-locked and is copied from as is.
+        """
+        if self.packed is None:
+            raise ConfigError("feed_packed needs an engine built with packed=PackedLayout(...)")
+        n = int(n)
+        if not 0 <= n <= self.plan.chunk:
+            raise ConfigError(f"chunk of {n} samples exceeds the engine's {self.plan.chunk}")
+        need = self.packed.nbytes(n)
+        data = np.asarray(data).reshape(-1)
+        if data.dtype != np.uint8 or data.size < need:
+            raise ConfigError(f"{n} packed samples need {need} uint8 bytes, got {data.dtype} "
+                              f"x {data.size}")  # fmt: skip
+        slot = self.slot
+        lost = _lost_mask(valid, n)
+        self.copied[slot].synchronize()
+        if pinned:
+            src = data[:need]
+        else:
+            if self.pin_raw[slot] is None:
+                self.pin_raw[slot] = self._pinned((self.packed.nbytes(self.plan.chunk),), np.uint8)
+            src = self.pin_raw[slot][:need]
+            np.copyto(src, data[:need])
+        t0 = self._mark(self.copy_stream)
+        if self.consumed[slot] is not None:
+            self.copy_stream.wait_event(self.consumed[slot])
+        self.dev_raw[slot][:need].data.copy_from_host_async(src.ctypes.data, need, self.copy_stream)
+        self.inmask[slot] = None
+        if lost is not None:
+            self.pin_inmask[slot][:n] = ~lost
+            self.dev_inmask[slot][:n].data.copy_from_host_async(
+                self.pin_inmask[slot].ctypes.data, n, self.copy_stream
+            )
+            self.inmask[slot] = self.dev_inmask[slot][:n]
+        self._stage("h2d", t0, self.copy_stream)
+        self._process(slot, n, valid)
+
     def _mark(self, stream):
         if not self.profile:
             return None
@@ -357,7 +433,7 @@ class GpuFolder(_FolderBase):
         self.stage_ms[name] += self.cp.cuda.get_elapsed_time(start, end)
 
     def _process(self, slot, n, valid, raw=None):
-        cp, p = self.cp, self.plan
+        p = self.plan
         nblock = p.blocks(self.carry_len, n)
         nout = nblock * p.step
         first = self.out_base + self.samples_out + p.head
@@ -390,6 +466,10 @@ class GpuFolder(_FolderBase):
         per_sample = self.ncp * self.ndim
         if raw is None:
             raw = self.dev_raw[slot]
+        if self.packed is not None:
+            with cs:
+                self._process_packed(raw, n, slot, nblock, knots_d, first, out_valid, kslot)
+            return self._advance(n, nout)
         raw = raw[: n * per_sample]
         frames = self.frames[: self.ncp * nblock * p.nfft].reshape(self.ncp * nblock, p.nfft)
         carry = self.carry[self.cur]
@@ -398,16 +478,7 @@ class GpuFolder(_FolderBase):
                 t0 = self._mark(cs)
                 self.unpack(raw, carry, self.carry_len, frames, nblock)
                 self._stage("unpack", t0, cs)
-                plan = self._fft_plan(nblock)
-                t0 = self._mark(cs)
-                plan.fft(frames, frames, -1)
-                self._stage("fft", t0, cs)
-                t0 = self._mark(cs)
-                self.chirp_op(frames, self.chirp, nblock)
-                self._stage("chirp", t0, cs)
-                t0 = self._mark(cs)
-                plan.fft(frames, frames, 1)
-                self._stage("ifft", t0, cs)
+                self._spectra(frames, nblock)
             # New carry: everything of carry + raw from the first unused sample on.
             cut = nblock * p.step
             nxt = self.carry[1 - self.cur]
@@ -420,27 +491,68 @@ class GpuFolder(_FolderBase):
                 nxt[: keep * per_sample] = carry[cut * per_sample : self.carry_len * per_sample]
                 nxt[keep * per_sample : (keep + n) * per_sample] = raw[: n * per_sample]
                 new_len = keep + n
-            if nblock:
-                t0 = self._mark(cs)
-                self.fold_op(
-                    frames,
-                    nblock,
-                    knots_d,
-                    self.delay,
-                    self.acc,
-                    self.hits,
-                    self.offered,
-                    first,
-                    self.obs.tsamp_s,
-                    self.tsub_s,
-                    valid=None if out_valid is None else self.dev_valid[kslot][:nout],
-                )
-                self._stage("fold", t0, cs)
-            # Raw samples, knots and mask of this slot are free once the fold ran.
-            ev = cp.cuda.Event(disable_timing=True)
-            ev.record(cs)
-            self.consumed[kslot] = ev
+            self._fold(frames, nblock, knots_d, first, out_valid, kslot)
         self.carry_len = new_len
+        self._advance(n, nout)
+
+    def _fold(self, frames, nblock, knots_d, first, out_valid, kslot) -> None:
+        """detect + fold of the frames (on the compute stream), then mark the slot free."""
+        cs = self.compute_stream
+        if nblock:
+            t0 = self._mark(cs)
+            self.fold_op(
+                frames,
+                nblock,
+                knots_d,
+                self.delay,
+                self.acc,
+                self.hits,
+                self.offered,
+                first,
+                self.obs.tsamp_s,
+                self.tsub_s,
+                valid=None
+                if out_valid is None
+                else self.dev_valid[kslot][: nblock * self.plan.step],
+            )
+            self._stage("fold", t0, cs)
+        # Raw samples, knots and masks of this slot are free once the fold ran.
+        ev = self.cp.cuda.Event(disable_timing=True)
+        ev.record(cs)
+        self.consumed[kslot] = ev
+
+    def _spectra(self, frames, nblock) -> None:
+        """FFT, chirp multiply, inverse FFT of the unpacked frames, in place."""
+        cs = self.compute_stream
+        plan = self._fft_plan(nblock)
+        t0 = self._mark(cs)
+        plan.fft(frames, frames, -1)
+        self._stage("fft", t0, cs)
+        t0 = self._mark(cs)
+        self.chirp_op(frames, self.chirp, nblock)
+        self._stage("chirp", t0, cs)
+        t0 = self._mark(cs)
+        plan.fft(frames, frames, 1)
+        self._stage("ifft", t0, cs)
+
+    def _process_packed(self, raw, n, slot, nblock, knots_d, first, out_valid, kslot) -> None:
+        """The packed twin of the framing part of :meth:`_process` (compute stream current)."""
+        p, cs = self.plan, self.compute_stream
+        frames = self.frames[: self.ncp * nblock * p.nfft].reshape(self.ncp * nblock, p.nfft)
+        carry, nxt = self.carry_f[self.cur], self.carry_f[1 - self.cur]
+        mask = self.inmask[slot] if slot is not None else None
+        if nblock:
+            t0 = self._mark(cs)
+            self.unpack_packed(raw, n, carry, self.carry_len, mask, frames, nblock)
+            self._stage("unpack", t0, cs)
+            self._spectra(frames, nblock)
+        cut = nblock * p.step
+        new_len = self.carry_len + n - cut
+        self.unpack_packed.carry_tail(raw, n, carry, self.carry_len, mask, nxt, cut, new_len)
+        self._fold(frames, nblock, knots_d, first, out_valid, kslot)
+        self.carry_len = new_len
+
+    def _advance(self, n: int, nout: int) -> None:
         self.cur = 1 - self.cur
         self.samples_in += n
         self.samples_out += nout
@@ -597,9 +709,10 @@ def fold_file_gpu(
 ) -> FoldedArchive:
     """GPU twin of :func:`voltstream.pipeline.fold.fold_file`: same arguments, same archive.
 
-    Raw 8/16-bit samples go to the GPU as stored (``reader.read_raw``) when the
-    reader offers them; otherwise the complex64 blocks (and validity masks) of
-    ``reader.read_blocks``.
+    Samples go to the GPU as stored when the reader can hand them out: packed
+    2/4/8-bit VDIF frames (``reader.read_packed``, unpacked by
+    ``unpack_packed.cu``) or raw 8/16-bit DADA samples (``reader.read_raw``);
+    otherwise the complex64 blocks (and validity masks) of ``reader.read_blocks``.
     """
     if not gpu_available():
         raise GpuError("no CUDA GPU is visible to CuPy; use --device cpu")
@@ -612,7 +725,9 @@ def fold_file_gpu(
     t_start = time.perf_counter()
     raw_ok = hasattr(reader, "read_raw") and getattr(reader, "nsamp", None) is not None
     raw_ok = raw_ok and obs.nbit in (8, 16)
-    if raw_ok:
+    if variant == "fused" and hasattr(reader, "read_packed"):
+        eng = _fold_packed(reader, args, kw, block_samples, progress)
+    elif raw_ok:
         dtype = np.int8 if obs.nbit == 8 else np.int16
         eng = cls(*args, dtype=dtype, ndim=obs.ndim, **kw)
         chunk = eng.plan.chunk
@@ -641,3 +756,25 @@ def fold_file_gpu(
     arch = eng.finish()
     arch.history.append(f"gpu fold wall time {time.perf_counter() - t_start:.3f} s")
     return arch
+
+
+def _fold_packed(reader, args, kw, block_samples, progress) -> GpuFolder:
+    """Frames of a VDIF-like reader to the GPU as stored bytes (2/4/8-bit codes).
+
+    Chunks are whole frames (the packed layout is frame by frame); absent frames
+    arrive as a validity mask and are zeroed by the unpack kernel.
+    """
+    layout = reader.packed_layout()
+    spf = layout.spf
+    want = block_samples or (1 << 19)
+    chunk = max(1, int(want) // spf) * spf
+    eng = GpuFolder(*args, packed=layout, **dict(kw, chunk_samples=chunk))
+    fpc = chunk // spf
+    nframes = reader.nsamp // spf
+    for f0 in range(0, nframes, fpc):
+        f1 = min(f0 + fpc, nframes)
+        data, valid = reader.read_packed(f0, f1)
+        eng.feed_packed(data, (f1 - f0) * spf, valid)
+        if progress is not None:
+            progress(eng.samples_in, eng.samples_out)
+    return eng

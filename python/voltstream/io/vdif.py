@@ -11,12 +11,15 @@ them from keyword arguments or from a JSON sidecar next to the file
 (per thread) and optionally ``source``, ``telescope``, ``threads``. Keyword
 arguments win over the sidecar. Without ``frames_per_second`` the rate is
 derived from ``bw_mhz``, or else from the frame numbers when the file spans a
-second boundary. Missing frames and frames flagged invalid read as zeros and
-are counted (``missing_frames``, ``invalid_frames``).
+second boundary. Missing frames and frames flagged invalid read as zeros, are
+counted (``missing_frames``, ``invalid_frames``) and are marked lost: a block of
+``read_blocks`` that touches one is yielded as ``(block, valid)``, so a fold
+leaves those samples out and lowers the weights (as for lost packets).
 
-Sample mapping (see docs/formats.md): 8-bit parts are offset binary,
-``value = code - 128``; 2-bit parts use the standard VDIF levels
+Sample mapping (see docs/formats.md): 8- and 4-bit parts are offset binary,
+``value = code - 128`` and ``code - 8``; 2-bit parts use the standard VDIF levels
 (-3.3359, -1, +1, +3.3359) for codes 0..3, first sample in the lowest bits.
+``read_packed`` hands out the frames' bytes as stored (the GPU unpacks them).
 """
 
 from __future__ import annotations
@@ -148,29 +151,37 @@ def unpack(payload: np.ndarray, nbit: int) -> np.ndarray:
     payload = np.asarray(payload, dtype=np.uint8)
     if nbit == 8:
         return payload.astype(np.float32) - np.float32(128)
+    if nbit == 4:
+        codes = (payload[..., None] >> np.array([0, 4], dtype=np.uint8)) & np.uint8(15)
+        return codes.reshape(*payload.shape[:-1], -1).astype(np.float32) - np.float32(8)
     if nbit == 2:
         shifts = np.array([0, 2, 4, 6], dtype=np.uint8)
         codes = (payload[..., None] >> shifts) & np.uint8(3)
         return LEVELS_2BIT[codes].reshape(*payload.shape[:-1], payload.shape[-1] * 4)
-    raise FormatError(f"VDIF {nbit}-bit samples are not supported; voltstream reads 2 and 8 bits")
+    raise FormatError(f"VDIF {nbit}-bit samples are not supported; voltstream reads 2, 4 and 8")
 
 
 def pack(parts: np.ndarray, nbit: int) -> np.ndarray:
     """Quantizes real parts (..., k) to VDIF codes, packed into (..., k*nbit//8) uint8.
 
-    8-bit: round to nearest, clip to -128..127, add 128. 2-bit: nearest of the
-    four levels (thresholds at 0 and +-2.16795).
+    8-bit: round to nearest, clip to -128..127, add 128 (4-bit: -8..7, add 8).
+    2-bit: nearest of the four levels (thresholds at 0 and +-2.16795).
     """
     parts = np.asarray(parts)
     if nbit == 8:
         return (np.clip(np.rint(parts), -128, 127) + 128).astype(np.uint8)
+    if nbit == 4:
+        if parts.shape[-1] % 2:
+            raise ConfigError("4-bit packing needs an even number of values per row")
+        c = (np.clip(np.rint(parts), -8, 7) + 8).astype(np.uint8).reshape(*parts.shape[:-1], -1, 2)
+        return c[..., 0] | (c[..., 1] << 4)
     if nbit == 2:
         if parts.shape[-1] % 4:
             raise ConfigError("2-bit packing needs a multiple of 4 values per row")
         codes = np.digitize(parts, _THRESH_2BIT).astype(np.uint8)
         c = codes.reshape(*codes.shape[:-1], -1, 4)
         return c[..., 0] | (c[..., 1] << 2) | (c[..., 2] << 4) | (c[..., 3] << 6)
-    raise ConfigError(f"VDIF packing supports 2 and 8 bits, not {nbit}")
+    raise ConfigError(f"VDIF packing supports 2, 4 and 8 bits, not {nbit}")
 
 
 def write_sidecar(path: str | os.PathLike, obs: Observation, frames_per_second: int) -> Path:
@@ -251,8 +262,10 @@ class VdifFile:
                     f"frame 0 has {h[key][0]}; a VDIF file must keep one layout"
                 )
         nbit = int(h["bits_per_sample"][0])
-        if nbit not in (2, 8):
-            raise FormatError(f"{path}: {nbit}-bit VDIF is not supported; voltstream reads 2 and 8")
+        if nbit not in (2, 4, 8):
+            raise FormatError(
+                f"{path}: {nbit}-bit VDIF is not supported; voltstream reads 2, 4 and 8"
+            )
         nchan = int(h["nchan"][0])
         ndim = 2 if h["complex"][0] else 1
         bits_per_time = nchan * ndim * nbit
@@ -376,16 +389,63 @@ class VdifFile:
             return out.view(np.complex64)[..., 0]
         return out[..., 0]
 
-    def read_blocks(self, nsamp: int) -> Iterator[np.ndarray]:
-        """Yields (nsamp, nchan, npol) blocks in time order; the last may be shorter."""
+    def read_blocks(self, nsamp: int) -> Iterator[np.ndarray | tuple[np.ndarray, np.ndarray]]:
+        """Yields (nsamp, nchan, npol) blocks in time order; the last may be shorter.
+
+        A block touching a missing or invalid frame comes as ``(block, valid)``.
+        """
         if nsamp < 1:
             raise ConfigError(f"block length must be at least one sample, got {nsamp}")
         spf = self.samples_per_frame
         for s0 in range(0, self.nsamp, nsamp):
             s1 = min(s0 + nsamp, self.nsamp)
             f0, f1 = s0 // spf, -(-s1 // spf)
-            block = self._samples(f0, f1)
-            yield block[s0 - f0 * spf : s1 - f0 * spf]
+            cut = slice(s0 - f0 * spf, s1 - f0 * spf)
+            block = self._samples(f0, f1)[cut]
+            valid = self.valid_samples(f0, f1)
+            yield block if valid is None else (block, valid[cut])
+
+    def valid_samples(self, f0: int, f1: int) -> np.ndarray | None:
+        """Per sample of time frames f0..f1: False where a thread's frame is absent.
+
+        None when every frame is there.
+        """
+        have = (self._table[f0:f1] >= 0).all(axis=1)
+        if have.all():
+            return None
+        return np.repeat(have, self.samples_per_frame)
+
+    @property
+    def frame_data_len(self) -> int:
+        return self._frames.shape[1] - self._hlen
+
+    def packed_layout(self):
+        """Where each sample's bits sit in :meth:`read_packed`'s bytes (GPU unpack)."""
+        from voltstream.dsp.cuda import PackedLayout
+
+        o = self.obs
+        enc = "vdif2" if self._nbit == 2 else "offset"
+        return PackedLayout.vdif_frames(
+            self._nbit, enc, o.nchan, o.npol, self._ndim, self.samples_per_frame
+        )
+
+    def read_packed(self, f0: int, f1: int, out: np.ndarray | None = None):
+        """The data arrays of time frames f0..f1 as stored: (f1-f0, npol, frame_data_len)
+        uint8 (absent frames zero), and :meth:`valid_samples` of them.
+
+        ``out`` (e.g. pinned memory) receives the bytes when given.
+        """
+        if not 0 <= f0 <= f1 <= self._table.shape[0]:
+            raise ConfigError(f"frames {f0}..{f1} are outside 0..{self._table.shape[0]}")
+        shape = (f1 - f0, self.obs.npol, self.frame_data_len)
+        if out is None:
+            out = np.empty(shape, dtype=np.uint8)
+        out = out.reshape(-1)[: int(np.prod(shape))].reshape(shape)
+        rows = self._table[f0:f1]
+        have = rows >= 0
+        out[have] = self._frames[rows[have], self._hlen :]
+        out[~have] = 0
+        return out, self.valid_samples(f0, f1)
 
     def read(self) -> np.ndarray:
         """The whole file as one (nsamp, nchan, npol) array."""

@@ -1,0 +1,156 @@
+// Unpack sub-byte (and offset-binary 8-bit) baseband straight from the bytes as
+// they arrived, into overlap-save frames (chan, pol, block, nfft) complex64.
+//
+// Why a second unpack kernel: 2- and 4-bit data cross PCIe 4-16x smaller than
+// the complex64 a host-side decode would send, and VDIF keeps each polarisation
+// in frames of its own, so its byte order is not the (time, chan, pol) order of
+// unpack.cu. Here a sample's place is given by strides, in units of values:
+//
+//   value(s, c, p, d) = (s / spf) * s_blk + (s % spf) * s_t + c * s_c + p * s_p + d
+//
+// with spf samples per frame (VDIF) or 1 (DADA, s_t unused). Value v occupies
+// bits [v * NBIT, (v + 1) * NBIT) of the buffer, least significant bits first
+// (VDIF's order; no value straddles a byte for NBIT = 2, 4, 8).
+//
+// The carry (stream samples kept from the previous chunk) is held already
+// decoded, channel-major (cp, carry_cap) complex64, so that chunks need not
+// start on a byte of their own: `carry_tail` writes the next carry from the
+// current one and this chunk's bytes. Lost samples (a per-sample mask, or none)
+// decode to 0: no 2-bit code means zero, so zeroing bytes would not do.
+//
+// Compile-time parameters (defaults let scripts/check_kernels.py compile this):
+//   NBIT      2, 4 or 8 bits per value
+//   ENCODING  0: two's complement, 1: offset binary (code - 2^(NBIT-1)),
+//             2: VDIF 2-bit levels (-3.3359, -1, 1, 3.3359; io/vdif.py)
+//   NDIM      1: real, 2: complex (re, im consecutive values)
+//   TILE_T, TILE_CP as in unpack.cu
+
+#ifndef NBIT
+#define NBIT 2
+#endif
+#ifndef ENCODING
+#define ENCODING 2
+#endif
+#ifndef NDIM
+#define NDIM 2
+#endif
+#ifndef TILE_T
+#define TILE_T 32
+#endif
+#ifndef TILE_CP
+#define TILE_CP 32
+#endif
+
+#if NBIT != 2 && NBIT != 4 && NBIT != 8
+#error "NBIT must be 2, 4 or 8"
+#endif
+#if ENCODING == 2 && NBIT != 2
+#error "the VDIF level table is for 2-bit data"
+#endif
+
+struct Layout {
+    long long s_blk;  // values from one frame (block of spf samples) to the next
+    int spf;          // samples per frame; 1 when s_t is unused
+    int s_t;          // values from one sample to the next within a frame
+    int s_c;          // values from one channel to the next
+    int s_p;          // values from one polarisation to the next
+    int npol;
+};
+
+__device__ __forceinline__ float decode(unsigned int code)
+{
+#if ENCODING == 0
+    return (float)(((int)(code << (32 - NBIT))) >> (32 - NBIT));
+#elif ENCODING == 1
+    return (float)((int)code - (1 << (NBIT - 1)));
+#else
+    const float levels[4] = {-3.3359f, -1.0f, 1.0f, 3.3359f};
+    return levels[code];
+#endif
+}
+
+__device__ __forceinline__ float value_at(const unsigned char *__restrict__ raw, long long v)
+{
+    const long long bit = v * NBIT;
+    const unsigned int byte = raw[bit >> 3];
+    return decode((byte >> (bit & 7)) & ((1u << NBIT) - 1u));
+}
+
+// Stream sample s of (chan, pol) pair cp: from the decoded carry or the raw bytes.
+__device__ __forceinline__ float2 stream_sample(const unsigned char *__restrict__ raw,
+                                                const float2 *__restrict__ carry,
+                                                const unsigned char *__restrict__ valid,
+                                                const Layout L, int carry_cap, int carry_len,
+                                                long long nsamp_raw, long long s, int cp)
+{
+    if (s < carry_len) return carry[(long long)cp * carry_cap + s];
+    const long long r = s - carry_len;
+    if (r >= nsamp_raw || (valid != nullptr && valid[r] == 0)) return make_float2(0.0f, 0.0f);
+    const int c = cp / L.npol, p = cp % L.npol;
+    const long long v = (r / L.spf) * L.s_blk + (long long)(r % L.spf) * L.s_t +
+                        (long long)c * L.s_c + (long long)p * L.s_p;
+#if NDIM == 2
+    return make_float2(value_at(raw, v), value_at(raw, v + 1));
+#else
+    return make_float2(value_at(raw, v), 0.0f);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(TILE_T * 8)
+unpack_packed_frame(const unsigned char *__restrict__ raw, const float2 *__restrict__ carry,
+                    const unsigned char *__restrict__ valid, float2 *__restrict__ out,
+                    long long s_blk, int spf, int s_t, int s_c, int s_p, int npol, int ncp,
+                    int nfft, int step, int nblock, int carry_cap,
+                    int carry_len, long long nsamp_raw)
+{
+    __shared__ float2 tile[TILE_CP][TILE_T + 1];  // +1: no bank conflicts on the transpose
+    const Layout L = {s_blk, spf, s_t, s_c, s_p, npol};
+
+    const int tiles_per_frame = (nfft + TILE_T - 1) / TILE_T;
+    const int b = blockIdx.x / tiles_per_frame;
+    const int j0 = (blockIdx.x % tiles_per_frame) * TILE_T;
+    const int cp0 = blockIdx.y * TILE_CP;
+    if (b >= nblock) return;
+
+    const int tx = threadIdx.x % TILE_CP;
+    const int ty = threadIdx.x / TILE_CP;
+    const int rows_per_pass = blockDim.x / TILE_CP;
+    for (int t = ty; t < TILE_T; t += rows_per_pass) {
+        const int j = j0 + t;
+        const int cp = cp0 + tx;
+        float2 v = make_float2(0.0f, 0.0f);
+        if (j < nfft && cp < ncp) {
+            v = stream_sample(raw, carry, valid, L, carry_cap, carry_len, nsamp_raw,
+                              (long long)b * step + j, cp);
+        }
+        tile[tx][t] = v;
+    }
+    __syncthreads();
+
+    const int wt = threadIdx.x % TILE_T;
+    const int wr = threadIdx.x / TILE_T;
+    const int rows_w = blockDim.x / TILE_T;
+    for (int c = wr; c < TILE_CP; c += rows_w) {
+        const int cp = cp0 + c;
+        const int j = j0 + wt;
+        if (cp < ncp && j < nfft) out[((long long)cp * nblock + b) * nfft + j] = tile[c][wt];
+    }
+}
+
+// next[cp * carry_cap + i] = stream sample (cut + i) of cp, for i < new_len: the
+// samples the next chunk's first frames need again.
+extern "C" __global__ void carry_tail(const unsigned char *__restrict__ raw,
+                                      const float2 *__restrict__ carry,
+                                      const unsigned char *__restrict__ valid,
+                                      float2 *__restrict__ next, long long s_blk, int spf,
+                                      int s_t, int s_c, int s_p, int npol, int ncp,
+                                      int carry_cap, int carry_len, long long nsamp_raw,
+                                      long long cut, int new_len)
+{
+    const Layout L = {s_blk, spf, s_t, s_c, s_p, npol};
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int cp = blockIdx.y;
+    if (i >= new_len || cp >= ncp) return;
+    next[(long long)cp * carry_cap + i] =
+        stream_sample(raw, carry, valid, L, carry_cap, carry_len, nsamp_raw, cut + i, cp);
+}
