@@ -92,6 +92,43 @@ def copy_only(cp, chunks, passes: int) -> float:
     return float(np.median(times))
 
 
+def packed_row(cp, obs, dm, pred, big, nbit: int, args) -> dict:
+    """Fused engine fed VDIF-framed packed bytes (2-bit levels / 4-bit offset) from pinned
+    memory; with the copy-alone limit of those bytes and of complex64 (the host-decoded path).
+    """
+    from voltstream.dsp.cuda import PackedLayout
+
+    enc = "vdif2" if nbit == 2 else "offset"
+    layout = PackedLayout.vdif_frames(nbit, enc, obs.nchan, obs.npol, 2, spf=512)
+    nb = layout.nbytes(args.chunk)
+    flat = big.reshape(-1).view(np.uint8)
+    chunks = [flat[i * nb : (i + 1) * nb] for i in range(min(args.nchunk, flat.size // nb))]
+    n_c = args.chunk * len(chunks) * args.passes * obs.nchan * obs.npol
+    ts = []
+    for _ in range(args.repeat):
+        eng = GpuFolder(obs, dm, pred, 1024, 10.0, chunk_samples=args.chunk, packed=layout)
+        eng.feed_packed(chunks[0], args.chunk, pinned=True)
+        eng.synchronize()
+        t0 = time.perf_counter()
+        for c in chunks * args.passes:
+            eng.feed_packed(c, args.chunk, pinned=True)
+        eng.synchronize()
+        ts.append(time.perf_counter() - t0)
+        del eng
+        cp.get_default_memory_pool().free_all_blocks()
+    c64 = 8 * obs.nchan * obs.npol  # bytes per time sample as complex64
+    row = {
+        "nbit": nbit,
+        "bytes_per_sample": nb / (args.chunk * obs.nchan * obs.npol),
+        "fused_pinned_gsps": n_c / float(np.median(ts)) / 1e9,
+        "copy_only_gsps": n_c / copy_only(cp, chunks, args.passes) / 1e9,
+    }
+    h2d = copy_ceilings(cp, nb)["h2d_pinned_GBps"]
+    row["complex64_h2d_gsps"] = h2d * 1e9 / c64 * obs.nchan * obs.npol / 1e9
+    print(json.dumps(row), flush=True)
+    return row
+
+
 class LoopReader:
     """Random-access reader over a pinned buffer, repeated ``passes`` times."""
 
@@ -125,6 +162,20 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--sweep-dm", type=float, default=26.833)
     ap.add_argument("--workers", type=int, nargs="*", default=[1, 2], help="workers on GPU 0")
+    ap.add_argument(
+        "--gpu-counts",
+        type=int,
+        nargs="*",
+        default=[1],
+        help="GPU counts for fold_file_multi_gpu (one worker per GPU), e.g. 1 2 on two GPUs",
+    )
+    ap.add_argument(
+        "--packed-bits",
+        type=int,
+        nargs="*",
+        default=[2, 4],
+        help="VDIF-framed packed inputs timed at --sweep-dm (unpack_packed.cu)",
+    )
     args = ap.parse_args(argv)
 
     import cupy as cp
@@ -248,6 +299,27 @@ def main(argv=None) -> int:
         wrows.append(w)
         print(json.dumps(w), flush=True)
 
+    # Several GPUs, one worker each, on the whole pinned buffer (read once).
+    grows = []
+    for ng in args.gpu_counts:
+        if ng > cp.cuda.runtime.getDeviceCount():
+            print(f"skipping {ng} GPUs: only {cp.cuda.runtime.getDeviceCount()} visible")
+            continue
+        rd = LoopReader(obs, big, 1)
+        n_g = rd.nsamp * obs.nchan * obs.npol
+        ts = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            fold_file_multi_gpu(rd, dm, pred, 1024, 10.0, gpus=list(range(ng)),
+                                block_samples=args.chunk)  # fmt: skip
+            ts.append(time.perf_counter() - t0)
+        g = {"gpus": ng, "gsps": n_g / float(np.median(ts)) / 1e9, "times_s": ts}
+        g["rtf"] = rd.nsamp * obs.tsamp_s / float(np.median(ts))
+        grows.append(g)
+        print(json.dumps(g), flush=True)
+
+    prows = [packed_row(cp, obs, dm, pred, big, nbit, args) for nbit in args.packed_bits]
+
     print()
     print(
         "| DM | nfft (paper) | fused, on GPU | fused + pinned H2D | RTF (pinned) "
@@ -286,6 +358,20 @@ def main(argv=None) -> int:
     print("|---:|---:|---:|")
     for w in wrows:
         print(f"| {w['workers']} on 1 GPU | {w['gsps']:.1f} | {w['rtf']:.0f} |")
+    if grows:
+        print(f"\nfold_file_multi_gpu, one worker per GPU, DM {dm}, whole call timed:\n")
+        print("| GPUs | G samples/s | RTF | vs 1 GPU |")
+        print("|---:|---:|---:|---:|")
+        for g in grows:
+            print(f"| {g['gpus']} | {g['gsps']:.1f} | {g['rtf']:.0f} "
+                  f"| {g['gsps'] / grows[0]['gsps']:.2f}x |")  # fmt: skip
+    if prows:
+        print(f"\nPacked VDIF-framed input (32 ch x 2 pol complex), DM {dm}, from pinned bytes:\n")
+        print("| bits | bytes/sample | copy alone | fused + pinned H2D | complex64 H2D limit |")
+        print("|---:|---:|---:|---:|---:|")
+        for r in prows:
+            print(f"| {r['nbit']} | {r['bytes_per_sample']:g} | {r['copy_only_gsps']:.1f} "
+                  f"| {r['fused_pinned_gsps']:.1f} | {r['complex64_h2d_gsps']:.1f} |")  # fmt: skip
     print("\n| DM | " + " | ".join(f"{s} ms/Gs (GB/s)" for s in STAGES) + " |")
     print("|---:|" + "---:|" * len(STAGES))
     for r in rows:
@@ -302,6 +388,8 @@ def main(argv=None) -> int:
             "rows": rows,
             "chunk_sweep": sweep,
             "workers": wrows,
+            "gpus": grows,
+            "packed": prows,
         }
         Path(out, "fold_gpu.json").write_text(json.dumps(doc, indent=1))
     return 0

@@ -100,3 +100,30 @@ def test_more_workers_than_segments(cp):
         MemReader(obs, raw), dm, pred, 64, None, gpus=[0], workers_per_gpu=4
     )
     compare_archives(multi, cpu)
+
+
+def test_every_visible_gpu_matches_cpu(cp):
+    """One worker per visible GPU (two on device 0 when it is alone), lost samples too."""
+    obs, dm, dd, raw, valid, pred, tsub = lost_packet_polyco_case(nffts=8, nlost=5)
+    ndev = cp.cuda.runtime.getDeviceCount()
+    gpus = list(range(min(ndev, 4)))
+    per_gpu = 2 if ndev == 1 else 1
+    lossy = fold_file(BlocksOnly(obs, raw, valid), dm, pred, 128, tsub, "AA+BB")
+    whole = fold_file(MemReader(obs, raw), dm, pred, 128, tsub, "AA+BB")
+    for reader, want in ((MemReader(obs, raw), whole), (BlocksOnly(obs, raw, valid), lossy)):
+        multi = fold_file_multi_gpu(
+            reader,
+            dm,
+            pred,
+            128,
+            tsub,
+            "AA+BB",
+            gpus=gpus,
+            workers_per_gpu=per_gpu,
+            segment_samples=dd.step * 2,
+            block_samples=dd.step + 777,
+        )
+        compare_archives(multi, want)
+        history = " ".join(multi.history)
+        assert f"{len(gpus) * per_gpu} workers" in history
+        assert all(f"GPU {g} x{per_gpu}" in history for g in gpus)
