@@ -129,6 +129,32 @@ def packed_row(cp, obs, dm, pred, big, nbit: int, args) -> dict:
     return row
 
 
+def fold_variant_row(cp, obs, dm, pred, on_dev, min_blocks: int, args) -> dict:
+    """The fused engine on GPU-resident data with detect_fold built for ``min_blocks``."""
+    from voltstream.dsp.cuda import FoldTemplate
+
+    old, FoldTemplate.MIN_BLOCKS = FoldTemplate.MIN_BLOCKS, min_blocks
+    try:
+        eng = GpuFolder(obs, dm, pred, 1024, 10.0, chunk_samples=args.chunk, profile=True)
+        for c in on_dev:
+            eng.feed_device(c)
+        eng.synchronize()
+        ms = eng.stage_ms["fold"] / (sum(c.shape[0] for c in on_dev) * obs.nchan * obs.npol / 1e9)
+        del eng
+        ts = [run_once(GpuFolder, obs, dm, pred, on_dev, True, args.passes)[0] for _ in range(3)]
+    finally:
+        FoldTemplate.MIN_BLOCKS = old
+    n = on_dev[0].shape[0] * len(on_dev) * args.passes * obs.nchan * obs.npol
+    row = {
+        "min_blocks": min_blocks,
+        "fold_ms_per_Gsamp": ms,
+        "fold_GBps": 8.0 / (ms / 1e3),  # it reads 8 B per complex sample (2 pols x float2 / 2)
+        "fused_device_gsps": n / float(np.median(ts)) / 1e9,
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
 class LoopReader:
     """Random-access reader over a pinned buffer, repeated ``passes`` times."""
 
@@ -168,6 +194,13 @@ def main(argv=None) -> int:
         nargs="*",
         default=[1],
         help="GPU counts for fold_file_multi_gpu (one worker per GPU), e.g. 1 2 on two GPUs",
+    )
+    ap.add_argument(
+        "--fold-min-blocks",
+        type=int,
+        nargs="*",
+        default=[],
+        help="detect_fold register caps (MIN_BLOCKS) compared at --sweep-dm, data on the GPU",
     )
     ap.add_argument(
         "--packed-bits",
@@ -319,6 +352,7 @@ def main(argv=None) -> int:
         print(json.dumps(g), flush=True)
 
     prows = [packed_row(cp, obs, dm, pred, big, nbit, args) for nbit in args.packed_bits]
+    frows = [fold_variant_row(cp, obs, dm, pred, on_dev, mb, args) for mb in args.fold_min_blocks]
 
     print()
     print(
@@ -365,6 +399,14 @@ def main(argv=None) -> int:
         for g in grows:
             print(f"| {g['gpus']} | {g['gsps']:.1f} | {g['rtf']:.0f} "
                   f"| {g['gsps'] / grows[0]['gsps']:.2f}x |")  # fmt: skip
+    if frows:
+        print(f"\ndetect_fold register cap (MIN_BLOCKS), DM {dm}, data on the GPU:\n")
+        print("| MIN_BLOCKS | fold ms/Gs | fold GB/s | % of D2D | fused on GPU |")
+        print("|---:|---:|---:|---:|---:|")
+        for r in frows:
+            print(f"| {r['min_blocks']} | {r['fold_ms_per_Gsamp']:.2f} | {r['fold_GBps']:.0f} "
+                  f"| {100 * r['fold_GBps'] / ceil['d2d_GBps']:.0f} "
+                  f"| {r['fused_device_gsps']:.1f} |")  # fmt: skip
     if prows:
         print(f"\nPacked VDIF-framed input (32 ch x 2 pol complex), DM {dm}, from pinned bytes:\n")
         print("| bits | bytes/sample | copy alone | fused + pinned H2D | complex64 H2D limit |")
@@ -390,6 +432,7 @@ def main(argv=None) -> int:
             "workers": wrows,
             "gpus": grows,
             "packed": prows,
+            "fold_min_blocks": frows,
         }
         Path(out, "fold_gpu.json").write_text(json.dumps(doc, indent=1))
     return 0

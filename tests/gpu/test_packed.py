@@ -132,10 +132,11 @@ def write_vdif(tmp_path, rng, nbit, complex_data, nchan, nsamp, spf, drop=None):
     return open_vdif(path, freq_mhz=1400.0, bw_mhz=bw, frames_per_second=fps)
 
 
-@pytest.mark.parametrize(
-    "nbit,complex_data,drop", [(2, True, 9), (2, False, None), (4, True, None), (8, False, 4)]
-)
-def test_vdif_gpu_fold_equals_cpu(cp, tmp_path, nbit, complex_data, drop):
+# Complex data only: coherent dedispersion needs complex channels (the fold
+# refuses real ones); real layouts are covered by the kernel test above.
+@pytest.mark.parametrize("nbit,drop", [(2, 9), (2, None), (4, None), (8, 4)])
+def test_vdif_gpu_fold_equals_cpu(cp, tmp_path, nbit, drop):
+    complex_data = True
     rng = np.random.default_rng()
     nchan, spf = 4, 256
     f = write_vdif(tmp_path, rng, nbit, complex_data, nchan, 48 * spf, spf, drop)

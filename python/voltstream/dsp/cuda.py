@@ -43,6 +43,11 @@ NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17",)
 # -D sets the runtime compiles besides each file's defaults, so that CI's NVRTC
 # check (scripts/check_kernels.py) builds every variant a GPU run can ask for.
 KERNEL_VARIANTS: dict[str, tuple[tuple[tuple[str, int], ...], ...]] = {
+    "fold.cu": tuple(
+        (("NPOL", p), ("MODE", m), ("MIN_BLOCKS", b))
+        for p, m in ((1, 0), (2, 0), (2, 1), (2, 2), (2, 3))
+        for b in (1, 5, 6)
+    ),
     "unpack_packed.cu": tuple(
         (("NBIT", b), ("ENCODING", e), ("NDIM", d))
         for b, e in ((2, 0), (2, 1), (2, 2), (4, 0), (4, 1), (8, 0), (8, 1))
@@ -402,6 +407,9 @@ class FoldTemplate:
     """Detect + fold for one polarisation layout and detection mode."""
 
     KNOT_LOG2 = 12
+    # __launch_bounds__ minimum blocks per SM (fold.cu's MIN_BLOCKS); the
+    # benchmark's --fold-min-blocks compares values (docs/benchmarks.md).
+    MIN_BLOCKS = 1
     THREADS = 256
     SAMPLES_PER_BLOCK = 16384
     MAX_SMEM = 160 * 1024
@@ -416,7 +424,12 @@ class FoldTemplate:
             raise ConfigError(f"{mode} needs 2 polarisations, the data have {npol}: use AA+BB")
         self.npol, self.mode = npol, mode
         self.npol_out = 1 if mode == "AA+BB" else 4
-        defines = (("NPOL", npol), ("MODE", FOLD_MODES[mode, basis]), ("KNOT_LOG2", self.KNOT_LOG2))
+        defines = (
+            ("NPOL", npol),
+            ("MODE", FOLD_MODES[mode, basis]),
+            ("KNOT_LOG2", self.KNOT_LOG2),
+            ("MIN_BLOCKS", self.MIN_BLOCKS),
+        )
         self.kernel = load_module("fold.cu", defines).get_function("detect_fold")
 
     @property
