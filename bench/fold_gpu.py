@@ -148,7 +148,7 @@ def fold_variant_row(cp, obs, dm, pred, on_dev, min_blocks: int, args) -> dict:
     row = {
         "min_blocks": min_blocks,
         "fold_ms_per_Gsamp": ms,
-        "fold_GBps": 8.0 / (ms / 1e3),  # it reads 8 B per complex sample (2 pols x float2 / 2)
+        "fold_GBps": 8.0 / (ms / 1e3),  # it reads one float2 (8 B) per complex sample
         "fused_device_gsps": n / float(np.median(ts)) / 1e9,
     }
     print(json.dumps(row), flush=True)

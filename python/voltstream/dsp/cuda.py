@@ -409,7 +409,7 @@ class FoldTemplate:
     KNOT_LOG2 = 12
     # __launch_bounds__ minimum blocks per SM (fold.cu's MIN_BLOCKS); the
     # benchmark's --fold-min-blocks compares values (docs/benchmarks.md).
-    MIN_BLOCKS = 1
+    MIN_BLOCKS = 6
     THREADS = 256
     SAMPLES_PER_BLOCK = 16384
     MAX_SMEM = 160 * 1024
