@@ -104,6 +104,9 @@ class Capture:
         layout: dict[str, Any] | None = None,
         xdp_queue: int = 0,
         xdp_mode: Literal["auto", "native", "skb"] = "auto",
+        packets_per_heap: int = 1,
+        heap_bytes: int | None = None,
+        heap_cnt_step: int | None = None,
     ) -> None: ...
     def start(self, paused: bool = False) -> None: ...
     def resume(self) -> None: ...
