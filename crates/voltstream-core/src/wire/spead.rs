@@ -560,10 +560,10 @@ impl HeapMap {
                 else {
                     return Err(WireError::Malformed);
                 };
-                let ts_agrees = h
+                let ts_disagrees = h
                     .timestamp
-                    .is_none_or(|ts| heap.checked_mul(spp) == Some(ts));
-                if !ts_agrees || h.stream_id.is_some_and(|s| s != id) {
+                    .is_some_and(|ts| heap.checked_mul(spp) != Some(ts));
+                if ts_disagrees || h.stream_id.is_some_and(|s| s != id) {
                     return Err(WireError::Malformed);
                 }
                 (heap, id)
@@ -879,6 +879,64 @@ mod tests {
         );
     }
 
+    #[test]
+    fn heap_packets_of_several_packet_heaps() {
+        fn read(b: &[u8]) -> Result<HeapPacket<'_>, WireError> {
+            heap_packet(b, 48, DIG_TIMESTAMP, DIG_ID)
+        }
+        // The middle packet of a heap, items of the first packet absent.
+        let middle = Repr {
+            heap_address_bits: 48,
+            heap_cnt: 12,
+            heap_size: Some(3000),
+            heap_offset: 1000,
+            payload_len: 1000,
+            items: vec![],
+        };
+        let b = packet(&middle);
+        let h = read(&b).unwrap();
+        assert_eq!(
+            (
+                h.heap_cnt,
+                h.heap_size,
+                h.heap_offset,
+                h.timestamp,
+                h.stream_id
+            ),
+            (12, Some(3000), 1000, None, None)
+        );
+        assert_eq!(h.payload, &b[40..]);
+        // The first packet with the items; the first of a repeated item counts.
+        let first = Repr {
+            heap_offset: 0,
+            items: vec![
+                Item::immediate(DIG_TIMESTAMP, 77),
+                Item::immediate(DIG_ID, 3),
+                Item::immediate(DIG_ID, 4),
+            ],
+            ..middle.clone()
+        };
+        let fb = packet(&first);
+        let h = read(&fb).unwrap();
+        assert_eq!((h.timestamp, h.stream_id), (Some(77), Some(3)));
+        let mut as_addr = first.clone();
+        as_addr.items[1].immediate = false;
+        assert_eq!(read(&packet(&as_addr)), Err(WireError::Malformed));
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(read(&long), Err(WireError::Malformed));
+        assert_eq!(read(&b[..b.len() - 1]), Err(WireError::Truncated));
+        assert_eq!(
+            heap_packet(&b, 40, DIG_TIMESTAMP, DIG_ID),
+            Err(WireError::Malformed)
+        );
+        let crowded = Repr {
+            items: vec![Item::immediate(0x20, 0); MAX_DIGITISER_ITEMS - 3],
+            ..middle
+        };
+        assert_eq!(read(&packet(&crowded)), Err(WireError::Malformed));
+    }
+
     /// Packs with a bit-by-bit reference, independent of `unpack_signed`.
     fn pack_reference(samples: &[i16], bits: u8) -> Vec<u8> {
         let mut out = vec![0u8; (samples.len() * bits as usize).div_ceil(8)];
@@ -954,6 +1012,10 @@ mod tests {
                     d.payload.len() as u64,
                     Packet::new_unchecked(&bytes[..]).payload_len()
                 );
+            }
+            if let Ok(h) = heap_packet(&bytes, 48, DIG_TIMESTAMP, DIG_ID) {
+                let header = Packet::new_unchecked(&bytes[..]).header_len();
+                assert_eq!(h.payload.len() + header, bytes.len());
             }
             let p = Packet::new_unchecked(&bytes[..]);
             let _ = (p.payload(), p.heap_cnt(), p.heap_size(), p.item(usize::MAX));
