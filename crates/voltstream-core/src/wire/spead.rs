@@ -1,5 +1,6 @@
 //! SPEAD packets (flavours SPEAD-64-XX: 64-bit item pointers, XX-bit heap
-//! addresses), as zero-copy views, and the MeerKAT digitiser heap.
+//! addresses), as zero-copy views, the MeerKAT digitiser heap, and the capture
+//! rules for heaps of one or more packets ([`HeapMap`]).
 //!
 //! A packet is an 8-byte header, `n_items` big-endian 64-bit item pointers,
 //! then payload bytes: the slice `[heap_offset, heap_offset + payload_len)`
