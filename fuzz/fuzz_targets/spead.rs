@@ -1,6 +1,7 @@
-//! Any bytes through the SPEAD view, Repr, digitiser reader, sample unpacker
-//! and capture locator: nothing may panic, and what parses must emit and
-//! parse back the same.
+//! Any bytes through the SPEAD view, Repr, heap-packet and digitiser readers,
+//! sample unpacker and capture locators (single-packet digitiser heaps, and
+//! heaps of several packets under both heap-index rules): nothing may panic,
+//! and what parses must emit and parse back the same.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -20,10 +21,24 @@ fuzz_target!(|data: &[u8]| {
         let _ = spead::unpack_signed(p.payload(), bits, &mut samples);
     }
     let _ = spead::digitiser(data, 48, spead::DIG_TIMESTAMP, spead::DIG_ID);
-    let spec = FormatSpec::spead_digitiser(vec![0, 1, 0x42], 64, 10).unwrap();
-    let l = spec.locator().unwrap();
-    if let Ok(loc) = l.locate(data) {
-        assert_eq!(loc.payload.len(), l.payload_len());
-        assert!(data.len() <= spec.packet_len());
+    if let Ok(h) = spead::heap_packet(data, 48, spead::DIG_TIMESTAMP, spead::DIG_ID) {
+        assert_eq!(
+            h.payload.len() as u64,
+            spead::Packet::new_unchecked(data).payload_len()
+        );
+    }
+    let specs = [
+        FormatSpec::spead_digitiser(vec![0, 1, 0x42], 64, 10).unwrap(),
+        FormatSpec::spead_heaps(vec![0, 2], 64, 96, 3, spead::HeapIndex::Timestamp).unwrap(),
+        FormatSpec::spead_heaps(vec![0, 2], 64, 96, 3, spead::HeapIndex::HeapCnt { step: 3 })
+            .unwrap(),
+    ];
+    for spec in specs {
+        let l = spec.locator().unwrap();
+        if let Ok(loc) = l.locate(data) {
+            assert_eq!(loc.payload.len(), l.payload_len());
+            assert!(loc.stream < l.streams());
+            assert!(data.len() <= spec.packet_len());
+        }
     }
 });

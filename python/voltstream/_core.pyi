@@ -104,7 +104,16 @@ class Capture:
         layout: dict[str, Any] | None = None,
         xdp_queue: int = 0,
         xdp_mode: Literal["auto", "native", "skb"] = "auto",
-    ) -> None: ...
+        packets_per_heap: int = 1,
+        heap_bytes: int | None = None,
+        heap_cnt_step: int | None = None,
+    ) -> None:
+        """SPEAD ('spead'): a heap of `heap_bytes` (default samples_per_heap * sample_bits
+        / 8) arrives as `packets_per_heap` packets of equal payload; packet k of heap h
+        goes to index h * packets_per_heap + k (packets_per_chunk must be a multiple).
+        h = time stamp item / samples_per_heap with the stream from the id item, or,
+        given `heap_cnt_step`, h = heap_cnt // step with stream id heap_cnt % step.
+        docs/formats.md, "SPEAD heaps of several packets"."""
     def start(self, paused: bool = False) -> None: ...
     def resume(self) -> None: ...
     def next_chunk(self, timeout_s: float) -> Chunk | None: ...

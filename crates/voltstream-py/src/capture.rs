@@ -26,7 +26,7 @@ use voltstream_core::capture::{
 };
 use voltstream_core::ring::Lease;
 use voltstream_core::stats::{Counters, Snapshot, StreamCounters};
-use voltstream_core::wire::{Endian, FormatSpec, Layout, LayoutCheck, LayoutField};
+use voltstream_core::wire::{Endian, FormatSpec, Layout, LayoutCheck, LayoutField, SpeadHeapIndex};
 
 use crate::errors::{py_error, to_py};
 
@@ -232,7 +232,8 @@ impl PyCapture {
         samples_per_heap = 4096, sample_bits = 10, heap_address_bits = 48,
         timestamp_id = 0x1600, digitiser_id_item = 0x3101, codif_threads = None,
         codif_frame_len = None, frames_per_period = None, group = None, layout = None,
-        xdp_queue = 0, xdp_mode = "auto"
+        xdp_queue = 0, xdp_mode = "auto", packets_per_heap = 1, heap_bytes = None,
+        heap_cnt_step = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -267,6 +268,9 @@ impl PyCapture {
         layout: Option<Bound<'_, PyDict>>,
         xdp_queue: u32,
         xdp_mode: &str,
+        packets_per_heap: usize,
+        heap_bytes: Option<usize>,
+        heap_cnt_step: Option<u64>,
     ) -> PyResult<Self> {
         let engines = match engine {
             "auto" => AUTO_ORDER.to_vec(),
@@ -297,16 +301,28 @@ impl PyCapture {
             "spead" => {
                 let ids =
                     digitiser_ids.ok_or_else(|| needs("spead", "digitiser_ids (e.g. [0, 1])"))?;
-                let mut spec = FormatSpec::spead_digitiser(ids, samples_per_heap, sample_bits)
-                    .map_err(to_py)?;
+                // Heap index from the heap counter when its step is given,
+                // else from the time stamp item (docs/formats.md).
+                let index = match heap_cnt_step {
+                    Some(step) => SpeadHeapIndex::HeapCnt { step },
+                    None => SpeadHeapIndex::Timestamp,
+                };
+                let mut spec = match heap_bytes {
+                    Some(b) => FormatSpec::spead_heaps(ids, samples_per_heap, b, 1, index),
+                    None => FormatSpec::spead_digitiser(ids, samples_per_heap, sample_bits),
+                }
+                .map_err(to_py)?;
                 if let FormatSpec::Spead {
                     heap_address_bits: a,
                     timestamp_id: t,
                     digitiser_id_item: d,
+                    packets_per_heap: n,
+                    heap_index: h,
                     ..
                 } = &mut spec
                 {
                     (*a, *t, *d) = (heap_address_bits, timestamp_id, digitiser_id_item);
+                    (*n, *h) = (packets_per_heap, index);
                 }
                 spec
             }
@@ -335,6 +351,13 @@ impl PyCapture {
             }
         };
         format.validate().map_err(to_py)?;
+        if packets_per_chunk % format.packets_per_heap() != 0 {
+            return Err(config_error(format!(
+                "packets_per_chunk ({packets_per_chunk}) must be a multiple of packets_per_heap \
+                 ({}) so that each chunk holds whole heaps",
+                format.packets_per_heap()
+            )));
+        }
         let assembler = AssemblerConfig {
             packets_per_chunk,
             window,

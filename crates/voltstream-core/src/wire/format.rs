@@ -26,8 +26,10 @@ pub enum FormatSpec {
         /// Accept only this subband id; `None` accepts any.
         subband: Option<u8>,
     },
-    /// SPEAD digitiser heaps, one packet per heap (MeerKAT style). One
-    /// stream per digitiser id, numbered by position in `digitiser_ids`.
+    /// SPEAD heaps of one packet (MeerKAT digitiser heaps) or several. One
+    /// stream per digitiser id (or heap counter residue, see `heap_index`),
+    /// numbered by position in `digitiser_ids`. Packet `k` of heap `h` goes
+    /// to index `h * packets_per_heap + k` (`spead::HeapMap`).
     Spead {
         /// Flavour: heap address bits, 48 for SPEAD-64-48.
         heap_address_bits: u8,
@@ -35,8 +37,14 @@ pub enum FormatSpec {
         digitiser_ids: Vec<u64>,
         /// Samples per heap: the index is timestamp / this.
         samples_per_heap: u64,
-        /// Payload (heap) bytes per packet: samples_per_heap * bits / 8.
+        /// Heap payload bytes (digitiser: samples_per_heap * bits / 8).
         heap_bytes: usize,
+        /// Packets per heap, each of heap_bytes / packets_per_heap payload
+        /// bytes; 1 for MeerKAT digitiser heaps.
+        packets_per_heap: usize,
+        /// Where the heap index and stream come from: the time stamp and id
+        /// items, or a heap counter linear in time.
+        heap_index: spead::HeapIndex,
         /// Item id of the time stamp (ADC sample count), 0x1600 for MeerKAT.
         timestamp_id: u64,
         /// Item id of the digitiser id, 0x3101 for MeerKAT.
@@ -76,6 +84,8 @@ impl FormatSpec {
                 digitiser_ids,
                 samples_per_heap,
                 heap_bytes,
+                packets_per_heap,
+                heap_index,
                 timestamp_id,
                 digitiser_id_item,
             } => {
@@ -131,6 +141,27 @@ impl FormatSpec {
                          ({heap_bytes}) must be positive (MeerKAT: 4096 samples, 5120 bytes \
                          at 10 bits)"
                     )));
+                }
+                if *packets_per_heap == 0 || heap_bytes % packets_per_heap != 0 {
+                    return Err(config(format!(
+                        "SPEAD heap of {heap_bytes} bytes does not split into {packets_per_heap}                          packets of equal payload; packets per heap must divide the heap size"
+                    )));
+                }
+                if let spead::HeapIndex::HeapCnt { step } = heap_index {
+                    if *step == 0 {
+                        return Err(config(
+                            "SPEAD heap counter step is 0; use the number of heap counters per \
+                             heap time (e.g. the number of F-engines)"
+                                .into(),
+                        ));
+                    }
+                    if let Some(&d) = digitiser_ids.iter().find(|&&d| d >= *step) {
+                        return Err(config(format!(
+                            "SPEAD heap counter step {step} leaves no room for stream id {d}: \
+                             heap_cnt = heap index * step + id needs every id below step (e.g. \
+                             step = number of F-engines)"
+                        )));
+                    }
                 }
                 Ok(())
             }
@@ -245,7 +276,11 @@ impl FormatSpec {
         match self {
             FormatSpec::Vdif { frame_len, .. } => *frame_len,
             FormatSpec::Ynao { .. } => roach2::FRAME_LEN,
-            FormatSpec::Spead { heap_bytes, .. } => heap_bytes
+            FormatSpec::Spead {
+                heap_bytes,
+                packets_per_heap,
+                ..
+            } => (heap_bytes / packets_per_heap.max(&1))
                 .saturating_add(spead::HEADER_LEN + spead::ITEM_LEN * spead::MAX_DIGITISER_ITEMS),
             FormatSpec::Codif { frame_len, .. } => *frame_len,
             FormatSpec::Counter { payload_len, .. } => {
@@ -277,6 +312,8 @@ impl FormatSpec {
             digitiser_ids,
             samples_per_heap,
             heap_bytes,
+            packets_per_heap: 1,
+            heap_index: spead::HeapIndex::Timestamp,
             timestamp_id: spead::DIG_TIMESTAMP,
             digitiser_id_item: spead::DIG_ID,
         };
@@ -284,12 +321,51 @@ impl FormatSpec {
         Ok(spec)
     }
 
+    /// SPEAD-64-48 heaps of `heap_bytes` payload bytes, each split into
+    /// `packets_per_heap` packets, indexed as `heap_index` says, with the
+    /// MeerKAT time stamp (0x1600) and id (0x3101) items.
+    pub fn spead_heaps(
+        ids: Vec<u64>,
+        samples_per_heap: u64,
+        heap_bytes: usize,
+        packets_per_heap: usize,
+        heap_index: spead::HeapIndex,
+    ) -> Result<Self> {
+        let spec = FormatSpec::Spead {
+            heap_address_bits: spead::DEFAULT_HEAP_ADDRESS_BITS,
+            digitiser_ids: ids,
+            samples_per_heap,
+            heap_bytes,
+            packets_per_heap,
+            heap_index,
+            timestamp_id: spead::DIG_TIMESTAMP,
+            digitiser_id_item: spead::DIG_ID,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Packets per heap: SPEAD heaps may span several; other formats' frames
+    /// are one packet. A capture's chunk must hold whole heaps.
+    pub fn packets_per_heap(&self) -> usize {
+        match self {
+            FormatSpec::Spead {
+                packets_per_heap, ..
+            } => *packets_per_heap,
+            _ => 1,
+        }
+    }
+
     /// Sample bytes per packet (the packet minus its header).
     pub fn payload_len(&self) -> usize {
         match self {
             FormatSpec::Vdif { frame_len, .. } => frame_len.saturating_sub(vdif::HEADER_LEN),
             FormatSpec::Ynao { .. } => roach2::DATA_LEN,
-            FormatSpec::Spead { heap_bytes, .. } => *heap_bytes,
+            FormatSpec::Spead {
+                heap_bytes,
+                packets_per_heap,
+                ..
+            } => heap_bytes / packets_per_heap.max(&1),
             FormatSpec::Codif { frame_len, .. } => frame_len.saturating_sub(codif::HEADER_LEN),
             FormatSpec::Counter { payload_len, .. } => *payload_len,
             FormatSpec::Layout(l) => l.payload_len,
@@ -325,16 +401,20 @@ impl FormatSpec {
                 digitiser_ids,
                 samples_per_heap,
                 heap_bytes,
+                packets_per_heap,
+                heap_index,
                 timestamp_id,
                 digitiser_id_item,
-            } => Kind::Spead {
-                bits: *heap_address_bits,
+            } => Kind::Spead(spead::HeapMap {
+                heap_address_bits: *heap_address_bits,
                 ids: digitiser_ids.clone().into_boxed_slice(),
                 samples_per_heap: *samples_per_heap,
                 heap_bytes: *heap_bytes,
+                packets_per_heap: *packets_per_heap,
                 timestamp_id: *timestamp_id,
                 id_item: *digitiser_id_item,
-            },
+                index: *heap_index,
+            }),
             FormatSpec::Codif {
                 threads,
                 frame_len,
@@ -381,14 +461,7 @@ enum Kind {
     Ynao {
         subband: Option<u8>,
     },
-    Spead {
-        bits: u8,
-        ids: Box<[u64]>,
-        samples_per_heap: u64,
-        heap_bytes: usize,
-        timestamp_id: u64,
-        id_item: u64,
-    },
+    Spead(spead::HeapMap),
     Codif {
         threads: Box<[u16]>,
         frame_len: usize,
@@ -408,7 +481,7 @@ impl Locate for Locator {
         match &self.kind {
             Kind::Vdif { streams, .. } => *streams,
             Kind::Ynao { .. } => 1,
-            Kind::Spead { ids, .. } => ids.len(),
+            Kind::Spead(m) => m.ids.len(),
             Kind::Codif { threads, .. } => threads.len(),
             Kind::Counter { streams, .. } => *streams,
             Kind::Layout(l) => l.streams(),
@@ -419,7 +492,7 @@ impl Locate for Locator {
         match &self.kind {
             Kind::Vdif { frame_len, .. } => frame_len - vdif::HEADER_LEN,
             Kind::Ynao { .. } => roach2::DATA_LEN,
-            Kind::Spead { heap_bytes, .. } => *heap_bytes,
+            Kind::Spead(m) => m.packet_payload(),
             Kind::Codif { frame_len, .. } => frame_len - codif::HEADER_LEN,
             Kind::Counter { payload_len, .. } => *payload_len,
             Kind::Layout(l) => l.payload_len,
@@ -477,28 +550,7 @@ impl Locate for Locator {
                         .ok_or(WireError::Truncated)?,
                 })
             }
-            Kind::Spead {
-                bits,
-                ids,
-                samples_per_heap,
-                heap_bytes,
-                timestamp_id,
-                id_item,
-            } => {
-                let d = spead::digitiser(packet, *bits, *timestamp_id, *id_item)?;
-                if d.payload.len() != *heap_bytes || d.timestamp % *samples_per_heap != 0 {
-                    return Err(WireError::Malformed);
-                }
-                let stream = ids
-                    .iter()
-                    .position(|&i| i == d.digitiser_id)
-                    .ok_or(WireError::Foreign)?;
-                Ok(Located {
-                    stream,
-                    index: d.timestamp / *samples_per_heap,
-                    payload: d.payload,
-                })
-            }
+            Kind::Spead(m) => m.locate(packet),
             Kind::Codif {
                 threads,
                 frame_len,
@@ -772,6 +824,165 @@ mod tests {
         assert!(FormatSpec::spead_digitiser(vec![0], 3, 10).is_err());
     }
 
+    /// Packet `part` of a heap of `heap_size` bytes split into `len`-byte
+    /// packets, with `extra` items (time stamp, id) and payload bytes that
+    /// say where they belong.
+    fn heap_part(
+        bits: u8,
+        heap_cnt: u64,
+        heap_size: Option<u64>,
+        offset: u64,
+        len: usize,
+        extra: &[(u64, u64)],
+    ) -> Vec<u8> {
+        let r = spead::Repr {
+            heap_address_bits: bits,
+            heap_cnt,
+            heap_size,
+            heap_offset: offset,
+            payload_len: len as u64,
+            items: extra
+                .iter()
+                .map(|&(id, v)| spead::Item::immediate(id, v))
+                .chain([spead::Item::address(spead::DIG_RAW_DATA, 0)])
+                .collect(),
+        };
+        let mut b = vec![0u8; r.packet_len()];
+        let start = r.header_len();
+        for (i, x) in b[start..].iter_mut().enumerate() {
+            *x = (heap_cnt as usize * 31 + offset as usize + i) as u8;
+        }
+        r.emit(&mut spead::Packet::new_unchecked(&mut b[..]))
+            .unwrap();
+        b
+    }
+
+    #[test]
+    fn spead_multi_packet_heaps_by_timestamp() {
+        let (ts, id) = (spead::DIG_TIMESTAMP, spead::DIG_ID);
+        let spec = FormatSpec::spead_heaps(vec![7, 4], 4096, 5120, 4, spead::HeapIndex::Timestamp)
+            .unwrap();
+        assert_eq!((spec.payload_len(), spec.packets_per_heap()), (1280, 4));
+        assert!(spec.packet_len() >= 1280 + 8 + 8 * 7);
+        let l = spec.locator().unwrap();
+        assert_eq!((l.streams(), l.payload_len()), (2, 1280));
+        let part =
+            |cnt, size, off, len, items: &[(u64, u64)]| heap_part(48, cnt, size, off, len, items);
+        let both = [(ts, 4096 * 10), (id, 4)];
+        for k in 0..4u64 {
+            let p = part(99, Some(5120), 1280 * k, 1280, &both);
+            let loc = l.locate(&p).unwrap();
+            assert_eq!((loc.stream, loc.index), (1, 10 * 4 + k));
+            assert_eq!(loc.payload, &p[p.len() - 1280..]);
+        }
+        let mal = |p: Vec<u8>| assert_eq!(l.locate(&p), Err(WireError::Malformed));
+        mal(part(99, Some(5120), 1281, 1280, &both)); // offset not a packet boundary
+        mal(part(99, Some(5120), 640, 1280, &both));
+        mal(part(99, Some(5120), 3840, 1024, &both)); // another packet size
+                                                      // Beyond the heap: built inside a larger heap, then the 64-48 heap
+                                                      // size pointer (the second) rewritten.
+        let beyond = |off| {
+            let mut p = part(99, Some(8192), off, 1280, &both);
+            p[16..24].copy_from_slice(&((1u64 << 63) | (2 << 48) | 5120).to_be_bytes());
+            p
+        };
+        assert_eq!(
+            spead::Packet::new_checked(&beyond(5120)[..]).err(),
+            Some(WireError::Malformed)
+        );
+        mal(beyond(5120));
+        mal(beyond(3840 + 1280 * 2));
+        mal(part(99, Some(5120), 1280, 1280 * 2, &both));
+        mal(part(99, Some(2560), 1280, 1280, &both)); // another heap size
+        mal(part(99, None, 1280, 1280, &both)); // heap size absent
+        mal(part(99, Some(5120), 1280, 1280, &both[..1])); // id absent
+        mal(part(99, Some(5120), 1280, 1280, &both[1..])); // time stamp absent
+        mal(part(99, Some(5120), 0, 1280, &[(ts, 100), (id, 4)])); // not on a heap
+        assert_eq!(
+            l.locate(&part(99, Some(5120), 0, 1280, &[(ts, 0), (id, 5)])),
+            Err(WireError::Foreign)
+        );
+        // Another flavour is malformed for this capture, and locates in its own.
+        let p40 = heap_part(40, 1, Some(5120), 2560, 1280, &both);
+        mal(p40.clone());
+        let mut spec40 = spec.clone();
+        if let FormatSpec::Spead {
+            heap_address_bits, ..
+        } = &mut spec40
+        {
+            *heap_address_bits = 40;
+        }
+        let loc = spec40.locator().unwrap().locate(&p40).unwrap();
+        assert_eq!((loc.stream, loc.index), (1, 42));
+    }
+
+    #[test]
+    fn spead_multi_packet_heaps_by_heap_counter() {
+        let (ts, id) = (spead::DIG_TIMESTAMP, spead::DIG_ID);
+        // Four senders (heap_cnt = heap * 4 + sender); we take senders 3 and 1.
+        let spec = FormatSpec::spead_heaps(
+            vec![3, 1],
+            2048,
+            4096,
+            2,
+            spead::HeapIndex::HeapCnt { step: 4 },
+        )
+        .unwrap();
+        let l = spec.locator().unwrap();
+        let heap = 1_000_000u64;
+        let cnt = heap * 4 + 1;
+        // spead2 style: items in the first packet only.
+        let first = heap_part(48, cnt, Some(4096), 0, 2048, &[(ts, heap * 2048), (id, 1)]);
+        let second = heap_part(48, cnt, Some(4096), 2048, 2048, &[]);
+        let a = l.locate(&first).unwrap();
+        let b = l.locate(&second).unwrap();
+        assert_eq!(
+            (a.stream, a.index, b.stream, b.index),
+            (1, 2 * heap, 1, 2 * heap + 1)
+        );
+        assert_eq!(b.payload, &second[second.len() - 2048..]);
+        let mal = |p: Vec<u8>| assert_eq!(l.locate(&p), Err(WireError::Malformed));
+        mal(heap_part(
+            48,
+            cnt,
+            Some(4096),
+            0,
+            2048,
+            &[(ts, heap * 2048 + 2048)],
+        ));
+        mal(heap_part(48, cnt, Some(4096), 0, 2048, &[(id, 3)]));
+        mal(heap_part(48, cnt, Some(4096), 1024, 2048, &[]));
+        mal(heap_part(48, cnt, Some(8192), 2048, 2048, &[]));
+        assert_eq!(
+            l.locate(&heap_part(48, heap * 4 + 2, Some(4096), 0, 2048, &[])),
+            Err(WireError::Foreign)
+        );
+        let top = heap_part(48, (1 << 48) - 1, Some(4096), 2048, 2048, &[]);
+        assert_eq!(
+            l.locate(&top).unwrap().index,
+            ((1u64 << 48) - 1) / 4 * 2 + 1
+        );
+        // A hand-built map with zeros must count, not panic.
+        let zero = spead::HeapMap {
+            heap_address_bits: 48,
+            ids: vec![0].into_boxed_slice(),
+            samples_per_heap: 0,
+            heap_bytes: 0,
+            packets_per_heap: 0,
+            timestamp_id: ts,
+            id_item: id,
+            index: spead::HeapIndex::HeapCnt { step: 0 },
+        };
+        assert_eq!(zero.locate(&second), Err(WireError::Malformed));
+        let empty = heap_part(48, 0, Some(0), 0, 0, &[(ts, 0), (id, 0)]);
+        assert_eq!(zero.locate(&empty), Err(WireError::Malformed));
+        let by_ts = spead::HeapMap {
+            index: spead::HeapIndex::Timestamp,
+            ..zero
+        };
+        assert_eq!(by_ts.locate(&empty), Err(WireError::Malformed));
+    }
+
     fn codif_frame(thread: u16, seconds: u32, frame: u32) -> Vec<u8> {
         let r = codif::Repr {
             invalid: false,
@@ -903,6 +1114,8 @@ mod tests {
                 digitiser_ids,
                 samples_per_heap,
                 heap_bytes,
+                packets_per_heap,
+                heap_index,
                 timestamp_id,
                 digitiser_id_item,
             } = s
@@ -918,13 +1131,17 @@ mod tests {
                     "ts_std" => *timestamp_id = spead::HEAP_SIZE,
                     "ts_wide" => *timestamp_id = 1 << 15,
                     "same" => *digitiser_id_item = *timestamp_id,
+                    "pph0" => *packets_per_heap = 0,
+                    "pph3" => *packets_per_heap = 3,
+                    "step0" => *heap_index = spead::HeapIndex::HeapCnt { step: 0 },
+                    "step1" => *heap_index = spead::HeapIndex::HeapCnt { step: 1 },
                     _ => unreachable!(),
                 }
             }
         };
         let mut bad: Vec<FormatSpec> = [
             "bits44", "bits64", "noids", "dupids", "bigid", "spp0", "bytes0", "ts_std", "ts_wide",
-            "same",
+            "same", "pph0", "pph3", "step0", "step1",
         ]
         .iter()
         .map(|k| spead(&|s| set(s, k)))
@@ -977,6 +1194,17 @@ mod tests {
             (
                 FormatSpec::spead_digitiser(vec![7, 4], 64, 10).unwrap(),
                 dig_packet(64 * 3, 4, 80),
+            ),
+            (
+                FormatSpec::spead_heaps(
+                    vec![0, 2],
+                    64,
+                    96,
+                    3,
+                    spead::HeapIndex::HeapCnt { step: 3 },
+                )
+                .unwrap(),
+                heap_part(48, 3 * 17 + 2, Some(96), 32, 32, &[]),
             ),
             (codif_spec(), codif_frame(9, 54, 3)),
             (

@@ -1,5 +1,6 @@
 //! SPEAD packets (flavours SPEAD-64-XX: 64-bit item pointers, XX-bit heap
-//! addresses), as zero-copy views, and the MeerKAT digitiser heap.
+//! addresses), as zero-copy views, the MeerKAT digitiser heap, and the capture
+//! rules for heaps of one or more packets ([`HeapMap`]).
 //!
 //! A packet is an 8-byte header, `n_items` big-endian 64-bit item pointers,
 //! then payload bytes: the slice `[heap_offset, heap_offset + payload_len)`
@@ -9,7 +10,7 @@
 //! function here panics on any input; `docs/formats.md` gives the layout and
 //! cites the specification.
 
-use super::WireError;
+use super::{Located, WireError};
 
 /// Bytes in the packet header.
 pub const HEADER_LEN: usize = 8;
@@ -404,9 +405,187 @@ impl Repr {
     }
 }
 
-/// Most item pointers [`digitiser`] accepts in one packet (MeerKAT digitiser
-/// heaps carry eight); it bounds the capture's receive buffer.
+/// Most item pointers [`heap_packet`] (and so [`digitiser`]) accepts in one
+/// packet (MeerKAT digitiser heaps carry eight); it bounds the capture's
+/// receive buffer.
 pub const MAX_DIGITISER_ITEMS: usize = 16;
+
+/// What one packet of a heap says, read in one pass over its pointers: the
+/// standard items, and the time stamp and stream id items when the packet
+/// carries them (spead2, for one, puts a heap's other items in its first
+/// packet only unless the heap repeats its pointers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeapPacket<'a> {
+    pub heap_cnt: u64,
+    pub heap_size: Option<u64>,
+    pub heap_offset: u64,
+    pub timestamp: Option<u64>,
+    pub stream_id: Option<u64>,
+    /// Exactly the payload length of bytes.
+    pub payload: &'a [u8],
+}
+
+/// Reads one packet of a heap for capture: checked view, flavour
+/// `heap_address_bits`, at most [`MAX_DIGITISER_ITEMS`] pointers, no bytes
+/// after the payload, and the items `timestamp_id` and `id_item` immediate
+/// when present (the first of each counts); `Malformed` otherwise. Which
+/// items must be present, and the sizes, are the caller's rules.
+/// Allocation-free.
+pub fn heap_packet(
+    packet: &[u8],
+    heap_address_bits: u8,
+    timestamp_id: u64,
+    id_item: u64,
+) -> Result<HeapPacket<'_>, WireError> {
+    let p = Packet::new_checked(packet)?;
+    if p.heap_address_bits() != heap_address_bits || p.n_items() > MAX_DIGITISER_ITEMS {
+        return Err(WireError::Malformed);
+    }
+    let (mut heap_cnt, mut heap_size, mut heap_offset, mut payload_len) = (0, None, 0, 0);
+    let (mut timestamp, mut stream_id) = (None, None);
+    // `new_checked` found the standard items immediate and unrepeated.
+    for it in p.items() {
+        let slot = match it.id {
+            HEAP_CNT => {
+                heap_cnt = it.value;
+                continue;
+            }
+            HEAP_SIZE => {
+                heap_size = Some(it.value);
+                continue;
+            }
+            HEAP_OFFSET => {
+                heap_offset = it.value;
+                continue;
+            }
+            PAYLOAD_LEN => {
+                payload_len = it.value;
+                continue;
+            }
+            id if id == timestamp_id => &mut timestamp,
+            id if id == id_item => &mut stream_id,
+            _ => continue,
+        };
+        if !it.immediate {
+            return Err(WireError::Malformed);
+        }
+        slot.get_or_insert(it.value);
+    }
+    if (packet.len() - p.header_len()) as u64 != payload_len {
+        return Err(WireError::Malformed);
+    }
+    Ok(HeapPacket {
+        heap_cnt,
+        heap_size,
+        heap_offset,
+        timestamp,
+        stream_id,
+        payload: packet.get(p.header_len()..).ok_or(WireError::Truncated)?,
+    })
+}
+
+/// Where a packet's heap index (its heap's place in time) and stream come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeapIndex {
+    /// Heap index = time stamp item / `samples_per_heap`, stream from the id
+    /// item: every packet must carry both (MeerKAT digitiser heaps of one
+    /// packet; spead2 heaps sent with `repeat_pointers`). The heap counter
+    /// is not read.
+    Timestamp,
+    /// The heap counter is linear in time: heap counter = heap index *
+    /// `step` + stream id (MeerKAT F-engine output: `step` F-engines, the id
+    /// the F-engine's). Packets need not carry the time stamp or id items
+    /// (spead2 puts them in a heap's first packet only); where they do,
+    /// they must agree: time stamp = heap index * `samples_per_heap`, id
+    /// item = stream id.
+    HeapCnt { step: u64 },
+}
+
+/// The capture rules for SPEAD heaps of one or more packets, built by
+/// `FormatSpec::locator` from validated values. A heap of `heap_bytes` is
+/// sent as `packets_per_heap` packets of `heap_bytes / packets_per_heap`
+/// payload bytes at heap offsets 0, that, 2 * that, ...; packet `k` of heap
+/// `h` goes to index `h * packets_per_heap + k`, so a chunk of a multiple of
+/// `packets_per_heap` packets holds whole heaps with presence per packet.
+#[derive(Debug, Clone)]
+pub struct HeapMap {
+    pub heap_address_bits: u8,
+    /// Stream ids in stream order: id item values, or heap counter residues.
+    pub ids: Box<[u64]>,
+    pub samples_per_heap: u64,
+    pub heap_bytes: usize,
+    pub packets_per_heap: usize,
+    pub timestamp_id: u64,
+    pub id_item: u64,
+    pub index: HeapIndex,
+}
+
+impl HeapMap {
+    /// Payload bytes of each packet.
+    pub fn packet_payload(&self) -> usize {
+        self.heap_bytes / self.packets_per_heap.max(1)
+    }
+
+    /// Places one packet. `Malformed`: [`heap_packet`]'s checks; heap size
+    /// missing or not `heap_bytes`; payload length not
+    /// [`Self::packet_payload`]; heap offset not a multiple of it (so a
+    /// sender that splits heaps differently is counted, not misplaced); the
+    /// rules of `index`. `Foreign`: a stream id not in `ids`.
+    pub fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError> {
+        let h = heap_packet(
+            packet,
+            self.heap_address_bits,
+            self.timestamp_id,
+            self.id_item,
+        )?;
+        let part_len = self.packet_payload() as u64;
+        // `heap_packet` checked offset + length <= heap size, so `part` <
+        // packets_per_heap once the sizes agree.
+        // (Checked division: a hand-built map with zeros must not panic.)
+        if h.heap_size != Some(self.heap_bytes as u64)
+            || h.payload.len() as u64 != part_len
+            || h.heap_offset.checked_rem(part_len) != Some(0)
+        {
+            return Err(WireError::Malformed);
+        }
+        let part = h.heap_offset / part_len;
+        let spp = self.samples_per_heap;
+        let (heap, id) = match self.index {
+            HeapIndex::Timestamp => match (h.timestamp, h.stream_id) {
+                (Some(ts), Some(id)) if ts.checked_rem(spp) == Some(0) => (ts / spp, id),
+                _ => return Err(WireError::Malformed),
+            },
+            HeapIndex::HeapCnt { step } => {
+                let (Some(heap), Some(id)) =
+                    (h.heap_cnt.checked_div(step), h.heap_cnt.checked_rem(step))
+                else {
+                    return Err(WireError::Malformed);
+                };
+                let ts_disagrees = h
+                    .timestamp
+                    .is_some_and(|ts| heap.checked_mul(spp) != Some(ts));
+                if ts_disagrees || h.stream_id.is_some_and(|s| s != id) {
+                    return Err(WireError::Malformed);
+                }
+                (heap, id)
+            }
+        };
+        let index = heap
+            .checked_mul(self.packets_per_heap as u64)
+            .and_then(|i| i.checked_add(part))
+            .ok_or(WireError::Malformed)?;
+        let stream = self
+            .ids
+            .iter()
+            .position(|&i| i == id)
+            .ok_or(WireError::Foreign)?;
+        Ok(Located {
+            stream,
+            index,
+            payload: h.payload,
+        })
+    }
+}
 
 /// What a digitiser heap packet says, read in one pass over its pointers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -416,50 +595,32 @@ pub struct Digitiser<'a> {
     pub payload: &'a [u8],
 }
 
-/// Reads a single-packet heap: checked view, at most [`MAX_DIGITISER_ITEMS`]
-/// pointers, heap offset 0, heap size
-/// present and equal to the payload length, no bytes after the payload, and
-/// the immediate items `timestamp_id` and `id_item` present (`Malformed`
-/// otherwise). Allocation-free: the capture locator's whole parse.
-pub fn digitiser<'a>(
-    packet: &'a [u8],
+/// Reads a single-packet heap: [`heap_packet`]'s checks, heap offset 0,
+/// heap size present and equal to the payload length, and the immediate
+/// items `timestamp_id` and `id_item` present (`Malformed` otherwise).
+/// Allocation-free.
+pub fn digitiser(
+    packet: &[u8],
     heap_address_bits: u8,
     timestamp_id: u64,
     id_item: u64,
-) -> Result<Digitiser<'a>, WireError> {
-    let p = Packet::new_checked(packet)?;
-    if p.heap_address_bits() != heap_address_bits || p.n_items() > MAX_DIGITISER_ITEMS {
-        return Err(WireError::Malformed);
+) -> Result<Digitiser<'_>, WireError> {
+    let h = heap_packet(packet, heap_address_bits, timestamp_id, id_item)?;
+    match h {
+        HeapPacket {
+            heap_size: Some(size),
+            heap_offset: 0,
+            timestamp: Some(timestamp),
+            stream_id: Some(digitiser_id),
+            payload,
+            ..
+        } if size == payload.len() as u64 => Ok(Digitiser {
+            timestamp,
+            digitiser_id,
+            payload,
+        }),
+        _ => Err(WireError::Malformed),
     }
-    let (mut heap_size, mut heap_offset, mut payload_len) = (None, None, None);
-    let (mut timestamp, mut digitiser_id) = (None, None);
-    for it in p.items() {
-        let slot = match it.id {
-            HEAP_SIZE => &mut heap_size,
-            HEAP_OFFSET => &mut heap_offset,
-            PAYLOAD_LEN => &mut payload_len,
-            id if id == timestamp_id => &mut timestamp,
-            id if id == id_item => &mut digitiser_id,
-            _ => continue,
-        };
-        if !it.immediate {
-            return Err(WireError::Malformed);
-        }
-        slot.get_or_insert(it.value);
-    }
-    let (Some(size), Some(0), Some(len), Some(timestamp), Some(digitiser_id)) =
-        (heap_size, heap_offset, payload_len, timestamp, digitiser_id)
-    else {
-        return Err(WireError::Malformed);
-    };
-    if size != len || (packet.len() - p.header_len()) as u64 != len {
-        return Err(WireError::Malformed);
-    }
-    Ok(Digitiser {
-        timestamp,
-        digitiser_id,
-        payload: packet.get(p.header_len()..).ok_or(WireError::Truncated)?,
-    })
 }
 
 /// Bytes that `samples` packed samples of `bits` bits occupy, if whole.
@@ -719,6 +880,64 @@ mod tests {
         );
     }
 
+    #[test]
+    fn heap_packets_of_several_packet_heaps() {
+        fn read(b: &[u8]) -> Result<HeapPacket<'_>, WireError> {
+            heap_packet(b, 48, DIG_TIMESTAMP, DIG_ID)
+        }
+        // The middle packet of a heap, items of the first packet absent.
+        let middle = Repr {
+            heap_address_bits: 48,
+            heap_cnt: 12,
+            heap_size: Some(3000),
+            heap_offset: 1000,
+            payload_len: 1000,
+            items: vec![],
+        };
+        let b = packet(&middle);
+        let h = read(&b).unwrap();
+        assert_eq!(
+            (
+                h.heap_cnt,
+                h.heap_size,
+                h.heap_offset,
+                h.timestamp,
+                h.stream_id
+            ),
+            (12, Some(3000), 1000, None, None)
+        );
+        assert_eq!(h.payload, &b[40..]);
+        // The first packet with the items; the first of a repeated item counts.
+        let first = Repr {
+            heap_offset: 0,
+            items: vec![
+                Item::immediate(DIG_TIMESTAMP, 77),
+                Item::immediate(DIG_ID, 3),
+                Item::immediate(DIG_ID, 4),
+            ],
+            ..middle.clone()
+        };
+        let fb = packet(&first);
+        let h = read(&fb).unwrap();
+        assert_eq!((h.timestamp, h.stream_id), (Some(77), Some(3)));
+        let mut as_addr = first.clone();
+        as_addr.items[1].immediate = false;
+        assert_eq!(read(&packet(&as_addr)), Err(WireError::Malformed));
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(read(&long), Err(WireError::Malformed));
+        assert_eq!(read(&b[..b.len() - 1]), Err(WireError::Truncated));
+        assert_eq!(
+            heap_packet(&b, 40, DIG_TIMESTAMP, DIG_ID),
+            Err(WireError::Malformed)
+        );
+        let crowded = Repr {
+            items: vec![Item::immediate(0x20, 0); MAX_DIGITISER_ITEMS - 3],
+            ..middle
+        };
+        assert_eq!(read(&packet(&crowded)), Err(WireError::Malformed));
+    }
+
     /// Packs with a bit-by-bit reference, independent of `unpack_signed`.
     fn pack_reference(samples: &[i16], bits: u8) -> Vec<u8> {
         let mut out = vec![0u8; (samples.len() * bits as usize).div_ceil(8)];
@@ -794,6 +1013,10 @@ mod tests {
                     d.payload.len() as u64,
                     Packet::new_unchecked(&bytes[..]).payload_len()
                 );
+            }
+            if let Ok(h) = heap_packet(&bytes, 48, DIG_TIMESTAMP, DIG_ID) {
+                let header = Packet::new_unchecked(&bytes[..]).header_len();
+                assert_eq!(h.payload.len() + header, bytes.len());
             }
             let p = Packet::new_unchecked(&bytes[..]);
             let _ = (p.payload(), p.heap_cnt(), p.heap_size(), p.item(usize::MAX));
