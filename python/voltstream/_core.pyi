@@ -69,7 +69,11 @@ class Capture:
     'xdp' (AF_XDP: our XDP program on `interface` redirects the flow on receive queue
     `xdp_queue` to an AF_XDP socket; needs root; `xdp_mode` 'native' | 'skb' | 'auto'; stats()
     then has an 'xdp' dict: mode, zero_copy, multi_buffer and the kernel's counters). 'auto'
-    tries packet_ring, then socket; never xdp."""
+    tries packet_ring, then socket; never xdp. `multicast`: IPv4 groups to join (IGMP) on
+    `interface`, bound to 0.0.0.0:port (or bind to GROUP:port). stats() also has 'host' (the
+    kernel's drop counters outside the capture: 'udp' namespace-wide, 'softnet' host-wide,
+    'interface'), 'memory' (chunk pool: huge_pages, locked, numa_node, warnings) and
+    'multicast' (the groups joined)."""
 
     def __init__(
         self,
@@ -104,6 +108,7 @@ class Capture:
         layout: dict[str, Any] | None = None,
         xdp_queue: int = 0,
         xdp_mode: Literal["auto", "native", "skb"] = "auto",
+        multicast: list[str] | None = None,
     ) -> None: ...
     def start(self, paused: bool = False) -> None: ...
     def resume(self) -> None: ...

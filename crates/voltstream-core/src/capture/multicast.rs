@@ -154,7 +154,9 @@ pub fn parse_igmp(text: &str, interface: &str) -> Vec<Ipv4Addr> {
     let mut current = false;
     for line in text.lines().skip(1) {
         if !line.starts_with(char::is_whitespace) {
-            current = line.split_whitespace().nth(1) == Some(interface);
+            // "idx\tname: count ...": a 10-character name touches the colon.
+            let head = line.split(':').next().unwrap_or("");
+            current = head.split_whitespace().nth(1) == Some(interface);
             continue;
         }
         if !current {
@@ -235,6 +237,10 @@ mod tests {
             ["224.0.0.1".parse::<Ipv4Addr>().unwrap()]
         );
         assert!(parse_igmp(text, "eth9").is_empty());
+        let long = "Idx\tDevice    : Count Querier\tGroup    Users Timer\tReporter\n\
+                    9\tvsn123456a:     2      V3\n\
+                    \t\t\t\t030201EF     1 0:00000000\t\t0\n";
+        assert_eq!(parse_igmp(long, "vsn123456a"), [want[0]]);
         assert!(parse_igmp("", "lo").is_empty());
     }
 

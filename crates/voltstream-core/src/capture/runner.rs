@@ -50,6 +50,7 @@ pub struct Capture {
     engine: &'static str,
     local: Option<SocketAddr>,
     memory: MemoryReport,
+    interface: Option<String>,
 }
 
 impl Capture {
@@ -85,6 +86,7 @@ impl Capture {
         stats.set_rcvbuf(engine.rcvbuf());
         let stop = Arc::new(AtomicBool::new(false));
         let (name, local) = (engine.name(), engine.local_addr());
+        let interface = engine.interface().map(String::from);
         // Baseline of the kernel's other counters, before any traffic is read.
         let mut host = HostSampler::start(engine.interface());
         stats.set_host(&host.sample());
@@ -104,6 +106,7 @@ impl Capture {
             engine: name,
             local,
             memory,
+            interface,
         })
     }
 
@@ -137,6 +140,11 @@ impl Capture {
     /// How the chunk pool was placed (huge pages, lock, NUMA node, warnings).
     pub fn memory(&self) -> &MemoryReport {
         &self.memory
+    }
+
+    /// The interface the engine receives on, when it knows it.
+    pub fn interface(&self) -> Option<&str> {
+        self.interface.as_deref()
     }
 
     /// True until the capture thread has ended (stopped, or failed).
