@@ -194,3 +194,23 @@ def test_loopback_multicast_capture_with_the_socket_engine():
         time.sleep(0.1)
     st = cap.stats()
     assert st["streams"][0]["received"] == 8 and st["packets"] == 8
+
+
+def test_cli_capture_joins_groups_and_reports_them(tmp_path, capsys):
+    from voltstream.cli import main
+
+    report = tmp_path / "r.json"
+    rc = main(["capture", "--bind", "239.255.60.9:7162", "--multicast", "239.255.60.10",
+               "--interface", "lo", "--engine", "socket", "--duration", "0.3",
+               "--report", str(report)])  # fmt: skip
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "multicast groups joined: 239.255.60.9, 239.255.60.10" in out
+    assert "kernel counters during the run" in out and "[network namespace]" in out
+    eng = json.loads(report.read_text())["engine"]
+    assert eng["multicast"] == ["239.255.60.9", "239.255.60.10"]
+    assert eng["host"]["interface"]["name"] == "lo"
+    assert set(eng["memory"]) == {"bytes", "huge_pages", "locked", "numa_node", "warnings"}
+    with pytest.raises(SystemExit):
+        main(["capture", "--bind", "0.0.0.0:7162", "--multicast", "10.1.1.1", "--duration", "1"])
+    assert "not an IPv4 multicast group" in capsys.readouterr().err
