@@ -312,6 +312,7 @@ mod tests {
             vec.iter().all(|&v| v & 1 == 1),
             "pages not resident: {vec:?}"
         );
+        // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             assert!(b.locked());
         }

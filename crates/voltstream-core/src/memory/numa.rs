@@ -131,7 +131,7 @@ pub(crate) fn policy_of(addr: *const u8) -> io::Result<(libc::c_long, u64)> {
         )
     };
     if r == 0 {
-        Ok((mode as libc::c_long, mask[0] as u64))
+        Ok((mode as libc::c_long, mask[0]))
     } else {
         Err(io::Error::last_os_error())
     }
@@ -225,6 +225,7 @@ mod tests {
         assert_eq!(unsafe { node_of_page(b.as_ptr().cast_mut()) }.unwrap(), 0);
         assert!(!b.huge_pages());
         // As root (these tests run as root) the lock succeeds and nothing is missing.
+        // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             assert!(b.locked(), "{:?}", b.warnings());
             assert!(b.warnings().is_empty(), "{:?}", b.warnings());
