@@ -24,6 +24,9 @@ TOP_KEYS = {
     "resyncs",
     "kernel_drops",
     "rcvbuf",
+    "host",
+    "memory",
+    "multicast",
 }
 
 

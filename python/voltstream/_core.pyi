@@ -69,7 +69,11 @@ class Capture:
     'xdp' (AF_XDP: our XDP program on `interface` redirects the flow on receive queue
     `xdp_queue` to an AF_XDP socket; needs root; `xdp_mode` 'native' | 'skb' | 'auto'; stats()
     then has an 'xdp' dict: mode, zero_copy, multi_buffer and the kernel's counters). 'auto'
-    tries packet_ring, then socket; never xdp."""
+    tries packet_ring, then socket; never xdp. `multicast`: IPv4 groups to join (IGMP) on
+    `interface`, bound to 0.0.0.0:port (or bind to GROUP:port). stats() also has 'host' (the
+    kernel's drop counters outside the capture: 'udp' namespace-wide, 'softnet' host-wide,
+    'interface'), 'memory' (chunk pool: huge_pages, locked, numa_node, warnings) and
+    'multicast' (the groups joined)."""
 
     def __init__(
         self,
@@ -107,6 +111,7 @@ class Capture:
         packets_per_heap: int = 1,
         heap_bytes: int | None = None,
         heap_cnt_step: int | None = None,
+        multicast: list[str] | None = None,
     ) -> None:
         """SPEAD ('spead'): a heap of `heap_bytes` (default samples_per_heap * sample_bits
         / 8) arrives as `packets_per_heap` packets of equal payload; packet k of heap h

@@ -100,6 +100,23 @@ def _add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str]
     )
 
 
+def _groups(text: str) -> list[str]:
+    """--multicast GROUP[,GROUP]: IPv4 multicast addresses."""
+    import ipaddress
+
+    groups = [g.strip() for g in text.split(",") if g.strip()]
+    for g in groups:
+        try:
+            ok = ipaddress.IPv4Address(g).is_multicast
+        except ValueError:
+            ok = False
+        if not ok:
+            raise argparse.ArgumentTypeError(f"{g!r} is not an IPv4 multicast group")
+    if not groups:
+        raise argparse.ArgumentTypeError("no multicast group given")
+    return groups
+
+
 def _format_from(args):
     from voltstream.formats import make_format
 
@@ -471,6 +488,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write the samples to this DADA file")
     p.add_argument("--report", help="write the run report (all counters) as JSON here")
     p.add_argument("--source", default="J0000+0000", help="source name for the DADA header")
+    p.add_argument(
+        "--multicast",
+        type=_groups,
+        default=None,
+        metavar="GROUP[,GROUP]",
+        help="IPv4 multicast groups to join (IGMP) and receive on the --bind port; "
+        "--bind then is 0.0.0.0:PORT (or GROUP:PORT). Several groups on one port (e.g. one "
+        "per polarisation) assemble onto one timeline",
+    )
+    p.add_argument(
+        "--interface",
+        default=None,
+        help="interface to capture on and join the groups on (needed by packet_ring and xdp "
+        "with --multicast). Default: the one that owns the --bind address",
+    )
     p.add_argument(
         "--packets-per-chunk",
         type=_positive(int),

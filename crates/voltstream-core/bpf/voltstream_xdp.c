@@ -4,7 +4,7 @@
  *
  * Redirected into the XSKMAP entry of the receiving queue: IPv4/UDP (with at
  * most one 802.1Q/802.1ad tag) to our destination port, and to our address
- * unless it is 0.0.0.0, first fragments included (user space counts those
+ * unless it is 0.0.0.0 (with multicast groups: unicast or a joined group), first fragments included (user space counts those
  * malformed, as the packet-ring engine does). Everything else - ARP, ssh,
  * other ports, non-first fragments - gets XDP_PASS and reaches the kernel
  * stack unchanged.
@@ -23,13 +23,17 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+/* Most multicast groups: `MAX_GROUPS` in src/capture/multicast.rs. */
+#define VS_MAX_GROUPS 16
+
 /* Keep in sync with `BpfConfig` in src/capture/xdp.rs. */
 struct vs_config {
 	__u32 addr;    /* destination address, network order; 0: any */
 	__u16 port;    /* destination port, network order */
 	__u16 pad;
 	__u32 max_len; /* non-zero: cut longer frames to this many bytes */
-	__u32 pad2;
+	__u32 ngroups; /* non-zero: only these multicast groups (and unicast) */
+	__u32 groups[VS_MAX_GROUPS]; /* network order */
 };
 
 const volatile struct vs_config vs_cfg = {};
@@ -63,6 +67,24 @@ static __always_inline void count(__u32 which)
 
 	if (c)
 		*c += 1;
+}
+
+/* With groups configured: unicast, or one of the joined groups. Other groups
+ * are not ours: XDP_PASS, and the stack drops them (no membership) or hands
+ * them to the program that joined them. */
+static __always_inline int dst_wanted(__be32 daddr)
+{
+	int i;
+
+	if (!vs_cfg.ngroups)
+		return 1;
+	if ((daddr & bpf_htonl(0xf0000000)) != bpf_htonl(0xe0000000))
+		return 1;
+#pragma unroll
+	for (i = 0; i < VS_MAX_GROUPS; i++)
+		if (i < vs_cfg.ngroups && vs_cfg.groups[i] == daddr)
+			return 1;
+	return 0;
 }
 
 struct vlan_tag {
@@ -103,6 +125,8 @@ int voltstream_xdp(struct xdp_md *ctx)
 	if (ip->frag_off & bpf_htons(0x1fff))
 		return XDP_PASS; /* a later fragment: no UDP header to match */
 	if (vs_cfg.addr && ip->daddr != vs_cfg.addr)
+		return XDP_PASS;
+	if (!dst_wanted(ip->daddr))
 		return XDP_PASS;
 	ihl = ip->ihl * 4;
 	if (ihl < sizeof(*ip))

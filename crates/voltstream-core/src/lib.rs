@@ -9,13 +9,15 @@
 //! - [`ring`]: chunk handoff between the capture thread and consumers;
 //! - [`record`]: disk writers;
 //! - [`send`]: paced UDP sender used by the simulator;
-//! - [`stats`]: counters shared with the monitor.
+//! - [`stats`]: counters shared with the monitor;
+//! - [`host_counters`]: the kernel's drop counters outside the capture (context).
 //!
 //! Nothing on the receive path allocates after start-up.
 
 pub mod assemble;
 pub mod capture;
 pub mod error;
+pub mod host_counters;
 pub mod memory;
 pub mod ring;
 pub mod send;

@@ -13,6 +13,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::host_counters::HostCounters;
+
 /// Loss taxonomy of one stream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StreamCounters {
@@ -90,6 +92,9 @@ pub struct Snapshot {
     pub kernel_drops: u64,
     /// Receive buffer size as the kernel reports it (Linux doubles the request).
     pub rcvbuf: u64,
+    /// The kernel's drop counters outside this capture (namespace, host and
+    /// interface wide: context, not this capture's loss), as changes since start.
+    pub host: HostCounters,
 }
 
 const STREAM_FIELDS: usize = 6;
@@ -101,7 +106,12 @@ pub struct Stats {
     streams: usize,
     per_stream: Box<[AtomicU64]>,
     global: [AtomicU64; GLOBAL_FIELDS],
+    /// [`HostCounters`] fields; [`ABSENT`] where the kernel has no such counter.
+    host: [AtomicU64; HostCounters::FIELDS],
 }
+
+/// Stored for a host counter that is absent.
+const ABSENT: u64 = u64::MAX;
 
 impl Stats {
     pub fn new(streams: usize) -> Self {
@@ -111,6 +121,14 @@ impl Stats {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             global: Default::default(),
+            host: std::array::from_fn(|_| AtomicU64::new(ABSENT)),
+        }
+    }
+
+    /// Publishes the host counters; called at the kernel-drops cadence.
+    pub fn set_host(&self, h: &HostCounters) {
+        for (a, v) in self.host.iter().zip(h.to_array()) {
+            a.store(v.unwrap_or(ABSENT), Ordering::Relaxed);
         }
     }
 
@@ -178,6 +196,9 @@ impl Stats {
             },
             kernel_drops: g(5),
             rcvbuf: g(6),
+            host: HostCounters::from_array(std::array::from_fn(|i| {
+                Some(self.host[i].load(Ordering::Relaxed)).filter(|&v| v != ABSENT)
+            })),
         }
     }
 }
@@ -209,7 +230,15 @@ mod tests {
         stats.publish(&c);
         stats.set_kernel_drops(12);
         stats.set_rcvbuf(13);
+        assert_eq!(stats.snapshot().host, HostCounters::default());
+        let host = HostCounters {
+            udp_rcvbuf_errors: Some(14),
+            softnet_time_squeeze: Some(0),
+            ..Default::default()
+        };
+        stats.set_host(&host);
         let snap = stats.snapshot();
+        assert_eq!(snap.host, host);
         assert_eq!(snap.counters, c);
         assert_eq!((snap.kernel_drops, snap.rcvbuf), (12, 13));
         // 3 streams: received+late+duplicate+dropped = 4b+9 for b = 1, 11, 21.

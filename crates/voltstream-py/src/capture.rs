@@ -11,7 +11,7 @@
 //! can ever see a buffer the capture thread is refilling.
 
 use std::ffi::c_int;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -21,9 +21,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use voltstream_core::assemble::{AssemblerConfig, ChunkLayout};
 use voltstream_core::capture::{
-    Capture, CaptureConfig, Engine, PacketRingConfig, PacketRingEngine, Received, SocketConfig,
-    SocketEngine, XdpConfig, XdpEngine, XdpInfo, XdpMode,
+    multicast_plan, Capture, CaptureConfig, Engine, PacketRingConfig, PacketRingEngine, Received,
+    SocketConfig, SocketEngine, XdpConfig, XdpEngine, XdpInfo, XdpMode,
 };
+use voltstream_core::host_counters::HostCounters;
+use voltstream_core::memory::MemoryReport;
 use voltstream_core::ring::Lease;
 use voltstream_core::stats::{Counters, Snapshot, StreamCounters};
 use voltstream_core::wire::{Endian, FormatSpec, Layout, LayoutCheck, LayoutField, SpeadHeapIndex};
@@ -204,6 +206,10 @@ impl<E: Engine> Engine for Gated<E> {
     fn local_addr(&self) -> Option<SocketAddr> {
         self.inner.local_addr()
     }
+
+    fn interface(&self) -> Option<&str> {
+        self.inner.interface()
+    }
 }
 
 /// A UDP capture assembling packets into chunks; `engine` picks the backend.
@@ -233,7 +239,7 @@ impl PyCapture {
         timestamp_id = 0x1600, digitiser_id_item = 0x3101, codif_threads = None,
         codif_frame_len = None, frames_per_period = None, group = None, layout = None,
         xdp_queue = 0, xdp_mode = "auto", packets_per_heap = 1, heap_bytes = None,
-        heap_cnt_step = None
+        heap_cnt_step = None, multicast = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -271,7 +277,17 @@ impl PyCapture {
         packets_per_heap: usize,
         heap_bytes: Option<usize>,
         heap_cnt_step: Option<u64>,
+        multicast: Option<Vec<String>>,
     ) -> PyResult<Self> {
+        let groups = multicast
+            .unwrap_or_default()
+            .iter()
+            .map(|g| {
+                g.trim().parse::<Ipv4Addr>().map_err(|_| {
+                    config_error(format!("multicast group {g:?} is not an IPv4 address"))
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
         let engines = match engine {
             "auto" => AUTO_ORDER.to_vec(),
             "socket" => vec![EngineKind::Socket],
@@ -384,8 +400,10 @@ impl PyCapture {
         // The UMEM takes the memory the socket engine would give its queue.
         xdp.frames = XdpConfig::frames_for(rcvbuf, xdp.frame_size);
         xdp.max_packet = max_packet;
+        xdp.multicast = groups.clone();
         let mut ring = PacketRingConfig::new(bind.clone());
-        ring.interface = interface;
+        ring.interface = interface.clone();
+        ring.multicast = groups.clone();
         ring.block_size = ring_block_size;
         // The ring takes the memory the socket engine would give its queue.
         ring.blocks = rcvbuf.div_ceil(ring_block_size.max(1)).max(2);
@@ -394,6 +412,11 @@ impl PyCapture {
         socket.rcvbuf = rcvbuf;
         socket.batch = batch;
         socket.max_packet = max_packet;
+        if let Ok(addr) = socket.bind.parse::<SocketAddr>() {
+            multicast_plan(addr, &groups).map_err(to_py)?; // bad groups fail here, not at start
+        }
+        socket.multicast = groups;
+        socket.interface = interface;
         Ok(PyCapture {
             format,
             config: CaptureConfig { assembler, nchunks },
@@ -484,6 +507,11 @@ impl PyCapture {
             (None, _) => "auto",
         };
         let d = stats_dict(py, &snap, running, engine)?;
+        let interface = cap.as_ref().and_then(|c| c.interface().map(String::from));
+        d.set_item("host", host_dict(py, &snap.host, interface.as_deref())?)?;
+        let memory = cap.as_ref().map(|c| c.memory().clone()).unwrap_or_default();
+        d.set_item("memory", memory_dict(py, &memory)?)?;
+        d.set_item("multicast", self.groups())?;
         if let Some(info) = lock(&self.xdp_info).as_ref() {
             d.set_item("xdp", xdp_dict(py, info)?)?;
         }
@@ -584,6 +612,15 @@ impl PyCapture {
         }))
     }
 
+    /// The multicast groups the capture joins (a group bind host included).
+    fn groups(&self) -> Vec<String> {
+        let addr = self.socket.bind.parse::<SocketAddr>().ok();
+        let plan = addr.and_then(|a| multicast_plan(a, &self.socket.multicast).ok().flatten());
+        plan.map_or_else(Vec::new, |p| {
+            p.groups.iter().map(|g| g.to_string()).collect()
+        })
+    }
+
     fn running(&self) -> PyResult<Arc<Capture>> {
         lock(&self.running)
             .clone()
@@ -611,6 +648,52 @@ fn xdp_dict<'py>(py: Python<'py>, info: &XdpInfo) -> PyResult<Bound<'py, PyDict>
     d.set_item("rx_ring_full", c.rx_ring_full)?;
     d.set_item("rx_fill_ring_empty_descs", c.rx_fill_ring_empty_descs)?;
     d.set_item("rx_invalid_descs", c.rx_invalid_descs)?;
+    Ok(d)
+}
+
+/// The kernel's counters outside the capture, as changes since it started, each
+/// group labelled with how far it reaches: context for the capture's own
+/// counters, not its loss. `None` where the kernel has no such counter.
+fn host_dict<'py>(
+    py: Python<'py>,
+    h: &HostCounters,
+    interface: Option<&str>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let udp = PyDict::new(py);
+    udp.set_item("scope", "network namespace")?;
+    udp.set_item("rcvbuf_errors", h.udp_rcvbuf_errors)?;
+    udp.set_item("in_errors", h.udp_in_errors)?;
+    udp.set_item("in_csum_errors", h.udp_in_csum_errors)?;
+    udp.set_item("no_ports", h.udp_no_ports)?;
+    let softnet = PyDict::new(py);
+    softnet.set_item("scope", "host")?;
+    softnet.set_item("dropped", h.softnet_dropped)?;
+    softnet.set_item("time_squeeze", h.softnet_time_squeeze)?;
+    let d = PyDict::new(py);
+    d.set_item("udp", udp)?;
+    d.set_item("softnet", softnet)?;
+    match interface {
+        Some(name) => {
+            let i = PyDict::new(py);
+            i.set_item("scope", "interface")?;
+            i.set_item("name", name)?;
+            i.set_item("rx_dropped", h.if_rx_dropped)?;
+            i.set_item("rx_missed_errors", h.if_rx_missed_errors)?;
+            d.set_item("interface", i)?;
+        }
+        None => d.set_item("interface", py.None())?,
+    }
+    Ok(d)
+}
+
+/// How the chunk pool was placed.
+fn memory_dict<'py>(py: Python<'py>, m: &MemoryReport) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("bytes", m.bytes)?;
+    d.set_item("huge_pages", m.huge_pages)?;
+    d.set_item("locked", m.locked)?;
+    d.set_item("numa_node", m.numa_node)?;
+    d.set_item("warnings", m.warnings.clone())?;
     Ok(d)
 }
 

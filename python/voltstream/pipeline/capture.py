@@ -93,7 +93,52 @@ class CaptureReport:
             + "  ".join(f"{k}={t[k]}" for k in COUNTER_NAMES)
             + f"  kernel_drops={self.engine.get('kernel_drops', 0)}",
         ]
+        if groups := self.engine.get("multicast"):
+            lines.append("  multicast groups joined: " + ", ".join(groups))
+        lines += _host_lines(self.engine.get("host"))
+        lines += _memory_lines(self.engine.get("memory"))
         return lines
+
+
+def _host_lines(host: dict | None) -> list[str]:
+    """The kernel's counters outside the capture, each with how far it reaches."""
+    if not host:
+        return []
+
+    def fmt(d: dict, keys: tuple[str, ...]) -> str:
+        return " ".join(f"{k}={'n/a' if d.get(k) is None else d[k]}" for k in keys)
+
+    parts = []
+    if udp := host.get("udp"):
+        parts.append(
+            "udp " + fmt(udp, ("rcvbuf_errors", "in_errors", "in_csum_errors", "no_ports"))
+            + f" [{udp['scope']}]"
+        )  # fmt: skip
+    if sn := host.get("softnet"):
+        parts.append("softnet " + fmt(sn, ("dropped", "time_squeeze")) + f" [{sn['scope']}]")
+    if nic := host.get("interface"):
+        parts.append(
+            f"{nic['name']} " + fmt(nic, ("rx_dropped", "rx_missed_errors")) + " [interface]"
+        )
+    if not parts:
+        return []
+    return ["  kernel counters during the run (context, also counting other traffic):"] + [
+        "    " + p for p in parts
+    ]
+
+
+def _memory_lines(mem: dict | None) -> list[str]:
+    if not mem or not mem.get("bytes"):
+        return []
+    node = mem.get("numa_node")
+    lines = [
+        f"  chunk pool: {mem['bytes'] / 2**20:.1f} MiB, "
+        f"huge pages {'yes' if mem.get('huge_pages') else 'no'}, "
+        f"locked {'yes' if mem.get('locked') else 'no'}, "
+        f"NUMA node {'-' if node is None else node}"
+    ]
+    lines += [f"  warning: {w}" for w in mem.get("warnings", [])]
+    return lines
 
 
 def run_capture(
@@ -108,12 +153,14 @@ def run_capture(
     on_start=None,
     resync_chunks: int = 64,
     engine: str = "auto",
+    multicast: list[str] | None = None,
+    interface: str | None = None,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
 
     `on_start` is called once the socket is bound, so a sender can be started
-    without racing the bind.
+    without racing the bind. `multicast` lists IPv4 groups to join on `interface`.
     """
     from voltstream import _core
 
@@ -128,6 +175,8 @@ def run_capture(
             window=window,
             resync_chunks=resync_chunks,
             engine=engine,
+            multicast=multicast,
+            interface=interface,
             **fmt.capture_kwargs(),
         )
     except OSError as e:  # CaptureError is an OSError; keep its message

@@ -1,4 +1,4 @@
-use crate::memory::Buffer;
+use crate::memory::{Buffer, Placement};
 use crate::{Error, Result};
 
 /// Shape of every chunk of one capture.
@@ -70,9 +70,14 @@ pub struct Chunk {
 impl Chunk {
     /// Allocates one chunk (pre-faulted); done at start-up only.
     pub fn new(layout: ChunkLayout) -> Result<Chunk> {
+        Self::placed(layout, &Placement::default())
+    }
+
+    /// As [`Chunk::new`], with its data placed as asked (huge pages, NUMA node).
+    pub fn placed(layout: ChunkLayout, placement: &Placement) -> Result<Chunk> {
         layout.validate()?;
         Ok(Chunk {
-            data: Buffer::new(layout.bytes())?,
+            data: Buffer::placed(layout.bytes(), placement)?,
             present: vec![0; layout.words()].into_boxed_slice(),
             layout,
             chunk_id: 0,
@@ -82,6 +87,11 @@ impl Chunk {
 
     pub fn layout(&self) -> ChunkLayout {
         self.layout
+    }
+
+    /// The memory holding the chunk's data (for placement reports).
+    pub fn buffer(&self) -> &Buffer {
+        &self.data
     }
 
     /// Position on the chunk timeline: packet index / packets_per_chunk.

@@ -13,6 +13,7 @@
 //! socket fed by our own XDP program, needs root; built when libbpf and clang
 //! are present, see build.rs). Kernel-bypass engines implement the same trait.
 
+mod multicast;
 mod packet_ring;
 mod runner;
 mod socket;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 use crate::Result;
 
+pub use multicast::{joined_groups, plan as multicast_plan, MulticastPlan, MAX_GROUPS};
 pub use packet_ring::{interface_of, PacketRingConfig, PacketRingEngine};
 pub use runner::{Capture, CaptureConfig};
 pub use socket::{SocketConfig, SocketEngine};
@@ -56,6 +58,12 @@ pub trait Engine: Send + 'static {
 
     /// The local address traffic is received on, when there is one.
     fn local_addr(&self) -> Option<SocketAddr>;
+
+    /// The network interface traffic arrives on, when the engine knows it: its
+    /// NUMA node places the chunk pool, its counters join the host drop report.
+    fn interface(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Test helper shared by the engines' tests: receives until `want` packets (or

@@ -42,7 +42,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::{bind_udp, Engine, Received};
+use super::{bind_udp, multicast, Engine, Received};
 use crate::{Error, Result};
 
 /// Settings of the packet-ring engine.
@@ -64,6 +64,9 @@ pub struct PacketRingConfig {
     pub retire_ms: u32,
     /// Largest UDP payload accepted whole; longer ones are reported truncated.
     pub max_packet: usize,
+    /// IPv4 multicast groups to receive (joined by the guard socket; the filter
+    /// accepts these groups and unicast to the port). Needs `interface`.
+    pub multicast: Vec<Ipv4Addr>,
 }
 
 impl PacketRingConfig {
@@ -77,6 +80,7 @@ impl PacketRingConfig {
             frame_size: 2048,
             retire_ms: 4,
             max_packet: 9000,
+            multicast: Vec::new(),
         }
     }
 
@@ -251,7 +255,15 @@ impl PacketRingEngine {
     pub fn open(config: &PacketRingConfig) -> Result<Self> {
         config.validate()?;
         let addr = resolve_v4(&config.bind)?;
-        let guard = bind_udp(addr)?;
+        let groups = multicast::plan(addr, &config.multicast)?;
+        if groups.is_some() && config.interface.is_none() {
+            return Err(Error::Config(
+                "a multicast capture with the packet ring needs the interface to capture on \
+                 (e.g. interface='eth0')"
+                    .into(),
+            ));
+        }
+        let guard = bind_udp(groups.as_ref().map_or(addr, |p| p.bind))?;
         let local = guard
             .local_addr()
             .map_err(|e| Error::io("cannot read the guard socket address", e))?;
@@ -272,6 +284,16 @@ impl PacketRingEngine {
             })?,
         };
         let ifindex = if_index(&interface)?;
+        // The guard's membership makes the kernel send the IGMP report (and
+        // program the NIC's filter); the ring itself reads below the IP layer.
+        if let Some(p) = &groups {
+            multicast::join(&guard, &p.groups, Some(&interface))?;
+        }
+        let dst = match &groups {
+            Some(p) => DstMatch::Groups(&p.groups),
+            None if ip.is_unspecified() => DstMatch::Any,
+            None => DstMatch::One(ip),
+        };
 
         // SAFETY: plain socket(2) call; the result is checked below. Protocol 0:
         // nothing is received until bind() names a protocol, after the filter.
@@ -306,7 +328,6 @@ impl PacketRingEngine {
         .map_err(ctx(
             "cannot set PACKET_IGNORE_OUTGOING (kernel 4.20 or later needed)",
         ))?;
-        let dst = if ip.is_unspecified() { None } else { Some(ip) };
         let mut prog = udp_filter(local.port(), dst);
         attach_filter(s, &mut prog).map_err(ctx("cannot attach the BPF filter"))?;
         let req = libc::tpacket_req3 {
@@ -613,6 +634,10 @@ impl Engine for PacketRingEngine {
     fn local_addr(&self) -> Option<SocketAddr> {
         Some(self.local)
     }
+
+    fn interface(&self) -> Option<&str> {
+        Some(&self.interface)
+    }
 }
 
 impl Drop for PacketRingEngine {
@@ -650,42 +675,98 @@ fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
 }
 
-/// Accepts IPv4/UDP frames to `port` (and `dst`, when given) that are not
-/// outgoing and not non-first fragments, with or without one VLAN tag.
-fn udp_filter(port: u16, dst: Option<Ipv4Addr>) -> Vec<libc::sock_filter> {
-    let (mask, addr) = match dst {
-        Some(a) => (u32::MAX, u32::from(a)),
-        None => (0, 0), // (ip & 0) == 0: any address
-    };
+/// Which destination addresses the ring's filter accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DstMatch<'a> {
+    /// Any (bound to 0.0.0.0).
+    Any,
+    /// Exactly this address.
+    One(Ipv4Addr),
+    /// These multicast groups, and any unicast address (as a socket bound to
+    /// 0.0.0.0 that joined them receives); other groups are refused.
+    Groups(&'a [Ipv4Addr]),
+}
+
+/// A jump target while the filter is written; resolved to offsets at the end.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum To {
+    Next,
+    Port,
+    Accept,
+    Drop,
+}
+
+/// Accepts IPv4/UDP frames to `port` and a destination `dst` accepts that
+/// are not outgoing and not non-first fragments, with or without one VLAN tag.
+fn udp_filter(port: u16, dst: DstMatch<'_>) -> Vec<libc::sock_filter> {
     // One body per header position (`l3`: where IPv4 starts), each ending in
-    // its own accept (rel. 12) and drop (rel. 13), so jump offsets are fixed.
+    // its own accept and drop; jumps are written symbolically, then resolved.
     let body = |l3: u32| {
-        [
-            bpf(BPF_LD | BPF_H | BPF_ABS, 0, 0, l3 - 2), // ethertype
-            bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 11, 0x0800),
-            bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, l3 + 9), // protocol
-            bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 9, 17),
-            bpf(BPF_LD | BPF_H | BPF_ABS, 0, 0, l3 + 6), // fragment offset
-            bpf(BPF_JMP | BPF_JSET | BPF_K, 7, 0, 0x1fff),
-            bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, l3 + 16), // destination address
-            bpf(BPF_ALU | BPF_AND | BPF_K, 0, 0, mask),
-            bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 4, addr & mask),
-            bpf(BPF_LDX | BPF_B | BPF_MSH, 0, 0, l3), // X = IP header length
-            bpf(BPF_LD | BPF_H | BPF_IND, 0, 0, l3 + 2), // UDP destination port
-            bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, port as u32),
-            bpf(BPF_RET | BPF_K, 0, 0, SNAP), // accept
-            bpf(BPF_RET | BPF_K, 0, 0, 0),    // drop
-        ]
+        let mut b = vec![
+            (BPF_LD | BPF_H | BPF_ABS, To::Next, To::Next, l3 - 2), // ethertype
+            (BPF_JMP | BPF_JEQ | BPF_K, To::Next, To::Drop, 0x0800),
+            (BPF_LD | BPF_B | BPF_ABS, To::Next, To::Next, l3 + 9), // protocol
+            (BPF_JMP | BPF_JEQ | BPF_K, To::Next, To::Drop, 17),
+            (BPF_LD | BPF_H | BPF_ABS, To::Next, To::Next, l3 + 6), // fragment offset
+            (BPF_JMP | BPF_JSET | BPF_K, To::Drop, To::Next, 0x1fff),
+        ];
+        let load_dst = (BPF_LD | BPF_W | BPF_ABS, To::Next, To::Next, l3 + 16);
+        match dst {
+            DstMatch::Any => {}
+            DstMatch::One(a) => {
+                b.push(load_dst);
+                b.push((BPF_JMP | BPF_JEQ | BPF_K, To::Next, To::Drop, u32::from(a)));
+            }
+            DstMatch::Groups(groups) => {
+                b.push(load_dst);
+                for g in groups {
+                    b.push((BPF_JMP | BPF_JEQ | BPF_K, To::Port, To::Next, u32::from(*g)));
+                }
+                // Not one of ours: unicast passes on, any other group is dropped.
+                b.push((BPF_ALU | BPF_AND | BPF_K, To::Next, To::Next, 0xf000_0000));
+                b.push((BPF_JMP | BPF_JEQ | BPF_K, To::Drop, To::Next, 0xe000_0000));
+            }
+        }
+        let port_at = b.len();
+        b.extend([
+            (BPF_LDX | BPF_B | BPF_MSH, To::Next, To::Next, l3), // X = IP header length
+            (BPF_LD | BPF_H | BPF_IND, To::Next, To::Next, l3 + 2), // UDP destination port
+            (BPF_JMP | BPF_JEQ | BPF_K, To::Accept, To::Drop, port as u32),
+        ]);
+        let accept_at = b.len();
+        b.push((BPF_RET | BPF_K, To::Next, To::Next, SNAP));
+        b.push((BPF_RET | BPF_K, To::Next, To::Next, 0));
+        let off = |from: usize, to: To| -> u8 {
+            let target = match to {
+                To::Next => return 0,
+                To::Port => port_at,
+                To::Accept => accept_at,
+                To::Drop => accept_at + 1,
+            };
+            u8::try_from(target - from - 1).expect("the filter is short (MAX_GROUPS)")
+        };
+        b.iter()
+            .enumerate()
+            .map(|(i, &(code, jt, jf, k))| bpf(code, off(i, jt), off(i, jf), k))
+            .collect::<Vec<_>>()
     };
+    let (plain, tagged) = (body(14), body(18));
+    let head = 5;
+    let (to_plain_drop, to_tagged) = (head + plain.len() - 1, head + plain.len());
     let mut p = vec![
         bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, SKF_PKTTYPE),
-        bpf(BPF_JMP | BPF_JEQ | BPF_K, 16, 0, PACKET_OUTGOING as u32), // -> 18 (drop)
+        bpf(
+            BPF_JMP | BPF_JEQ | BPF_K,
+            (to_plain_drop - 2) as u8,
+            0,
+            PACKET_OUTGOING as u32,
+        ),
         bpf(BPF_LD | BPF_H | BPF_ABS, 0, 0, 12),
-        bpf(BPF_JMP | BPF_JEQ | BPF_K, 15, 0, 0x8100), // -> 19 (tagged body)
-        bpf(BPF_JMP | BPF_JEQ | BPF_K, 14, 0, 0x88a8), // -> 19
+        bpf(BPF_JMP | BPF_JEQ | BPF_K, (to_tagged - 4) as u8, 0, 0x8100),
+        bpf(BPF_JMP | BPF_JEQ | BPF_K, (to_tagged - 5) as u8, 0, 0x88a8),
     ];
-    p.extend(body(14)); // 5..=18
-    p.extend(body(18)); // 19..=32
+    p.extend(plain);
+    p.extend(tagged);
     p
 }
 
@@ -905,13 +986,14 @@ mod tests {
     #[test]
     fn filter_accepts_exactly_udp_to_our_address_and_port() {
         let payload = [1u8, 2, 3, 4, 5];
-        let lo = Some(Ipv4Addr::LOCALHOST);
+        let lo = DstMatch::One(Ipv4Addr::LOCALHOST);
+        let any = DstMatch::Any;
         for vlan in [false, true] {
             let f = frame(7000, &payload, vlan, 0);
             let ip = if vlan { 18 } else { 14 };
             let run = |dst, f: &[u8], t| run_bpf(&udp_filter(7000, dst), f, t);
             assert_eq!(run(lo, &f, 0), SNAP);
-            assert_eq!(run(None, &f, 0), SNAP);
+            assert_eq!(run(any, &f, 0), SNAP);
             assert_eq!(run(lo, &f, PACKET_OUTGOING), 0);
             assert_eq!(run(lo, &frame(7001, &payload, vlan, 0), 0), 0);
             assert_eq!(run(lo, &frame(7000, &payload, vlan, 0x2000), 0), SNAP);
@@ -920,7 +1002,7 @@ mod tests {
             let mut other_dst = f.clone();
             other_dst[ip + 16] = 10;
             assert_eq!(run(lo, &other_dst, 0), 0);
-            assert_eq!(run(None, &other_dst, 0), SNAP);
+            assert_eq!(run(any, &other_dst, 0), SNAP);
             let mut tcp = f.clone();
             tcp[ip + 9] = 6;
             assert_eq!(run(lo, &tcp, 0), 0);
@@ -938,6 +1020,45 @@ mod tests {
                 assert_eq!(run(lo, &f[..n], 0), 0, "cut at {n}");
             }
         }
+    }
+
+    #[test]
+    fn filter_with_groups_accepts_joined_groups_and_unicast_only() {
+        let payload = [9u8; 12];
+        let joined: Vec<Ipv4Addr> = (1..=multicast_max())
+            .map(|i| Ipv4Addr::new(239, 1, 2, i))
+            .collect();
+        for n in [1, 2, multicast_max() as usize] {
+            let groups = &joined[..n];
+            let prog = udp_filter(7000, DstMatch::Groups(groups));
+            for vlan in [false, true] {
+                let ip = if vlan { 18 } else { 14 };
+                let with_dst = |a: Ipv4Addr, port: u16| {
+                    let mut f = frame(port, &payload, vlan, 0);
+                    f[ip + 16..ip + 20].copy_from_slice(&a.octets());
+                    f
+                };
+                for g in groups {
+                    assert_eq!(run_bpf(&prog, &with_dst(*g, 7000), 0), SNAP, "{g}");
+                    assert_eq!(run_bpf(&prog, &with_dst(*g, 7001), 0), 0, "{g} other port");
+                    assert_eq!(run_bpf(&prog, &with_dst(*g, 7000), PACKET_OUTGOING), 0);
+                }
+                for other in [Ipv4Addr::new(239, 1, 2, 200), Ipv4Addr::new(224, 0, 0, 251)] {
+                    assert_eq!(run_bpf(&prog, &with_dst(other, 7000), 0), 0, "{other}");
+                }
+                for unicast in [Ipv4Addr::new(10, 1, 1, 1), Ipv4Addr::new(192, 168, 0, 9)] {
+                    assert_eq!(
+                        run_bpf(&prog, &with_dst(unicast, 7000), 0),
+                        SNAP,
+                        "{unicast}"
+                    );
+                }
+            }
+        }
+    }
+
+    fn multicast_max() -> u8 {
+        crate::capture::MAX_GROUPS as u8
     }
 
     #[test]

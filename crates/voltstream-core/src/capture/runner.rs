@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use super::{Engine, Received};
 use crate::assemble::{Assembler, AssemblerConfig, Chunk, ChunkLayout};
+use crate::host_counters::HostSampler;
+use crate::memory::{MemoryReport, Placement};
 use crate::ring::{chunk_ring, Consumer, Lease};
 use crate::stats::{Snapshot, Stats};
 use crate::wire::Locate;
@@ -47,6 +49,8 @@ pub struct Capture {
     layout: ChunkLayout,
     engine: &'static str,
     local: Option<SocketAddr>,
+    memory: MemoryReport,
+    interface: Option<String>,
 }
 
 impl Capture {
@@ -70,20 +74,27 @@ impl Capture {
                 config.nchunks, config.assembler.window
             )));
         }
+        // The pool on huge pages and the NIC's NUMA node, faulted and locked now.
+        let placement = Placement::near(engine.interface());
         let chunks = (0..config.nchunks)
-            .map(|_| Chunk::new(layout))
+            .map(|_| Chunk::placed(layout, &placement))
             .collect::<Result<Vec<_>>>()?;
+        let memory = MemoryReport::of(chunks.iter().map(Chunk::buffer));
         let (producer, consumer) = chunk_ring(chunks);
         let mut assembler = Assembler::new(locate, producer, &config.assembler)?;
         let stats = Arc::new(Stats::new(layout.streams));
         stats.set_rcvbuf(engine.rcvbuf());
         let stop = Arc::new(AtomicBool::new(false));
         let (name, local) = (engine.name(), engine.local_addr());
+        let interface = engine.interface().map(String::from);
+        // Baseline of the kernel's other counters, before any traffic is read.
+        let mut host = HostSampler::start(engine.interface());
+        stats.set_host(&host.sample());
         let thread = {
             let (stats, stop) = (stats.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("vs-capture".into())
-                .spawn(move || run(engine, &mut assembler, &stats, &stop))
+                .spawn(move || run(engine, &mut assembler, &stats, &stop, &mut host))
                 .map_err(|e| Error::io("cannot start the capture thread", e))?
         };
         Ok(Capture {
@@ -94,6 +105,8 @@ impl Capture {
             layout,
             engine: name,
             local,
+            memory,
+            interface,
         })
     }
 
@@ -122,6 +135,16 @@ impl Capture {
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local
+    }
+
+    /// How the chunk pool was placed (huge pages, lock, NUMA node, warnings).
+    pub fn memory(&self) -> &MemoryReport {
+        &self.memory
+    }
+
+    /// The interface the engine receives on, when it knows it.
+    pub fn interface(&self) -> Option<&str> {
+        self.interface.as_deref()
     }
 
     /// True until the capture thread has ended (stopped, or failed).
@@ -158,6 +181,7 @@ fn run<E: Engine, L: Locate, S: crate::assemble::ChunkSink>(
     assembler: &mut Assembler<L, S>,
     stats: &Stats,
     stop: &AtomicBool,
+    host: &mut HostSampler,
 ) -> Result<()> {
     let mut last_drops = Instant::now();
     let mut result = Ok(());
@@ -169,6 +193,7 @@ fn run<E: Engine, L: Locate, S: crate::assemble::ChunkSink>(
         stats.publish(assembler.counters());
         if last_drops.elapsed() >= DROPS_EVERY {
             stats.set_kernel_drops(engine.kernel_drops());
+            stats.set_host(&host.sample());
             last_drops = Instant::now();
         }
     }
@@ -188,6 +213,7 @@ fn run<E: Engine, L: Locate, S: crate::assemble::ChunkSink>(
     assembler.finish();
     stats.publish(assembler.counters());
     stats.set_kernel_drops(engine.kernel_drops());
+    stats.set_host(&host.sample());
     result
 }
 

@@ -3,11 +3,12 @@
 
 use std::io;
 use std::mem::size_of;
-use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::{bind_udp, Engine, Received};
+use super::packet_ring::interface_of;
+use super::{bind_udp, multicast, Engine, Received};
 use crate::memory::Buffer;
 use crate::{Error, Result};
 
@@ -22,6 +23,12 @@ pub struct SocketConfig {
     pub max_packet: usize,
     /// Packets per `recvmmsg` call.
     pub batch: usize,
+    /// IPv4 multicast groups to join (see [`super::multicast`]); a group as the
+    /// bind host is joined too.
+    pub multicast: Vec<Ipv4Addr>,
+    /// Interface to join the groups on (`None`: the routing table's choice);
+    /// also the interface whose counters and NUMA node the capture reports.
+    pub interface: Option<String>,
 }
 
 impl SocketConfig {
@@ -32,6 +39,8 @@ impl SocketConfig {
             rcvbuf: 64 << 20,
             max_packet: 9000,
             batch: 64,
+            multicast: Vec::new(),
+            interface: None,
         }
     }
 }
@@ -52,6 +61,7 @@ pub struct SocketEngine {
     drops_cmsg: u64,
     drops_meminfo: u64,
     rcvbuf: u64,
+    interface: Option<String>,
 }
 
 // SAFETY: the raw pointers inside `iovs` and `hdrs` point only into `bufs`,
@@ -77,7 +87,19 @@ impl SocketEngine {
             )));
         }
         let addr = resolve(&config.bind)?;
-        let sock = bind_udp(addr)?;
+        let groups = multicast::plan(addr, &config.multicast)?;
+        let sock = bind_udp(groups.as_ref().map_or(addr, |p| p.bind))?;
+        if let Some(p) = &groups {
+            multicast::join(&sock, &p.groups, config.interface.as_deref())?;
+        }
+        // The interface is known when named, or when the bind address is one of
+        // its addresses (a failure to list interfaces only costs the report).
+        let interface = config.interface.clone().or_else(|| match addr.ip() {
+            IpAddr::V4(ip) if !ip.is_unspecified() && !ip.is_multicast() => {
+                interface_of(ip).ok().flatten()
+            }
+            _ => None,
+        });
         let local = sock
             .local_addr()
             .map_err(|e| Error::io("cannot read socket address", e))?;
@@ -118,6 +140,7 @@ impl SocketEngine {
             drops_cmsg: 0,
             drops_meminfo: 0,
             rcvbuf: rcvbuf.max(0) as u64,
+            interface,
         };
         for i in 0..config.batch {
             engine.reset_header(i);
@@ -270,6 +293,10 @@ impl Engine for SocketEngine {
 
     fn local_addr(&self) -> Option<SocketAddr> {
         Some(self.local)
+    }
+
+    fn interface(&self) -> Option<&str> {
+        self.interface.as_deref()
     }
 }
 

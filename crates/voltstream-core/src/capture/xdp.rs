@@ -137,6 +137,9 @@ pub struct XdpConfig {
     pub frames: usize,
     /// Back the UMEM with huge pages when the kernel has them reserved.
     pub huge_pages: bool,
+    /// IPv4 multicast groups to receive (joined by the guard socket; the
+    /// program takes these groups and unicast to the port). Needs `interface`.
+    pub multicast: Vec<std::net::Ipv4Addr>,
     /// Largest UDP payload accepted whole; longer ones are reported truncated.
     pub max_packet: usize,
     /// Most descriptors read per batch.
@@ -157,6 +160,7 @@ impl XdpConfig {
             frame_size: 4096,
             frames: 16384,
             huge_pages: true,
+            multicast: Vec::new(),
             max_packet: 9000,
             batch: 256,
         }
@@ -370,9 +374,11 @@ mod imp {
 
     use super::*;
     use crate::capture::bind_udp;
+    use crate::capture::multicast::{self, MAX_GROUPS};
     use crate::capture::packet_ring::{
         attach_drop_all, if_index, interface_of, page_size, resolve_v4, setsockopt,
     };
+    use crate::memory::{Buffer, Placement};
 
     /// Whether this build has the AF_XDP engine.
     pub const AVAILABLE: bool = true;
@@ -381,7 +387,6 @@ mod imp {
     /// Bytes the kernel keeps in front of each frame in a chunk.
     const XDP_PACKET_HEADROOM: usize = 256;
     const COMPLETION_RING: c_int = 64;
-    const HUGE_PAGE: usize = 2 << 20;
 
     /// The compiled program, 8-byte aligned for libelf.
     #[repr(C, align(8))]
@@ -399,7 +404,8 @@ mod imp {
         port: u16,
         pad: u16,
         max_len: u32,
-        pad2: u32,
+        ngroups: u32,
+        groups: [u32; MAX_GROUPS],
     }
 
     const VS_MATCHED: u32 = 0;
@@ -563,76 +569,38 @@ mod imp {
         io::Error::from_raw_os_error(r.checked_neg().unwrap_or(libc::EINVAL))
     }
 
-    /// The UMEM: anonymous memory, pre-faulted and locked.
+    /// The UMEM: a [`Buffer`] on huge pages when the kernel has them reserved,
+    /// on the interface's NUMA node, pre-faulted and locked before the socket exists.
     struct Umem {
+        /// Owns the mapping; `ptr` points into it and stays valid while it lives.
+        _buf: Buffer,
         ptr: *mut u8,
-        map_len: usize,
         len: usize,
         huge: bool,
     }
 
     impl Umem {
-        fn new(len: usize, try_huge: bool) -> Result<Umem> {
-            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE;
-            if try_huge {
-                let map_len = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
-                // SAFETY: a fresh anonymous mapping; the result is checked.
-                let p = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        map_len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        flags | libc::MAP_HUGETLB,
-                        -1,
-                        0,
-                    )
-                };
-                if p != libc::MAP_FAILED {
-                    return Ok(Umem::locked(p.cast(), map_len, len, true));
-                }
-                let e = io::Error::last_os_error();
-                eprintln!(
-                    "voltstream: warning: no huge pages for the {} MiB AF_XDP UMEM ({e}; reserve \
-                     some with sysctl vm.nr_hugepages); using normal pages",
-                    len >> 20
-                );
-            }
-            // SAFETY: as above, without huge pages.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    flags,
-                    -1,
-                    0,
-                )
+        fn new(len: usize, try_huge: bool, numa_node: Option<u32>) -> Result<Umem> {
+            let placement = Placement {
+                huge_pages: try_huge,
+                numa_node,
             };
-            if p == libc::MAP_FAILED {
-                return Err(Error::io(
+            let mut buf = Buffer::placed(len, &placement).map_err(|e| match e {
+                Error::Io { source, .. } => Error::io(
                     format!("cannot allocate the {} MiB AF_XDP UMEM", len >> 20),
-                    io::Error::last_os_error(),
-                ));
+                    source,
+                ),
+                e => e,
+            })?;
+            for w in buf.warnings() {
+                eprintln!("voltstream: warning: AF_XDP UMEM: {w}");
             }
-            Ok(Umem::locked(p.cast(), len, len, false))
-        }
-
-        fn locked(ptr: *mut u8, map_len: usize, len: usize, huge: bool) -> Umem {
-            // SAFETY: locks our own mapping. The kernel pins the pages again when
-            // the UMEM is registered; this makes the pre-faulting explicit.
-            if unsafe { libc::mlock(ptr.cast(), map_len) } != 0 {
-                eprintln!(
-                    "voltstream: warning: cannot mlock the AF_XDP UMEM ({}); raise \
-                     RLIMIT_MEMLOCK (ulimit -l)",
-                    io::Error::last_os_error()
-                );
-            }
-            Umem {
-                ptr,
-                map_len,
+            Ok(Umem {
+                ptr: buf.as_mut_ptr(),
                 len,
-                huge,
-            }
+                huge: buf.huge_pages(),
+                _buf: buf,
+            })
         }
 
         /// The bytes of one descriptor; `None` if it points outside the UMEM.
@@ -648,15 +616,6 @@ mod imp {
             // again until we hand it back through the fill ring, after the slice
             // is gone.
             Some(unsafe { std::slice::from_raw_parts(self.ptr.add(start), end - start) })
-        }
-    }
-
-    impl Drop for Umem {
-        fn drop(&mut self) {
-            // SAFETY: unmaps exactly our mapping; the socket that registered it is
-            // closed before (field order in `XdpEngine`), and no slice outlives
-            // a `recv_batch` call.
-            unsafe { libc::munmap(self.ptr.cast(), self.map_len) };
         }
     }
 
@@ -1135,7 +1094,16 @@ mod imp {
         pub fn open(config: &XdpConfig) -> Result<Self> {
             config.validate()?;
             let addr = resolve_v4(&config.bind)?;
-            let guard = bind_udp(addr)?;
+            let plan = multicast::plan(addr, &config.multicast)?;
+            if plan.is_some() && config.interface.is_none() {
+                return Err(Error::Config(
+                    "a multicast capture with AF_XDP needs the interface to capture on \
+                     (e.g. interface='eth0')"
+                        .into(),
+                ));
+            }
+            let groups = plan.as_ref().map_or(&[][..], |p| &p.groups[..]);
+            let guard = bind_udp(plan.as_ref().map_or(addr, |p| p.bind))?;
             attach_drop_all(guard.as_raw_fd()).map_err(|e| {
                 Error::io("cannot attach the drop-all filter to the guard socket", e)
             })?;
@@ -1156,6 +1124,11 @@ mod imp {
                 })?,
             };
             let ifindex = if_index(&interface)? as u32;
+            // The guard's membership sends the IGMP report; the program picks
+            // the joined groups out below the IP layer.
+            if plan.is_some() {
+                multicast::join(&guard, groups, Some(&interface))?;
+            }
             if config.frame_size > page_size() {
                 return Err(Error::Config(format!(
                     "AF_XDP frame size {} exceeds the page size {}",
@@ -1163,10 +1136,12 @@ mod imp {
                     page_size()
                 )));
             }
-            let umem = Umem::new(config.frames * config.frame_size, config.huge_pages)?;
+            let node = Placement::near(Some(&interface)).numa_node;
+            let umem = Umem::new(config.frames * config.frame_size, config.huge_pages, node)?;
             let mut zc = config.zero_copy && config.mode != XdpMode::Skb;
             loop {
-                match Self::open_on(config, &interface, ifindex, &umem, ip, local.port(), zc) {
+                let at = (ip, local.port(), groups);
+                match Self::open_on(config, &interface, ifindex, &umem, at, zc) {
                     Ok((program, xsk, mode)) => {
                         let info = Arc::new(XdpInfo {
                             interface,
@@ -1210,8 +1185,7 @@ mod imp {
             interface: &str,
             ifindex: u32,
             umem: &Umem,
-            ip: std::net::Ipv4Addr,
-            port: u16,
+            (ip, port, groups): (std::net::Ipv4Addr, u16, &[std::net::Ipv4Addr]),
             zc: bool,
         ) -> std::result::Result<(Program, Xsk, &'static str), (Error, bool)> {
             let mut plans = Vec::new();
@@ -1279,7 +1253,8 @@ mod imp {
                 } else {
                     (config.frame_size - XDP_PACKET_HEADROOM) as u32
                 },
-                pad2: 0,
+                ngroups: groups.len() as u32,
+                groups: std::array::from_fn(|i| groups.get(i).map_or(0, |g| u32::from(*g).to_be())),
             };
             let mut program =
                 Program::load(cfg, config.queue, xsk.multi_buffer).map_err(|e| (e, is_zc))?;
@@ -1471,6 +1446,10 @@ mod imp {
 
         fn local_addr(&self) -> Option<SocketAddr> {
             Some(self.local)
+        }
+
+        fn interface(&self) -> Option<&str> {
+            Some(&self.info.interface)
         }
     }
 }
