@@ -25,6 +25,9 @@ pub struct CaptureConfig {
     /// Chunks allocated at start-up (the pool); at least `window + 1` so that a
     /// consumer holding one chunk does not starve the assembler.
     pub nchunks: usize,
+    /// CPU the capture thread pins itself to before it allocates the pool;
+    /// `None`: wherever the scheduler puts it.
+    pub cpu: Option<usize>,
 }
 
 impl CaptureConfig {
@@ -33,6 +36,7 @@ impl CaptureConfig {
         CaptureConfig {
             assembler: AssemblerConfig::new(packets_per_chunk),
             nchunks: 8,
+            cpu: None,
         }
     }
 }
@@ -47,6 +51,9 @@ pub struct Capture {
     layout: ChunkLayout,
     engine: &'static str,
     local: Option<SocketAddr>,
+    /// Kernel thread id of the capture thread.
+    tid: i32,
+    cpu: Option<usize>,
 }
 
 impl Capture {
@@ -70,21 +77,57 @@ impl Capture {
                 config.nchunks, config.assembler.window
             )));
         }
-        let chunks = (0..config.nchunks)
-            .map(|_| Chunk::new(layout))
-            .collect::<Result<Vec<_>>>()?;
-        let (producer, consumer) = chunk_ring(chunks);
-        let mut assembler = Assembler::new(locate, producer, &config.assembler)?;
+        if let Some(cpu) = config.cpu {
+            super::pin::check_cpu(cpu)?;
+        }
         let stats = Arc::new(Stats::new(layout.streams));
         stats.set_rcvbuf(engine.rcvbuf());
         let stop = Arc::new(AtomicBool::new(false));
         let (name, local) = (engine.name(), engine.local_addr());
+        // The thread pins itself, then allocates (and so first-touches) its
+        // pool, and reports back: the pool's pages belong to its CPU's node.
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread = {
-            let (stats, stop) = (stats.clone(), stop.clone());
+            let (stats, stop, config) = (stats.clone(), stop.clone(), *config);
             std::thread::Builder::new()
                 .name("vs-capture".into())
-                .spawn(move || run(engine, &mut assembler, &stats, &stop))
+                .spawn(move || {
+                    let setup = || -> Result<_> {
+                        if let Some(cpu) = config.cpu {
+                            super::pin::pin_current_thread(cpu)?;
+                        }
+                        let chunks = (0..config.nchunks)
+                            .map(|_| Chunk::new(layout))
+                            .collect::<Result<Vec<_>>>()?;
+                        let (producer, consumer) = chunk_ring(chunks);
+                        let assembler = Assembler::new(locate, producer, &config.assembler)?;
+                        Ok((assembler, consumer))
+                    };
+                    match setup() {
+                        Ok((mut assembler, consumer)) => {
+                            let _ = ready_tx.send(Ok((consumer, super::pin::current_tid())));
+                            run(engine, &mut assembler, &stats, &stop)
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            Ok(())
+                        }
+                    }
+                })
                 .map_err(|e| Error::io("cannot start the capture thread", e))?
+        };
+        let ready = ready_rx.recv().unwrap_or_else(|_| {
+            Err(Error::io(
+                "the capture thread ended during start-up; this is a bug, please report it",
+                std::io::Error::other("capture thread start-up failed"),
+            ))
+        });
+        let (consumer, tid) = match ready {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = thread.join();
+                return Err(e);
+            }
         };
         Ok(Capture {
             stop,
@@ -94,6 +137,8 @@ impl Capture {
             layout,
             engine: name,
             local,
+            tid,
+            cpu: config.cpu,
         })
     }
 
@@ -122,6 +167,16 @@ impl Capture {
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local
+    }
+
+    /// Kernel thread id of the capture thread (for `/proc/self/task/<tid>`).
+    pub fn thread_id(&self) -> i32 {
+        self.tid
+    }
+
+    /// The CPU the capture thread is pinned to, if any.
+    pub fn cpu(&self) -> Option<usize> {
+        self.cpu
     }
 
     /// True until the capture thread has ended (stopped, or failed).
