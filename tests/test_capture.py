@@ -24,6 +24,7 @@ TOP_KEYS = {
     "resyncs",
     "kernel_drops",
     "rcvbuf",
+    "threads",
 }
 
 
