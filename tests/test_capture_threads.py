@@ -183,3 +183,63 @@ def test_bad_thread_settings_are_config_errors():
     cap = _core.Capture("counter", "127.0.0.1:0", 4, threads=2, **kw)
     with cap, pytest.raises(ConfigError, match="thread 2 does not exist"):
         cap.next_chunk(0.0, thread=2)
+
+
+def test_run_capture_with_two_threads_merges_both_pols_back_exactly():
+    """The pipeline's capture (what `voltstream capture --threads 2` runs): each VDIF
+    thread (polarisation) is captured by its own thread, then merged by chunk id into the
+    same time-ordered samples that were sent, with one packet of pol 1 lost and zero-filled."""
+    import threading
+
+    from voltstream.formats import make_format
+    from voltstream.pipeline.capture import run_capture
+
+    fmt = make_format("vdif", nchan=8, chan_bw_mhz=1.0, vdif_payload=1024)
+    obs = fmt.observation(start_mjd=60000, start_sec=0.0)
+    spp, nframes = fmt.samples_per_packet, 96
+    rng = np.random.default_rng(5)
+    samples = rng.integers(-100, 100, (spp * nframes, fmt.nchan, 2, 2), dtype=np.int8)
+    packets = fmt.packetize(samples, 0, obs)  # frame-major: pol 0, pol 1, pol 0, ...
+    lost = 2 * 50 + 1  # frame 50 of pol 1
+    got = []
+    addr = {}
+
+    def send():
+        host, port = addr["bind"].rsplit(":", 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            for k, p in enumerate(packets):
+                if k != lost:
+                    tx.sendto(p.tobytes(), (host, int(port)))
+
+    def on_start():
+        threading.Thread(target=send).start()
+
+    # Port 0 is not known before the capture binds: find a free one first.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        addr["bind"] = f"127.0.0.1:{s.getsockname()[1]}"
+    report = run_capture(
+        fmt,
+        addr["bind"],
+        duration_s=20,
+        sink=lambda x, valid: got.append((x.copy(), valid.copy())),
+        packets_per_chunk=16,
+        idle_timeout_s=0.5,
+        on_start=on_start,
+        engine="packet_ring",
+        threads=2,
+        cpus=[0, 0],
+    )
+    x = np.concatenate([g[0] for g in got])
+    valid = np.concatenate([g[1] for g in got])
+    assert x.shape == samples.shape
+    want = samples.copy()
+    want[50 * spp : 51 * spp, :, 1] = 0
+    assert np.array_equal(x, want)
+    assert valid.sum() == (nframes - 1) * spp
+    threads = report.engine["threads"]
+    assert [th["streams"] for th in threads] == [[0], [1]]
+    assert [th["totals"]["received"] for th in threads] == [nframes, nframes - 1]
+    assert [th["totals"]["missing"] for th in threads] == [0, 1]
+    assert report.totals["foreign"] == 0 and report.totals["malformed"] == 0
+    assert any(line.startswith("  thread 1 (cpu 0") for line in report.summary_lines())

@@ -227,6 +227,8 @@ def capture(args) -> int:
             window=args.window,
             idle_timeout_s=args.idle_timeout,
             engine=args.engine,
+            threads=args.threads,
+            cpus=args.cpus,
         )
     finally:
         if writer is not None:
