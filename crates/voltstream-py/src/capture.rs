@@ -724,10 +724,10 @@ fn threads_list<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
     let streams = voltstream_core::capture::thread_streams(owners, config.threads);
-    for t in 0..config.threads {
+    for (t, mine) in streams.iter().enumerate() {
         let th = group.and_then(|g| g.threads.get(t));
         let empty = Snapshot {
-            counters: Counters::new(streams[t].len()),
+            counters: Counters::new(mine.len()),
             ..Default::default()
         };
         let snap = th.map_or(&empty, |th| &th.snapshot);
@@ -736,11 +736,11 @@ fn threads_list<'py>(
         d.set_item("thread", t)?;
         d.set_item("cpu", config.cpus.get(t).copied())?;
         d.set_item("tid", th.map(|th| th.tid))?;
-        d.set_item("streams", &streams[t])?;
+        d.set_item("streams", mine)?;
         let per = PyList::empty(py);
         for (k, s) in c.streams.iter().enumerate() {
             let sd = stream_dict(py, s)?;
-            sd.set_item("stream", streams[t][k])?;
+            sd.set_item("stream", mine[k])?;
             per.append(sd)?;
         }
         d.set_item("stream_counters", per)?;

@@ -52,9 +52,10 @@ pub fn check_cpu(cpu: usize) -> Result<()> {
 /// Pins the calling thread to `cpu`.
 pub fn pin_current_thread(cpu: usize) -> Result<()> {
     check_cpu(cpu)?;
-    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes one bit
-    // of it (cpu is below the set's size, or check_cpu would have refused it).
+    // SAFETY: an all-zero cpu_set_t is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes one bit of `set`; cpu is below the set's size (it
+    // is in the affinity mask, or check_cpu would have refused it).
     unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: passes a valid set and its size; tid 0 is the calling thread.
     let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
