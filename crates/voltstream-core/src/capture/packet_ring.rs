@@ -28,8 +28,10 @@
 //! reset by the kernel on each call): it counts *frames*, and one GSO frame can
 //! carry up to 64 datagrams; the assembler's `missing` counter is exact.
 //!
-//! Threads: one thread reads one ring. `PACKET_FANOUT` across threads is not
-//! implemented yet (it needs one assembler per thread or a merge step).
+//! Threads: one thread reads one ring. Several rings join one
+//! `PACKET_FANOUT_CBPF` group ([`PacketRingEngine::open_fanout`]) whose BPF
+//! program steers each packet by stream id to the ring of the thread owning
+//! the stream (`capture::group`); the rings share one guard socket.
 //!
 //! Latency: the kernel hands a block over when it is full or `retire_ms` after
 //! its first packet. Waits therefore last at least one retire period, so a
