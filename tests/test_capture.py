@@ -27,6 +27,7 @@ TOP_KEYS = {
     "host",
     "memory",
     "multicast",
+    "threads",
 }
 
 

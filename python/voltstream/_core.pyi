@@ -46,6 +46,10 @@ class Chunk:
     @property
     def nstreams(self) -> int: ...
     @property
+    def thread(self) -> int: ...
+    @property
+    def streams(self) -> list[int]: ...
+    @property
     def packets_per_chunk(self) -> int: ...
     @property
     def payload_len(self) -> int: ...
@@ -73,7 +77,13 @@ class Capture:
     `interface`, bound to 0.0.0.0:port (or bind to GROUP:port). stats() also has 'host' (the
     kernel's drop counters outside the capture: 'udp' namespace-wide, 'softnet' host-wide,
     'interface'), 'memory' (chunk pool: huge_pages, locked, numa_node, warnings) and
-    'multicast' (the groups joined)."""
+    'multicast' (the groups joined).
+
+    threads=N (packet_ring) runs N capture threads, each owning a disjoint block of streams
+    (or those `stream_threads[s] == t` gives it), with its own ring of chunks:
+    next_chunk(timeout, thread=t) serves one consumer per thread (e.g. per GPU); chunk.streams
+    names a chunk's streams. cpus=[c0, ...] pins thread t to CPU ct (also with threads=1).
+    stats() sums the threads; stats()['threads'] has each thread's cpu, tid and counters."""
 
     def __init__(
         self,
@@ -112,6 +122,9 @@ class Capture:
         heap_bytes: int | None = None,
         heap_cnt_step: int | None = None,
         multicast: list[str] | None = None,
+        threads: int = 1,
+        cpus: list[int] | None = None,
+        stream_threads: list[int] | None = None,
     ) -> None:
         """SPEAD ('spead'): a heap of `heap_bytes` (default samples_per_heap * sample_bits
         / 8) arrives as `packets_per_heap` packets of equal payload; packet k of heap h
@@ -121,13 +134,17 @@ class Capture:
         docs/formats.md, "SPEAD heaps of several packets"."""
     def start(self, paused: bool = False) -> None: ...
     def resume(self) -> None: ...
-    def next_chunk(self, timeout_s: float) -> Chunk | None: ...
+    def next_chunk(self, timeout_s: float, thread: int | None = None) -> Chunk | None: ...
     def stop(self) -> None: ...
     def stats(self) -> dict[str, Any]: ...
     @property
     def address(self) -> str | None: ...
     @property
     def nstreams(self) -> int: ...
+    @property
+    def threads(self) -> int: ...
+    @property
+    def thread_streams(self) -> list[list[int]]: ...
     @property
     def payload_len(self) -> int: ...
     @property

@@ -28,6 +28,16 @@ F-engine (digitiser heaps in, channelised SPEAD heaps out):
 """
 
 
+def _cpu_list(text: str) -> list[int]:
+    try:
+        cpus = [int(c) for c in text.split(",")]
+    except ValueError:
+        cpus = []
+    if not cpus or min(cpus) < 0:
+        raise argparse.ArgumentTypeError(f"expected CPU numbers like 2,3; got {text!r}")
+    return cpus
+
+
 def _host_port(text: str) -> str:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -511,6 +521,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--window", type=_positive(int), default=4, help="reorder window in chunks. Default: 4"
+    )
+    p.add_argument(
+        "--threads",
+        type=_positive(int),
+        default=1,
+        help="capture threads (packet_ring engine): each owns a contiguous block of streams, "
+        "steered to it in the kernel by stream id; the report shows each thread's counters. "
+        "Default: 1",
+    )
+    p.add_argument(
+        "--cpus",
+        type=_cpu_list,
+        default=None,
+        help="CPU of each capture thread, comma-separated (e.g. 2,3); pins the threads",
     )
 
     p = verbs.add_parser(

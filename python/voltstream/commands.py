@@ -229,6 +229,8 @@ def capture(args) -> int:
             engine=args.engine,
             multicast=args.multicast,
             interface=args.interface,
+            threads=args.threads,
+            cpus=args.cpus,
         )
     finally:
         if writer is not None:

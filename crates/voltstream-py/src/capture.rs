@@ -21,8 +21,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use voltstream_core::assemble::{AssemblerConfig, ChunkLayout};
 use voltstream_core::capture::{
-    multicast_plan, Capture, CaptureConfig, Engine, PacketRingConfig, PacketRingEngine, Received,
-    SocketConfig, SocketEngine, XdpConfig, XdpEngine, XdpInfo, XdpMode,
+    multicast_plan, packet_ring_fanout, CaptureConfig, CaptureGroup, Engine, GroupSnapshot,
+    PacketRingConfig, PacketRingEngine, Received, SocketConfig, SocketEngine, ThreadsConfig,
+    XdpConfig, XdpEngine, XdpInfo, XdpMode,
 };
 use voltstream_core::host_counters::HostCounters;
 use voltstream_core::memory::MemoryReport;
@@ -51,13 +52,15 @@ fn capture_error(msg: String) -> PyErr {
 }
 
 /// Starts `engine` with the locator of `format`: the one place a new format
-/// meets the (generic) capture thread.
+/// meets the (generic) capture thread. One engine is a group of one thread.
 fn start_capture<E: Engine>(
     engine: E,
     format: &FormatSpec,
     config: &CaptureConfig,
-) -> voltstream_core::Result<Capture> {
-    Capture::start(engine, format.locator()?, config)
+    cpus: &[usize],
+) -> voltstream_core::Result<CaptureGroup> {
+    let owners = vec![0; format.streams()];
+    CaptureGroup::start(vec![engine], format.locator()?, &owners, cpus, config)
 }
 
 /// Reads one `{offset, bytes, endian='big', shift=0, bits=0}` field of a layout.
@@ -224,7 +227,12 @@ pub struct PyCapture {
     /// The AF_XDP engine's settings and counters, once it runs.
     xdp_info: Mutex<Option<Arc<XdpInfo>>>,
     gate: Arc<AtomicBool>,
-    running: Mutex<Option<Arc<Capture>>>,
+    /// Capture threads, their CPUs and the thread owning each stream.
+    threads: ThreadsConfig,
+    owners: Vec<usize>,
+    running: Mutex<Option<Arc<CaptureGroup>>>,
+    /// Thread `next_chunk(thread=None)` looks at first (round robin).
+    next_thread: AtomicUsize,
 }
 
 #[pymethods]
@@ -239,7 +247,7 @@ impl PyCapture {
         timestamp_id = 0x1600, digitiser_id_item = 0x3101, codif_threads = None,
         codif_frame_len = None, frames_per_period = None, group = None, layout = None,
         xdp_queue = 0, xdp_mode = "auto", packets_per_heap = 1, heap_bytes = None,
-        heap_cnt_step = None, multicast = None
+        heap_cnt_step = None, multicast = None, threads = 1, cpus = None, stream_threads = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -278,6 +286,9 @@ impl PyCapture {
         heap_bytes: Option<usize>,
         heap_cnt_step: Option<u64>,
         multicast: Option<Vec<String>>,
+        threads: usize,
+        cpus: Option<Vec<usize>>,
+        stream_threads: Option<Vec<usize>>,
     ) -> PyResult<Self> {
         let groups = multicast
             .unwrap_or_default()
@@ -392,6 +403,24 @@ impl PyCapture {
                  `window` chunks open and consumers need at least one more"
             )));
         }
+        let threads = ThreadsConfig {
+            threads,
+            cpus: cpus.unwrap_or_default(),
+            owners: stream_threads.unwrap_or_default(),
+        };
+        let owners = threads.owners(format.streams()).map_err(to_py)?;
+        let engines = if threads.threads == 1 {
+            engines
+        } else if engines.contains(&EngineKind::PacketRing) {
+            // Only packet rings are steered by stream id across threads.
+            vec![EngineKind::PacketRing]
+        } else {
+            return Err(config_error(format!(
+                "threads={} needs engine='packet_ring' (or 'auto'): only the packet ring \
+                 steers streams to several threads",
+                threads.threads
+            )));
+        };
         let max_packet = (format.packet_len() + PACKET_MARGIN).min(65_536);
         let mut xdp = XdpConfig::new(bind.clone());
         xdp.interface = interface.clone();
@@ -419,14 +448,21 @@ impl PyCapture {
         socket.interface = interface;
         Ok(PyCapture {
             format,
-            config: CaptureConfig { assembler, nchunks },
+            config: CaptureConfig {
+                assembler,
+                nchunks,
+                cpu: None,
+            },
             engines,
             socket,
             ring,
             xdp,
             xdp_info: Mutex::new(None),
             gate: Arc::new(AtomicBool::new(true)),
+            threads,
+            owners,
             running: Mutex::new(None),
+            next_thread: AtomicUsize::new(0),
         })
     }
 
@@ -452,24 +488,60 @@ impl PyCapture {
         self.gate.store(true, Ordering::Release);
     }
 
-    /// Waits up to `timeout_s` seconds for the next chunk; None on timeout, or
-    /// once the capture has stopped and every chunk was delivered.
-    fn next_chunk(&self, py: Python<'_>, timeout_s: f64) -> PyResult<Option<PyChunk>> {
+    /// Waits up to `timeout_s` seconds for the next chunk of capture thread
+    /// `thread` (None: of any thread, taking turns); None on timeout, or once
+    /// the capture has stopped and every chunk was delivered.
+    #[pyo3(signature = (timeout_s, thread = None))]
+    fn next_chunk(
+        &self,
+        py: Python<'_>,
+        timeout_s: f64,
+        thread: Option<usize>,
+    ) -> PyResult<Option<PyChunk>> {
         if !(timeout_s >= 0.0 && timeout_s.is_finite()) {
             return Err(config_error(format!(
                 "timeout_s must be a finite number of seconds >= 0, got {timeout_s}"
             )));
         }
         let cap = self.running()?;
+        let n = cap.threads().len();
+        if let Some(t) = thread.filter(|&t| t >= n) {
+            return Err(config_error(format!(
+                "thread {t} does not exist; this capture has threads 0..{n}"
+            )));
+        }
         let deadline = Instant::now() + Duration::from_secs_f64(timeout_s.min(1e9));
+        // Waiting on one thread's ring at a time: with several, wait in short
+        // slices so that a chunk on any ring is seen within a slice.
+        let slice_max = if thread.is_none() && n > 1 {
+            Duration::from_millis(2)
+        } else {
+            SIGNAL_SLICE
+        };
+        let mut polls = 0usize;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let slice = left.min(SIGNAL_SLICE);
-            if let Some(lease) = py.detach(|| cap.next_chunk(slice)) {
-                return Ok(Some(PyChunk::new(lease)));
+            let slice = left.min(slice_max);
+            let t = match thread {
+                Some(t) => t,
+                None => self.next_thread.fetch_add(1, Ordering::Relaxed) % n,
+            };
+            if let Some(lease) = py.detach(|| cap.next_chunk(t, slice)) {
+                let streams = cap.thread_streams(t).to_vec();
+                return Ok(Some(PyChunk::new(lease, t, streams)));
             }
-            py.check_signals()?;
-            let finished = !cap.is_running() && cap.consumer().is_finished();
+            polls += 1;
+            if polls % 16 == 0 || slice_max == SIGNAL_SLICE {
+                py.check_signals()?;
+            }
+            let finished = match thread {
+                Some(t) => {
+                    !cap.threads()[t].is_running() && cap.threads()[t].consumer().is_finished()
+                }
+                None => {
+                    !cap.is_running() && cap.threads().iter().all(|c| c.consumer().is_finished())
+                }
+            };
             if left <= slice || finished {
                 return Ok(None);
             }
@@ -490,28 +562,33 @@ impl PyCapture {
     /// Counters: per-stream list, totals, capture-wide counters, kernel drops.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let cap = lock(&self.running).clone();
-        let (snap, running) = match &cap {
-            Some(c) => (c.stats(), c.is_running()),
-            None => (
-                Snapshot {
-                    counters: Counters::new(self.format.streams()),
-                    ..Default::default()
-                },
-                false,
-            ),
+        let (group, running) = match &cap {
+            Some(c) => (Some(c.stats()), c.is_running()),
+            None => (None, false),
         };
+        let snap = group.as_ref().map_or_else(
+            || Snapshot {
+                counters: Counters::new(self.format.streams()),
+                ..Default::default()
+            },
+            |g| g.total.clone(),
+        );
         // Before start: the engine asked for ("auto" until one is chosen).
         let engine = match (&cap, self.engines.as_slice()) {
-            (Some(c), _) => c.engine_name(),
+            (Some(c), _) => c.threads()[0].engine_name(),
             (None, [one]) => one.name(),
             (None, _) => "auto",
         };
         let d = stats_dict(py, &snap, running, engine)?;
         let interface = cap.as_ref().and_then(|c| c.interface().map(String::from));
         d.set_item("host", host_dict(py, &snap.host, interface.as_deref())?)?;
-        let memory = cap.as_ref().map(|c| c.memory().clone()).unwrap_or_default();
+        let memory = cap.as_ref().map(|c| c.memory()).unwrap_or_default();
         d.set_item("memory", memory_dict(py, &memory)?)?;
         d.set_item("multicast", self.groups())?;
+        d.set_item(
+            "threads",
+            threads_list(py, group.as_ref(), &self.threads, &self.owners)?,
+        )?;
         if let Some(info) = lock(&self.xdp_info).as_ref() {
             d.set_item("xdp", xdp_dict(py, info)?)?;
         }
@@ -523,13 +600,25 @@ impl PyCapture {
     fn address(&self) -> Option<String> {
         lock(&self.running)
             .as_ref()
-            .and_then(|c| c.local_addr())
+            .and_then(|c| c.threads()[0].local_addr())
             .map(|a| a.to_string())
     }
 
     #[getter]
     fn nstreams(&self) -> usize {
         self.format.streams()
+    }
+
+    /// Number of capture threads.
+    #[getter]
+    fn threads(&self) -> usize {
+        self.threads.threads
+    }
+
+    /// For each capture thread, the (global) stream indices its chunks hold.
+    #[getter]
+    fn thread_streams(&self) -> Vec<Vec<usize>> {
+        voltstream_core::capture::thread_streams(&self.owners, self.threads.threads)
     }
 
     #[getter]
@@ -570,7 +659,10 @@ impl PyCapture {
 impl PyCapture {
     /// Opens the first engine of `engines` that works. When none does, the
     /// error is the first (preferred) engine's, so its type and hint survive.
-    fn open_and_start(&self) -> voltstream_core::Result<Capture> {
+    fn open_and_start(&self) -> voltstream_core::Result<CaptureGroup> {
+        if self.threads.threads > 1 {
+            return self.start_fanout();
+        }
         let mut first = None;
         for kind in &self.engines {
             let gate = self.gate.clone();
@@ -580,14 +672,14 @@ impl PyCapture {
                         inner: e,
                         open: gate,
                     };
-                    start_capture(e, &self.format, &self.config)
+                    start_capture(e, &self.format, &self.config, &self.threads.cpus)
                 }),
                 EngineKind::PacketRing => PacketRingEngine::open(&self.ring).and_then(|e| {
                     let e = Gated {
                         inner: e,
                         open: gate,
                     };
-                    start_capture(e, &self.format, &self.config)
+                    start_capture(e, &self.format, &self.config, &self.threads.cpus)
                 }),
                 EngineKind::Xdp => XdpEngine::open(&self.xdp).and_then(|e| {
                     let info = e.info();
@@ -595,7 +687,7 @@ impl PyCapture {
                         inner: e,
                         open: gate,
                     };
-                    let cap = start_capture(e, &self.format, &self.config)?;
+                    let cap = start_capture(e, &self.format, &self.config, &self.threads.cpus)?;
                     *lock(&self.xdp_info) = Some(info);
                     Ok(cap)
                 }),
@@ -621,7 +713,27 @@ impl PyCapture {
         })
     }
 
-    fn running(&self) -> PyResult<Arc<Capture>> {
+    /// Packet rings in one fanout group, one capture thread each.
+    fn start_fanout(&self) -> voltstream_core::Result<CaptureGroup> {
+        let locator = self.format.locator()?;
+        let n = self.threads.threads;
+        let engines = packet_ring_fanout(&self.ring, &locator, &self.owners, n)?
+            .into_iter()
+            .map(|e| Gated {
+                inner: e,
+                open: self.gate.clone(),
+            })
+            .collect();
+        CaptureGroup::start(
+            engines,
+            locator,
+            &self.owners,
+            &self.threads.cpus,
+            &self.config,
+        )
+    }
+
+    fn running(&self) -> PyResult<Arc<CaptureGroup>> {
         lock(&self.running)
             .clone()
             .ok_or_else(|| capture_error("the capture is not started; call start() first".into()))
@@ -708,6 +820,49 @@ fn stream_dict<'py>(py: Python<'py>, s: &StreamCounters) -> PyResult<Bound<'py, 
     Ok(d)
 }
 
+/// One dict per capture thread: where it runs, its streams (global indices)
+/// and its own counters, which add up to the capture's.
+fn threads_list<'py>(
+    py: Python<'py>,
+    group: Option<&GroupSnapshot>,
+    config: &ThreadsConfig,
+    owners: &[usize],
+) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    let streams = voltstream_core::capture::thread_streams(owners, config.threads);
+    for (t, mine) in streams.iter().enumerate() {
+        let th = group.and_then(|g| g.threads.get(t));
+        let empty = Snapshot {
+            counters: Counters::new(mine.len()),
+            ..Default::default()
+        };
+        let snap = th.map_or(&empty, |th| &th.snapshot);
+        let c = &snap.counters;
+        let d = PyDict::new(py);
+        d.set_item("thread", t)?;
+        d.set_item("cpu", config.cpus.get(t).copied())?;
+        d.set_item("tid", th.map(|th| th.tid))?;
+        d.set_item("streams", mine)?;
+        let per = PyList::empty(py);
+        for (k, s) in c.streams.iter().enumerate() {
+            let sd = stream_dict(py, s)?;
+            sd.set_item("stream", mine[k])?;
+            per.append(sd)?;
+        }
+        d.set_item("stream_counters", per)?;
+        d.set_item("totals", stream_dict(py, &c.total())?)?;
+        d.set_item("packets", c.accounted())?;
+        d.set_item("malformed", c.malformed)?;
+        d.set_item("foreign", c.foreign)?;
+        d.set_item("chunks_emitted", c.chunks_emitted)?;
+        d.set_item("chunks_dropped", c.chunks_dropped)?;
+        d.set_item("resyncs", c.resyncs)?;
+        d.set_item("kernel_drops", snap.kernel_drops)?;
+        list.append(d)?;
+    }
+    Ok(list)
+}
+
 fn stats_dict<'py>(
     py: Python<'py>,
     snap: &Snapshot,
@@ -750,11 +905,16 @@ pub struct PyChunk {
     chunk_id: u64,
     first_index: u64,
     present_count: usize,
+    /// Capture thread that assembled it, and the global index of each of its streams.
+    thread: usize,
+    streams: Vec<usize>,
 }
 
 impl PyChunk {
-    fn new(lease: Lease) -> Self {
+    fn new(lease: Lease, thread: usize, streams: Vec<usize>) -> Self {
         PyChunk {
+            thread,
+            streams,
             layout: lease.layout(),
             chunk_id: lease.chunk_id(),
             first_index: lease.first_index(),
@@ -788,6 +948,19 @@ impl PyChunk {
     #[getter]
     fn nstreams(&self) -> usize {
         self.layout.streams
+    }
+
+    /// The capture thread that assembled this chunk.
+    #[getter]
+    fn thread(&self) -> usize {
+        self.thread
+    }
+
+    /// The capture's stream index of each of this chunk's streams (all of
+    /// them, in order, with one thread).
+    #[getter]
+    fn streams(&self) -> Vec<usize> {
+        self.streams.clone()
     }
 
     #[getter]

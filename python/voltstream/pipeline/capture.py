@@ -27,7 +27,7 @@ def chunk_to_tfp(chunk, fmt: StreamFormat) -> tuple[np.ndarray, np.ndarray]:
 
     Copies: the chunk goes back to the pool as soon as the caller releases it.
     """
-    raw = np.frombuffer(chunk, dtype=np.uint8)
+    raw = chunk.array() if isinstance(chunk, MergedChunk) else np.frombuffer(chunk, np.uint8)
     npkt = chunk.packets_per_chunk
     present = np.frombuffer(chunk.present, dtype=np.uint8).reshape(chunk.nstreams, npkt) != 0
     per_stream = raw.reshape(chunk.nstreams, npkt, chunk.payload_len)
@@ -97,6 +97,17 @@ class CaptureReport:
             lines.append("  multicast groups joined: " + ", ".join(groups))
         lines += _host_lines(self.engine.get("host"))
         lines += _memory_lines(self.engine.get("memory"))
+        threads = self.engine.get("threads", [])
+        if len(threads) > 1 or any(th.get("cpu") is not None for th in threads):
+            for th in threads:
+                tot = th["totals"]
+                lines.append(
+                    f"  thread {th['thread']} (cpu {th['cpu']}, streams {th['streams']}): "
+                    + "  ".join(f"{k}={tot[k]}" for k in ("received", "missing", "late"))
+                    + f"  duplicate={tot['duplicate']}  malformed={th['malformed']}"
+                    + f"  foreign={th['foreign']}  dropped={tot['dropped']}"
+                    + f"  kernel_drops={th['kernel_drops']}"
+                )
         return lines
 
 
@@ -155,12 +166,16 @@ def run_capture(
     engine: str = "auto",
     multicast: list[str] | None = None,
     interface: str | None = None,
+    threads: int = 1,
+    cpus: list[int] | None = None,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
 
     `on_start` is called once the socket is bound, so a sender can be started
-    without racing the bind. `multicast` lists IPv4 groups to join on `interface`.
+    without racing the bind. `multicast` lists IPv4 groups to join on `interface`. With
+    `threads` > 1 each capture thread assembles its own streams; their chunks are merged
+    back by chunk id (a copy) before the sink.
     """
     from voltstream import _core
 
@@ -177,11 +192,15 @@ def run_capture(
             engine=engine,
             multicast=multicast,
             interface=interface,
+            threads=threads,
+            cpus=cpus,
             **fmt.capture_kwargs(),
         )
     except OSError as e:  # CaptureError is an OSError; keep its message
         raise CaptureError(str(e)) from None
     timeline = _Timeline(fmt, sink, report, resync_chunks)
+    if threads > 1:
+        timeline = _Merger(cap, timeline)
     cap.start()
     t0 = time.monotonic()
     last_data = None
@@ -270,3 +289,62 @@ class _Timeline:
         self.report.bytes_written += samples.nbytes
         if self.sink is not None:
             self.sink(samples, valid)
+
+
+class MergedChunk:
+    """All streams of one chunk id, copied from the capture threads' chunks (which each
+    hold only their own streams); behaves like a `_core.Chunk` for `chunk_to_tfp`."""
+
+    def __init__(self, chunk_id: int, nstreams: int, ppc: int, payload_len: int):
+        self.chunk_id, self.nstreams = chunk_id, nstreams
+        self.packets_per_chunk, self.payload_len = ppc, payload_len
+        self.data = np.zeros((nstreams, ppc, payload_len), np.uint8)
+        self.mask = np.zeros((nstreams, ppc), np.uint8)
+
+    def add(self, chunk) -> None:
+        raw = np.frombuffer(chunk, np.uint8).reshape(len(chunk.streams), self.packets_per_chunk, -1)
+        self.data[chunk.streams] = raw
+        self.mask[chunk.streams] = np.frombuffer(chunk.present, np.uint8).reshape(
+            len(chunk.streams), -1
+        )
+        del raw
+        chunk.release()
+
+    @property
+    def present(self) -> bytes:
+        return self.mask.tobytes()
+
+    def array(self) -> np.ndarray:
+        return self.data.reshape(-1)
+
+    def release(self) -> None:
+        pass
+
+
+class _Merger:
+    """Puts the capture threads' chunks back together by chunk id, in order.
+
+    Chunk id k is complete when every thread has delivered it or moved past it (a thread
+    that skipped k had no packet of its streams there: those stay absent), or at the end.
+    """
+
+    def __init__(self, cap, timeline: _Timeline):
+        self.timeline, self.nthreads = timeline, cap.threads
+        self.shape = (cap.nstreams, cap.packets_per_chunk, cap.payload_len)
+        self.pending: dict[int, MergedChunk] = {}
+        self.last = [-1] * self.nthreads  # highest chunk id seen per thread
+
+    def add(self, chunk) -> None:
+        cid, t = chunk.chunk_id, chunk.thread
+        if cid not in self.pending:
+            self.pending[cid] = MergedChunk(cid, *self.shape)
+        self.pending[cid].add(chunk)
+        self.last[t] = max(self.last[t], cid)
+        done = min(self.last)
+        for k in sorted(k for k in self.pending if k <= done):
+            self.timeline.add(self.pending.pop(k))
+
+    def finish(self) -> None:
+        for k in sorted(self.pending):
+            self.timeline.add(self.pending.pop(k))
+        self.timeline.finish()

@@ -12,11 +12,19 @@
 //! (AF_PACKET `TPACKET_V3` ring, needs CAP_NET_RAW), [`XdpEngine`] (AF_XDP
 //! socket fed by our own XDP program, needs root; built when libbpf and clang
 //! are present, see build.rs). Kernel-bypass engines implement the same trait.
+//!
+//! Several threads: [`CaptureGroup`] runs one [`Capture`] per thread over
+//! disjoint stream subsets, each with its own engine (packet rings in one
+//! `PACKET_FANOUT_CBPF` group steered by stream id, [`packet_ring_fanout`]) and
+//! its own CPU ([`CaptureConfig::cpu`]).
 
+mod group;
 mod multicast;
 mod packet_ring;
+mod pin;
 mod runner;
 mod socket;
+mod steer;
 mod xdp;
 
 use std::net::SocketAddr;
@@ -24,10 +32,16 @@ use std::time::Duration;
 
 use crate::Result;
 
+pub use group::{
+    packet_ring_fanout, thread_streams, CaptureGroup, GroupSnapshot, Subset, ThreadSnapshot,
+    ThreadsConfig,
+};
 pub use multicast::{joined_groups, plan as multicast_plan, MulticastPlan, MAX_GROUPS};
 pub use packet_ring::{interface_of, PacketRingConfig, PacketRingEngine};
+pub use pin::{affinity, current_tid, pin_current_thread};
 pub use runner::{Capture, CaptureConfig};
 pub use socket::{SocketConfig, SocketEngine};
+pub use steer::contiguous_owners;
 pub use xdp::{XdpConfig, XdpCounts, XdpEngine, XdpInfo, XdpMode, AVAILABLE as XDP_AVAILABLE};
 
 /// One packet as an engine delivers it.

@@ -28,8 +28,10 @@
 //! reset by the kernel on each call): it counts *frames*, and one GSO frame can
 //! carry up to 64 datagrams; the assembler's `missing` counter is exact.
 //!
-//! Threads: one thread reads one ring. `PACKET_FANOUT` across threads is not
-//! implemented yet (it needs one assembler per thread or a merge step).
+//! Threads: one thread reads one ring. Several rings join one
+//! `PACKET_FANOUT_CBPF` group ([`PacketRingEngine::open_fanout`]) whose BPF
+//! program steers each packet by stream id to the ring of the thread owning
+//! the stream (`capture::group`); the rings share one guard socket.
 //!
 //! Latency: the kernel hands a block over when it is full or `retire_ms` after
 //! its first packet. Waits therefore last at least one retire period, so a
@@ -40,6 +42,7 @@ use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{bind_udp, multicast, Engine, Received};
@@ -134,6 +137,8 @@ impl PacketRingConfig {
 const TPACKET_V3: libc::c_int = 2;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const PACKET_VNET_HDR: libc::c_int = 15;
+/// Asks the kernel to pick an unused fanout group id (linux/if_packet.h).
+const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
 const PACKET_OUTGOING: u8 = 4;
 const TP_STATUS_KERNEL: u32 = 0;
 const TP_STATUS_USER: u32 = 1;
@@ -228,7 +233,8 @@ pub(crate) fn parse_udp(l2: &[u8], port: u16) -> Frame<'_> {
 
 pub struct PacketRingEngine {
     fd: OwnedFd,
-    _guard: UdpSocket,
+    /// Shared by the members of a fanout group.
+    _guard: Arc<UdpSocket>,
     local: SocketAddr,
     interface: String,
     ring: *mut u8,
@@ -253,47 +259,95 @@ impl PacketRingEngine {
     /// Opens the ring on the interface and binds the guard socket. Needs
     /// CAP_NET_RAW (root); the error says so.
     pub fn open(config: &PacketRingConfig) -> Result<Self> {
-        config.validate()?;
-        let addr = resolve_v4(&config.bind)?;
-        let groups = multicast::plan(addr, &config.multicast)?;
-        if groups.is_some() && config.interface.is_none() {
-            return Err(Error::Config(
-                "a multicast capture with the packet ring needs the interface to capture on \
-                 (e.g. interface='eth0')"
-                    .into(),
-            ));
+        let on = Target::bind(config)?;
+        let mut prog = udp_filter(on.local.port(), on.dst());
+        Self::open_on(config, &on, &mut prog)
+    }
+
+    /// Opens `members` rings on one interface and port, joined in that order
+    /// to one `PACKET_FANOUT_CBPF` group steered by `steer` (a program
+    /// returning the member index, see `capture::steer`). The kernel appends
+    /// members to the group's array in join order (`__fanout_link`), so
+    /// element `i` of the result receives what `steer` sends to `i`; members
+    /// only leave when the whole group is dropped, so the order stays.
+    ///
+    /// Until the last member has joined, every ring holds a drop-all filter:
+    /// a packet arriving during set-up is not delivered to a member that does
+    /// not own its stream. The capture starts when the UDP filters are in.
+    pub fn open_fanout(
+        config: &PacketRingConfig,
+        members: usize,
+        steer: &[libc::sock_filter],
+    ) -> Result<Vec<Self>> {
+        if members == 0 || members > 256 {
+            return Err(Error::Config(format!(
+                "a packet ring fanout group takes 1..=256 threads, got {members}"
+            )));
         }
-        let guard = bind_udp(groups.as_ref().map_or(addr, |p| p.bind))?;
-        let local = guard
-            .local_addr()
-            .map_err(|e| Error::io("cannot read the guard socket address", e))?;
-        // Drop every datagram the stack would queue on the guard.
-        attach_drop_all(guard.as_raw_fd())
-            .map_err(|e| Error::io("cannot attach the drop-all filter to the guard socket", e))?;
-        let ip = match local.ip() {
-            IpAddr::V4(v4) => v4,
-            IpAddr::V6(_) => unreachable!("resolve_v4 returns IPv4"),
-        };
-        let interface = match &config.interface {
-            Some(i) => i.clone(),
-            None => interface_of(ip)?.ok_or_else(|| {
-                Error::Config(format!(
-                    "no interface has the address {ip}; pass the interface to capture on \
-                     (e.g. interface='lo' or 'eth0')"
-                ))
-            })?,
-        };
-        let ifindex = if_index(&interface)?;
-        // The guard's membership makes the kernel send the IGMP report (and
-        // program the NIC's filter); the ring itself reads below the IP layer.
-        if let Some(p) = &groups {
-            multicast::join(&guard, &p.groups, Some(&interface))?;
+        let on = Target::bind(config)?;
+        let mut engines = Vec::with_capacity(members);
+        let mut group_id = 0u32;
+        for i in 0..members {
+            let mut drop_all = [bpf(BPF_RET | BPF_K, 0, 0, 0)];
+            let e = Self::open_on(config, &on, &mut drop_all)?;
+            // The first member asks the kernel for a group id unused in this
+            // network namespace, so no other process's group is joined by
+            // accident; the others join that id with the same type and flags.
+            let (id, flags) = if i == 0 {
+                (0, PACKET_FANOUT_FLAG_UNIQUEID)
+            } else {
+                (group_id, 0)
+            };
+            let arg: u32 = id | (libc::PACKET_FANOUT_CBPF | flags) << 16;
+            setsockopt(
+                e.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_FANOUT,
+                &arg,
+            )
+            .map_err(|err| {
+                Error::io(
+                    format!(
+                        "cannot join member {i} to a PACKET_FANOUT_CBPF group (kernel \
+                             4.5 or later needed)"
+                    ),
+                    err,
+                )
+            })?;
+            if i == 0 {
+                group_id = fanout_id(e.fd.as_raw_fd())
+                    .map_err(|err| Error::io("cannot read the fanout group id", err))?;
+            }
+            engines.push(e);
         }
-        let dst = match &groups {
-            Some(p) => DstMatch::Groups(&p.groups),
-            None if ip.is_unspecified() => DstMatch::Any,
-            None => DstMatch::One(ip),
+        let mut prog = steer.to_vec();
+        let fprog = libc::sock_fprog {
+            len: prog.len() as libc::c_ushort,
+            filter: prog.as_mut_ptr(),
         };
+        setsockopt(
+            engines[0].fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_FANOUT_DATA,
+            &fprog,
+        )
+        .map_err(|e| Error::io("cannot attach the steering program to the fanout group", e))?;
+        for e in &engines {
+            let mut udp = udp_filter(on.local.port(), on.dst());
+            attach_filter(e.fd.as_raw_fd(), &mut udp)
+                .map_err(|err| Error::io("cannot attach the BPF filter", err))?;
+        }
+        Ok(engines)
+    }
+
+    /// Opens one ring on `on`'s interface with `filter` attached before bind.
+    fn open_on(
+        config: &PacketRingConfig,
+        on: &Target,
+        filter: &mut [libc::sock_filter],
+    ) -> Result<Self> {
+        let (guard, local, interface, ifindex) =
+            (on.guard.clone(), on.local, on.interface.clone(), on.ifindex);
 
         // SAFETY: plain socket(2) call; the result is checked below. Protocol 0:
         // nothing is received until bind() names a protocol, after the filter.
@@ -328,8 +382,7 @@ impl PacketRingEngine {
         .map_err(ctx(
             "cannot set PACKET_IGNORE_OUTGOING (kernel 4.20 or later needed)",
         ))?;
-        let mut prog = udp_filter(local.port(), dst);
-        attach_filter(s, &mut prog).map_err(ctx("cannot attach the BPF filter"))?;
+        attach_filter(s, filter).map_err(ctx("cannot attach the BPF filter"))?;
         let req = libc::tpacket_req3 {
             tp_block_size: config.block_size as u32,
             tp_block_nr: config.blocks as u32,
@@ -566,6 +619,94 @@ impl PacketRingEngine {
     }
 }
 
+/// Where rings capture: the guard socket holding the port, and the interface.
+struct Target {
+    guard: Arc<UdpSocket>,
+    local: SocketAddr,
+    interface: String,
+    ifindex: libc::c_int,
+    /// Multicast groups the guard joined (the filters accept only these).
+    groups: Option<multicast::MulticastPlan>,
+}
+
+impl Target {
+    fn bind(config: &PacketRingConfig) -> Result<Target> {
+        config.validate()?;
+        let addr = resolve_v4(&config.bind)?;
+        let groups = multicast::plan(addr, &config.multicast)?;
+        if groups.is_some() && config.interface.is_none() {
+            return Err(Error::Config(
+                "a multicast capture with the packet ring needs the interface to capture on \
+                 (e.g. interface='eth0')"
+                    .into(),
+            ));
+        }
+        let guard = bind_udp(groups.as_ref().map_or(addr, |p| p.bind))?;
+        let local = guard
+            .local_addr()
+            .map_err(|e| Error::io("cannot read the guard socket address", e))?;
+        // Drop every datagram the stack would queue on the guard.
+        attach_drop_all(guard.as_raw_fd())
+            .map_err(|e| Error::io("cannot attach the drop-all filter to the guard socket", e))?;
+        let ip = match local.ip() {
+            IpAddr::V4(v4) => v4,
+            IpAddr::V6(_) => unreachable!("resolve_v4 returns IPv4"),
+        };
+        let interface = match &config.interface {
+            Some(i) => i.clone(),
+            None => interface_of(ip)?.ok_or_else(|| {
+                Error::Config(format!(
+                    "no interface has the address {ip}; pass the interface to capture on \
+                     (e.g. interface='lo' or 'eth0')"
+                ))
+            })?,
+        };
+        let ifindex = if_index(&interface)?;
+        // The guard's membership makes the kernel send the IGMP report (and
+        // program the NIC's filter); the rings themselves read below the IP layer.
+        if let Some(p) = &groups {
+            multicast::join(&guard, &p.groups, Some(&interface))?;
+        }
+        Ok(Target {
+            guard: Arc::new(guard),
+            local,
+            interface,
+            ifindex,
+            groups,
+        })
+    }
+
+    /// The destinations the filter accepts.
+    fn dst(&self) -> DstMatch<'_> {
+        match (&self.groups, self.local.ip()) {
+            (Some(p), _) => DstMatch::Groups(&p.groups),
+            (None, IpAddr::V4(ip)) if !ip.is_unspecified() => DstMatch::One(ip),
+            _ => DstMatch::Any,
+        }
+    }
+}
+
+/// The id of the fanout group the socket belongs to.
+fn fanout_id(fd: libc::c_int) -> io::Result<u32> {
+    let mut v: u32 = 0;
+    let mut len = size_of::<u32>() as libc::socklen_t;
+    // SAFETY: `v` is writable for `len` bytes; the kernel writes at most that.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_FANOUT,
+            (&mut v as *mut u32).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        Ok(v & 0xffff)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 impl Engine for PacketRingEngine {
     fn name(&self) -> &'static str {
         "packet_ring"
@@ -651,27 +792,27 @@ impl Drop for PacketRingEngine {
 }
 
 // Classic BPF opcodes (linux/filter.h).
-const BPF_LD: u16 = 0x00;
-const BPF_LDX: u16 = 0x01;
-const BPF_ALU: u16 = 0x04;
-const BPF_JMP: u16 = 0x05;
-const BPF_RET: u16 = 0x06;
-const BPF_W: u16 = 0x00;
-const BPF_H: u16 = 0x08;
-const BPF_B: u16 = 0x10;
-const BPF_ABS: u16 = 0x20;
-const BPF_IND: u16 = 0x40;
-const BPF_MSH: u16 = 0xa0;
-const BPF_AND: u16 = 0x50;
-const BPF_JEQ: u16 = 0x10;
-const BPF_JSET: u16 = 0x40;
-const BPF_K: u16 = 0x00;
+pub(super) const BPF_LD: u16 = 0x00;
+pub(super) const BPF_LDX: u16 = 0x01;
+pub(super) const BPF_ALU: u16 = 0x04;
+pub(super) const BPF_JMP: u16 = 0x05;
+pub(super) const BPF_RET: u16 = 0x06;
+pub(super) const BPF_W: u16 = 0x00;
+pub(super) const BPF_H: u16 = 0x08;
+pub(super) const BPF_B: u16 = 0x10;
+pub(super) const BPF_ABS: u16 = 0x20;
+pub(super) const BPF_IND: u16 = 0x40;
+pub(super) const BPF_MSH: u16 = 0xa0;
+pub(super) const BPF_AND: u16 = 0x50;
+pub(super) const BPF_JEQ: u16 = 0x10;
+pub(super) const BPF_JSET: u16 = 0x40;
+pub(super) const BPF_K: u16 = 0x00;
 /// `SKF_AD_OFF + SKF_AD_PKTTYPE`: loads the packet type.
 const SKF_PKTTYPE: u32 = (-0x1000i32 + 4) as u32;
 /// Snap length the filter grants: more than any frame (64 KiB GSO + headers).
 const SNAP: u32 = 0x0004_0000;
 
-fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+pub(super) fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
 }
 

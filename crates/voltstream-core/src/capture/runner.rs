@@ -27,6 +27,9 @@ pub struct CaptureConfig {
     /// Chunks allocated at start-up (the pool); at least `window + 1` so that a
     /// consumer holding one chunk does not starve the assembler.
     pub nchunks: usize,
+    /// CPU the capture thread pins itself to before it allocates the pool;
+    /// `None`: wherever the scheduler puts it.
+    pub cpu: Option<usize>,
 }
 
 impl CaptureConfig {
@@ -35,6 +38,7 @@ impl CaptureConfig {
         CaptureConfig {
             assembler: AssemblerConfig::new(packets_per_chunk),
             nchunks: 8,
+            cpu: None,
         }
     }
 }
@@ -51,6 +55,9 @@ pub struct Capture {
     local: Option<SocketAddr>,
     memory: MemoryReport,
     interface: Option<String>,
+    /// Kernel thread id of the capture thread.
+    tid: i32,
+    cpu: Option<usize>,
 }
 
 impl Capture {
@@ -74,14 +81,12 @@ impl Capture {
                 config.nchunks, config.assembler.window
             )));
         }
-        // The pool on huge pages and the NIC's NUMA node, faulted and locked now.
+        if let Some(cpu) = config.cpu {
+            super::pin::check_cpu(cpu)?;
+        }
+        // The pool goes on huge pages and the NIC's NUMA node (faulted and locked
+        // by the capture thread, after it pinned itself).
         let placement = Placement::near(engine.interface());
-        let chunks = (0..config.nchunks)
-            .map(|_| Chunk::placed(layout, &placement))
-            .collect::<Result<Vec<_>>>()?;
-        let memory = MemoryReport::of(chunks.iter().map(Chunk::buffer));
-        let (producer, consumer) = chunk_ring(chunks);
-        let mut assembler = Assembler::new(locate, producer, &config.assembler)?;
         let stats = Arc::new(Stats::new(layout.streams));
         stats.set_rcvbuf(engine.rcvbuf());
         let stop = Arc::new(AtomicBool::new(false));
@@ -90,12 +95,52 @@ impl Capture {
         // Baseline of the kernel's other counters, before any traffic is read.
         let mut host = HostSampler::start(engine.interface());
         stats.set_host(&host.sample());
+        // The thread pins itself, then allocates (and so first-touches) its
+        // pool, and reports back: the pool's pages belong to its CPU's node.
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread = {
-            let (stats, stop) = (stats.clone(), stop.clone());
+            let (stats, stop, config) = (stats.clone(), stop.clone(), *config);
             std::thread::Builder::new()
                 .name("vs-capture".into())
-                .spawn(move || run(engine, &mut assembler, &stats, &stop, &mut host))
+                .spawn(move || {
+                    let setup = || -> Result<_> {
+                        if let Some(cpu) = config.cpu {
+                            super::pin::pin_current_thread(cpu)?;
+                        }
+                        let chunks = (0..config.nchunks)
+                            .map(|_| Chunk::placed(layout, &placement))
+                            .collect::<Result<Vec<_>>>()?;
+                        let memory = MemoryReport::of(chunks.iter().map(Chunk::buffer));
+                        let (producer, consumer) = chunk_ring(chunks);
+                        let assembler = Assembler::new(locate, producer, &config.assembler)?;
+                        Ok((assembler, consumer, memory))
+                    };
+                    match setup() {
+                        Ok((mut assembler, consumer, memory)) => {
+                            let tid = super::pin::current_tid();
+                            let _ = ready_tx.send(Ok((consumer, tid, memory)));
+                            run(engine, &mut assembler, &stats, &stop, &mut host)
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            Ok(())
+                        }
+                    }
+                })
                 .map_err(|e| Error::io("cannot start the capture thread", e))?
+        };
+        let ready = ready_rx.recv().unwrap_or_else(|_| {
+            Err(Error::io(
+                "the capture thread ended during start-up; this is a bug, please report it",
+                std::io::Error::other("capture thread start-up failed"),
+            ))
+        });
+        let (consumer, tid, memory) = match ready {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = thread.join();
+                return Err(e);
+            }
         };
         Ok(Capture {
             stop,
@@ -107,6 +152,8 @@ impl Capture {
             local,
             memory,
             interface,
+            tid,
+            cpu: config.cpu,
         })
     }
 
@@ -145,6 +192,16 @@ impl Capture {
     /// The interface the engine receives on, when it knows it.
     pub fn interface(&self) -> Option<&str> {
         self.interface.as_deref()
+    }
+
+    /// Kernel thread id of the capture thread (for `/proc/self/task/<tid>`).
+    pub fn thread_id(&self) -> i32 {
+        self.tid
+    }
+
+    /// The CPU the capture thread is pinned to, if any.
+    pub fn cpu(&self) -> Option<usize> {
+        self.cpu
     }
 
     /// True until the capture thread has ended (stopped, or failed).

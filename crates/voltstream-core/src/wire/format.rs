@@ -618,6 +618,64 @@ impl Locate for Locator {
     }
 }
 
+impl super::StreamKeyed for Locator {
+    /// VDIF, CODIF, counter and layout formats keep the stream id at a fixed
+    /// place. SPEAD's digitiser id is an item whose position may vary, and
+    /// YNAO has one stream: `None`.
+    fn stream_key(&self) -> Option<super::StreamKey> {
+        use layout::{Endian, Field};
+        let (field, ids, min_packet_len) = match &self.kind {
+            Kind::Vdif {
+                table, frame_len, ..
+            } => {
+                let mut ids = vec![0u64; self.streams()];
+                for (thread, &s) in table.iter().enumerate() {
+                    if s != NO_STREAM {
+                        ids[s as usize] = thread as u64;
+                    }
+                }
+                // Word 3 (little-endian), bits 16..26.
+                let f = Field {
+                    offset: 12,
+                    bytes: 4,
+                    endian: Endian::Little,
+                    shift: 16,
+                    bits: 10,
+                };
+                (f, ids, *frame_len)
+            }
+            Kind::Codif {
+                threads, frame_len, ..
+            } => {
+                // Word 2 (little-endian u64), bits 16..32.
+                let f = Field {
+                    offset: 16,
+                    bytes: 8,
+                    endian: Endian::Little,
+                    shift: 16,
+                    bits: 16,
+                };
+                (f, threads.iter().map(|&t| t as u64).collect(), *frame_len)
+            }
+            Kind::Counter {
+                streams,
+                payload_len,
+            } => (
+                Field::be(8, 2),
+                (0..*streams as u64).collect(),
+                counter::HEADER_LEN + payload_len,
+            ),
+            Kind::Layout(l) => (l.stream?, l.stream_ids.clone(), l.packet_len),
+            Kind::Ynao { .. } | Kind::Spead { .. } => return None,
+        };
+        Some(super::StreamKey {
+            field,
+            ids,
+            min_packet_len,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

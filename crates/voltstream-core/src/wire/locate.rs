@@ -25,3 +25,24 @@ pub trait Locate: Send {
     /// ours, `Err(Truncated | Malformed)` for packets that fail checks.
     fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError>;
 }
+
+/// Where a format keeps the stream id, so that packets can be steered to the
+/// thread owning their stream before they are parsed (by a kernel BPF program;
+/// see `capture::steer`). Only a hint for load spreading: the locator still
+/// checks every packet, so a packet steered wrongly is counted, never lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamKey {
+    /// The stream id field inside the UDP payload.
+    pub field: super::layout::Field,
+    /// The field's value for each stream, in stream order.
+    pub ids: Vec<u64>,
+    /// Shortest packet the format accepts (a steering program may read any
+    /// byte below it).
+    pub min_packet_len: usize,
+}
+
+/// A [`Locate`] that can say where its stream ids are.
+pub trait StreamKeyed {
+    /// `None` when the stream id is not at a fixed place (or there is one stream).
+    fn stream_key(&self) -> Option<StreamKey>;
+}

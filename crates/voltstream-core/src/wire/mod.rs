@@ -28,7 +28,7 @@ pub use counter::{Packet as CounterPacket, Repr as CounterRepr};
 pub use error::WireError;
 pub use format::{FormatSpec, Locator};
 pub use layout::{Check as LayoutCheck, Endian, Field as LayoutField, Layout};
-pub use locate::{Locate, Located};
+pub use locate::{Locate, Located, StreamKey, StreamKeyed};
 pub use roach2::{Packet as YnaoPacket, Repr as YnaoRepr};
 pub use spead::{HeapIndex as SpeadHeapIndex, HeapMap as SpeadHeapMap};
 pub use spead::{Item as SpeadItem, Packet as SpeadPacket, Repr as SpeadRepr};

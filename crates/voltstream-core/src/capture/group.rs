@@ -1,0 +1,482 @@
+//! Several capture threads over disjoint subsets of a capture's streams.
+//!
+//! Each thread is a whole [`Capture`]: its own engine (a member of a kernel
+//! fanout group that steers each packet by its stream id, see
+//! [`super::steer`]), its own assembler, pool and chunk ring, and its own CPU.
+//! Nothing is shared between threads on the hot path, so each thread's loss
+//! accounting is exact on its own, and the totals are plain sums: every
+//! packet reaches exactly one thread.
+//!
+//! A thread's assembler sees the capture's full locator wrapped in
+//! [`Subset`], which renumbers the thread's streams `0..k` and counts a packet
+//! of any other stream `foreign` (a packet the kernel could not steer: too
+//! short, not one of our ids, or a mixed-stream GSO frame from a local sender,
+//! which is steered whole by its first datagram). Its chunks hold only its
+//! streams, in the order of [`CaptureGroup::thread_streams`].
+
+use crate::memory::MemoryReport;
+use std::time::Duration;
+
+use super::{steer, Capture, CaptureConfig, Engine, PacketRingConfig, PacketRingEngine};
+use crate::assemble::ChunkLayout;
+use crate::ring::{Consumer, Lease};
+use crate::stats::{Counters, Snapshot};
+use crate::wire::{Locate, Located, StreamKeyed, WireError};
+use crate::{Error, Result};
+
+const NOT_OURS: u32 = u32::MAX;
+
+/// A locator restricted to some streams of another, renumbered `0..k`.
+#[derive(Debug, Clone)]
+pub struct Subset<L> {
+    inner: L,
+    /// Local index of each of the inner locator's streams, or `NOT_OURS`.
+    local: Box<[u32]>,
+    streams: usize,
+}
+
+impl<L: Locate> Subset<L> {
+    /// `streams`: the inner stream indices this subset keeps, in local order.
+    pub fn new(inner: L, streams: &[usize]) -> Result<Self> {
+        let mut local = vec![NOT_OURS; inner.streams()].into_boxed_slice();
+        for (k, &s) in streams.iter().enumerate() {
+            match local.get_mut(s) {
+                Some(slot) if *slot == NOT_OURS => *slot = k as u32,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "stream {s} is out of range or listed twice in a thread's streams"
+                    )))
+                }
+            }
+        }
+        Ok(Subset {
+            inner,
+            local,
+            streams: streams.len(),
+        })
+    }
+}
+
+impl<L: Locate> Locate for Subset<L> {
+    fn streams(&self) -> usize {
+        self.streams
+    }
+
+    fn payload_len(&self) -> usize {
+        self.inner.payload_len()
+    }
+
+    #[inline]
+    fn locate<'a>(&self, packet: &'a [u8]) -> core::result::Result<Located<'a>, WireError> {
+        let mut l = self.inner.locate(packet)?;
+        match self.local.get(l.stream) {
+            Some(&k) if k != NOT_OURS => {
+                l.stream = k as usize;
+                Ok(l)
+            }
+            _ => Err(WireError::Foreign),
+        }
+    }
+}
+
+/// How a capture is spread over threads.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ThreadsConfig {
+    /// Number of capture threads (each with its own engine and chunk ring).
+    pub threads: usize,
+    /// CPU of each thread (empty: not pinned).
+    pub cpus: Vec<usize>,
+    /// Thread owning each stream (empty: contiguous blocks of streams).
+    pub owners: Vec<usize>,
+}
+
+impl ThreadsConfig {
+    pub fn new(threads: usize) -> Self {
+        ThreadsConfig {
+            threads,
+            ..Default::default()
+        }
+    }
+
+    /// The owner of each of `streams` streams, checked.
+    pub fn owners(&self, streams: usize) -> Result<Vec<usize>> {
+        let n = self.threads;
+        if n == 0 || n > streams {
+            return Err(Error::Config(format!(
+                "{n} capture threads for {streams} streams: each thread owns whole streams, \
+                 so use 1 to {streams} threads"
+            )));
+        }
+        if !self.cpus.is_empty() && self.cpus.len() != n {
+            return Err(Error::Config(format!(
+                "{} CPUs given for {n} capture threads; give one CPU per thread",
+                self.cpus.len()
+            )));
+        }
+        // Two threads on one CPU is allowed (a small test machine), if slow.
+        for c in &self.cpus {
+            super::pin::check_cpu(*c)?;
+        }
+        if self.owners.is_empty() {
+            return Ok(steer::contiguous_owners(streams, n));
+        }
+        if self.owners.len() != streams {
+            return Err(Error::Config(format!(
+                "the stream-to-thread map has {} entries for {streams} streams",
+                self.owners.len()
+            )));
+        }
+        for t in 0..n {
+            if !self.owners.contains(&t) {
+                return Err(Error::Config(format!(
+                    "capture thread {t} owns no stream; every thread needs at least one"
+                )));
+            }
+        }
+        if let Some(bad) = self.owners.iter().find(|&&t| t >= n) {
+            return Err(Error::Config(format!(
+                "stream owner {bad} is not a thread (threads are 0..{n})"
+            )));
+        }
+        Ok(self.owners.clone())
+    }
+}
+
+/// The global stream indices each thread owns, in the thread's local order.
+pub fn thread_streams(owners: &[usize], threads: usize) -> Vec<Vec<usize>> {
+    let mut v = vec![Vec::new(); threads];
+    for (s, &t) in owners.iter().enumerate() {
+        v[t].push(s);
+    }
+    v
+}
+
+/// Opens one packet ring per thread in a fanout group steered by the stream
+/// id of `locate`'s format: element `t` receives the streams `owners` gives `t`.
+pub fn packet_ring_fanout<L: StreamKeyed>(
+    ring: &PacketRingConfig,
+    locate: &L,
+    owners: &[usize],
+    threads: usize,
+) -> Result<Vec<PacketRingEngine>> {
+    let key = locate.stream_key().ok_or_else(|| {
+        Error::Config(
+            "this format keeps its stream id at no fixed place (SPEAD) or has one stream \
+             (YNAO), so packets cannot be steered to threads; use threads=1"
+                .into(),
+        )
+    })?;
+    let prog = steer::program(&steer::Load::new(&key)?, owners)?;
+    PacketRingEngine::open_fanout(ring, threads, &prog)
+}
+
+/// One capture thread's counters, in its own stream numbering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadSnapshot {
+    /// Global stream index of each of the thread's streams.
+    pub streams: Vec<usize>,
+    pub snapshot: Snapshot,
+    /// Kernel thread id and pinned CPU of the capture thread.
+    pub tid: i32,
+    pub cpu: Option<usize>,
+}
+
+/// Counters of a whole group: per thread, and summed in global stream order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSnapshot {
+    pub threads: Vec<ThreadSnapshot>,
+    pub total: Snapshot,
+}
+
+/// Capture threads over disjoint stream subsets; stops them all on drop.
+pub struct CaptureGroup {
+    threads: Vec<Capture>,
+    streams: Vec<Vec<usize>>,
+    nstreams: usize,
+}
+
+impl CaptureGroup {
+    /// Starts one [`Capture`] per engine: engine `t` must receive the streams
+    /// `owners` gives thread `t`, and its thread is pinned to `cpus[t]`.
+    pub fn start<E: Engine, L: Locate + Clone + 'static>(
+        engines: Vec<E>,
+        locate: L,
+        owners: &[usize],
+        cpus: &[usize],
+        config: &CaptureConfig,
+    ) -> Result<CaptureGroup> {
+        let nstreams = locate.streams();
+        let streams = thread_streams(owners, engines.len());
+        let mut threads = Vec::with_capacity(engines.len());
+        for (t, engine) in engines.into_iter().enumerate() {
+            let mut cfg = *config;
+            cfg.cpu = cpus.get(t).copied().or(config.cpu);
+            let subset = Subset::new(locate.clone(), &streams[t])?;
+            threads.push(Capture::start(engine, subset, &cfg)?);
+        }
+        Ok(CaptureGroup {
+            threads,
+            streams,
+            nstreams,
+        })
+    }
+
+    pub fn threads(&self) -> &[Capture] {
+        &self.threads
+    }
+
+    /// Global stream index of each stream of thread `t`'s chunks.
+    pub fn thread_streams(&self, t: usize) -> &[usize] {
+        &self.streams[t]
+    }
+
+    /// Waits up to `timeout` for thread `t`'s next chunk.
+    pub fn next_chunk(&self, t: usize, timeout: Duration) -> Option<Lease> {
+        self.threads.get(t)?.next_chunk(timeout)
+    }
+
+    pub fn consumer(&self, t: usize) -> Option<Consumer> {
+        self.threads.get(t).map(Capture::consumer)
+    }
+
+    pub fn layout(&self, t: usize) -> Option<ChunkLayout> {
+        self.threads.get(t).map(Capture::layout)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.threads.iter().any(Capture::is_running)
+    }
+
+    /// Stops every thread; returns the first error.
+    pub fn stop(&self) -> Result<()> {
+        let mut first = Ok(());
+        for c in &self.threads {
+            let r = c.stop();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    pub fn stats(&self) -> GroupSnapshot {
+        let mut total = Snapshot {
+            counters: Counters::new(self.nstreams),
+            ..Default::default()
+        };
+        let mut threads = Vec::with_capacity(self.threads.len());
+        for (c, streams) in self.threads.iter().zip(&self.streams) {
+            let snap = c.stats();
+            let (t, s) = (&mut total.counters, &snap.counters);
+            for (local, &global) in streams.iter().enumerate() {
+                t.streams[global] = s.streams[local];
+            }
+            t.malformed += s.malformed;
+            t.foreign += s.foreign;
+            t.chunks_emitted += s.chunks_emitted;
+            t.chunks_dropped += s.chunks_dropped;
+            t.resyncs += s.resyncs;
+            total.kernel_drops += snap.kernel_drops;
+            total.rcvbuf += snap.rcvbuf;
+            threads.push(ThreadSnapshot {
+                streams: streams.clone(),
+                snapshot: snap,
+                tid: c.thread_id(),
+                cpu: c.cpu(),
+            });
+        }
+        // Namespace/host-wide context: every thread samples the same counters.
+        if let Some(first) = threads.first() {
+            total.host = first.snapshot.host;
+        }
+        GroupSnapshot { threads, total }
+    }
+
+    /// How the threads' chunk pools were placed, summed over the threads.
+    pub fn memory(&self) -> MemoryReport {
+        let mut all = MemoryReport {
+            huge_pages: !self.threads.is_empty(),
+            locked: !self.threads.is_empty(),
+            ..Default::default()
+        };
+        for c in &self.threads {
+            let m = c.memory();
+            all.bytes += m.bytes;
+            all.huge_pages &= m.huge_pages;
+            all.locked &= m.locked;
+            all.numa_node = all.numa_node.or(m.numa_node);
+            for w in &m.warnings {
+                if !all.warnings.contains(w) {
+                    all.warnings.push(w.clone());
+                }
+            }
+        }
+        all
+    }
+
+    /// The interface the engines receive on, when they know it.
+    pub fn interface(&self) -> Option<&str> {
+        self.threads.first().and_then(Capture::interface)
+    }
+}
+
+impl Drop for CaptureGroup {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::pin::affinity;
+    use crate::wire::FormatSpec;
+    use std::net::UdpSocket;
+
+    const LEN: usize = 64;
+    const STREAMS: usize = 5;
+
+    fn packet(stream: u16, index: u64) -> Vec<u8> {
+        let mut p = index.to_be_bytes().to_vec();
+        p.extend_from_slice(&stream.to_be_bytes());
+        p.extend((0..LEN).map(|k| (index as usize * 31 + k * 3 + stream as usize) as u8));
+        p
+    }
+
+    /// Sends 5 streams x 80 packets with one gap, one late, one duplicate,
+    /// one foreign and one malformed packet to a group of `n` threads, and
+    /// checks every counter of every thread.
+    fn run_group(n: usize) {
+        let locator = FormatSpec::Counter {
+            streams: STREAMS,
+            payload_len: LEN,
+        }
+        .locator()
+        .unwrap();
+        let mut ring = PacketRingConfig::new("127.0.0.1:0");
+        ring.blocks = 4;
+        ring.block_size = 128 << 10;
+        ring.retire_ms = 2;
+        let tc = ThreadsConfig {
+            threads: n,
+            cpus: (0..n).map(|t| affinity(0).unwrap()[t % 2]).collect(),
+            owners: vec![],
+        };
+        let owners = tc.owners(STREAMS).unwrap();
+        let engines = packet_ring_fanout(&ring, &locator, &owners, n).unwrap();
+        let to = engines[0].local_addr().unwrap();
+        let mut cfg = CaptureConfig::new(8);
+        cfg.nchunks = 32;
+        let group = CaptureGroup::start(engines, locator, &owners, &tc.cpus, &cfg).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..80u64 {
+            for s in 0..STREAMS as u16 {
+                if (i, s) != (37, 3) {
+                    tx.send_to(&packet(s, i), to).unwrap();
+                }
+            }
+            if i == 50 {
+                tx.send_to(&packet(4, 10), to).unwrap(); // late
+                tx.send_to(&packet(1, 50), to).unwrap(); // duplicate
+                tx.send_to(&packet(9, 50), to).unwrap(); // foreign
+                tx.send_to(&[1, 2, 3], to).unwrap(); // malformed
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        // While the threads run: each is pinned to its CPU.
+        for (t, th) in group.stats().threads.iter().enumerate() {
+            assert_eq!(affinity(th.tid).unwrap(), [tc.cpus[t]], "thread {t} pinned");
+        }
+        group.stop().unwrap();
+        let g = group.stats();
+        let owner_of = |s: usize| owners[s];
+        for (t, th) in g.threads.iter().enumerate() {
+            let c = &th.snapshot.counters;
+            assert_eq!(th.streams, thread_streams(&owners, n)[t]);
+            assert_eq!(th.cpu, Some(tc.cpus[t]));
+            assert_eq!(th.snapshot.kernel_drops, 0);
+            for (k, &s) in th.streams.iter().enumerate() {
+                let sc = &c.streams[k];
+                let want_missing = (s == 3) as u64;
+                assert_eq!(sc.received, 80 - want_missing, "thread {t} stream {s}");
+                assert_eq!(sc.missing, want_missing);
+                assert_eq!(sc.late, (s == 4) as u64);
+                assert_eq!(sc.duplicate, (s == 1) as u64);
+            }
+            // Unsteerable packets go to thread 0, which counts them.
+            assert_eq!((c.foreign, c.malformed), ((t == 0) as u64, (t == 0) as u64));
+            assert_eq!(c.chunks_emitted, 10);
+            let sent_here: u64 = th
+                .streams
+                .iter()
+                .map(|&s| 80 - (s == 3) as u64)
+                .sum::<u64>()
+                + th.streams.iter().filter(|&&s| s == 4 || s == 1).count() as u64
+                + 2 * (t == 0) as u64;
+            assert_eq!(c.accounted(), sent_here, "thread {t}");
+        }
+        let tot = &g.total.counters;
+        assert_eq!(tot.accounted(), 5 * 80 - 1 + 4);
+        assert_eq!(tot.streams[3].missing, 1);
+        assert_eq!((tot.foreign, tot.malformed), (1, 1));
+        // Each thread's chunks hold exactly its streams' packets.
+        for t in 0..n {
+            let mine = group.thread_streams(t).to_vec();
+            let mut chunks = 0;
+            while let Some(ch) = group.next_chunk(t, Duration::from_millis(10)) {
+                assert_eq!(ch.layout().streams, mine.len());
+                for (k, &s) in mine.iter().enumerate() {
+                    assert_eq!(owner_of(s), t);
+                    for j in 0..8 {
+                        let i = ch.first_index() + j as u64;
+                        let present = (i, s) != (37, 3);
+                        assert_eq!(ch.is_present(k, j), present);
+                        if present {
+                            assert_eq!(ch.payload(k, j).unwrap(), &packet(s as u16, i)[10..]);
+                        }
+                    }
+                }
+                chunks += 1;
+            }
+            assert_eq!(chunks, 10);
+        }
+    }
+
+    #[test]
+    fn two_threads_split_the_streams_with_exact_counters() {
+        run_group(2);
+    }
+
+    #[test]
+    fn three_threads_split_the_streams_with_exact_counters() {
+        run_group(3);
+    }
+
+    #[test]
+    fn bad_thread_settings_are_clear_errors() {
+        let e = ThreadsConfig::new(6).owners(5).unwrap_err().to_string();
+        assert!(e.contains("1 to 5 threads"), "{e}");
+        let mut tc = ThreadsConfig::new(2);
+        tc.cpus = vec![0];
+        assert!(tc
+            .owners(5)
+            .unwrap_err()
+            .to_string()
+            .contains("one CPU per thread"));
+        tc.cpus = vec![0, 4096];
+        assert!(tc.owners(5).unwrap_err().to_string().contains("CPU 4096"));
+        tc.cpus = vec![];
+        tc.owners = vec![0, 0, 0, 0, 0];
+        assert!(tc
+            .owners(5)
+            .unwrap_err()
+            .to_string()
+            .contains("thread 1 owns no"));
+        let ynao = FormatSpec::Ynao { subband: None }.locator().unwrap();
+        let e = packet_ring_fanout(&PacketRingConfig::new("127.0.0.1:0"), &ynao, &[0], 1)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("threads=1"), "{e}");
+    }
+}
