@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 __version__: str
+DPDK_AVAILABLE: bool
 
 def locate(
     format: Literal["vdif", "ynao"],
@@ -68,8 +69,11 @@ class Capture:
     """UDP capture assembling packets into chunks; engine: 'auto' | 'socket' | 'packet_ring' |
     'xdp' (AF_XDP: our XDP program on `interface` redirects the flow on receive queue
     `xdp_queue` to an AF_XDP socket; needs root; `xdp_mode` 'native' | 'skb' | 'auto'; stats()
-    then has an 'xdp' dict: mode, zero_copy, multi_buffer and the kernel's counters). 'auto'
-    tries packet_ring, then socket; never xdp."""
+    then has an 'xdp' dict: mode, zero_copy, multi_buffer and the kernel's counters) |
+    'dpdk' (only when DPDK_AVAILABLE, i.e. built with `-F dpdk`: rte_eth_rx_burst on
+    `dpdk_port`, a PCI address or EAL device arguments, or net_af_packet on `interface`;
+    `dpdk_eal_args` are added to the EAL's; stats() then has a 'dpdk' dict). 'auto' tries
+    packet_ring, then socket; never xdp or dpdk."""
 
     def __init__(
         self,
@@ -104,6 +108,8 @@ class Capture:
         layout: dict[str, Any] | None = None,
         xdp_queue: int = 0,
         xdp_mode: Literal["auto", "native", "skb"] = "auto",
+        dpdk_port: str | None = None,
+        dpdk_eal_args: str | None = None,
     ) -> None: ...
     def start(self, paused: bool = False) -> None: ...
     def resume(self) -> None: ...

@@ -21,7 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use voltstream_core::assemble::{AssemblerConfig, ChunkLayout};
 use voltstream_core::capture::{
-    Capture, CaptureConfig, Engine, PacketRingConfig, PacketRingEngine, Received, SocketConfig,
+    Capture, CaptureConfig, DpdkConfig, DpdkEngine, DpdkInfo, DpdkPort, Engine, PacketRingConfig, PacketRingEngine, Received, SocketConfig,
     SocketEngine, XdpConfig, XdpEngine, XdpInfo, XdpMode,
 };
 use voltstream_core::ring::Lease;
@@ -146,6 +146,7 @@ enum EngineKind {
     Socket,
     PacketRing,
     Xdp,
+    Dpdk,
 }
 
 impl EngineKind {
@@ -154,6 +155,7 @@ impl EngineKind {
             EngineKind::Socket => "socket",
             EngineKind::PacketRing => "packet_ring",
             EngineKind::Xdp => "xdp",
+            EngineKind::Dpdk => "dpdk",
         }
     }
 }
@@ -167,6 +169,8 @@ impl EngineKind {
 /// run in generic mode, where local UDP-GSO senders' super-frames cannot be
 /// split (the ring splits them), and over a veth its drain rate was below the
 /// ring's (docs/architecture.md, "AF_XDP engine"). Ask for it with engine="xdp".
+/// Nor is the DPDK engine (engine="dpdk", built with the cargo feature `dpdk`):
+/// it takes the whole port and needs its device named.
 const AUTO_ORDER: [EngineKind; 2] = [EngineKind::PacketRing, EngineKind::Socket];
 
 /// An engine behind a gate: while closed, nothing is read and packets wait in
@@ -217,6 +221,9 @@ pub struct PyCapture {
     xdp: XdpConfig,
     /// The AF_XDP engine's settings and counters, once it runs.
     xdp_info: Mutex<Option<Arc<XdpInfo>>>,
+    dpdk: DpdkConfig,
+    /// The DPDK engine's settings and counters, once it runs.
+    dpdk_info: Mutex<Option<Arc<DpdkInfo>>>,
     gate: Arc<AtomicBool>,
     running: Mutex<Option<Arc<Capture>>>,
 }
@@ -232,7 +239,7 @@ impl PyCapture {
         samples_per_heap = 4096, sample_bits = 10, heap_address_bits = 48,
         timestamp_id = 0x1600, digitiser_id_item = 0x3101, codif_threads = None,
         codif_frame_len = None, frames_per_period = None, group = None, layout = None,
-        xdp_queue = 0, xdp_mode = "auto"
+        xdp_queue = 0, xdp_mode = "auto", dpdk_port = None, dpdk_eal_args = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -267,16 +274,19 @@ impl PyCapture {
         layout: Option<Bound<'_, PyDict>>,
         xdp_queue: u32,
         xdp_mode: &str,
+        dpdk_port: Option<String>,
+        dpdk_eal_args: Option<String>,
     ) -> PyResult<Self> {
         let engines = match engine {
             "auto" => AUTO_ORDER.to_vec(),
             "socket" => vec![EngineKind::Socket],
             "packet_ring" => vec![EngineKind::PacketRing],
             "xdp" => vec![EngineKind::Xdp],
+            "dpdk" => vec![EngineKind::Dpdk],
             other => {
                 return Err(config_error(format!(
-                    "unknown capture engine '{other}'; use 'auto', 'socket', 'packet_ring' or \
-                     'xdp'"
+                    "unknown capture engine '{other}'; use 'auto', 'socket', 'packet_ring', \
+                     'xdp' or 'dpdk'"
                 )))
             }
         };
@@ -361,6 +371,18 @@ impl PyCapture {
         // The UMEM takes the memory the socket engine would give its queue.
         xdp.frames = XdpConfig::frames_for(rcvbuf, xdp.frame_size);
         xdp.max_packet = max_packet;
+        let mut dpdk = DpdkConfig::new(bind.clone());
+        dpdk.port = match (dpdk_port, &interface) {
+            (Some(p), _) => Some(DpdkPort::parse(&p).map_err(to_py)?),
+            (None, Some(i)) => Some(DpdkPort::AfPacket { interface: i.clone() }),
+            (None, None) => None,
+        };
+        dpdk.eal_args = dpdk_eal_args
+            .map(|a| a.split_whitespace().map(String::from).collect())
+            .unwrap_or_default();
+        // The receive queue takes the memory the socket engine would give its queue.
+        dpdk.queue_bytes = rcvbuf;
+        dpdk.max_packet = max_packet;
         let mut ring = PacketRingConfig::new(bind.clone());
         ring.interface = interface;
         ring.block_size = ring_block_size;
@@ -379,6 +401,8 @@ impl PyCapture {
             ring,
             xdp,
             xdp_info: Mutex::new(None),
+            dpdk,
+            dpdk_info: Mutex::new(None),
             gate: Arc::new(AtomicBool::new(true)),
             running: Mutex::new(None),
         })
@@ -464,6 +488,9 @@ impl PyCapture {
         if let Some(info) = lock(&self.xdp_info).as_ref() {
             d.set_item("xdp", xdp_dict(py, info)?)?;
         }
+        if let Some(info) = lock(&self.dpdk_info).as_ref() {
+            d.set_item("dpdk", dpdk_dict(py, info)?)?;
+        }
         Ok(d)
     }
 
@@ -548,6 +575,16 @@ impl PyCapture {
                     *lock(&self.xdp_info) = Some(info);
                     Ok(cap)
                 }),
+                EngineKind::Dpdk => DpdkEngine::open(&self.dpdk).and_then(|e| {
+                    let info = e.info();
+                    let e = Gated {
+                        inner: e,
+                        open: gate,
+                    };
+                    let cap = start_capture(e, &self.format, &self.config)?;
+                    *lock(&self.dpdk_info) = Some(info);
+                    Ok(cap)
+                }),
             };
             match r {
                 Ok(cap) => return Ok(cap),
@@ -588,6 +625,37 @@ fn xdp_dict<'py>(py: Python<'py>, info: &XdpInfo) -> PyResult<Bound<'py, PyDict>
     d.set_item("rx_ring_full", c.rx_ring_full)?;
     d.set_item("rx_fill_ring_empty_descs", c.rx_fill_ring_empty_descs)?;
     d.set_item("rx_invalid_descs", c.rx_invalid_descs)?;
+    Ok(d)
+}
+
+/// How the DPDK engine runs, our frame counters and the port's `rte_eth_stats`
+/// (as of the capture thread's last read, every few milliseconds).
+fn dpdk_dict<'py>(py: Python<'py>, info: &DpdkInfo) -> PyResult<Bound<'py, PyDict>> {
+    let c = info.counts();
+    let d = PyDict::new(py);
+    d.set_item("device", &info.device)?;
+    d.set_item("driver", &info.driver)?;
+    d.set_item("port_id", info.port_id)?;
+    d.set_item("numa_node", info.numa_node)?;
+    d.set_item("pool_numa_node", info.pool_numa_node)?;
+    d.set_item("huge_pages", info.huge_pages)?;
+    d.set_item("mbufs", info.mbufs)?;
+    d.set_item("mbuf_data_room", info.mbuf_data_room)?;
+    d.set_item("rx_descriptors", info.rx_descriptors)?;
+    if let Some(r) = info.af_packet {
+        d.set_item("framesz", r.framesz)?;
+        d.set_item("blocksz", r.blocksz)?;
+        d.set_item("framecnt", r.framecnt)?;
+    }
+    d.set_item("eal_args", info.eal_args.join(" "))?;
+    d.set_item("frames", c.frames)?;
+    d.set_item("other", c.other)?;
+    d.set_item("cut", c.cut)?;
+    d.set_item("joined", c.joined)?;
+    d.set_item("ipackets", c.ipackets)?;
+    d.set_item("imissed", c.imissed)?;
+    d.set_item("ierrors", c.ierrors)?;
+    d.set_item("rx_nombuf", c.rx_nombuf)?;
     Ok(d)
 }
 

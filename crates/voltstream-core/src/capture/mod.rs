@@ -11,8 +11,10 @@
 //! Engines: [`SocketEngine`] (UDP socket, `recvmmsg`), [`PacketRingEngine`]
 //! (AF_PACKET `TPACKET_V3` ring, needs CAP_NET_RAW), [`XdpEngine`] (AF_XDP
 //! socket fed by our own XDP program, needs root; built when libbpf and clang
-//! are present, see build.rs). Kernel-bypass engines implement the same trait.
+//! are present, see build.rs), [`DpdkEngine`] (a DPDK port, cargo feature
+//! `dpdk`). Kernel-bypass engines implement the same trait.
 
+mod dpdk;
 mod packet_ring;
 mod runner;
 mod socket;
@@ -23,6 +25,10 @@ use std::time::Duration;
 
 use crate::Result;
 
+pub use dpdk::{
+    af_packet_framesz_for, AfPacketRing, DpdkConfig, DpdkCounts, DpdkEngine, DpdkInfo, DpdkPort,
+    AVAILABLE as DPDK_AVAILABLE,
+};
 pub use packet_ring::{interface_of, PacketRingConfig, PacketRingEngine};
 pub use runner::{Capture, CaptureConfig};
 pub use socket::{SocketConfig, SocketEngine};
