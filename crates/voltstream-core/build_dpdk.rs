@@ -41,7 +41,9 @@ fn build() -> Result<(), String> {
         .and_then(|m| m.parse().ok())
         .unwrap_or(0);
     if major < 22 {
-        return Err(format!("pkg-config finds libdpdk {version}, older than 22.11"));
+        return Err(format!(
+            "pkg-config finds libdpdk {version}, older than 22.11"
+        ));
     }
     if let Ok(dir) = pkg_config(&["--variable=pcfiledir"]) {
         println!("cargo:rerun-if-changed={dir}/libdpdk.pc"); // a DPDK upgrade
@@ -51,7 +53,9 @@ fn build() -> Result<(), String> {
     let obj = out.join("vs_dpdk_shim.o");
     let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
     let run = |cmd: &mut Command, what: &str| -> Result<(), String> {
-        let o = cmd.output().map_err(|e| format!("cannot run {what}: {e}"))?;
+        let o = cmd
+            .output()
+            .map_err(|e| format!("cannot run {what}: {e}"))?;
         if o.status.success() {
             Ok(())
         } else {

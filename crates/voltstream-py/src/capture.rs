@@ -21,8 +21,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use voltstream_core::assemble::{AssemblerConfig, ChunkLayout};
 use voltstream_core::capture::{
-    Capture, CaptureConfig, DpdkConfig, DpdkEngine, DpdkInfo, DpdkPort, Engine, PacketRingConfig, PacketRingEngine, Received, SocketConfig,
-    SocketEngine, XdpConfig, XdpEngine, XdpInfo, XdpMode,
+    Capture, CaptureConfig, DpdkConfig, DpdkEngine, DpdkInfo, DpdkPort, Engine, PacketRingConfig,
+    PacketRingEngine, Received, SocketConfig, SocketEngine, XdpConfig, XdpEngine, XdpInfo, XdpMode,
 };
 use voltstream_core::ring::Lease;
 use voltstream_core::stats::{Counters, Snapshot, StreamCounters};
@@ -374,7 +374,9 @@ impl PyCapture {
         let mut dpdk = DpdkConfig::new(bind.clone());
         dpdk.port = match (dpdk_port, &interface) {
             (Some(p), _) => Some(DpdkPort::parse(&p).map_err(to_py)?),
-            (None, Some(i)) => Some(DpdkPort::AfPacket { interface: i.clone() }),
+            (None, Some(i)) => Some(DpdkPort::AfPacket {
+                interface: i.clone(),
+            }),
             (None, None) => None,
         };
         dpdk.eal_args = dpdk_eal_args

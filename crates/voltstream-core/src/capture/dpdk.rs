@@ -201,8 +201,15 @@ pub fn af_packet_framesz_for(max_packet: usize) -> usize {
     (AF_PACKET_NET_OFFSET + IP_UDP + max_packet).next_multiple_of(16)
 }
 
-/// The `net_af_packet` ring of an [`DpdkPort::AfPacket`] port: frame and block
-/// sizes (the block a power of two of pages that wastes least) and frame count.
+/// The `net_af_packet` ring of an [`DpdkPort::AfPacket`] port: frame size,
+/// block size and frame count.
+///
+/// The driver addresses frame `i` at `i * framesz` from the start of the ring,
+/// while the kernel never lets a frame span two blocks: the two agree only when
+/// `framesz` divides `blocksz` (otherwise every block but the first is read at
+/// the wrong offsets). Blocks are page multiples that the kernel allocates as a
+/// power of two of pages, so a power-of-two `framesz` wastes no more kernel
+/// memory than any other choice that holds `max_packet`; it is what we use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AfPacketRing {
     pub framesz: usize,
@@ -212,23 +219,13 @@ pub struct AfPacketRing {
 
 impl AfPacketRing {
     pub fn for_config(max_packet: usize, queue_bytes: usize, page: usize) -> Self {
-        let framesz = af_packet_framesz_for(max_packet);
-        let mut best = (usize::MAX, page);
-        let mut block = framesz.next_multiple_of(page).next_power_of_two();
-        while block <= (128 << 10).max(16 * framesz).min(4 << 20) {
-            let waste = (block % framesz) * 1000 / block;
-            if waste < best.0 {
-                best = (waste, block);
-            }
-            block *= 2;
-        }
-        let blocksz = best.1;
-        let per_block = blocksz / framesz;
+        let framesz = af_packet_framesz_for(max_packet).next_power_of_two();
+        let blocksz = framesz.max(page).max(64 << 10);
         let blocks = (queue_bytes / blocksz).max(2);
         AfPacketRing {
             framesz,
             blocksz,
-            framecnt: blocks * per_block,
+            framecnt: blocks * (blocksz / framesz),
         }
     }
 
@@ -250,14 +247,18 @@ fn check_af_packet_devargs(devargs: &str, max_packet: usize) -> Result<()> {
         return Ok(());
     }
     let mut framesz = AF_PACKET_DEFAULT_FRAMESZ;
+    let (mut blocksz, mut framecnt) = (None, None);
     for kv in parts {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         let num = || {
-            v.parse::<usize>()
-                .map_err(|_| Error::Config(format!("'{kv}' in DPDK device '{devargs}' is not a number")))
+            v.parse::<usize>().map_err(|_| {
+                Error::Config(format!("'{kv}' in DPDK device '{devargs}' is not a number"))
+            })
         };
         match k.trim() {
             "framesz" => framesz = num()?,
+            "blocksz" => blocksz = Some(num()?),
+            "framecnt" => framecnt = Some(num()?),
             "qpairs" if num()? != 1 => {
                 return Err(Error::Config(format!(
                     "DPDK device '{devargs}': the engine reads one queue, so qpairs must be 1 \
@@ -267,14 +268,30 @@ fn check_af_packet_devargs(devargs: &str, max_packet: usize) -> Result<()> {
             _ => {}
         }
     }
+    // The driver's defaults: one page per block, 512 frames.
+    let blocksz = blocksz.unwrap_or_else(super::packet_ring::page_size);
+    if framesz == 0 || blocksz % framesz != 0 {
+        return Err(Error::Config(format!(
+            "DPDK device '{devargs}': net_af_packet needs blocksz ({blocksz}) to be a multiple of \
+             framesz ({framesz}); otherwise it reads frames at the wrong offsets after the \
+             first block"
+        )));
+    }
+    if framecnt.unwrap_or(512) % (blocksz / framesz) != 0 {
+        return Err(Error::Config(format!(
+            "DPDK device '{devargs}': framecnt must be a multiple of blocksz / framesz ({})",
+            blocksz / framesz
+        )));
+    }
     let need = af_packet_framesz_for(max_packet);
     if framesz < need {
         return Err(Error::Config(format!(
             "DPDK device '{devargs}': net_af_packet framesz={framesz} holds at most {} bytes \
              of UDP payload, but this capture accepts packets of up to {max_packet} bytes; the \
              kernel would cut longer frames without telling. Set framesz={need} or more (a \
-             multiple of 16) and blocksz to a power-of-two multiple of the page size >= \
-             framesz, or pass the interface name instead and voltstream sizes the ring",
+             multiple of 16; a power of two wastes no memory) and blocksz to a multiple of \
+             it and of the page size, or pass the interface name instead and voltstream \
+             sizes the ring",
             framesz.saturating_sub(AF_PACKET_NET_OFFSET + IP_UDP)
         )));
     }
@@ -427,7 +444,10 @@ fn huge_pages_free() -> bool {
         })
         .unwrap_or(0);
     let mounted = std::fs::read_to_string("/proc/mounts")
-        .map(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs")))
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
+        })
         .unwrap_or(false);
     free > 0 && mounted
 }
@@ -787,10 +807,12 @@ mod imp {
             // kernel ring, and mbufs only carry one burst at a time.
             let mbufs = match ring {
                 Some(_) => 2047,
-                None => (config.queue_bytes / (data_room + 256))
-                    .max(2 * config.rx_descriptors as usize + 2 * config.batch + 1024)
-                    .next_power_of_two()
-                    - 1,
+                None => {
+                    (config.queue_bytes / (data_room + 256))
+                        .max(2 * config.rx_descriptors as usize + 2 * config.batch + 1024)
+                        .next_power_of_two()
+                        - 1
+                }
             };
             let eal = eal(config, mbufs * (data_room + 256))?;
             let _control = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
@@ -826,7 +848,11 @@ mod imp {
             }
             let scatter = !is_af_packet && pi.scatter_capable != 0 && config.max_frame() > 2048;
             let pool_name = cstring(&format!("vs_pool_{}_{serial}", std::process::id()))?;
-            let mut pool_node = if pi.numa_node >= 0 { pi.numa_node } else { SOCKET_ID_ANY };
+            let mut pool_node = if pi.numa_node >= 0 {
+                pi.numa_node
+            } else {
+                SOCKET_ID_ANY
+            };
             let create = |node: c_int| {
                 let mut p = std::ptr::null_mut();
                 let r = checked("creating the mbuf pool", |e, l| {
@@ -1055,7 +1081,6 @@ mod imp {
             }
         }
     }
-
 }
 
 pub use imp::{DpdkEngine, AVAILABLE};
@@ -1084,17 +1109,19 @@ mod tests {
     }
 
     #[test]
-    fn af_packet_ring_holds_the_largest_packet_and_wastes_little() {
+    fn af_packet_ring_holds_the_largest_packet_in_frames_that_tile_blocks() {
         for max_packet in [1, 1074, 1472, 8266, 9000, 65_507] {
             let r = AfPacketRing::for_config(max_packet, 64 << 20, 4096);
             assert!(r.framesz - AF_PACKET_NET_OFFSET - IP_UDP >= max_packet);
-            assert_eq!(r.framesz % 16, 0);
-            assert!(r.blocksz.is_power_of_two() && r.blocksz >= r.framesz);
+            assert!(r.framesz < 2 * af_packet_framesz_for(max_packet), "{r:?}");
+            assert_eq!(r.blocksz % r.framesz, 0, "{r:?}");
+            assert_eq!(r.blocksz % 4096, 0);
             assert_eq!(r.framecnt % (r.blocksz / r.framesz), 0);
-            assert!((r.blocksz % r.framesz) * 10 < r.blocksz, "{r:?}");
             assert!(r.framecnt * r.framesz <= 64 << 20);
+            check_af_packet_devargs(&r.devargs("net_af_packet0", "x"), max_packet).unwrap();
         }
         assert_eq!(af_packet_framesz_for(1074), 1184);
+        assert_eq!(AfPacketRing::for_config(1074, 1 << 20, 4096).framesz, 2048);
     }
 
     #[test]
@@ -1106,8 +1133,15 @@ mod tests {
         // The driver's default framesz is 2048.
         assert!(check_af_packet_devargs("net_af_packet0,iface=x", 2000).is_err());
         check_af_packet_devargs("net_af_packet0,iface=x", 1940).unwrap();
-        check_af_packet_devargs("net_af_packet0,iface=x,framesz=8384", 8266).unwrap();
-        let e = check_af_packet_devargs("net_af_packet0,iface=x,qpairs=2,framesz=9000", 10)
+        check_af_packet_devargs("net_af_packet0,iface=x,framesz=8192,blocksz=8192", 8000).unwrap();
+        let e = check_af_packet_devargs("net_af_packet0,framesz=8384,blocksz=65536", 8266);
+        assert!(e.unwrap_err().to_string().contains("multiple of framesz"));
+        let e = check_af_packet_devargs("net_af_packet0,framesz=2048,blocksz=8192,framecnt=6", 10);
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("framecnt must be a multiple of"));
+        let e = check_af_packet_devargs("net_af_packet0,iface=x,qpairs=2,framesz=4096", 10)
             .unwrap_err();
         assert!(e.to_string().contains("qpairs must be 1"));
         assert!(check_af_packet_devargs("net_af_packet0,framesz=big", 10).is_err());
@@ -1149,11 +1183,26 @@ mod tests {
             })
         };
         let us = [10, 0, 0, 1];
-        assert_eq!(d.frame(Some(&frame(us, 17, 7148, &[7; 100], 0)), &mut sink), 1);
-        assert_eq!(d.frame(Some(&frame(us, 17, 7148, &[7; 101], 0)), &mut sink), 1);
-        assert_eq!(d.frame(Some(&frame(us, 17, 7148, &[7; 100], 30)), &mut sink), 1);
-        assert_eq!(d.frame(Some(&frame(us, 17, 7149, &[7; 100], 30)), &mut sink), 0);
-        assert_eq!(d.frame(Some(&frame([10, 0, 0, 2], 17, 7148, &[7; 9], 0)), &mut sink), 0);
+        assert_eq!(
+            d.frame(Some(&frame(us, 17, 7148, &[7; 100], 0)), &mut sink),
+            1
+        );
+        assert_eq!(
+            d.frame(Some(&frame(us, 17, 7148, &[7; 101], 0)), &mut sink),
+            1
+        );
+        assert_eq!(
+            d.frame(Some(&frame(us, 17, 7148, &[7; 100], 30)), &mut sink),
+            1
+        );
+        assert_eq!(
+            d.frame(Some(&frame(us, 17, 7149, &[7; 100], 30)), &mut sink),
+            0
+        );
+        assert_eq!(
+            d.frame(Some(&frame([10, 0, 0, 2], 17, 7148, &[7; 9], 0)), &mut sink),
+            0
+        );
         assert_eq!(d.frame(Some(&frame(us, 6, 7148, &[7; 9], 0)), &mut sink), 0);
         assert_eq!(d.frame(Some(&[0xff; 42]), &mut sink), 0); // not IPv4 (ARP-sized)
         assert_eq!(d.frame(None, &mut sink), 1);
