@@ -227,6 +227,11 @@ def capture(args) -> int:
             window=args.window,
             idle_timeout_s=args.idle_timeout,
             engine=args.engine,
+            engine_options={
+                k: v
+                for k, v in (("dpdk_port", args.dpdk_port), ("dpdk_eal_args", args.dpdk_eal_args))
+                if v is not None
+            },
         )
     finally:
         if writer is not None:

@@ -108,12 +108,14 @@ def run_capture(
     on_start=None,
     resync_chunks: int = 64,
     engine: str = "auto",
+    engine_options: dict | None = None,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
 
     `on_start` is called once the socket is bound, so a sender can be started
-    without racing the bind.
+    without racing the bind. `engine_options` are more keyword arguments of
+    `_core.Capture` (e.g. dpdk_port, dpdk_eal_args).
     """
     from voltstream import _core
 
@@ -129,6 +131,7 @@ def run_capture(
             resync_chunks=resync_chunks,
             engine=engine,
             **fmt.capture_kwargs(),
+            **(engine_options or {}),
         )
     except OSError as e:  # CaptureError is an OSError; keep its message
         raise CaptureError(str(e)) from None

@@ -457,6 +457,7 @@ fn huge_pages_free() -> bool {
 fn lcore_all_cpus() -> String {
     // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a cpu_set_t of the size passed.
     let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } == 0;
     let cpus: Vec<String> = (0..libc::CPU_SETSIZE as usize)
         // SAFETY: `cpu` is below CPU_SETSIZE.
@@ -489,7 +490,7 @@ fn eal_args(config: &DpdkConfig, huge: bool, pool_bytes: usize) -> Vec<String> {
     }
     if !huge {
         // Without huge pages the EAL's memory is fixed at start-up (mapped lazily).
-        let mb = (pool_bytes * 2 >> 20).max(512);
+        let mb = ((pool_bytes * 2) >> 20).max(512);
         a.extend(["--no-huge".into(), "-m".into(), mb.to_string()]);
     }
     a.extend(config.eal_args.iter().cloned());
@@ -824,12 +825,18 @@ mod imp {
                 vs_port_open(c_name.as_ptr(), c_args.as_ptr(), &mut port_id, e, l)
             })?;
             // From here on the port is ours to close on every error path.
-            let close = |_: &Error| unsafe { vs_port_close(port_id, 1) };
+            let close = |e: Error| {
+                // SAFETY: the port was opened above and nothing else uses it.
+                unsafe { vs_port_close(port_id, 1) };
+                e
+            };
+            // SAFETY: PortInfo is plain data; all zeroes is a valid value.
             let mut pi: PortInfo = unsafe { std::mem::zeroed() };
-            checked("reading the port's information", |e, l| unsafe {
-                vs_port_info(port_id, &mut pi, e, l)
+            checked("reading the port's information", |e, l| {
+                // SAFETY: an open port, an out-struct and an error buffer of `l` bytes.
+                unsafe { vs_port_info(port_id, &mut pi, e, l) }
             })
-            .inspect_err(close)?;
+            .map_err(close)?;
             // SAFETY: the shim NUL-terminates the driver name.
             let driver = unsafe { CStr::from_ptr(pi.driver.as_ptr()) }
                 .to_string_lossy()
@@ -838,13 +845,11 @@ mod imp {
             let mtu = (config.max_packet + IP_UDP) as u16;
             let set_mtu = !is_af_packet && mtu as usize > 1500;
             if set_mtu && pi.max_mtu != 0 && mtu > pi.max_mtu {
-                let e = Error::Config(format!(
+                return Err(close(Error::Config(format!(
                     "DPDK port {devargs} ({driver}) has a largest MTU of {}, but packets of {} \
                      bytes need {mtu}",
                     pi.max_mtu, config.max_packet
-                ));
-                close(&e);
-                return Err(e);
+                ))));
             }
             let scatter = !is_af_packet && pi.scatter_capable != 0 && config.max_frame() > 2048;
             let pool_name = cstring(&format!("vs_pool_{}_{serial}", std::process::id()))?;
@@ -884,12 +889,9 @@ mod imp {
                          instead of the port's ({pool_node})"
                     );
                     pool_node = SOCKET_ID_ANY;
-                    create(SOCKET_ID_ANY).inspect_err(close)?
+                    create(SOCKET_ID_ANY).map_err(close)?
                 }
-                Err(e) => {
-                    close(&e);
-                    return Err(e);
-                }
+                Err(e) => return Err(close(e)),
             };
             let fail = |e: Error| {
                 // SAFETY: the port (whose queue holds mbufs of the pool) goes first.
