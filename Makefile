@@ -8,7 +8,8 @@ DEPS := $(VENV)/.deps-stamp
 EXT := $(VENV)/.ext-stamp
 RUST_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
-.PHONY: setup demo test lint rust-test py-test kernels stubs gpu-test gpu-bench fuzz bench clean
+.PHONY: setup demo test lint rust-test py-test kernels stubs gpu-test gpu-bench fuzz bench clean \
+	dpdk-test
 
 setup: $(EXT)
 
@@ -39,9 +40,17 @@ kernels: $(DEPS)
 	$(PY) scripts/check_kernels.py
 
 py-test: setup
-	$(PY) -m pytest -q -m "not gpu"
+	$(PY) -m pytest -q -m "not gpu and not dpdk"
 
-test: setup lint rust-test stubs kernels py-test
+test: setup lint rust-test stubs kernels py-test dpdk-test
+
+# The DPDK engine (cargo feature dpdk, off by default; needs dpdk-dev, and root for the
+# veth tests): its Rust tests with the feature, then the extension rebuilt with it and
+# the Python tests marked dpdk (which py-test leaves out).
+dpdk-test: $(DEPS)
+	cargo test -p voltstream-core --features dpdk -q dpdk
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q -F dpdk
+	$(PY) -m pytest -q tests/test_dpdk.py
 
 fuzz: $(DEPS)
 	./scripts/fuzz.sh 30

@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 # libbpf-dev, clang, llvm, linux-libc-dev: the AF_XDP engine (crates/voltstream-core/build.rs
 # compiles its XDP program and links libbpf; without them that engine is left out).
-apt_packages=(iproute2 python3-venv pkg-config libbpf-dev clang llvm linux-libc-dev)
+# dpdk-dev: the DPDK engine, built only with the cargo feature dpdk (make dpdk-test).
+apt_packages=(iproute2 python3-venv pkg-config libbpf-dev clang llvm linux-libc-dev dpdk-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

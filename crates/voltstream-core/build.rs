@@ -14,9 +14,13 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "build_dpdk.rs"]
+mod build_dpdk;
+
 const SOURCE: &str = "bpf/voltstream_xdp.c";
 
 fn main() {
+    build_dpdk::main();
     println!("cargo:rerun-if-changed={SOURCE}");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=VOLTSTREAM_NO_XDP");

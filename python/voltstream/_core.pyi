@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 __version__: str
+DPDK_AVAILABLE: bool
 
 def locate(
     format: Literal["vdif", "ynao"],
@@ -73,7 +74,10 @@ class Capture:
     'xdp' (AF_XDP: our XDP program on `interface` redirects the flow on receive queue
     `xdp_queue` to an AF_XDP socket; needs root; `xdp_mode` 'native' | 'skb' | 'auto'; stats()
     then has an 'xdp' dict: mode, zero_copy, multi_buffer and the kernel's counters). 'auto'
-    tries packet_ring, then socket; never xdp. `multicast`: IPv4 groups to join (IGMP) on
+    tries packet_ring, then socket; never xdp or dpdk. 'dpdk' (only when DPDK_AVAILABLE, i.e.
+    built with `-F dpdk`): rte_eth_rx_burst on `dpdk_port`, a PCI address or EAL device
+    arguments, or net_af_packet on `interface`; `dpdk_eal_args` are added to the EAL's;
+    stats() then has a 'dpdk' dict. `multicast`: IPv4 groups to join (IGMP) on
     `interface`, bound to 0.0.0.0:port (or bind to GROUP:port). stats() also has 'host' (the
     kernel's drop counters outside the capture: 'udp' namespace-wide, 'softnet' host-wide,
     'interface'), 'memory' (chunk pool: huge_pages, locked, numa_node, warnings) and
@@ -125,6 +129,8 @@ class Capture:
         threads: int = 1,
         cpus: list[int] | None = None,
         stream_threads: list[int] | None = None,
+        dpdk_port: str | None = None,
+        dpdk_eal_args: str | None = None,
     ) -> None:
         """SPEAD ('spead'): a heap of `heap_bytes` (default samples_per_heap * sample_bits
         / 8) arrives as `packets_per_heap` packets of equal payload; packet k of heap h

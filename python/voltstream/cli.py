@@ -95,12 +95,13 @@ def _add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str]
     )
     g.add_argument(
         "--engine",
-        choices=("auto", "packet_ring", "socket", "xdp"),
+        choices=("auto", "packet_ring", "socket", "xdp", "dpdk"),
         default="auto",
         help="capture engine: packet_ring (AF_PACKET TPACKET_V3 ring, needs CAP_NET_RAW), "
         "socket (recvmmsg batches), xdp (AF_XDP with our XDP program, needs root; not "
-        "tried by auto, see docs/architecture.md), or auto = packet_ring then socket. "
-        "Default: auto",
+        "tried by auto, see docs/architecture.md), dpdk (rte_eth_rx_burst; only in a build "
+        "with the dpdk feature, see `capture --dpdk-port`; not tried by auto), or auto = "
+        "packet_ring then socket. Default: auto",
     )
     g.add_argument(
         "--vdif-payload",
@@ -273,7 +274,7 @@ def _add_fengine_parser(verbs) -> None:
     )
     g.add_argument(
         "--capture-engine",
-        choices=("auto", "packet_ring", "socket", "xdp"),
+        choices=("auto", "packet_ring", "socket", "xdp", "dpdk"),
         default="auto",
         help="capture engine, as for `voltstream capture --engine`. Default: auto",
     )
@@ -535,6 +536,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=_cpu_list,
         default=None,
         help="CPU of each capture thread, comma-separated (e.g. 2,3); pins the threads",
+    )
+    p.add_argument(
+        "--dpdk-port",
+        default=None,
+        help="with --engine dpdk: a PCI address (0000:3b:00.0, bound to vfio-pci), EAL "
+        "device arguments (net_af_packet0,iface=eth1,framesz=16384,blocksz=65536), or an "
+        "interface name (net_af_packet, ring sized by voltstream). Default: net_af_packet on "
+        "the interface that owns the --bind address",
+    )
+    p.add_argument(
+        "--dpdk-eal-args",
+        default=None,
+        help="with --engine dpdk: more EAL arguments, e.g. '--log-level=pmd.net.*:debug'",
     )
 
     p = verbs.add_parser(

@@ -231,6 +231,11 @@ def capture(args) -> int:
             interface=args.interface,
             threads=args.threads,
             cpus=args.cpus,
+            engine_options={
+                k: v
+                for k, v in (("dpdk_port", args.dpdk_port), ("dpdk_eal_args", args.dpdk_eal_args))
+                if v is not None
+            },
         )
     finally:
         if writer is not None:

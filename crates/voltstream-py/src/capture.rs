@@ -21,9 +21,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use voltstream_core::assemble::{AssemblerConfig, ChunkLayout};
 use voltstream_core::capture::{
-    multicast_plan, packet_ring_fanout, CaptureConfig, CaptureGroup, Engine, GroupSnapshot,
-    PacketRingConfig, PacketRingEngine, Received, SocketConfig, SocketEngine, ThreadsConfig,
-    XdpConfig, XdpEngine, XdpInfo, XdpMode,
+    multicast_plan, packet_ring_fanout, CaptureConfig, CaptureGroup, DpdkConfig, DpdkEngine,
+    DpdkInfo, DpdkPort, Engine, GroupSnapshot, PacketRingConfig, PacketRingEngine, Received,
+    SocketConfig, SocketEngine, ThreadsConfig, XdpConfig, XdpEngine, XdpInfo, XdpMode,
 };
 use voltstream_core::host_counters::HostCounters;
 use voltstream_core::memory::MemoryReport;
@@ -151,6 +151,7 @@ enum EngineKind {
     Socket,
     PacketRing,
     Xdp,
+    Dpdk,
 }
 
 impl EngineKind {
@@ -159,6 +160,7 @@ impl EngineKind {
             EngineKind::Socket => "socket",
             EngineKind::PacketRing => "packet_ring",
             EngineKind::Xdp => "xdp",
+            EngineKind::Dpdk => "dpdk",
         }
     }
 }
@@ -172,6 +174,8 @@ impl EngineKind {
 /// run in generic mode, where local UDP-GSO senders' super-frames cannot be
 /// split (the ring splits them), and over a veth its drain rate was below the
 /// ring's (docs/architecture.md, "AF_XDP engine"). Ask for it with engine="xdp".
+/// Nor is the DPDK engine (engine="dpdk", built with the cargo feature `dpdk`):
+/// it takes the whole port and needs its device named.
 const AUTO_ORDER: [EngineKind; 2] = [EngineKind::PacketRing, EngineKind::Socket];
 
 /// An engine behind a gate: while closed, nothing is read and packets wait in
@@ -226,6 +230,9 @@ pub struct PyCapture {
     xdp: XdpConfig,
     /// The AF_XDP engine's settings and counters, once it runs.
     xdp_info: Mutex<Option<Arc<XdpInfo>>>,
+    dpdk: DpdkConfig,
+    /// The DPDK engine's settings and counters, once it runs.
+    dpdk_info: Mutex<Option<Arc<DpdkInfo>>>,
     gate: Arc<AtomicBool>,
     /// Capture threads, their CPUs and the thread owning each stream.
     threads: ThreadsConfig,
@@ -247,7 +254,8 @@ impl PyCapture {
         timestamp_id = 0x1600, digitiser_id_item = 0x3101, codif_threads = None,
         codif_frame_len = None, frames_per_period = None, group = None, layout = None,
         xdp_queue = 0, xdp_mode = "auto", packets_per_heap = 1, heap_bytes = None,
-        heap_cnt_step = None, multicast = None, threads = 1, cpus = None, stream_threads = None
+        heap_cnt_step = None, multicast = None, threads = 1, cpus = None, stream_threads = None,
+        dpdk_port = None, dpdk_eal_args = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -289,6 +297,8 @@ impl PyCapture {
         threads: usize,
         cpus: Option<Vec<usize>>,
         stream_threads: Option<Vec<usize>>,
+        dpdk_port: Option<String>,
+        dpdk_eal_args: Option<String>,
     ) -> PyResult<Self> {
         let groups = multicast
             .unwrap_or_default()
@@ -304,10 +314,11 @@ impl PyCapture {
             "socket" => vec![EngineKind::Socket],
             "packet_ring" => vec![EngineKind::PacketRing],
             "xdp" => vec![EngineKind::Xdp],
+            "dpdk" => vec![EngineKind::Dpdk],
             other => {
                 return Err(config_error(format!(
-                    "unknown capture engine '{other}'; use 'auto', 'socket', 'packet_ring' or \
-                     'xdp'"
+                    "unknown capture engine '{other}'; use 'auto', 'socket', 'packet_ring', \
+                     'xdp' or 'dpdk'"
                 )))
             }
         };
@@ -430,6 +441,20 @@ impl PyCapture {
         xdp.frames = XdpConfig::frames_for(rcvbuf, xdp.frame_size);
         xdp.max_packet = max_packet;
         xdp.multicast = groups.clone();
+        let mut dpdk = DpdkConfig::new(bind.clone());
+        dpdk.port = match (dpdk_port, &interface) {
+            (Some(p), _) => Some(DpdkPort::parse(&p).map_err(to_py)?),
+            (None, Some(i)) => Some(DpdkPort::AfPacket {
+                interface: i.clone(),
+            }),
+            (None, None) => None,
+        };
+        dpdk.eal_args = dpdk_eal_args
+            .map(|a| a.split_whitespace().map(String::from).collect())
+            .unwrap_or_default();
+        // The receive queue takes the memory the socket engine would give its queue.
+        dpdk.queue_bytes = rcvbuf;
+        dpdk.max_packet = max_packet;
         let mut ring = PacketRingConfig::new(bind.clone());
         ring.interface = interface.clone();
         ring.multicast = groups.clone();
@@ -458,6 +483,8 @@ impl PyCapture {
             ring,
             xdp,
             xdp_info: Mutex::new(None),
+            dpdk,
+            dpdk_info: Mutex::new(None),
             gate: Arc::new(AtomicBool::new(true)),
             threads,
             owners,
@@ -592,6 +619,9 @@ impl PyCapture {
         if let Some(info) = lock(&self.xdp_info).as_ref() {
             d.set_item("xdp", xdp_dict(py, info)?)?;
         }
+        if let Some(info) = lock(&self.dpdk_info).as_ref() {
+            d.set_item("dpdk", dpdk_dict(py, info)?)?;
+        }
         Ok(d)
     }
 
@@ -689,6 +719,16 @@ impl PyCapture {
                     };
                     let cap = start_capture(e, &self.format, &self.config, &self.threads.cpus)?;
                     *lock(&self.xdp_info) = Some(info);
+                    Ok(cap)
+                }),
+                EngineKind::Dpdk => DpdkEngine::open(&self.dpdk).and_then(|e| {
+                    let info = e.info();
+                    let e = Gated {
+                        inner: e,
+                        open: gate,
+                    };
+                    let cap = start_capture(e, &self.format, &self.config, &self.threads.cpus)?;
+                    *lock(&self.dpdk_info) = Some(info);
                     Ok(cap)
                 }),
             };
@@ -806,6 +846,37 @@ fn memory_dict<'py>(py: Python<'py>, m: &MemoryReport) -> PyResult<Bound<'py, Py
     d.set_item("locked", m.locked)?;
     d.set_item("numa_node", m.numa_node)?;
     d.set_item("warnings", m.warnings.clone())?;
+    Ok(d)
+}
+
+/// How the DPDK engine runs, our frame counters and the port's `rte_eth_stats`
+/// (as of the capture thread's last read, every few milliseconds).
+fn dpdk_dict<'py>(py: Python<'py>, info: &DpdkInfo) -> PyResult<Bound<'py, PyDict>> {
+    let c = info.counts();
+    let d = PyDict::new(py);
+    d.set_item("device", &info.device)?;
+    d.set_item("driver", &info.driver)?;
+    d.set_item("port_id", info.port_id)?;
+    d.set_item("numa_node", info.numa_node)?;
+    d.set_item("pool_numa_node", info.pool_numa_node)?;
+    d.set_item("huge_pages", info.huge_pages)?;
+    d.set_item("mbufs", info.mbufs)?;
+    d.set_item("mbuf_data_room", info.mbuf_data_room)?;
+    d.set_item("rx_descriptors", info.rx_descriptors)?;
+    if let Some(r) = info.af_packet {
+        d.set_item("framesz", r.framesz)?;
+        d.set_item("blocksz", r.blocksz)?;
+        d.set_item("framecnt", r.framecnt)?;
+    }
+    d.set_item("eal_args", info.eal_args.join(" "))?;
+    d.set_item("frames", c.frames)?;
+    d.set_item("other", c.other)?;
+    d.set_item("cut", c.cut)?;
+    d.set_item("joined", c.joined)?;
+    d.set_item("ipackets", c.ipackets)?;
+    d.set_item("imissed", c.imissed)?;
+    d.set_item("ierrors", c.ierrors)?;
+    d.set_item("rx_nombuf", c.rx_nombuf)?;
     Ok(d)
 }
 

@@ -11,6 +11,8 @@ mod wire;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // Whether engine="dpdk" works (built with `-F dpdk`, see docs/architecture.md).
+    m.add("DPDK_AVAILABLE", voltstream_core::capture::DPDK_AVAILABLE)?;
     wire::register(m)?;
     send::register(m)?;
     capture::register(m)?;

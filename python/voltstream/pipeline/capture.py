@@ -168,6 +168,7 @@ def run_capture(
     interface: str | None = None,
     threads: int = 1,
     cpus: list[int] | None = None,
+    engine_options: dict | None = None,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
@@ -176,6 +177,8 @@ def run_capture(
     without racing the bind. `multicast` lists IPv4 groups to join on `interface`. With
     `threads` > 1 each capture thread assembles its own streams; their chunks are merged
     back by chunk id (a copy) before the sink.
+    `engine_options` are more keyword arguments of `_core.Capture` (e.g. dpdk_port,
+    dpdk_eal_args).
     """
     from voltstream import _core
 
@@ -195,6 +198,7 @@ def run_capture(
             threads=threads,
             cpus=cpus,
             **fmt.capture_kwargs(),
+            **(engine_options or {}),
         )
     except OSError as e:  # CaptureError is an OSError; keep its message
         raise CaptureError(str(e)) from None

@@ -11,13 +11,15 @@
 //! Engines: [`SocketEngine`] (UDP socket, `recvmmsg`), [`PacketRingEngine`]
 //! (AF_PACKET `TPACKET_V3` ring, needs CAP_NET_RAW), [`XdpEngine`] (AF_XDP
 //! socket fed by our own XDP program, needs root; built when libbpf and clang
-//! are present, see build.rs). Kernel-bypass engines implement the same trait.
+//! are present, see build.rs), [`DpdkEngine`] (a DPDK port, cargo feature
+//! `dpdk`). Kernel-bypass engines implement the same trait.
 //!
 //! Several threads: [`CaptureGroup`] runs one [`Capture`] per thread over
 //! disjoint stream subsets, each with its own engine (packet rings in one
 //! `PACKET_FANOUT_CBPF` group steered by stream id, [`packet_ring_fanout`]) and
 //! its own CPU ([`CaptureConfig::cpu`]).
 
+mod dpdk;
 mod group;
 mod multicast;
 mod packet_ring;
@@ -32,6 +34,10 @@ use std::time::Duration;
 
 use crate::Result;
 
+pub use dpdk::{
+    af_packet_framesz_for, AfPacketRing, DpdkConfig, DpdkCounts, DpdkEngine, DpdkInfo, DpdkPort,
+    AVAILABLE as DPDK_AVAILABLE,
+};
 pub use group::{
     packet_ring_fanout, thread_streams, CaptureGroup, GroupSnapshot, Subset, ThreadSnapshot,
     ThreadsConfig,
