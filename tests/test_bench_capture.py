@@ -37,3 +37,41 @@ def test_quick_bench_reports_every_engine_without_loss(tmp_path, capsys):
         assert s["sent"] > 1000 and s["received"] == s["sent"], s
         assert s["lost"] == s["dropped"] == s["kernel_drops"] == s["missing"] == 0, s
         assert 0.3 < s["sent_gbps"] < 0.7
+
+
+def test_quick_multicore_bench_accounts_for_every_packet(tmp_path, capsys):
+    import capture_multicore as mc
+
+    path = tmp_path / "multicore.json"
+    out = mc.main(["--quick", "--json", str(path)])
+    assert json.loads(path.read_text()) == json.loads(json.dumps(out))
+    text = capsys.readouterr().out
+    assert "## Lossless ceiling" in text and "## Every point" in text
+    kinds = ["socket", "packet_ring", "recvmmsg"]
+    assert [(c["receiver"], c["cores"]) for c in out["ceilings"]] == [(k, 1) for k in kinds]
+    assert [(p["receiver"], p["asked_gbps"]) for p in out["points"]] == [
+        (k, r) for k in kinds for r in (0.5, 1.0)
+    ]
+    for p in out["points"]:
+        (port,) = p["ports"]  # K = 1: one port
+        assert p["sent"] == port["sent"] > 1000 and p["received"] == port["received"], p
+        assert port["sent"] == port["received"] + port["lost"], port
+        # Every packet sent is either accounted for by the receiver or a counted kernel drop.
+        assert port["accounted"] + port["kernel_drops"] == port["sent"], port
+        # At these rates nothing may be lost, and the receiver ran on its own core.
+        assert p["lossless"] and p["lost"] == p["kernel_drops"] == 0, p
+        assert p["received_gbps"] == p["offered_gbps"] and 0.1 < p["offered_gbps"] < 1.3, p
+        assert port["core"] == p["receiver_cores"][0] and 0 <= p["receiver_cpu"][0] < 1.5
+        if p["receiver"] == "recvmmsg":
+            assert port["bytes"] == port["received"] * mc.PACKET and port["wrong_size"] == 0
+            continue
+        seen = sum(port[k] for k in ("received", "late", "duplicate", "dropped"))
+        assert port["accounted"] == seen + port["malformed"] + port["foreign"], port
+        for key in mc.LOSS_KEYS + ("chunks_dropped", "resyncs"):
+            assert port[key] == 0, (key, port)
+        chunks = -(-port["sent"] // mc.PACKETS_PER_CHUNK)  # indices start at 0
+        assert port["chunks_emitted"] == port["chunks_released"] == chunks, port
+    for c in out["ceilings"]:
+        assert c["lossless_gbps"] == max(
+            p["received_gbps"] for p in out["points"] if p["receiver"] == c["receiver"]
+        )
