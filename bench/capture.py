@@ -322,19 +322,24 @@ def sweep_point(engine: str, rate: float, seconds: float) -> dict:
     }
 
 
-def drain_round(engines, n: int, baselines: bool, spead2, notes: list) -> list[dict]:
-    """One drain run of every receiver, in a fixed order, on freshly filled queues."""
-    rows = [drain_engine(e, n) for e in engines]
-    if not baselines:
-        return rows
-    rows += [drain_python(kind, n) for kind in ("recvfrom", "recv_into")]
-    if spead2 is None:
-        return rows
-    for name, run in (("heap stream", drain_spead2), ("chunk stream", drain_spead2_chunks)):
+def drain_round(engines, n: int, baselines: bool, spead2, notes: list, rnd: int = 0) -> list:
+    """One drain run of every receiver on freshly filled queues. The order rotates with
+    the round, so that no receiver always runs first or right after another one."""
+    jobs = [(f"voltstream {e}", lambda e=e: drain_engine(e, n)) for e in engines]
+    if baselines:
+        jobs += [(f"python {k}", lambda k=k: drain_python(k, n)) for k in ("recvfrom", "recv_into")]
+        if spead2 is not None:
+            jobs.append(("spead2 heap stream", lambda: drain_spead2(spead2, n)))
+            jobs.append(("spead2 chunk stream", lambda: drain_spead2_chunks(spead2, n)))
+    shift = rnd % len(jobs)
+    rows = []
+    for name, run in jobs[shift:] + jobs[:shift]:
         try:
-            rows.append(run(spead2, n))
+            rows.append(run())
         except Exception as e:  # noqa: BLE001 - report and go on
-            notes.append(f"spead2 {name} run failed: {type(e).__name__}: {e}")
+            if not name.startswith("spead2"):
+                raise
+            notes.append(f"{name} run failed: {type(e).__name__}: {e}")
     return rows
 
 
@@ -355,6 +360,12 @@ def drain_medians(rows: list[dict]) -> list[dict]:
                 "gbps_min": g[0],
                 "gbps_max": g[-1],
                 "cpu_s_median": float(np.median([d["cpu_s"] for d in ds])),
+                # Bits per CPU-second of the receiving process (all its threads, the
+                # polling main thread included): less sensitive than wall time to other
+                # load on a shared machine.
+                "gbps_per_cpu_median": float(
+                    np.median([d["received"] * PACKET * 8e-9 / max(d["cpu_s"], 1e-6) for d in ds])
+                ),
                 "complete_rounds": sum(d["received"] == d["packets"] for d in ds),
             }
         )
@@ -368,13 +379,16 @@ def drain_medians(rows: list[dict]) -> list[dict]:
 
 def print_drain_medians(meds: list[dict], rounds: int) -> None:
     print(f"\n## Drain rate, median of {rounds} round(s)\n")
-    print("| receiver | Gb/s median | min-max | CPU s | complete rounds | / spead2 chunks |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| receiver | Gb/s median | min-max | CPU s | Gb/s per CPU-s | complete rounds "
+        "| / spead2 chunks |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for m in meds:
         ratio = "-" if m["vs_spead2_chunks"] is None else f"{m['vs_spead2_chunks']:.2f}x"
         print(
             f"| {m['receiver']} | {m['gbps_median']:.1f} | {m['gbps_min']:.1f}-"
-            f"{m['gbps_max']:.1f} | {m['cpu_s_median']:.3f} | "
+            f"{m['gbps_max']:.1f} | {m['cpu_s_median']:.3f} | {m['gbps_per_cpu_median']:.1f} | "
             f"{m['complete_rounds']}/{m['rounds']} | {ratio} |"
         )
 
@@ -405,7 +419,7 @@ def main(argv=None) -> dict:
     rounds = max(1, min(a.repeat or (1 if a.quick else 3), 10))
     out["drain_rounds"] = rounds
     for rnd in range(rounds):
-        rows = drain_round(engines, n, not a.no_baselines, spead2, out["notes"])
+        rows = drain_round(engines, n, not a.no_baselines, spead2, out["notes"], rnd)
         out["drain"] += [dict(d, round=rnd) for d in rows]
     out["drain_median"] = drain_medians(out["drain"])
     for e in engines:
