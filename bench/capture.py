@@ -5,8 +5,11 @@
     the packet ring), then the clock runs while the engine empties the queue into
     chunks (a consumer thread releases them). Baselines measured in the same run: a
     Python recvfrom loop, a Python recv_into loop into one bytearray, and spead2's
-    receiver (its heap stream, on SPEAD packets of the same size) when spead2 can be
-    imported or installed from PyPI.
+    receivers when spead2 can be imported or installed from PyPI: its heap stream, and
+    its chunk stream (bench/spead2_chunk.py: a C placement callback built with `cc`,
+    the same 8192-byte packets queued by the same sender, 64-packet chunks released by
+    a Python consumer), the fair baseline for assembly into chunks. The drain runs
+    `--repeat` rounds (all receivers in turn per round); a table of medians follows.
 (b) Sweep: a `_core.Sender` subprocess (sendmmsg + UDP GSO) paced at each rate for a few
     seconds to a running capture; sent, received, lost, kernel drops, receiver CPU.
 
@@ -17,7 +20,7 @@ loopback it runs in generic mode, where the GSO sender's super-frames arrive uns
 counted malformed); its numbers over a veth are in docs/architecture.md ("AF_XDP engine").
 
     python bench/capture.py [--quick] [--engines socket,packet_ring] [--rates 1,2,5,10,20]
-                            [--seconds 3] [--packets 40000] [--json out.json]
+                            [--seconds 3] [--packets 40000] [--repeat 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -239,6 +242,32 @@ def drain_spead2(spead2, n: int) -> dict:
     return result("spead2 heap stream", n, got, secs, cpu, note="SPEAD, 8192-byte packets")
 
 
+def drain_spead2_chunks(spead2, n: int) -> dict:
+    """spead2's chunk stream (C placement callback) on the same kind of filled socket."""
+    import spead2_chunk
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, min(n * PACKET * 2 + (64 << 20), 2**30))
+    rx.bind(("127.0.0.1", 0))
+    try:
+        queued, secs, cpu, stats, consumed = spead2_chunk.drain_chunk_stream(
+            spead2, _core.Sender, rx, n, PACKET, cpu_seconds
+        )
+    finally:
+        rx.close()
+    return result(
+        "spead2 chunk stream",
+        queued,
+        stats["packets"],
+        secs,
+        cpu,
+        chunks=consumed["chunks"],
+        heaps_in_chunks=consumed["heaps"],
+        spead2_stats=stats,
+        note="SPEAD, 8192-byte packets, C placement callback",
+    )
+
+
 SENDER = """
 import json, sys, time
 import numpy as np
@@ -293,6 +322,77 @@ def sweep_point(engine: str, rate: float, seconds: float) -> dict:
     }
 
 
+def drain_round(engines, n: int, baselines: bool, spead2, notes: list, rnd: int = 0) -> list:
+    """One drain run of every receiver on freshly filled queues. The order rotates with
+    the round, so that no receiver always runs first or right after another one."""
+    jobs = [(f"voltstream {e}", lambda e=e: drain_engine(e, n)) for e in engines]
+    if baselines:
+        jobs += [(f"python {k}", lambda k=k: drain_python(k, n)) for k in ("recvfrom", "recv_into")]
+        if spead2 is not None:
+            jobs.append(("spead2 heap stream", lambda: drain_spead2(spead2, n)))
+            jobs.append(("spead2 chunk stream", lambda: drain_spead2_chunks(spead2, n)))
+    shift = rnd % len(jobs)
+    rows = []
+    for name, run in jobs[shift:] + jobs[:shift]:
+        try:
+            rows.append(run())
+        except Exception as e:  # noqa: BLE001 - report and go on
+            if not name.startswith("spead2"):
+                raise
+            notes.append(f"{name} run failed: {type(e).__name__}: {e}")
+    return rows
+
+
+def drain_medians(rows: list[dict]) -> list[dict]:
+    """Per receiver: median, min and max Gb/s over the rounds, and the ratio of the
+    median to spead2's chunk stream (the baseline that also assembles chunks)."""
+    by: dict[str, list[dict]] = {}
+    for d in rows:
+        by.setdefault(d["receiver"], []).append(d)
+    meds = []
+    for name, ds in by.items():
+        g = sorted(d["gbps"] for d in ds)
+        meds.append(
+            {
+                "receiver": name,
+                "rounds": len(ds),
+                "gbps_median": float(np.median(g)),
+                "gbps_min": g[0],
+                "gbps_max": g[-1],
+                "cpu_s_median": float(np.median([d["cpu_s"] for d in ds])),
+                # Bits per CPU-second of the receiving process (all its threads, the
+                # polling main thread included): less sensitive than wall time to other
+                # load on a shared machine.
+                "gbps_per_cpu_median": float(
+                    np.median([d["received"] * PACKET * 8e-9 / max(d["cpu_s"], 1e-6) for d in ds])
+                ),
+                "complete_rounds": sum(d["received"] == d["packets"] for d in ds),
+            }
+        )
+    ref = next((m for m in meds if m["receiver"] == "spead2 chunk stream"), None)
+    for m in meds:
+        m["vs_spead2_chunks"] = (
+            m["gbps_median"] / ref["gbps_median"] if ref and ref["gbps_median"] > 0 else None
+        )
+    return meds
+
+
+def print_drain_medians(meds: list[dict], rounds: int) -> None:
+    print(f"\n## Drain rate, median of {rounds} round(s)\n")
+    print(
+        "| receiver | Gb/s median | min-max | CPU s | Gb/s per CPU-s | complete rounds "
+        "| / spead2 chunks |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for m in meds:
+        ratio = "-" if m["vs_spead2_chunks"] is None else f"{m['vs_spead2_chunks']:.2f}x"
+        print(
+            f"| {m['receiver']} | {m['gbps_median']:.1f} | {m['gbps_min']:.1f}-"
+            f"{m['gbps_max']:.1f} | {m['cpu_s_median']:.3f} | {m['gbps_per_cpu_median']:.1f} | "
+            f"{m['complete_rounds']}/{m['rounds']} | {ratio} |"
+        )
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small counts (CI smoke run)")
@@ -300,6 +400,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--rates", default=None, help="Gb/s list; 0 = sender's limit")
     ap.add_argument("--seconds", type=float, default=None, help="per sweep point")
     ap.add_argument("--packets", type=int, default=None, help="queued per drain run")
+    ap.add_argument("--repeat", type=int, default=None, help="drain rounds (default 3; quick 1)")
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--json", default=None, metavar="PATH")
     a = ap.parse_args(argv)
@@ -310,19 +411,17 @@ def main(argv=None) -> dict:
     seconds = min(a.seconds or (0.3 if a.quick else 3.0), 10.0)
 
     out = {"packet_bytes": PACKET, "drain_packets": n, "drain": [], "sweep": [], "notes": []}
-    for e in engines:
-        out["drain"].append(drain_engine(e, n))
+    spead2 = None
     if not a.no_baselines:
-        for kind in ("recvfrom", "recv_into"):
-            out["drain"].append(drain_python(kind, n))
         spead2, why = load_spead2(install=not a.quick)
-        if spead2 is not None:
-            try:
-                out["drain"].append(drain_spead2(spead2, n))
-            except Exception as e:  # noqa: BLE001 - report and go on
-                out["notes"].append(f"spead2 run failed: {type(e).__name__}: {e}")
-        else:
+        if spead2 is None:
             out["notes"].append(why)
+    rounds = max(1, min(a.repeat or (1 if a.quick else 3), 10))
+    out["drain_rounds"] = rounds
+    for rnd in range(rounds):
+        rows = drain_round(engines, n, not a.no_baselines, spead2, out["notes"], rnd)
+        out["drain"] += [dict(d, round=rnd) for d in rows]
+    out["drain_median"] = drain_medians(out["drain"])
     for e in engines:
         for r in rates:
             out["sweep"].append(sweep_point(e, r, seconds))
@@ -336,6 +435,7 @@ def main(argv=None) -> dict:
             f"{d['mpps']:.2f} | {d['cpu_s']:.2f} | {d.get('kernel_drops', '-')} | "
             f"{d.get('dropped', '-')} |"
         )
+    print_drain_medians(out["drain_median"], rounds)
     print(f"\n## Loss versus rate, loopback, {seconds:g} s per point (0 = sender's limit)\n")
     print(
         "| engine | asked Gb/s | sent Gb/s | sent | received | chunk-dropped | lost "

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Run the GPU tests or the GPU benchmark on the GPU machine, from the repo root:
-#   scripts/gpu.sh test|bench|bench-fold|bench-fengine
+#   scripts/gpu.sh test|bench|bench-fold|bench-fengine|bench-capture
 # Installs carried wheels (.whl/*.whl) into /tmp/site first; needs no astropy and
-# no compiled voltstream._core (the GPU path is pure Python + CuPy).
+# no compiled voltstream._core (the GPU path is pure Python + CuPy). bench-capture
+# (bench/capture_multicore.py, loopback only, about 3-4 minutes) does need the
+# compiled extension: build the wheel with `VOLTSTREAM_NO_XDP=1 maturin build
+# --release` and carry it in .whl/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+WHEELS=0
 if compgen -G ".whl/*.whl" >/dev/null; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    WHEELS=1
 fi
 export PYTHONPATH="python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -30,8 +35,21 @@ case "${1:-}" in
         shift
         exec "$PY" bench/fengine_gpu.py "$@"
         ;;
+    bench-capture)
+        shift
+        # The checkout's python/ has no compiled _core on the GPU machine: import the
+        # whole package from the carried wheel instead.
+        if [ "$WHEELS" = 1 ]; then
+            export PYTHONPATH=/tmp/site
+        fi
+        "$PY" -c "from voltstream import _core" || {
+            echo "bench-capture needs voltstream._core: carry the wheel in .whl/ (see above)" >&2
+            exit 2
+        }
+        exec "$PY" bench/capture_multicore.py --json "${OUT:-/tmp}/capture_multicore.json" "$@"
+        ;;
     *)
-        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-fengine [args...]" >&2
+        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-fengine|bench-capture [args...]" >&2
         exit 2
         ;;
 esac
