@@ -129,7 +129,13 @@ def test_pint_glue_reproduces_the_model_phases(tmp_path, monkeypatch):
     # with CLK TT(TAI) honoured and astropy kept offline.
     assert calls == [("load_kernel", "de440"), ("coe", freq, "de440", no_bipm, False, False)]
     assert pc.par_text == par_text and pc.psr == "J1136+1551" and pc.dm == model.DM.value
-    assert len(pc.entries) >= 2 and all(e.coeffs.size == 8 for e in pc.entries)
+    assert all(e.coeffs.size == 8 and e.span_min == 30 for e in pc.entries)
+    # Abutting 30-minute segments on whole minutes that cover the observation, no more.
+    tmid_min = np.array([(e.tmid_mjd - start_mjd) * 1440 + e.tmid_frac * 1440 for e in pc.entries])
+    np.testing.assert_allclose(np.diff(tmid_min), 30, atol=1e-7)
+    np.testing.assert_allclose(tmid_min, np.round(tmid_min), atol=1e-7)
+    assert tmid_min[0] - 15 <= start_sec / 60 and tmid_min[-1] + 15 >= (start_sec + duration) / 60
+    assert len(pc.entries) <= (duration / 60 + 2) / 30 + 2
     assert all(e.site == "coe" and e.ref_freq_mhz == freq for e in pc.entries)
     secs = start_sec + np.sort(RNG.uniform(0, duration, 200))
     want = model.phase_at(start_mjd, secs)

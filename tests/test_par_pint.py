@@ -93,12 +93,13 @@ def _pint_phase(model, site, freq_mhz, mjd, secs):
 
 
 def _tolerance(f0_hz, mjd):
-    """Turns: the fit's 1e-8 plus one step of PINT's own phase quantisation.
+    """Turns: the fit's 1e-8 plus PINT's own phase quantisation.
 
-    PINT holds TDB as a long double MJD, whose spacing (5.7e-10 s near MJD 60000 with
-    x86 80-bit long double) steps its phase by F0 times that: 2e-7 turns at 339 Hz.
+    PINT holds TDB as a long double MJD, whose spacing (3.1e-10 s near MJD 60000 with
+    x86 80-bit long double) steps its phase by F0 times that: 1e-7 turns at 339 Hz;
+    the time passes through a few such roundings, so three steps are allowed.
     """
-    return 1e-8 + 2 * f0_hz * 86400 * float(np.spacing(np.longdouble(mjd)))
+    return 1e-8 + 3 * f0_hz * 86400 * float(np.spacing(np.longdouble(mjd)))
 
 
 def _entry_errors(pred, mjd, secs, want_int, want_frac):
