@@ -1,18 +1,19 @@
 """predictor_from_par against REAL PINT: our polycos predict PINT's own model phases.
 
 Runs when PINT (pint-pulsar, in requirements-dev.txt) is importable. Everything runs
-offline (astropy with no internet, an empty astropy cache is fine): the models use
+offline (astropy with no internet; an empty astropy cache is fine): the models use
 EPHEM builtin (astropy's ERFA ephemeris, no .bsp file) and CLK TT(TAI) (no BIPM
-file), at the geocentre (no clock file) or at CHIME (a PINT observatory with no
-clock file). The ephemeris choice does not matter here: the polycos and the
-reference phases come from the same PINT model.
+file); the geocentre needs no clock file, CHIME and GMRT get a synthetic
+gps2utc.clk the way io/par.py tells a real offline site to provide the real one.
+None of these choices matters to the check: the polycos and the reference phases
+come from the same PINT model and clock chain.
 
-Tolerance. A polyco with 12 coefficients over 60 minutes fits these smooth models
-to ~1e-10 turns; RPHASE is written with 9 decimals and absorbed by the constant
-coefficient, so an entry evaluated in long double must match PINT to 1e-8 turns.
-The predictor's own ``phase()`` returns float64 turns, so at an absolute phase of
-~1e11 turns (an MSP timed years from PEPOCH) it can only be exact to ~1e-5 turns:
-that check allows a few float64 spacings of the phase on top of 1e-8.
+Tolerance (``_tolerance``). A polyco with 12 coefficients over 60 minutes fits
+these models to ~1e-10 turns and RPHASE's 9 decimals are absorbed by the constant
+coefficient, so entries evaluated in long double should match PINT to ~1e-8 turns
+plus PINT's own resolution (F0 x 3.1e-10 s: 1e-7 turns at 339 Hz). The predictor's
+``phase()`` returns float64 turns, exact only to a few spacings of the absolute
+phase (1.5e-5 turns at 1.6e11 turns); the PSRFITS POLYCO columns are doubles.
 """
 
 import numpy as np

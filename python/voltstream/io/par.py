@@ -1,41 +1,76 @@
 """Timing-model (.par) files: polycos from PINT, and a PINT-free label reader.
 
 ``predictor_from_par`` turns a .par file into a :class:`~voltstream.io.polyco.Polyco`
-with PINT (``pip install pint-pulsar``) when it is importable; PINT is an optional
+with PINT (``pip install pint-pulsar``; verified with PINT 1.1.8, astropy 8.0.2,
+astropy-iers-data 0.2026.11.2) when it is importable; PINT is an optional
 dependency, never needed otherwise. Without it, make a polyco with TEMPO
 (``tempo -z``) and fold with ``--polyco``. ``read_par_text`` reads the pulsar
 name, F0 and DM from a .par file without PINT, enough to label an archive.
 
+How the polycos are made (our code; PINT only evaluates the model)
+------------------------------------------------------------------
+PINT's ``model.phase`` gives the absolute phase at TOAs built with
+``pint.toa.get_TOAs_array`` at the site and observing frequency; each polyco
+entry (TEMPO method) holds RPHASE at a whole-minute TMID and a least-squares
+fit of the rest (minus 60 DT F0) at Chebyshev nodes over its span. We do not
+call PINT's ``Polycos.generate_polycos`` because it ignores the .par file's CLK
+(it always applies its latest TT(BIPM): a CLK TT(TAI) model comes out off by
+F0 x 27.5 us, 9.3e-3 turns for a 339 Hz MSP) and so needs a BIPM clock file even
+at the geocentre. Here CLK picks the clock chain as ``pint.toa.get_TOAs`` does:
+TT(TAI) or UNCORR: no BIPM; TT(BIPMyyyy): that file; otherwise PINT's latest.
+When the .par file sets no TZRMJD, phase zero is PEPOCH at the barycentre (PINT
+would take the first TOA it sees, so each observation would get its own zero).
+TMIDs sit on the 1e-11 day grid and RPHASE on the 1e-9 turn grid of the TEMPO
+text, so the predictor and its ``.text`` (the POLYCO HDU) predict the same phases.
+
+Verified against real PINT (tests/test_par_pint.py): at 5000 random times per case,
+entries evaluated in long double match ``model.phase`` to 1.2e-7 turns for a 339 Hz
+MSP (isolated and ELL1 binary, geocentre and CHIME) and 2.5e-10 turns for a
+0.84 Hz pulsar (geocentre and GMRT); the MSP figure is PINT's own resolution (it
+holds TDB as a long double MJD: 3.1e-10 s steps, 1e-7 turns at 339 Hz). With the
+same clock chain they match PINT's own ``Polycos.eval_abs_phase`` to the same
+figures. ``Polyco.phase`` returns float64 turns, so a large absolute phase
+(1.6e11 turns: an MSP years from PEPOCH) is resolved to 1.5e-5 turns; the
+PSRFITS POLYCO columns REF_MJD and REF_PHS are one double each (0.6 us of TMID).
+
 Running PINT without the internet
 ---------------------------------
-PINT fetches three kinds of data on first use; on an offline backend provide
-them locally:
+``predictor_from_par(offline=True)`` (the default) runs PINT with astropy's
+``iers.conf.auto_download = False`` and ``data.conf.allow_internet = False``:
+nothing is fetched (checked with the network namespace cut off, ``unshare -n``,
+and an empty astropy cache: a missing file is a ConfigError naming it, no hang).
+What PINT may need, and how to provide it:
 
-- Observatory clock corrections. Set the environment variable
-  ``PINT_CLOCK_OVERRIDE`` to a directory holding the clock files (TEMPO
-  ``time_*.dat`` and/or TEMPO2 ``*.clk``, e.g. copied from
-  https://github.com/ipta/pulsar-clock-corrections); files found there are
-  used instead of PINT's global clock repository, which is otherwise
-  downloaded. The default site here, ``coe`` (geocentre), needs no
-  observatory clock file at all.
-- Earth orientation (IERS) tables. ``predictor_from_par(offline=True)`` (the
-  default) runs PINT with ``astropy.utils.iers.conf.auto_download = False``
-  (astropy then uses the IERS-A/B tables bundled in ``astropy-iers-data``;
-  update that package to refresh them) and with
-  ``astropy.utils.data.conf.allow_internet = False``, so nothing is fetched.
-- The solar-system ephemeris (the par file's EPHEM, DE421 by default) and, if
-  the model asks for it, BIPM TT corrections: PINT reads these through
-  astropy's download cache. Fill the cache once on a connected machine (run
-  this function there, or ``astropy.utils.data.download_file(url,
-  cache=True)``) and copy ``~/.astropy/cache`` (or ``$XDG_CACHE_HOME/astropy``)
-  to the backend, or ``astropy.utils.data.import_file_to_cache(url, path)``.
+- The solar-system ephemeris (EPHEM, DE421 when absent), read through astropy's
+  download cache under ``https://naif.jpl.nasa.gov/pub/naif/generic_kernels/spk/
+  planets/<name>.bsp``. Offline, import a local copy into the cache once:
+  ``astropy.utils.data.import_file_to_cache(<that url>, "/path/de440.bsp")``,
+  or copy ``~/.astropy/cache`` (``$XDG_CACHE_HOME/astropy``) from a machine that
+  ran this function with ``offline=False`` (PINT caches its downloads there; from
+  reading PINT, not tried: the machine this was verified on reaches no NAIF).
+  The cache key was checked: astropy opens the file imported under that url.
+  ``EPHEM builtin`` (astropy's ERFA model, ~km, ~10 us) needs no file at all.
+- Clock files: none at the geocentre (``coe``, our default site) with CLK
+  TT(TAI); TT(BIPMyyyy) needs ``tai2tt_bipmyyyy.clk``; a topocentric site needs
+  ``gps2utc.clk`` and usually its own observatory file. Put them (TEMPO2 ``.clk``
+  or TEMPO ``time_*.dat``, from https://github.com/ipta/pulsar-clock-corrections)
+  in a directory named by ``PINT_CLOCK_OVERRIDE``. PINT 1.1 still reads that
+  repository's ``index.txt`` through astropy's cache before it looks there, and
+  fails offline without it: copy the cache from a connected machine, or import a
+  local index; one listing no files makes PINT use PINT_CLOCK_OVERRIDE alone::
 
-Conversion (our glue): each row of PINT's ``Polycos.polycoTable`` (TEMPO
-method: RPHASE as int + frac, F0, coefficients in minutes from TMID) becomes a
-:class:`~voltstream.io.polyco.PolycoEntry`. TMID is moved onto the 1e-11 day
-grid of the TEMPO text format, the polynomial being re-expanded about the moved
-TMID, so the in-memory predictor and its written polyco text (``.text``, which
-fills the POLYCO HDU) predict the same phases.
+      from astropy.utils.data import import_file_to_cache
+      open("index.txt", "w").write("# no global files")
+      import_file_to_cache(
+          "https://raw.githubusercontent.com/ipta/pulsar-clock-corrections/main/index.txt",
+          "index.txt",
+      )
+
+  (Once cached, an index older than PINT's one-day update interval is re-fetched
+  when online and, offline, used with a warning: checked; clock files go through
+  the same code in PINT.)
+- Earth orientation (IERS) for topocentric sites: astropy's bundled tables
+  (the ``astropy-iers-data`` package; update it for newer ones).
 """
 
 from __future__ import annotations
@@ -49,12 +84,30 @@ import numpy as np
 from voltstream.errors import ConfigError, FormatError
 from voltstream.io.polyco import Polyco, PolycoEntry, _date_utc, write_polyco
 
-__all__ = ["NO_PINT_MESSAGE", "load_pint_model", "predictor_from_par", "read_par_text"]
+__all__ = [
+    "NO_PINT_MESSAGE",
+    "load_pint_model",
+    "predictor_from_par",
+    "quiet_pint_logging",
+    "read_par_text",
+]
 
 NO_PINT_MESSAGE = (
     "reading .par files needs PINT (pip install pint-pulsar); "
     "or make a polyco with TEMPO and pass --polyco"
 )
+
+
+def quiet_pint_logging(level: str = "WARNING") -> None:
+    """Only PINT's warnings and errors on stderr (it starts at DEBUG); no-op without PINT.
+
+    This replaces loguru's handlers process-wide, so the CLI calls it, the library not.
+    """
+    try:
+        import pint.logging
+    except ImportError:
+        return
+    pint.logging.setup(level=level)
 
 
 def _read_text(path: str | os.PathLike) -> str:
