@@ -1,11 +1,13 @@
-""".par files: the no-PINT error, our glue from PINT's polyco table, and the label reader.
+""".par files: the no-PINT error, our polyco fit over an exact model, and the label reader.
 
-PINT is not a test dependency: the PINT path runs against a small fake ``pint``
-package injected into ``sys.modules``. It mimics the parts of PINT's API we call
-(``pint.models.get_model``, ``pint.polycos.Polycos.generate_polycos`` and its
-``polycoTable`` rows, TEMPO method: whole-minute TMIDs, Phase(int, frac) with frac in
-[-0.5, 0.5), F0 of the model, coefficients fitted in minutes), so these tests check
-OUR conversion into Polyco entries, not PINT's timing.
+Here the PINT path runs against a small fake ``pint`` package injected into
+``sys.modules``, over an exact spin-down model (phase = F0 T + F1 T^2 / 2), so the
+fit and the conversion into Polyco entries are checked against a known truth. It
+mimics the real PINT 1.1 calls we make (``pint.models.get_model``,
+``pint.toa.get_TOAs_array((day, fraction), obs=, freqs=, ephem=, include_bipm=,
+bipm_version=)``, ``model.phase(toas, abs_phase=True)`` returning Phase(int, frac)
+with frac in [-0.5, 0.5), ``pint.solar_system_ephemerides.load_kernel``).
+tests/test_par_pint.py runs the same path against real PINT.
 """
 
 import sys
@@ -14,7 +16,6 @@ import types
 import astropy.units as u
 import numpy as np
 import pytest
-from astropy.table import Table
 
 from voltstream.errors import ConfigError, FormatError
 from voltstream.io.par import predictor_from_par, read_par_text
@@ -47,15 +48,14 @@ def test_no_pint_raises_config_error(tmp_path, monkeypatch):
 class _SpinModel:
     """Truth: phase = F0 T + F1 T^2 / 2, T in seconds from PEPOCH (longdouble)."""
 
-    def __init__(self, psr, f0, f1, pepoch_mjd, pepoch_sec, dm):
+    def __init__(self, psr, f0, f1, pepoch_mjd, pepoch_sec, dm, clock="TT(TAI)"):
         self.PSR = types.SimpleNamespace(value=psr)
-        self.F0 = types.SimpleNamespace(value=f0)
+        self.F0 = types.SimpleNamespace(value=np.longdouble(f0))
         self.DM = types.SimpleNamespace(value=dm)
+        self.EPHEM = types.SimpleNamespace(value="DE440")
+        self.CLOCK = types.SimpleNamespace(value=clock)
+        self.components = {"AbsPhase": object()}  # as if the .par set TZRMJD
         self.f1, self.pep_mjd, self.pep_sec = f1, pepoch_mjd, pepoch_sec
-
-    def phase_ld(self, mjd_ld):
-        t = (np.asarray(mjd_ld, dtype=np.longdouble) - self.pep_mjd) * 86400 - self.pep_sec
-        return np.longdouble(self.F0.value) * t + np.longdouble(self.f1) * t * t / 2
 
     def phase_at(self, mjd_int, sec):
         t = (np.longdouble(mjd_int) - self.pep_mjd) * 86400 + (
@@ -63,59 +63,44 @@ class _SpinModel:
         )
         return np.longdouble(self.F0.value) * t + np.longdouble(self.f1) * t * t / 2
 
+    def phase(self, toas, abs_phase=False):
+        """PINT's Phase: integer and fraction in [-0.5, 0.5), dimensionless Quantities."""
+        assert abs_phase
+        days, fracs = toas
+        t = (np.asarray(days, dtype=np.longdouble) - self.pep_mjd) * 86400 + (
+            np.asarray(fracs, dtype=np.longdouble) * 86400 - self.pep_sec
+        )
+        ph = np.longdouble(self.F0.value) * t + np.longdouble(self.f1) * t * t / 2
+        whole = np.round(ph)
+        one = u.dimensionless_unscaled
+        return types.SimpleNamespace(int=whole * one, frac=(ph - whole) * one)
+
 
 def _fake_pint(model, calls):
-    class Entry:
-        def __init__(self, rint, rfrac, f0, ncoeff, coeffs):
-            one = u.dimensionless_unscaled
-            self.rphase = types.SimpleNamespace(
-                int=np.array([rint], dtype=np.longdouble) * one,
-                frac=np.array([rfrac], dtype=np.longdouble) * one,
-            )
-            self.f0, self.ncoeff, self.coeffs = np.longdouble(f0), ncoeff, coeffs
+    """The parts of PINT predictor_from_par calls, over an exact spin-down model."""
+    from astropy.utils import data, iers
 
-    class Polycos:
-        @classmethod
-        def generate_polycos(cls, m, mjd_start, mjd_end, obs, seg, ncoeff, freq, **kw):
-            from astropy.utils import data, iers
-
-            calls.append(
-                (obs, seg, ncoeff, freq, iers.conf.auto_download, data.conf.allow_internet)
-            )
-            start, end = np.longdouble(mjd_start), np.longdouble(mjd_end)
-            tmids = np.arange(int(start * 24) * 60, int(end * 24) * 60 + seg, seg)
-            rows = []
-            for tmid in np.asarray(tmids, dtype=np.longdouble) / 1440:
-                ref = m.phase_ld(tmid)
-                rint = np.round(ref)
-                nodes = np.linspace(tmid - seg / 2880, tmid + seg / 2880, 20)
-                dt = (nodes - tmid) * 1440
-                red = (m.phase_ld(nodes) - ref) - dt * np.longdouble(m.F0.value) * 60
-                coeffs = np.polyfit(dt.astype(float), red.astype(float), ncoeff - 1)[::-1]
-                e = Entry(rint, ref - rint, m.F0.value, ncoeff, coeffs)
-                rows.append(
-                    {
-                        "psr": m.PSR.value,
-                        "tmid": tmid,
-                        "dm": m.DM.value,
-                        "logrms": -7.5,
-                        "mjd_span": seg,
-                        "obs": obs,
-                        "obsfreq": freq,
-                        "entry": e,
-                    }
-                )
-            out = cls()
-            out.polycoTable = Table(rows=rows)
-            return out
+    def get_toas_array(times, obs, freqs, ephem, **clock):
+        calls.append((obs, freqs, ephem, clock, iers.conf.auto_download, data.conf.allow_internet))
+        return times
 
     pint = types.ModuleType("pint")
     models = types.ModuleType("pint.models")
-    polycos = types.ModuleType("pint.polycos")
+    absolute_phase = types.ModuleType("pint.models.absolute_phase")
+    toa = types.ModuleType("pint.toa")
+    ephemerides = types.ModuleType("pint.solar_system_ephemerides")
     models.get_model = lambda path: model
-    polycos.Polycos = Polycos
-    pint.models, pint.polycos = models, polycos
-    return {"pint": pint, "pint.models": models, "pint.polycos": polycos}
+    absolute_phase.AbsPhase = object
+    toa.get_TOAs_array = get_toas_array
+    ephemerides.load_kernel = lambda ephem: calls.append(("load_kernel", ephem))
+    pint.models, pint.toa, pint.solar_system_ephemerides = models, toa, ephemerides
+    return {
+        "pint": pint,
+        "pint.models": models,
+        "pint.models.absolute_phase": absolute_phase,
+        "pint.toa": toa,
+        "pint.solar_system_ephemerides": ephemerides,
+    }
 
 
 def test_pint_glue_reproduces_the_model_phases(tmp_path, monkeypatch):
@@ -131,6 +116,7 @@ def test_pint_glue_reproduces_the_model_phases(tmp_path, monkeypatch):
         float(RNG.uniform(1, 300)),
     )
     calls = []
+    no_bipm = {"include_bipm": False}
     for name, mod in _fake_pint(model, calls).items():
         monkeypatch.setitem(sys.modules, name, mod)
     par_text = f"PSRJ J1136+1551\nF0 {f0!r}\nF1 {f1!r}\nDM {model.DM.value!r}\n"
@@ -139,9 +125,17 @@ def test_pint_glue_reproduces_the_model_phases(tmp_path, monkeypatch):
     duration = float(RNG.uniform(600, 3 * 3600))
     freq = float(RNG.uniform(300, 3000))
     pc = predictor_from_par(par, start_mjd, start_sec, duration, freq, span_min=30, ncoeff=8)
-    assert calls == [("coe", 30, 8, freq, False, False)]
+    # The ephemeris is loaded first (for a clear error), then every node in one call,
+    # with CLK TT(TAI) honoured and astropy kept offline.
+    assert calls == [("load_kernel", "de440"), ("coe", freq, "de440", no_bipm, False, False)]
     assert pc.par_text == par_text and pc.psr == "J1136+1551" and pc.dm == model.DM.value
-    assert len(pc.entries) >= 2 and all(e.coeffs.size == 8 for e in pc.entries)
+    assert all(e.coeffs.size == 8 and e.span_min == 30 for e in pc.entries)
+    # Abutting 30-minute segments on whole minutes that cover the observation, no more.
+    tmid_min = np.array([(e.tmid_mjd - start_mjd) * 1440 + e.tmid_frac * 1440 for e in pc.entries])
+    np.testing.assert_allclose(np.diff(tmid_min), 30, atol=1e-7)
+    np.testing.assert_allclose(tmid_min, np.round(tmid_min), atol=1e-7)
+    assert tmid_min[0] - 15 <= start_sec / 60 and tmid_min[-1] + 15 >= (start_sec + duration) / 60
+    assert len(pc.entries) <= (duration / 60 + 2) / 30 + 2
     assert all(e.site == "coe" and e.ref_freq_mhz == freq for e in pc.entries)
     secs = start_sec + np.sort(RNG.uniform(0, duration, 200))
     want = model.phase_at(start_mjd, secs)
@@ -172,19 +166,25 @@ def test_pint_glue_reproduces_the_model_phases(tmp_path, monkeypatch):
 
 
 def test_pint_failure_is_config_error(tmp_path, monkeypatch):
-    model = _SpinModel("J0000+0000", 1.0, 0.0, 60000, 0.0, 1.0)
-    mods = _fake_pint(model, [])
+    model = _SpinModel("J0000+0000", 1.0, 0.0, 60000, 0.0, 1.0, clock="TT(BIPM2021)")
+    calls = []
+    mods = _fake_pint(model, calls)
 
     def broken(*a, **k):
-        raise ValueError("no clock file for site xyz")
+        calls.append(k)
+        raise ValueError("No clock file for time_xyz.dat")
 
-    mods["pint.polycos"].Polycos.generate_polycos = classmethod(broken)
+    mods["pint.toa"].get_TOAs_array = broken
     for name, mod in mods.items():
         monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setenv("PINT_CLOCK_OVERRIDE", str(tmp_path))
     par = tmp_path / "m.par"
     par.write_text("PSRJ J0000+0000\nF0 1.0\n")
-    with pytest.raises(ConfigError, match="PINT could not make polycos.*no clock file"):
+    with pytest.raises(
+        ConfigError, match=r"PINT could not make polycos.*'xyz'.*time_xyz.dat.*PINT_CLOCK_OVERRIDE"
+    ):
         predictor_from_par(par, 60000, 0.0, 60.0, 1400.0, site="xyz")
+    assert calls[-1]["include_bipm"] is True and calls[-1]["bipm_version"] == "BIPM2021"
     with pytest.raises(ConfigError, match="cannot read .par file"):
         predictor_from_par(tmp_path / "absent.par", 60000, 0.0, 60.0, 1400.0)
 

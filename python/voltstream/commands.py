@@ -319,8 +319,9 @@ def fold(args) -> int:
     if args.period:
         predictor = ConstantPeriod(args.period, obs.start_mjd, obs.start_sec)
     elif args.par:
-        from voltstream.io.par import predictor_from_par
+        from voltstream.io.par import predictor_from_par, quiet_pint_logging
 
+        quiet_pint_logging()  # PINT logs every TOA step at DEBUG to stderr by default
         predictor = predictor_from_par(args.par, obs.start_mjd, obs.start_sec, span_s, obs.freq_mhz)
     else:
         predictor = read_polyco(args.polyco)

@@ -1,41 +1,76 @@
 """Timing-model (.par) files: polycos from PINT, and a PINT-free label reader.
 
 ``predictor_from_par`` turns a .par file into a :class:`~voltstream.io.polyco.Polyco`
-with PINT (``pip install pint-pulsar``) when it is importable; PINT is an optional
+with PINT (``pip install pint-pulsar``; verified with PINT 1.1.8, astropy 8.0.2,
+astropy-iers-data 0.2026.11.2) when it is importable; PINT is an optional
 dependency, never needed otherwise. Without it, make a polyco with TEMPO
 (``tempo -z``) and fold with ``--polyco``. ``read_par_text`` reads the pulsar
 name, F0 and DM from a .par file without PINT, enough to label an archive.
 
+How the polycos are made (our code; PINT only evaluates the model)
+------------------------------------------------------------------
+PINT's ``model.phase`` gives the absolute phase at TOAs built with
+``pint.toa.get_TOAs_array`` at the site and observing frequency; each polyco
+entry (TEMPO method) holds RPHASE at a whole-minute TMID and a least-squares
+fit of the rest (minus 60 DT F0) at Chebyshev nodes over its span. We do not
+call PINT's ``Polycos.generate_polycos`` because it ignores the .par file's CLK
+(it always applies its latest TT(BIPM): a CLK TT(TAI) model comes out off by
+F0 x 27.5 us, 9.3e-3 turns for a 339 Hz MSP) and so needs a BIPM clock file even
+at the geocentre. Here CLK picks the clock chain as ``pint.toa.get_TOAs`` does:
+TT(TAI) or UNCORR: no BIPM; TT(BIPMyyyy): that file; otherwise PINT's latest.
+When the .par file sets no TZRMJD, phase zero is PEPOCH at the barycentre (PINT
+would take the first TOA it sees, so each observation would get its own zero).
+TMIDs sit on the 1e-11 day grid and RPHASE on the 1e-9 turn grid of the TEMPO
+text, so the predictor and its ``.text`` (the POLYCO HDU) predict the same phases.
+
+Verified against real PINT (tests/test_par_pint.py): at 5000 random times per case,
+entries evaluated in long double match ``model.phase`` to 1.2e-7 turns for a 339 Hz
+MSP (isolated and ELL1 binary, geocentre and CHIME) and 2.5e-10 turns for a
+0.84 Hz pulsar (geocentre and GMRT); the MSP figure is PINT's own resolution (it
+holds TDB as a long double MJD: 3.1e-10 s steps, 1e-7 turns at 339 Hz). With the
+same clock chain they match PINT's own ``Polycos.eval_abs_phase`` to the same
+figures. ``Polyco.phase`` returns float64 turns, so a large absolute phase
+(1.6e11 turns: an MSP years from PEPOCH) is resolved to 1.5e-5 turns; the
+PSRFITS POLYCO columns REF_MJD and REF_PHS are one double each (0.6 us of TMID).
+
 Running PINT without the internet
 ---------------------------------
-PINT fetches three kinds of data on first use; on an offline backend provide
-them locally:
+``predictor_from_par(offline=True)`` (the default) runs PINT with astropy's
+``iers.conf.auto_download = False`` and ``data.conf.allow_internet = False``:
+nothing is fetched (checked with the network namespace cut off, ``unshare -n``,
+and an empty astropy cache: a missing file is a ConfigError naming it, no hang).
+What PINT may need, and how to provide it:
 
-- Observatory clock corrections. Set the environment variable
-  ``PINT_CLOCK_OVERRIDE`` to a directory holding the clock files (TEMPO
-  ``time_*.dat`` and/or TEMPO2 ``*.clk``, e.g. copied from
-  https://github.com/ipta/pulsar-clock-corrections); files found there are
-  used instead of PINT's global clock repository, which is otherwise
-  downloaded. The default site here, ``coe`` (geocentre), needs no
-  observatory clock file at all.
-- Earth orientation (IERS) tables. ``predictor_from_par(offline=True)`` (the
-  default) runs PINT with ``astropy.utils.iers.conf.auto_download = False``
-  (astropy then uses the IERS-A/B tables bundled in ``astropy-iers-data``;
-  update that package to refresh them) and with
-  ``astropy.utils.data.conf.allow_internet = False``, so nothing is fetched.
-- The solar-system ephemeris (the par file's EPHEM, DE421 by default) and, if
-  the model asks for it, BIPM TT corrections: PINT reads these through
-  astropy's download cache. Fill the cache once on a connected machine (run
-  this function there, or ``astropy.utils.data.download_file(url,
-  cache=True)``) and copy ``~/.astropy/cache`` (or ``$XDG_CACHE_HOME/astropy``)
-  to the backend, or ``astropy.utils.data.import_file_to_cache(url, path)``.
+- The solar-system ephemeris (EPHEM, DE421 when absent), read through astropy's
+  download cache under ``https://naif.jpl.nasa.gov/pub/naif/generic_kernels/spk/
+  planets/<name>.bsp``. Offline, import a local copy into the cache once:
+  ``astropy.utils.data.import_file_to_cache(<that url>, "/path/de440.bsp")``,
+  or copy ``~/.astropy/cache`` (``$XDG_CACHE_HOME/astropy``) from a machine that
+  ran this function with ``offline=False`` (PINT caches its downloads there; from
+  reading PINT, not tried: the machine this was verified on reaches no NAIF).
+  The cache key was checked: astropy opens the file imported under that url.
+  ``EPHEM builtin`` (astropy's ERFA model, ~km, ~10 us) needs no file at all.
+- Clock files: none at the geocentre (``coe``, our default site) with CLK
+  TT(TAI); TT(BIPMyyyy) needs ``tai2tt_bipmyyyy.clk``; a topocentric site needs
+  ``gps2utc.clk`` and usually its own observatory file. Put them (TEMPO2 ``.clk``
+  or TEMPO ``time_*.dat``, from https://github.com/ipta/pulsar-clock-corrections)
+  in a directory named by ``PINT_CLOCK_OVERRIDE``. PINT 1.1 still reads that
+  repository's ``index.txt`` through astropy's cache before it looks there, and
+  fails offline without it: copy the cache from a connected machine, or import a
+  local index; one listing no files makes PINT use PINT_CLOCK_OVERRIDE alone::
 
-Conversion (our glue): each row of PINT's ``Polycos.polycoTable`` (TEMPO
-method: RPHASE as int + frac, F0, coefficients in minutes from TMID) becomes a
-:class:`~voltstream.io.polyco.PolycoEntry`. TMID is moved onto the 1e-11 day
-grid of the TEMPO text format, the polynomial being re-expanded about the moved
-TMID, so the in-memory predictor and its written polyco text (``.text``, which
-fills the POLYCO HDU) predict the same phases.
+      from astropy.utils.data import import_file_to_cache
+      open("index.txt", "w").write("# no global files")
+      import_file_to_cache(
+          "https://raw.githubusercontent.com/ipta/pulsar-clock-corrections/main/index.txt",
+          "index.txt",
+      )
+
+  (Once cached, an index older than PINT's one-day update interval is re-fetched
+  when online and, offline, used with a warning: checked; clock files go through
+  the same code in PINT.)
+- Earth orientation (IERS) for topocentric sites: astropy's bundled tables
+  (the ``astropy-iers-data`` package; update it for newer ones).
 """
 
 from __future__ import annotations
@@ -49,12 +84,30 @@ import numpy as np
 from voltstream.errors import ConfigError, FormatError
 from voltstream.io.polyco import Polyco, PolycoEntry, _date_utc, write_polyco
 
-__all__ = ["NO_PINT_MESSAGE", "predictor_from_par", "read_par_text"]
+__all__ = [
+    "NO_PINT_MESSAGE",
+    "load_pint_model",
+    "predictor_from_par",
+    "quiet_pint_logging",
+    "read_par_text",
+]
 
 NO_PINT_MESSAGE = (
     "reading .par files needs PINT (pip install pint-pulsar); "
     "or make a polyco with TEMPO and pass --polyco"
 )
+
+
+def quiet_pint_logging(level: str = "WARNING") -> None:
+    """Only PINT's warnings and errors on stderr (it starts at DEBUG); no-op without PINT.
+
+    This replaces loguru's handlers process-wide, so the CLI calls it, the library not.
+    """
+    try:
+        import pint.logging
+    except ImportError:
+        return
+    pint.logging.setup(level=level)
 
 
 def _read_text(path: str | os.PathLike) -> str:
@@ -103,63 +156,196 @@ def read_par_text(path: str | os.PathLike) -> dict:
     return {"psr": psr, "f0_hz": f0, "dm": num("DM"), "text": text}
 
 
-def _scalar(x) -> float:
-    """A plain float from a float, NumPy scalar/array of one, or astropy Quantity."""
-    x = getattr(x, "value", x)
-    return float(np.asarray(x, dtype=np.longdouble).ravel()[0])
+def _longdouble(x) -> np.ndarray:
+    """A longdouble array from a NumPy array or an astropy Quantity."""
+    return np.asarray(getattr(x, "value", x), dtype=np.longdouble)
 
 
-def _longdouble(x) -> np.longdouble:
-    x = getattr(x, "value", x)
-    return np.asarray(x, dtype=np.longdouble).ravel()[0]
+def _clock_options(model) -> dict:
+    """PINT TOA clock options matching the .par file's CLK, as pint.toa.get_TOAs picks them.
+
+    PINT's own Polycos.generate_polycos ignores CLK (it always applies its latest
+    TT(BIPM)), which shifts a TT(TAI) model by ~27 us and needs a BIPM file even at
+    the geocentre; following CLK avoids both.
+    """
+    clk = getattr(getattr(model, "CLOCK", None), "value", None)
+    clk = str(clk).upper().replace(" ", "") if clk else ""
+    if clk in ("TT(TAI)", "UNCORR"):
+        return {"include_bipm": False}
+    if clk.startswith("TT(BIPM") and clk.endswith(")") and clk != "TT(BIPM)":
+        return {"include_bipm": True, "bipm_version": clk[3:-1]}
+    return {"include_bipm": True}  # TT(BIPM), none or others: PINT's latest TT(BIPM)
 
 
-def _entry_from_pint(row, psr: str, dm: float) -> PolycoEntry:
-    """One PINT polyco-table row as our PolycoEntry, TMID moved onto the 1e-11 day grid."""
-    e = row["entry"]
-    tmid = _longdouble(row["tmid"])
-    day = int(np.floor(tmid))
-    frac_exact = tmid - np.longdouble(day)
-    frac = round(float(frac_exact) * 1e11) / 1e11
-    if frac >= 1.0:
-        day, frac = day + 1, 0.0
-    # Minutes from PINT's TMID to ours; re-expand p(x) about it: q(x) = p(x + delta).
-    delta = float((np.longdouble(day) + np.longdouble(frac) - tmid) * 1440)
-    coeffs = np.asarray(getattr(e.coeffs, "value", e.coeffs), dtype=np.float64).ravel()
-    q = np.polynomial.Polynomial(coeffs)(np.polynomial.Polynomial([delta, 1.0])).coef
-    q = np.concatenate([q, np.zeros(coeffs.size - q.size)])[: coeffs.size]
-    f0 = _scalar(e.f0)
-    r_int, r_frac = _scalar(e.rphase.int), _scalar(e.rphase.frac)
-    shift = 60.0 * delta * f0  # phase the linear term gains over delta
-    whole = math.floor(r_frac + shift)
-    r_int, r_frac = r_int + whole, (r_frac + shift) - whole
-    date, utc = _date_utc(day, frac * 86400.0)
-    return PolycoEntry(
-        psr=psr,
-        tmid_mjd=day,
-        tmid_frac=frac,
-        rphase=r_int + r_frac,
-        rphase_int=float(r_int),
-        rphase_frac=float(r_frac),
-        f0_hz=f0,
-        span_min=float(_scalar(row["mjd_span"])),
-        coeffs=q,
-        dm=dm,
-        date=date,
-        utc=utc,
-        log10_rms=float(_scalar(row["logrms"])) if "logrms" in _colnames(row) else -6.0,
-        site=str(row["obs"]),
-        ref_freq_mhz=float(_scalar(row["obsfreq"])),
+def load_pint_model(path: str | os.PathLike):
+    """The PINT TimingModel of a .par file, with its absolute phase pinned.
+
+    PINT otherwise puts phase zero (TZRMJD) at the first TOA it is given, so
+    polycos made for two observations would disagree on phase zero. When the
+    .par file sets no TZRMJD, phase zero is put at PEPOCH at the solar-system
+    barycentre (TZRSITE @, infinite TZRFRQ).
+    """
+    try:
+        from pint.models import get_model
+        from pint.models.absolute_phase import AbsPhase
+    except ImportError:
+        raise ConfigError(NO_PINT_MESSAGE) from None
+    _read_text(path)  # a clear error for a missing file
+    try:
+        model = get_model(str(path))
+    except (ValueError, KeyError, AttributeError, OSError) as exc:
+        raise ConfigError(f"PINT cannot read {path}: {exc}") from None
+    if "AbsPhase" not in model.components:
+        pepoch = getattr(getattr(model, "PEPOCH", None), "value", None)
+        if pepoch is None:
+            raise ConfigError(f"{path} sets neither TZRMJD nor PEPOCH: phase zero is undefined")
+        model.add_component(AbsPhase(), validate=False)
+        model.TZRMJD.value = pepoch
+        model.TZRSITE.value = "@"
+        model.TZRFRQ.value = np.inf
+        model.validate()
+    return model
+
+
+def _ephemeris(model) -> str:
+    ephem = getattr(getattr(model, "EPHEM", None), "value", None)
+    return str(ephem).lower() if ephem else "de421"  # PINT's default too
+
+
+def _load_ephemeris(ephem: str, offline: bool) -> None:
+    """Load the solar-system ephemeris up front, for a clear error when it is missing."""
+    from pint.solar_system_ephemerides import load_kernel
+
+    try:
+        load_kernel(ephem)
+    except Exception as exc:  # noqa: BLE001 - PINT/astropy raise many kinds here
+        where = "in astropy's download cache" if offline else "in the cache or online"
+        raise ConfigError(
+            f"solar-system ephemeris {ephem} ({ephem}.bsp) is not available {where}: "
+            f"fetch it on a connected machine with astropy.utils.data.download_file("
+            f"'https://naif.jpl.nasa.gov/pub/naif/generic_kernels/spk/planets/{ephem}.bsp', "
+            f"cache=True) and copy the astropy cache, or import a local copy with "
+            f"astropy.utils.data.import_file_to_cache(<that url>, '/path/{ephem}.bsp') "
+            f"(see voltstream.io.par); PINT said: {str(exc)[:300]}"
+        ) from None
+
+
+_CLOCK_INDEX_URL = "https://raw.githubusercontent.com/ipta/pulsar-clock-corrections/main/index.txt"
+
+
+def _pint_failure(path, site: str, exc: Exception) -> ConfigError:
+    """PINT's error while building TOAs, with where to put the missing data."""
+    msg = f"{exc}"
+    if exc.__cause__ is not None:
+        msg += f" ({exc.__cause__})"
+    hint = ""
+    low = msg.lower()
+    if "index.txt" in low:
+        hint = (
+            "; PINT reads the clock repository's index.txt through astropy's cache "
+            "before it looks in $PINT_CLOCK_OVERRIDE: copy the astropy cache from a "
+            "connected machine, or import a local index (one that lists no files makes "
+            "PINT use $PINT_CLOCK_OVERRIDE alone) with astropy.utils.data."
+            f"import_file_to_cache('{_CLOCK_INDEX_URL}', 'index.txt') "
+            "(see voltstream.io.par)"
+        )
+    elif "clock" in low or "bipm" in low:
+        override = os.environ.get("PINT_CLOCK_OVERRIDE")
+        hint = (
+            "; put the clock file(s) named above (TEMPO2 .clk or TEMPO time_*.dat, "
+            "e.g. from https://github.com/ipta/pulsar-clock-corrections) into the "
+            "directory named by $PINT_CLOCK_OVERRIDE"
+            + (f" (now {override})" if override else " (not set)")
+        )
+    elif "iers" in low or "ut1" in low:
+        hint = "; update the astropy-iers-data package for newer Earth-orientation tables"
+    elif isinstance(exc, KeyError):
+        hint = f"; is {site!r} a PINT observatory name or TEMPO code?"
+    return ConfigError(f"PINT could not make polycos from {path} at site {site!r}: {msg}{hint}")
+
+
+def _segment_minutes(start_mjd: int, start_sec: float, duration_s: float, span_min: int):
+    """Whole-minute TMIDs (minutes since MJD 0) of abutting segments covering the interval.
+
+    A minute of margin on each side keeps the 1e-11 day rounding of TMID (< 1e-8 min)
+    from uncovering the first or last sample.
+    """
+    first = start_mjd * 1440 + math.floor(start_sec / 60.0) - 1
+    end = start_mjd * 1440 + (start_sec + duration_s) / 60.0 + 1
+    tmid = first + span_min // 2  # covers from tmid - span/2 <= first
+    count = max(1, math.ceil((end - (tmid + span_min / 2.0)) / span_min) + 1)
+    return [tmid + k * span_min for k in range(count)]
+
+
+def _fit_entries(model, tmid_minutes, span_min, ncoeff, site, freq_mhz, clock, ephem, psr, dm):
+    """TEMPO-style polyco entries: RPHASE at TMID plus a fit of the rest at Chebyshev nodes."""
+    import pint.toa
+
+    nnodes = max(20, 3 * ncoeff)
+    # Chebyshev-Lobatto nodes (endpoints included) keep the fit error flat up to the edges.
+    unit = np.cos(np.pi * np.arange(nnodes) / (nnodes - 1))[::-1]
+    days, fracs, tmids = [], [], []
+    for m in tmid_minutes:
+        day = m // 1440
+        frac = round((m % 1440) / 1440.0, 11)  # exactly what the text format can hold
+        tmids.append((day, frac))
+        days.append(np.full(nnodes + 1, float(day)))
+        fracs.append(np.concatenate([[frac], frac + unit * (span_min / 2.0) / 1440.0]))
+    toas = pint.toa.get_TOAs_array(
+        (np.concatenate(days), np.concatenate(fracs)),
+        obs=site,
+        freqs=float(freq_mhz),
+        ephem=ephem,
+        **clock,
     )
-
-
-def _colnames(row) -> list[str]:
-    names = getattr(row, "colnames", None)
-    return list(names) if names is not None else list(row.keys())
+    ph = model.phase(toas, abs_phase=True)
+    ph_int = _longdouble(ph.int).reshape(len(tmid_minutes), nnodes + 1)
+    ph_frac = _longdouble(ph.frac).reshape(len(tmid_minutes), nnodes + 1)
+    f0 = float(_longdouble(model.F0.value))  # the F0 the polyco text holds
+    entries = []
+    for k, (day, frac) in enumerate(tmids):
+        node_fracs = fracs[k][1:]
+        dt = (node_fracs - frac) * 1440.0  # minutes, as actually sampled
+        r_int, r_frac = ph_int[k, 0], ph_frac[k, 0]
+        r_frac_grid = np.longdouble(round(float(r_frac - np.floor(r_frac)), 9))
+        r_int = r_int + np.floor(r_frac)
+        # Phase relative to RPHASE (as written, 9 decimals) less the F0 term, in
+        # longdouble before the subtraction so no turns are lost.
+        rest = (ph_int[k, 1:] - r_int) + (ph_frac[k, 1:] - r_frac_grid)
+        rest = (rest - np.asarray(dt, dtype=np.longdouble) * 60 * np.longdouble(f0)).astype(
+            np.float64
+        )
+        coeffs = np.polynomial.polynomial.polyfit(dt, rest, ncoeff - 1)
+        rms = float(np.sqrt(np.mean((np.polynomial.polynomial.polyval(dt, coeffs) - rest) ** 2)))
+        if r_frac_grid >= 1:
+            r_int, r_frac_grid = r_int + 1, r_frac_grid - 1
+        date, utc = _date_utc(day, frac * 86400.0)
+        entries.append(
+            PolycoEntry(
+                psr=psr,
+                tmid_mjd=int(day),
+                tmid_frac=frac,
+                rphase=float(r_int) + float(r_frac_grid),
+                rphase_int=float(r_int),
+                rphase_frac=float(r_frac_grid),
+                f0_hz=f0,
+                span_min=float(span_min),
+                coeffs=coeffs,
+                dm=dm,
+                date=date,
+                utc=utc,
+                # The format's 7-character field would run into the Doppler field below -9.999.
+                log10_rms=max(math.log10(max(rms, 1e-30)), -9.999),
+                site=site,
+                ref_freq_mhz=float(freq_mhz),
+            )
+        )
+    return entries
 
 
 @contextlib.contextmanager
 def _offline(enabled: bool):
+    """Astropy (and so PINT) with no downloads: bundled IERS tables, cache only."""
     if not enabled:
         yield
         return
@@ -185,42 +371,47 @@ def predictor_from_par(
 
     Returns our :class:`Polyco` (``.text`` is the TEMPO polyco text, for the
     POLYCO HDU) with ``.par_text`` set to the .par file's text (for PSRPARAM).
-    Raises ConfigError when PINT is not installed, or when the polycos do not
-    cover the observation. ``site`` is a PINT observatory name or TEMPO code
-    (default ``coe``, the geocentre). See the module docstring for running
-    offline.
+    Raises ConfigError when PINT is not installed, when PINT cannot evaluate the
+    model (a missing ephemeris or clock file is named, with where to put it), or
+    when the polycos do not cover the observation. ``site`` is a PINT observatory
+    name or TEMPO code (default ``coe``, the geocentre). See the module docstring
+    for running offline.
     """
     if not duration_s > 0:
         raise ConfigError(f"duration must be > 0 s to make polycos, got {duration_s}")
-    if not (span_min > 0 and ncoeff > 0):
-        raise ConfigError(f"polyco span ({span_min} min) and ncoeff ({ncoeff}) must be > 0")
+    if not (span_min > 0 and ncoeff > 0) or int(span_min) != span_min:
+        raise ConfigError(
+            f"polyco span ({span_min} min, whole minutes) and ncoeff ({ncoeff}) must be > 0"
+        )
     try:
-        from pint.models import get_model
-        from pint.polycos import Polycos
+        import pint.toa  # noqa: F401 - only to fail early without PINT
     except ImportError:
         raise ConfigError(NO_PINT_MESSAGE) from None
     par_text = _read_text(path)
-    start_mjd = int(start_mjd)
-    mjd0 = start_mjd + float(start_sec) / 86400.0
-    mjd1 = start_mjd + (float(start_sec) + float(duration_s)) / 86400.0
-    # PINT puts TMIDs a segment apart from the start's hour up to the end's *hour*
-    # only (int(mjdEnd * 24)), which can leave the end uncovered: ask an hour more.
-    mjd_end = mjd1 + 1.0 / 24.0
-    try:
-        with _offline(offline):
-            model = get_model(str(path))
-            pint_polycos = Polycos.generate_polycos(
-                model, mjd0, mjd_end, site, int(span_min), int(ncoeff), float(obs_freq_mhz)
+    start_mjd, span_min, ncoeff = int(start_mjd), int(span_min), int(ncoeff)
+    with _offline(offline):
+        model = load_pint_model(path)
+        psr = str(getattr(model.PSR, "value", model.PSR) or "")
+        dm_value = getattr(getattr(model, "DM", None), "value", None)
+        dm = float(dm_value) if dm_value is not None else 0.0
+        ephem = _ephemeris(model)
+        _load_ephemeris(ephem, offline)
+        tmids = _segment_minutes(start_mjd, float(start_sec), float(duration_s), span_min)
+        try:
+            entries = _fit_entries(
+                model,
+                tmids,
+                span_min,
+                ncoeff,
+                site,
+                obs_freq_mhz,
+                _clock_options(model),
+                ephem,
+                psr,
+                dm,
             )
-    except (ValueError, KeyError, OSError) as exc:
-        raise ConfigError(f"PINT could not make polycos from {path}: {exc}") from None
-    psr = str(getattr(model.PSR, "value", model.PSR) or "")
-    dm_value = getattr(getattr(model, "DM", None), "value", None)
-    dm = float(dm_value) if dm_value is not None else 0.0
-    rows = list(pint_polycos.polycoTable)
-    if not rows:
-        raise ConfigError(f"PINT made no polycos from {path} for MJD {mjd0:.6f}-{mjd1:.6f}")
-    entries = [_entry_from_pint(r, psr, dm) for r in rows]
+        except (ValueError, KeyError, IndexError, OSError) as exc:
+            raise _pint_failure(path, site, exc) from None
     predictor = Polyco(entries, text=write_polyco(None, entries), name=f"PINT polycos for {path}")
     predictor.phase(start_mjd, np.array([float(start_sec), float(start_sec) + duration_s]))
     predictor.par_text = par_text

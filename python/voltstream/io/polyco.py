@@ -124,7 +124,9 @@ class PolycoEntry:
         else:
             rphase = f"{self.rphase_int + self.rphase_frac:.9f}"
         line2 = (
-            f"{rphase:>20s}{self.f0_hz:22.15f}{self.site:>5s}{int(self.span_min):5d}"
+            # " " + 4 wide is the usual 5-wide site field, and keeps a long site name
+            # (PINT's "chime") from running into F0.
+            f"{rphase:>20s}{self.f0_hz:22.15f} {self.site:>4s}{int(self.span_min):5d}"
             f"{self.coeffs.size:5d}{self.ref_freq_mhz:10.3f}"
         )
         for b in self.binary_phase:
