@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pytest
 
+from netns import veth_pair
 from voltstream import _core
 from voltstream.errors import ConfigError
 
@@ -111,29 +112,11 @@ SENDER = textwrap.dedent(
 )
 
 
-def sh(*args):
-    subprocess.run(args, check=True, capture_output=True, timeout=10)
-
-
 @pytest.fixture
 def veth():
     """Two namespaces joined by a veth with a 9000-byte MTU; deleting the namespaces
     (always, in the finalizer) deletes the veth."""
-    tag = f"{os.getpid() % 1000}{int.from_bytes(os.urandom(2), 'little') % 1000}"
-    rx_ns, tx_ns, rx_if, tx_if = f"vsd{tag}r", f"vsd{tag}t", f"vsd{tag}a", f"vsd{tag}b"
-    net = f"10.{200 + int(tag) % 50}.{int(tag) % 250}"
-    try:
-        sh("ip", "netns", "add", rx_ns)
-        sh("ip", "netns", "add", tx_ns)
-        sh("ip", "link", "add", rx_if, "netns", rx_ns, "mtu", "9000", "type", "veth",
-           "peer", "name", tx_if, "netns", tx_ns, "mtu", "9000")  # fmt: skip
-        for ns, ifname, host in ((rx_ns, rx_if, 1), (tx_ns, tx_if, 2)):
-            sh("ip", "-n", ns, "addr", "add", f"{net}.{host}/30", "dev", ifname)
-            sh("ip", "-n", ns, "link", "set", ifname, "up")
-        yield {"rx_ns": rx_ns, "tx_ns": tx_ns, "rx_if": rx_if, "rx": f"{net}.1"}
-    finally:
-        for ns in (rx_ns, tx_ns):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+    yield from veth_pair("vsd", 200, mtu=9000)
 
 
 def capture_over_veth(v, tmp_path, *, plen, nidx, gap, vdev="", ppc=16):

@@ -1,0 +1,44 @@
+"""A veth pair between two network namespaces, made and removed by a test.
+
+Shared by the engines' veth tests (AF_XDP, DPDK, multicast). Only addresses
+inside the two namespaces are used; deleting the namespaces (always, in the
+finally clause) deletes the veth.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+
+def sh(*args):
+    subprocess.run(args, check=True, capture_output=True, timeout=10)
+
+
+def veth_pair(prefix: str, net_base: int, mtu: int | None = 9000):
+    """Generator for a pytest fixture: yields rx_ns, tx_ns, rx_if, tx_if, rx and tx
+    (the receiver's and sender's addresses in a /30 of 10.<net_base + k>.x)."""
+    tag = f"{os.getpid() % 1000}{int.from_bytes(os.urandom(2), 'little') % 1000}"
+    rx_ns, tx_ns = f"{prefix}{tag}r", f"{prefix}{tag}t"
+    rx_if, tx_if = f"{prefix}{tag}a", f"{prefix}{tag}b"
+    net = f"10.{net_base + int(tag) % 50}.{int(tag) % 250}"
+    size = ("mtu", str(mtu)) if mtu else ()
+    try:
+        sh("ip", "netns", "add", rx_ns)
+        sh("ip", "netns", "add", tx_ns)
+        sh("ip", "link", "add", rx_if, "netns", rx_ns, *size, "type", "veth",
+           "peer", "name", tx_if, "netns", tx_ns, *size)  # fmt: skip
+        for ns, ifname, host in ((rx_ns, rx_if, 1), (tx_ns, tx_if, 2)):
+            sh("ip", "-n", ns, "addr", "add", f"{net}.{host}/30", "dev", ifname)
+            sh("ip", "-n", ns, "link", "set", ifname, "up")
+        yield {
+            "rx_ns": rx_ns,
+            "tx_ns": tx_ns,
+            "rx_if": rx_if,
+            "tx_if": tx_if,
+            "rx": f"{net}.1",
+            "tx": f"{net}.2",
+        }
+    finally:
+        for ns in (rx_ns, tx_ns):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
