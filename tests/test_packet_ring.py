@@ -146,7 +146,7 @@ def test_paused_capture_reads_nothing_until_resumed(engine):
 
 def test_engine_choice_and_errors():
     with pytest.raises(ConfigError, match="unknown capture engine"):
-        _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="dpdk")
+        _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="rdma")
     cap = _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8)
     assert cap.stats()["engine"] == "auto"
     with cap:
