@@ -181,7 +181,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             }
         }
 
-        self.top = self.top.max(index + 1);
+        self.top = self.top.max(index.saturating_add(1));
         let slot = &mut self.slots[(c % window) as usize];
         if !slot.open {
             slot.open = true;
@@ -221,7 +221,9 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
         self.started = true;
         self.head = c;
         self.floor = index;
-        self.top = index + 1;
+        // At index u64::MAX `top` saturates: that last index is then present
+        // (it is the packet being placed), so it is never counted missing.
+        self.top = index.saturating_add(1);
     }
 
     /// First position (within each stream) whose absence counts as missing.
@@ -266,7 +268,9 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             let ppc = self.layout.packets_per_chunk as u64;
             let end = self.top.saturating_sub(newest * ppc).min(ppc) as usize;
             self.emit((newest % self.slots.len() as u64) as usize, end);
-            self.head += 1;
+            // Saturates for the chunk that ends the 64-bit timeline; a restart
+            // or `finish` follows every `flush_all`, so the value is not used.
+            self.head = self.head.saturating_add(1);
         }
     }
 
@@ -573,6 +577,31 @@ mod tests {
         assert_eq!(c.streams[0].duplicate, 1);
         assert_eq!((c.chunks_emitted, c.chunks_dropped), (1, 2));
         assert_eq!(c.accounted(), 13);
+    }
+
+    /// Found by fuzz/fuzz_targets/assembler.rs: a packet at index u64::MAX (the
+    /// counter and layout formats carry a full 64-bit index) overflowed `top`,
+    /// and with one packet per chunk also `head` (a panic in debug builds, a
+    /// wrapped `top` and so an undercounted tail in release builds).
+    #[test]
+    fn the_last_index_of_the_timeline_does_not_overflow() {
+        for ppc in [1usize, 4] {
+            let mut a = assembler(1, ppc, 2, 4);
+            a.push(&packet(0, u64::MAX - 2));
+            a.push(&packet(0, u64::MAX));
+            a.push(&packet(0, u64::MAX)); // duplicate
+            a.finish();
+            let c = a.counters().streams[0];
+            assert_eq!((c.received, c.duplicate), (2, 1), "ppc {ppc}");
+            // u64::MAX - 1 is due (it lies between two packets that came).
+            assert_eq!(c.missing, 1, "ppc {ppc}");
+            let ids: Vec<u64> = emitted(&a).iter().map(|o| o.0).collect();
+            let want: Vec<u64> = match ppc {
+                1 => vec![u64::MAX - 2, u64::MAX],
+                _ => vec![u64::MAX / 4],
+            };
+            assert_eq!(ids, want, "ppc {ppc}");
+        }
     }
 
     /// Small deterministic generator (xorshift) so failures reproduce.
