@@ -402,10 +402,8 @@ fn next_packet(
         // A repeat of a recent packet, same bytes or (odd arg) new bytes.
         5 => {
             let mut p = recent.get(arg as usize % recent.len().max(1))?.clone();
-            if arg & 1 == 1 {
-                p[counter::HEADER_LEN..]
-                    .iter_mut()
-                    .for_each(|b| *b ^= salt | 1);
+            if let (1, Some(body)) = (arg & 1, p.get_mut(counter::HEADER_LEN..)) {
+                body.iter_mut().for_each(|b| *b ^= salt | 1);
             }
             p
         }

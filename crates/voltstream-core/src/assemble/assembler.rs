@@ -73,9 +73,10 @@ pub struct Assembler<L, S> {
     started: bool,
     /// Index of the packet that (re)started the timeline.
     floor: u64,
-    /// One past the highest index placed on this timeline: when the timeline ends
-    /// (stop or resync), positions from here on were never due, so not missing.
-    top: u64,
+    /// Highest index placed on this timeline: when the timeline ends (stop or
+    /// resync), positions after it were never due, so not missing. Kept
+    /// inclusive (not one past) so that index u64::MAX needs no special case.
+    last: u64,
     counters: Counters,
 }
 
@@ -107,7 +108,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             head: 0,
             started: false,
             floor: 0,
-            top: 0,
+            last: 0,
         })
     }
 
@@ -181,7 +182,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             }
         }
 
-        self.top = self.top.max(index.saturating_add(1));
+        self.last = self.last.max(index);
         let slot = &mut self.slots[(c % window) as usize];
         if !slot.open {
             slot.open = true;
@@ -221,9 +222,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
         self.started = true;
         self.head = c;
         self.floor = index;
-        // At index u64::MAX `top` saturates: that last index is then present
-        // (it is the packet being placed), so it is never counted missing.
-        self.top = index.saturating_add(1);
+        self.last = index;
     }
 
     /// First position (within each stream) whose absence counts as missing.
@@ -263,10 +262,10 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             while self.head < newest {
                 self.flush_head();
             }
-            // The newest chunk holds the highest packet seen (`top - 1`); its
+            // The newest chunk holds the highest packet seen (`last`); its
             // positions after that one are counted as not yet due.
             let ppc = self.layout.packets_per_chunk as u64;
-            let end = self.top.saturating_sub(newest * ppc).min(ppc) as usize;
+            let end = self.last.saturating_sub(newest * ppc).min(ppc - 1) as usize + 1;
             self.emit((newest % self.slots.len() as u64) as usize, end);
             // Saturates for the chunk that ends the 64-bit timeline; a restart
             // or `finish` follows every `flush_all`, so the value is not used.
@@ -580,21 +579,23 @@ mod tests {
     }
 
     /// Found by fuzz/fuzz_targets/assembler.rs: a packet at index u64::MAX (the
-    /// counter and layout formats carry a full 64-bit index) overflowed `top`,
-    /// and with one packet per chunk also `head` (a panic in debug builds, a
-    /// wrapped `top` and so an undercounted tail in release builds).
+    /// counter and layout formats carry a full 64-bit index) overflowed the
+    /// one-past-the-end bound of the timeline, and with one packet per chunk
+    /// also `head`: a panic in debug builds; in release builds the bound wrapped
+    /// to 0 and the other streams' absent packets of that last chunk were not
+    /// counted missing.
     #[test]
     fn the_last_index_of_the_timeline_does_not_overflow() {
         for ppc in [1usize, 4] {
-            let mut a = assembler(1, ppc, 2, 4);
+            let mut a = assembler(2, ppc, 2, 4);
             a.push(&packet(0, u64::MAX - 2));
             a.push(&packet(0, u64::MAX));
             a.push(&packet(0, u64::MAX)); // duplicate
             a.finish();
-            let c = a.counters().streams[0];
-            assert_eq!((c.received, c.duplicate), (2, 1), "ppc {ppc}");
-            // u64::MAX - 1 is due (it lies between two packets that came).
-            assert_eq!(c.missing, 1, "ppc {ppc}");
+            let c = &a.counters().streams;
+            assert_eq!((c[0].received, c[0].duplicate), (2, 1), "ppc {ppc}");
+            // Due: u64::MAX - 2 ..= u64::MAX on both streams.
+            assert_eq!((c[0].missing, c[1].missing), (1, 3), "ppc {ppc}");
             let ids: Vec<u64> = emitted(&a).iter().map(|o| o.0).collect();
             let want: Vec<u64> = match ppc {
                 1 => vec![u64::MAX - 2, u64::MAX],
