@@ -41,10 +41,13 @@ kernels: $(DEPS)
 py-test: setup
 	$(PY) -m pytest -q -m "not gpu"
 
+# The fuzz step runs each cargo-fuzz target for 15 s (docs/architecture.md, Fuzzing).
 test: setup lint rust-test stubs kernels py-test
+	./scripts/fuzz.sh 15
 
+# Longer local runs: make fuzz SECS=600 (seconds per target).
 fuzz: $(DEPS)
-	./scripts/fuzz.sh 30
+	./scripts/fuzz.sh $(SECS)
 
 # Run on the GPU machine (see docs/gpu.md): installs the carried wheels, runs -m gpu.
 gpu-test:

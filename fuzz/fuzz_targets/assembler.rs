@@ -369,7 +369,7 @@ fn next_packet(
     let op = input.byte();
     let arg = op & 0x1f;
     let len = model.payload_len;
-    let stream = (arg as usize % model.streams) as u16;
+    let stream = ((arg & 0x0f) as usize % model.streams) as u16;
     let salt = input.byte();
     let p = match op >> 5 {
         // In order: this stream at the cursor, then maybe advance it.
@@ -487,4 +487,9 @@ fuzz_target!(|data: &[u8]| {
     let t = c.total();
     assert_eq!(t.bytes, t.received * model.payload_len as u64);
     assert_eq!(c.chunks_emitted, reader.seen.len() as u64);
+    // Replaying inputs (`cargo fuzz run assembler FILE`) with this set shows
+    // which buckets a script reaches.
+    if std::env::var_os("VS_FUZZ_SHOW").is_some() {
+        eprintln!("{c:?}");
+    }
 });
