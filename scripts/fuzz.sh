@@ -29,7 +29,7 @@ command -v rustup >/dev/null ||
     fail "rustup not found: fuzzing needs a nightly toolchain; install rustup (https://rustup.rs)"
 if ! cargo "+$toolchain" --version >/dev/null 2>&1; then
     echo "fuzz: installing the $toolchain toolchain (minimal profile)"
-    rustup toolchain install "$toolchain" --profile minimal ||
+    rustup toolchain install "$toolchain" --profile minimal --no-self-update ||
         fail "cannot install the $toolchain toolchain"
 fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
