@@ -21,8 +21,8 @@ use voltstream_core::ring::{chunk_ring, Consumer, Lease, Producer};
 use voltstream_core::stats::Counters;
 use voltstream_core::wire::{counter, FormatSpec, Locator};
 
-/// Reads the script; past its end every byte is 0 (the script ends at the
-/// first op read past the end).
+/// Reads the script; past its end every byte reads as 0, and the loop in
+/// `fuzz_target!` stops before the next op.
 struct Input<'a>(&'a [u8]);
 
 impl Input<'_> {
