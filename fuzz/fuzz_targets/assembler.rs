@@ -142,10 +142,7 @@ impl Model {
             if c - (self.head + self.window - 1) > self.resync {
                 self.resync_at(c, i);
             } else {
-                while c >= self.head + self.window {
-                    self.flush(self.head, u128::MAX);
-                    self.head += 1;
-                }
+                self.pass(c - (self.window - 1), u128::MAX);
             }
         }
         self.top = self.top.max(i + 1);
@@ -184,45 +181,46 @@ impl Model {
         self.start(c, i);
     }
 
-    /// Closes chunk `id`: indices from the timeline's first packet up to (not
-    /// including) `due_until` that never came are missing.
-    fn flush(&mut self, id: u128, due_until: u128) {
-        let chunk = self.open.remove(&id);
-        let present: BTreeSet<(usize, usize)> = chunk
-            .as_ref()
-            .map(|ch| ch.slots.keys().copied().collect())
-            .unwrap_or_default();
+    /// Moves the oldest open chunk to `new_head`, closing every chunk before
+    /// it: of the indices in those chunks from the timeline's first packet up
+    /// to (not including) `due_until`, the ones no packet came for are missing.
+    fn pass(&mut self, new_head: u128, due_until: u128) {
+        let lo = (self.head * self.ppc).max(self.floor);
+        let hi = (new_head * self.ppc).min(due_until);
+        let due = hi.saturating_sub(lo);
+        let passed: Vec<u128> = self.open.range(..new_head).map(|(&id, _)| id).collect();
         for (s, sc) in self.counters.streams.iter_mut().enumerate() {
-            sc.missing += (0..self.ppc)
-                .filter(|&k| {
-                    let i = id * self.ppc + k;
-                    i >= self.floor && i < due_until && !present.contains(&(s, k as usize))
+            let present = passed
+                .iter()
+                .flat_map(|id| self.open[id].slots.keys().map(move |k| (*id, k)))
+                .filter(|(id, (stream, pos))| {
+                    let i = id * self.ppc + *pos as u128;
+                    *stream == s && i >= lo && i < hi
                 })
-                .count() as u64;
+                .count() as u128;
+            sc.missing += (due - present) as u64;
         }
-        match chunk {
-            Some(ch) if ch.buffer => {
+        for id in passed {
+            let ch = self.open.remove(&id).expect("a passed chunk is open");
+            if ch.buffer {
                 self.counters.chunks_emitted += 1;
                 self.out.push_back(Published {
                     id: id as u64,
                     slots: ch.slots,
                 });
+            } else {
+                self.counters.chunks_dropped += 1;
             }
-            Some(_) => self.counters.chunks_dropped += 1,
-            None => {}
         }
+        self.head = new_head;
     }
 
     /// Closes every open chunk; the newest is due only up to the highest
     /// packet seen.
     fn flush_all(&mut self) {
         if let Some(&newest) = self.open.keys().next_back() {
-            for id in self.head..=newest {
-                let due = if id == newest { self.top } else { u128::MAX };
-                self.flush(id, due);
-            }
+            self.pass(newest + 1, self.top);
         }
-        self.open.clear();
     }
 
     fn finish(&mut self) {
@@ -305,7 +303,12 @@ fn build(input: &mut Input) -> (Assembler<Locator, Producer>, Model, Reader) {
     // Up to 70 packets per chunk: bitmaps of several words, split mid-word.
     let ppc = 1 + input.byte() as usize % 70;
     let window = 1 + input.byte() as usize % 4;
-    let resync = 1 + input.byte() as u64 % 8;
+    // Mostly a few chunks; sometimes up to 2^40, so long jumps stay below it
+    // (the model's missing counts still fit in 64 bits).
+    let resync = match input.byte() {
+        b @ 0..=127 => 1 + b as u64 % 8,
+        b => 1 << (b % 41),
+    };
     // Pools smaller than window + 1 starve the assembler on purpose.
     let nchunks = 1 + input.byte() as usize % 6;
     let hold = input.byte() as usize % 4;
@@ -385,10 +388,16 @@ fn next_packet(
             let d = input.byte() as i8 as i64;
             packet(stream, cursor.wrapping_add_signed(d), salt, len)
         }
-        // A gap or a step back of up to some chunks (crossing the resync bound).
+        // A gap or a step back of up to some chunks (crossing the resync
+        // bound), or (arg bit 4) of up to 2^55 packets.
         3 => {
             let d = input.u16() as i16 as i64;
-            *cursor = cursor.wrapping_add_signed(d);
+            let shift = if arg & 0x10 != 0 {
+                input.byte() % 40
+            } else {
+                0
+            };
+            *cursor = cursor.wrapping_add_signed(d << shift);
             packet(stream, *cursor, salt, len)
         }
         // Anywhere on the 64-bit timeline, including its very end.

@@ -191,6 +191,13 @@ fn assembler_seeds(dir: &Path) {
         .op(6, 3, &[12, 0, 0, 0, 0, 0, 0, 0, 9, 0, 1, 7, 7])
         .run(2, 4);
     write(dir, t, "foreign_malformed", &s.0);
+    // A resync bound of 2^40 chunks (config byte 163) and a jump of 2^30
+    // packets below it: counted missing, no resync.
+    let s = Script::new([0, 3, 1, 163, 3, 0, 3], 5)
+        .run(1, 8)
+        .op(3, 0x10, &[1, 0, 30])
+        .run(1, 4);
+    write(dir, t, "long_jump_below_resync", &s.0);
 }
 
 fn main() {

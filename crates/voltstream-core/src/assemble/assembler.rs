@@ -176,9 +176,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
                 self.counters.resyncs += 1;
                 self.restart(c, index);
             } else {
-                for _ in 0..excess {
-                    self.flush_head();
-                }
+                self.advance_head(c - (window - 1));
             }
         }
 
@@ -249,6 +247,28 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             }
         }
         self.head += 1;
+    }
+
+    /// Moves the oldest chunk of the window to `new_head`. Only the `window`
+    /// chunks from the current head can be open: those are flushed one by one,
+    /// and the chunks after them, which never opened, are counted missing in one
+    /// step, so that a jump of up to `resync_chunks` chunks (a user setting,
+    /// possibly huge) costs at most `window` flushes, not one per chunk.
+    fn advance_head(&mut self, new_head: u64) {
+        let open_end = new_head.min(self.head.saturating_add(self.slots.len() as u64));
+        while self.head < open_end {
+            self.flush_head();
+        }
+        if self.head < new_head {
+            // The head moved at least once above, so it is past the floor's chunk
+            // and every one of these chunks is due in full.
+            let ppc = self.layout.packets_per_chunk as u64;
+            let gap = (new_head - self.head).saturating_mul(ppc);
+            for s in &mut self.counters.streams {
+                s.missing = s.missing.saturating_add(gap);
+            }
+            self.head = new_head;
+        }
     }
 
     /// Flushes the window up to its newest open chunk (gaps before it are missing,
@@ -603,6 +623,55 @@ mod tests {
             };
             assert_eq!(ids, want, "ppc {ppc}");
         }
+    }
+
+    /// Found while fuzzing: a forward jump below the resync bound flushed one
+    /// chunk per chunk jumped, so with a large `resync_chunks` (a user setting)
+    /// one bad packet kept the capture thread busy for hours.
+    #[test]
+    fn a_long_jump_below_the_resync_bound_is_counted_at_once() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let layout = ChunkLayout {
+                streams: 2,
+                packets_per_chunk: 4,
+                payload_len: PAYLOAD,
+            };
+            let sink = VecSink {
+                free: (0..4).map(|_| Chunk::new(layout).unwrap()).collect(),
+                out: Vec::new(),
+            };
+            let cfg = AssemblerConfig {
+                packets_per_chunk: 4,
+                window: 2,
+                resync_chunks: u64::MAX,
+            };
+            let counter = Counter {
+                streams: 2,
+                payload: PAYLOAD,
+            };
+            let mut a = Assembler::new(counter, sink, &cfg).unwrap();
+            let far = 1_000_000_000_000_000u64; // chunks
+            for s in 0..2 {
+                for i in 0..4 {
+                    a.push(&packet(s, i));
+                }
+            }
+            a.push(&packet(0, 4 * far));
+            a.push(&packet(1, 4 * far));
+            a.finish();
+            tx.send((a.counters().clone(), emitted(&a))).unwrap();
+        });
+        let (c, out) = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the jump must not take one step per chunk");
+        assert_eq!(c.resyncs, 0);
+        // Chunks 1 .. far - 1 were due in full and never came.
+        let far = 1_000_000_000_000_000u64;
+        for s in &c.streams {
+            assert_eq!((s.received, s.missing), (5, (far - 1) * 4));
+        }
+        assert_eq!(out.iter().map(|o| o.0).collect::<Vec<_>>(), [0, far]);
     }
 
     /// Small deterministic generator (xorshift) so failures reproduce.
