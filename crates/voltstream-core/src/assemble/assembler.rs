@@ -625,7 +625,7 @@ mod tests {
         }
     }
 
-    /// Found while fuzzing: a forward jump below the resync bound flushed one
+    /// Found while writing the assembler fuzz target (which now covers it): a forward jump below the resync bound flushed one
     /// chunk per chunk jumped, so with a large `resync_chunks` (a user setting)
     /// one bad packet kept the capture thread busy for hours.
     #[test]
