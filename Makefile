@@ -42,7 +42,9 @@ kernels: $(DEPS)
 py-test: setup
 	$(PY) -m pytest -q -m "not gpu and not dpdk"
 
+# The fuzz step runs each cargo-fuzz target for 15 s (docs/architecture.md, Fuzzing).
 test: setup lint rust-test stubs kernels py-test dpdk-test
+	./scripts/fuzz.sh 15
 
 # The DPDK engine (cargo feature dpdk, off by default; needs dpdk-dev, and root for the
 # veth tests): its Rust tests with the feature, then the extension rebuilt with it and
@@ -52,8 +54,9 @@ dpdk-test: $(DEPS)
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q -F dpdk
 	$(PY) -m pytest -q tests/test_dpdk.py
 
+# Longer local runs: make fuzz SECS=600 (seconds per target).
 fuzz: $(DEPS)
-	./scripts/fuzz.sh 30
+	./scripts/fuzz.sh $(SECS)
 
 # Run on the GPU machine (see docs/gpu.md): installs the carried wheels, runs -m gpu.
 gpu-test:

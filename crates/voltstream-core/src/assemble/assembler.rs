@@ -73,9 +73,10 @@ pub struct Assembler<L, S> {
     started: bool,
     /// Index of the packet that (re)started the timeline.
     floor: u64,
-    /// One past the highest index placed on this timeline: when the timeline ends
-    /// (stop or resync), positions from here on were never due, so not missing.
-    top: u64,
+    /// Highest index placed on this timeline: when the timeline ends (stop or
+    /// resync), positions after it were never due, so not missing. Kept
+    /// inclusive (not one past) so that index u64::MAX needs no special case.
+    last: u64,
     counters: Counters,
 }
 
@@ -107,7 +108,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             head: 0,
             started: false,
             floor: 0,
-            top: 0,
+            last: 0,
         })
     }
 
@@ -175,13 +176,11 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
                 self.counters.resyncs += 1;
                 self.restart(c, index);
             } else {
-                for _ in 0..excess {
-                    self.flush_head();
-                }
+                self.advance_head(c - (window - 1));
             }
         }
 
-        self.top = self.top.max(index + 1);
+        self.last = self.last.max(index);
         let slot = &mut self.slots[(c % window) as usize];
         if !slot.open {
             slot.open = true;
@@ -221,7 +220,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
         self.started = true;
         self.head = c;
         self.floor = index;
-        self.top = index + 1;
+        self.last = index;
     }
 
     /// First position (within each stream) whose absence counts as missing.
@@ -250,6 +249,28 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
         self.head += 1;
     }
 
+    /// Moves the oldest chunk of the window to `new_head`. Only the `window`
+    /// chunks from the current head can be open: those are flushed one by one,
+    /// and the chunks after them, which never opened, are counted missing in one
+    /// step, so that a jump of up to `resync_chunks` chunks (a user setting,
+    /// possibly huge) costs at most `window` flushes, not one per chunk.
+    fn advance_head(&mut self, new_head: u64) {
+        let open_end = new_head.min(self.head.saturating_add(self.slots.len() as u64));
+        while self.head < open_end {
+            self.flush_head();
+        }
+        if self.head < new_head {
+            // The head moved at least once above, so it is past the floor's chunk
+            // and every one of these chunks is due in full.
+            let ppc = self.layout.packets_per_chunk as u64;
+            let gap = (new_head - self.head).saturating_mul(ppc);
+            for s in &mut self.counters.streams {
+                s.missing = s.missing.saturating_add(gap);
+            }
+            self.head = new_head;
+        }
+    }
+
     /// Flushes the window up to its newest open chunk (gaps before it are missing,
     /// chunks after it were never expected yet).
     fn flush_all(&mut self) {
@@ -261,12 +282,14 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             while self.head < newest {
                 self.flush_head();
             }
-            // The newest chunk holds the highest packet seen (`top - 1`); its
+            // The newest chunk holds the highest packet seen (`last`); its
             // positions after that one are counted as not yet due.
             let ppc = self.layout.packets_per_chunk as u64;
-            let end = self.top.saturating_sub(newest * ppc).min(ppc) as usize;
+            let end = self.last.saturating_sub(newest * ppc).min(ppc - 1) as usize + 1;
             self.emit((newest % self.slots.len() as u64) as usize, end);
-            self.head += 1;
+            // Saturates for the chunk that ends the 64-bit timeline; a restart
+            // or `finish` follows every `flush_all`, so the value is not used.
+            self.head = self.head.saturating_add(1);
         }
     }
 
@@ -573,6 +596,82 @@ mod tests {
         assert_eq!(c.streams[0].duplicate, 1);
         assert_eq!((c.chunks_emitted, c.chunks_dropped), (1, 2));
         assert_eq!(c.accounted(), 13);
+    }
+
+    /// Found by fuzz/fuzz_targets/assembler.rs: a packet at index u64::MAX (the
+    /// counter and layout formats carry a full 64-bit index) overflowed the
+    /// one-past-the-end bound of the timeline, and with one packet per chunk
+    /// also `head`: a panic in debug builds; in release builds the bound wrapped
+    /// to 0 and the other streams' absent packets of that last chunk were not
+    /// counted missing.
+    #[test]
+    fn the_last_index_of_the_timeline_does_not_overflow() {
+        for ppc in [1usize, 4] {
+            let mut a = assembler(2, ppc, 2, 4);
+            a.push(&packet(0, u64::MAX - 2));
+            a.push(&packet(0, u64::MAX));
+            a.push(&packet(0, u64::MAX)); // duplicate
+            a.finish();
+            let c = &a.counters().streams;
+            assert_eq!((c[0].received, c[0].duplicate), (2, 1), "ppc {ppc}");
+            // Due: u64::MAX - 2 ..= u64::MAX on both streams.
+            assert_eq!((c[0].missing, c[1].missing), (1, 3), "ppc {ppc}");
+            let ids: Vec<u64> = emitted(&a).iter().map(|o| o.0).collect();
+            let want: Vec<u64> = match ppc {
+                1 => vec![u64::MAX - 2, u64::MAX],
+                _ => vec![u64::MAX / 4],
+            };
+            assert_eq!(ids, want, "ppc {ppc}");
+        }
+    }
+
+    /// Found while writing the assembler fuzz target (which now covers it): a forward jump below the resync bound flushed one
+    /// chunk per chunk jumped, so with a large `resync_chunks` (a user setting)
+    /// one bad packet kept the capture thread busy for hours.
+    #[test]
+    fn a_long_jump_below_the_resync_bound_is_counted_at_once() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let layout = ChunkLayout {
+                streams: 2,
+                packets_per_chunk: 4,
+                payload_len: PAYLOAD,
+            };
+            let sink = VecSink {
+                free: (0..4).map(|_| Chunk::new(layout).unwrap()).collect(),
+                out: Vec::new(),
+            };
+            let cfg = AssemblerConfig {
+                packets_per_chunk: 4,
+                window: 2,
+                resync_chunks: u64::MAX,
+            };
+            let counter = Counter {
+                streams: 2,
+                payload: PAYLOAD,
+            };
+            let mut a = Assembler::new(counter, sink, &cfg).unwrap();
+            let far = 1_000_000_000_000_000u64; // chunks
+            for s in 0..2 {
+                for i in 0..4 {
+                    a.push(&packet(s, i));
+                }
+            }
+            a.push(&packet(0, 4 * far));
+            a.push(&packet(1, 4 * far));
+            a.finish();
+            tx.send((a.counters().clone(), emitted(&a))).unwrap();
+        });
+        let (c, out) = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the jump must not take one step per chunk");
+        assert_eq!(c.resyncs, 0);
+        // Chunks 1 .. far - 1 were due in full and never came.
+        let far = 1_000_000_000_000_000u64;
+        for s in &c.streams {
+            assert_eq!((s.received, s.missing), (5, (far - 1) * 4));
+        }
+        assert_eq!(out.iter().map(|o| o.0).collect::<Vec<_>>(), [0, far]);
     }
 
     /// Small deterministic generator (xorshift) so failures reproduce.
