@@ -95,7 +95,7 @@ class CaptureReport:
         ]
         if groups := self.engine.get("multicast"):
             lines.append("  multicast groups joined: " + ", ".join(groups))
-        lines += _host_lines(self.engine.get("host"))
+        lines += _host_lines(self.engine.get("host"), self.engine.get("engine"))
         lines += _memory_lines(self.engine.get("memory"))
         threads = self.engine.get("threads", [])
         if len(threads) > 1 or any(th.get("cpu") is not None for th in threads):
@@ -111,7 +111,7 @@ class CaptureReport:
         return lines
 
 
-def _host_lines(host: dict | None) -> list[str]:
+def _host_lines(host: dict | None, engine: str | None = None) -> list[str]:
     """The kernel's counters outside the capture, each with how far it reaches."""
     if not host:
         return []
@@ -133,6 +133,13 @@ def _host_lines(host: dict | None) -> list[str]:
         )
     if not parts:
         return []
+    if engine == "packet_ring":
+        # The guard socket holding the port has a drop-all filter, so the stack
+        # counts each datagram it also saw as a UDP InError; the ring got them.
+        parts.append(
+            "(udp in_errors include the datagrams the packet ring's guard socket "
+            "discards by design; they reached the capture)"
+        )
     return ["  kernel counters during the run (context, also counting other traffic):"] + [
         "    " + p for p in parts
     ]
