@@ -8,108 +8,19 @@ The tests marked `dpdk` need an extension built with the cargo feature (`make dp
 builds it and runs them); `make py-test` deselects them. The unmarked test checks the
 error of an extension built either way."""
 
-import json
 import math
-import os
 import subprocess
 import sys
 import textwrap
-import time
 
-import numpy as np
 import pytest
 
 from netns import veth_pair
+from veth_capture import capture_over_veth
 from voltstream import _core
 from voltstream.errors import ConfigError
 
 PORT = 7148
-
-RECEIVER = textwrap.dedent(
-    """
-    import json, socket, sys, threading
-    import numpy as np
-    from voltstream import _core
-    bind, ppc, plen, out, other_port, iface, vdev = sys.argv[1:8]
-    host = bind.rsplit(":", 1)[0]
-    # The kernel stack's view of another UDP port and of TCP: af_packet only copies frames.
-    other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    other.bind((host, int(other_port)))
-    other.setblocking(False)
-    tcp = socket.create_server((host, int(other_port)))
-    tcp_bytes = []
-    def serve():
-        conn, _ = tcp.accept()
-        with conn:
-            while chunk := conn.recv(65536):
-                tcp_bytes.append(len(chunk))
-                conn.sendall(chunk)
-    threading.Thread(target=serve, daemon=True).start()
-    port = {"dpdk_port": vdev} if vdev else {"interface": iface}
-    cap = _core.Capture("counter", bind, int(ppc), nchunks=64, window=3, payload_len=int(plen),
-                        streams=2, engine="dpdk", **port)
-    cap.start()
-    print(cap.address, flush=True)
-    sys.stdin.readline()
-    cap.stop()
-    chunks, present = [], []
-    while (ch := cap.next_chunk(0.2)) is not None:
-        chunks.append(np.frombuffer(ch, np.uint8).copy())
-        present.append(np.frombuffer(ch.present, np.uint8).copy())
-        ch.release()
-    np.savez(out, data=np.array(chunks), present=np.array(present))
-    passed = []
-    while True:
-        try:
-            passed.append(len(other.recv(65536)))
-        except BlockingIOError:
-            break
-    print(json.dumps({"stats": cap.stats(), "passed": passed, "tcp": sum(tcp_bytes)}),
-          flush=True)
-    """
-)
-
-SENDER = textwrap.dedent(
-    """
-    import json, random, socket, struct, sys, time
-    import numpy as np
-    host, port, seed, nidx, plen, gaps = sys.argv[1:7]
-    port, nidx, plen, seed = int(port), int(nidx), int(plen), int(seed)
-    gap = {tuple(map(int, g.split("."))) for g in gaps.split(",") if g}
-    data = np.random.default_rng(seed).integers(0, 256, (nidx, 2, plen), dtype=np.uint8)
-    pk = lambda i, st, d: struct.pack(">QH", i, st) + d.tobytes()
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.sendto(b"warm-up: ARP, to a port the stack owns", (host, port + 1))
-    time.sleep(0.2)
-    with socket.create_connection((host, port + 1), timeout=5) as t:
-        t.sendall(bytes(100_000))
-        t.shutdown(socket.SHUT_WR)
-        echoed = 0
-        while chunk := t.recv(65536):
-            echoed += len(chunk)
-    assert echoed == 100_000, echoed
-    rows = [(i, st) for i in range(nidx) for st in range(2) if (i, st) not in gap]
-    # Reordered within blocks of 8 packets (inside the assembler's window).
-    rnd = random.Random(seed)
-    for b in range(0, len(rows), 8):
-        block = rows[b : b + 8]
-        rnd.shuffle(block)
-        for i, st in block:
-            s.sendto(pk(i, st, data[i, st]), (host, port))
-        if b % 64 == 56:
-            time.sleep(0.002)
-    s.sendto(pk(nidx - 1, 0, data[nidx - 1, 0]), (host, port))  # duplicate
-    s.sendto(pk(1, 1, data[1, 1]), (host, port))  # late: behind the window
-    s.sendto(pk(nidx - 2, 9, data[0, 0]), (host, port))  # stream 9: foreign
-    s.sendto(pk(nidx - 2, 0, data[0, 0])[: plen // 2], (host, port))  # truncated
-    s.sendto(bytes(random.Random(seed).randrange(256) for _ in range(7)), (host, port))  # garbage
-    s.sendto(b"\\x07" * (plen + 10 + 200), (host, port))  # longer than max_packet
-    s.sendto(b"\\x08" * 8900, (host, port))  # longer still: the ring may cut it
-    for k in range(3):  # another port: the receiver's kernel stack gets these
-        s.sendto(b"other-%d" % k + bytes(plen), (host, port + 1))
-    print(json.dumps({"sent": len(rows)}))
-    """
-)
 
 
 @pytest.fixture
@@ -117,47 +28,6 @@ def veth():
     """Two namespaces joined by a veth with a 9000-byte MTU; deleting the namespaces
     (always, in the finalizer) deletes the veth."""
     yield from veth_pair("vsd", 200, mtu=9000)
-
-
-def capture_over_veth(v, tmp_path, *, plen, nidx, gap, vdev="", ppc=16):
-    out = tmp_path / "chunks.npz"
-    seed = int.from_bytes(os.urandom(4), "little")
-    rx = subprocess.Popen(
-        ["ip", "netns", "exec", v["rx_ns"], sys.executable, "-c", RECEIVER, f"{v['rx']}:{PORT}",
-         str(ppc), str(plen), str(out), str(PORT + 1), v["rx_if"], vdev],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        addr = rx.stdout.readline().strip()
-        assert addr == f"{v['rx']}:{PORT}", rx.stderr.read() if not addr else addr
-        gaps = ",".join(f"{i}.{s}" for i, s in gap)
-        r = subprocess.run(
-            ["ip", "netns", "exec", v["tx_ns"], sys.executable, "-c", SENDER, v["rx"], str(PORT),
-             str(seed), str(nidx), str(plen), gaps],
-            timeout=60, capture_output=True, text=True,
-        )  # fmt: skip
-        assert r.returncode == 0, r.stderr
-        time.sleep(0.05)
-        stdout, stderr = rx.communicate("stop\n", timeout=30)
-        assert rx.returncode == 0, stderr
-    finally:
-        if rx.poll() is None:
-            rx.kill()
-            rx.wait(timeout=10)
-    res = json.loads(stdout.strip().splitlines()[-1])
-    data = np.random.default_rng(seed).integers(0, 256, (nidx, 2, plen), dtype=np.uint8)
-    saved = np.load(out)
-    got = saved["data"].reshape(-1, 2, ppc, plen)
-    present = saved["present"].reshape(-1, 2, ppc).astype(bool)
-    assert got.shape[0] == nidx // ppc, json.dumps(res)
-    want = data.reshape(-1, ppc, 2, plen).transpose(0, 2, 1, 3)
-    want_present = np.ones_like(present)
-    for i, s in gap:
-        want_present[i // ppc, s, i % ppc] = False
-    np.testing.assert_array_equal(present, want_present)
-    np.testing.assert_array_equal(got[present], want[present])
-    assert res["tcp"] == 100_000
-    return res["stats"], res["passed"]
 
 
 def framesz_for(plen):
@@ -186,7 +56,10 @@ def test_dpdk_counts_every_kind_of_packet_exactly_over_a_veth(veth, tmp_path, pl
         blocksz = math.lcm(fsz, 4096)
         vdev = (f"net_af_packet7,iface={veth['rx_if']},framesz={fsz},blocksz={blocksz},"
                 f"framecnt={8 * blocksz // fsz}")  # fmt: skip
-    st, passed = capture_over_veth(veth, tmp_path, plen=plen, nidx=nidx, gap=gap, vdev=vdev)
+    kw = {"engine": "dpdk", **({"dpdk_port": vdev} if vdev else {"interface": veth["rx_if"]})}
+    st, passed = capture_over_veth(
+        veth, tmp_path, kw, plen=plen, nidx=nidx, gap=gap, port=PORT, cut_probe=True
+    )
     assert st["engine"] == "dpdk"
     assert st["kernel_drops"] == 0
     s0, s1 = st["streams"]

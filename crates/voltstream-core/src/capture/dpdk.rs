@@ -505,47 +505,7 @@ mod imp {
                              (Debian/Ubuntu) and rebuild with the cargo feature `dpdk` (Python: \
                              `maturin develop --release -F dpdk`; make dpdk-test)";
 
-    /// Whether this build has the DPDK engine.
-    pub const AVAILABLE: bool = false;
-
-    /// The DPDK engine (this build has none; `open` says how to get it).
-    pub struct DpdkEngine {
-        never: std::convert::Infallible,
-    }
-
-    impl DpdkEngine {
-        /// Always fails in this build, with how to build the engine.
-        pub fn open(config: &DpdkConfig) -> Result<Self> {
-            config.validate()?;
-            Err(Error::Config(NOT_BUILT.into()))
-        }
-
-        pub fn info(&self) -> Arc<DpdkInfo> {
-            match self.never {}
-        }
-    }
-
-    impl Engine for DpdkEngine {
-        fn name(&self) -> &'static str {
-            "dpdk"
-        }
-
-        fn recv_batch<F: FnMut(Received<'_>)>(&mut self, _: Duration, _: F) -> Result<usize> {
-            match self.never {}
-        }
-
-        fn kernel_drops(&mut self) -> u64 {
-            match self.never {}
-        }
-
-        fn rcvbuf(&self) -> u64 {
-            match self.never {}
-        }
-
-        fn local_addr(&self) -> Option<SocketAddr> {
-            match self.never {}
-        }
-    }
+    unbuilt_engine!(DpdkEngine, DpdkConfig, DpdkInfo, "dpdk", NOT_BUILT);
 }
 
 #[cfg(feature = "dpdk")]

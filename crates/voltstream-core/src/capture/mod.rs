@@ -19,6 +19,57 @@
 //! `PACKET_FANOUT_CBPF` group steered by stream id, [`packet_ring_fanout`]) and
 //! its own CPU ([`CaptureConfig::cpu`]).
 
+/// The stand-in for an engine this build left out (its native library was
+/// missing, or its cargo feature off): `open` validates the config and then
+/// fails with `$why`; the type cannot be constructed, so its methods are
+/// unreachable. Gives `$engine`, `$engine::open`, `$engine::info` and `AVAILABLE`.
+#[allow(unused_macros)] // a build with every engine has no stand-in
+macro_rules! unbuilt_engine {
+    ($engine:ident, $config:ty, $info:ty, $name:literal, $why:expr) => {
+        /// Whether this build has the engine.
+        pub const AVAILABLE: bool = false;
+
+        /// The engine this build left out; `open` says how to get it.
+        pub struct $engine {
+            never: std::convert::Infallible,
+        }
+
+        impl $engine {
+            /// Always fails in this build, saying what to install or enable.
+            pub fn open(config: &$config) -> Result<Self> {
+                config.validate()?;
+                Err(Error::Config($why.into()))
+            }
+
+            pub fn info(&self) -> Arc<$info> {
+                match self.never {}
+            }
+        }
+
+        impl Engine for $engine {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn recv_batch<F: FnMut(Received<'_>)>(&mut self, _: Duration, _: F) -> Result<usize> {
+                match self.never {}
+            }
+
+            fn kernel_drops(&mut self) -> u64 {
+                match self.never {}
+            }
+
+            fn rcvbuf(&self) -> u64 {
+                match self.never {}
+            }
+
+            fn local_addr(&self) -> Option<SocketAddr> {
+                match self.never {}
+            }
+        }
+    };
+}
+
 mod dpdk;
 mod group;
 mod multicast;

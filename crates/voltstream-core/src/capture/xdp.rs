@@ -320,47 +320,7 @@ mod imp {
                              and pkg-config (Debian/Ubuntu) and rebuild (see \
                              crates/voltstream-core/build.rs)";
 
-    /// The AF_XDP engine (this build has no AF_XDP support; `open` says why).
-    pub struct XdpEngine {
-        never: std::convert::Infallible,
-    }
-
-    impl XdpEngine {
-        /// Always fails in this build, with what to install.
-        pub fn open(config: &XdpConfig) -> Result<Self> {
-            config.validate()?;
-            Err(Error::Config(NOT_BUILT.into()))
-        }
-
-        pub fn info(&self) -> Arc<XdpInfo> {
-            match self.never {}
-        }
-    }
-
-    impl Engine for XdpEngine {
-        fn name(&self) -> &'static str {
-            "xdp"
-        }
-
-        fn recv_batch<F: FnMut(Received<'_>)>(&mut self, _: Duration, _: F) -> Result<usize> {
-            match self.never {}
-        }
-
-        fn kernel_drops(&mut self) -> u64 {
-            match self.never {}
-        }
-
-        fn rcvbuf(&self) -> u64 {
-            match self.never {}
-        }
-
-        fn local_addr(&self) -> Option<SocketAddr> {
-            match self.never {}
-        }
-    }
-
-    /// Whether this build has the AF_XDP engine.
-    pub const AVAILABLE: bool = false;
+    unbuilt_engine!(XdpEngine, XdpConfig, XdpInfo, "xdp", NOT_BUILT);
 }
 
 #[cfg(voltstream_xdp)]
