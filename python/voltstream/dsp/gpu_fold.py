@@ -341,30 +341,44 @@ class GpuFolder(_FolderBase):
         Samples marked lost in `valid` are zeroed before the FFT, as the reference
         does: the chirp's zeroed DC bin spreads any value over the whole FFT, so
         garbage left there would leak (at ~1/nfft) into valid outputs. With
-        `pinned=True` they are zeroed in the caller's buffer.
+        `pinned=True` they are zeroed in the caller's buffer, which is copied from
+        asynchronously (see :meth:`_host_source`).
         """
         slot = self.slot
         n, block = self._raw_view(block)
         per_sample = self.ncp * self.ndim
         lost = _lost_mask(valid, n)
+        flat = (block if pinned else np.ascontiguousarray(block)).reshape(-1).view(self.dtype)
+        src = self._host_source(slot, flat, n * per_sample, pinned)
+        if lost is not None:
+            src.reshape(n, per_sample)[lost] = 0
+        self._upload(slot, src)
+        self._process(slot, n, valid)
+
+    def _host_source(self, slot: int, flat: np.ndarray, count: int, pinned: bool) -> np.ndarray:
+        """The page-locked array the slot's copy reads: the caller's own (``pinned``; it
+        must stay unchanged until two more feeds or :meth:`synchronize`), or the first
+        ``count`` elements of ``flat`` copied into the slot's staging buffer."""
         # The copy from this slot two chunks ago must be done before reuse.
         self.copied[slot].synchronize()
         if pinned:
-            src = block.reshape(-1).view(self.dtype)
-        else:
-            if self.pin_raw[slot] is None:
-                self.pin_raw[slot] = self._pinned((self.plan.chunk * per_sample,), self.dtype)
-            src = self.pin_raw[slot][: n * per_sample]
-            np.copyto(src, np.ascontiguousarray(block).reshape(-1).view(self.dtype))
-        if lost is not None:
-            src.reshape(n, per_sample)[lost] = 0
-        dst = self.dev_raw[slot]
+            return flat[:count]
+        if self.pin_raw[slot] is None:
+            self.pin_raw[slot] = self._pinned((self.dev_raw[slot].size,), self.dtype)
+        src = self.pin_raw[slot][:count]
+        np.copyto(src, flat[:count])
+        return src
+
+    def _upload(self, slot: int, src: np.ndarray, extra=()) -> None:
+        """Queue the copy of ``src`` (and of each ``(device, host)`` pair of ``extra``)
+        into the slot on the copy stream, once the chunk that last used it is folded.
+        Asynchronous: ``ndarray.set`` would block the host until the copy is done."""
         t0 = self._mark(self.copy_stream)
         if self.consumed[slot] is not None:
             self.copy_stream.wait_event(self.consumed[slot])
-        dst[: n * per_sample].set(src, stream=self.copy_stream)
+        for dev, host in ((self.dev_raw[slot], src), *extra):
+            dev.data.copy_from_host_async(host.ctypes.data, host.nbytes, self.copy_stream)
         self._stage("h2d", t0, self.copy_stream)
-        self._process(slot, n, valid)
 
     def feed_device(self, raw_dev, valid=None) -> None:
         """Queue one chunk already on the GPU (flat or shaped, the engine's dtype)."""
@@ -381,7 +395,8 @@ class GpuFolder(_FolderBase):
 
         Lost samples (``valid`` False) are zeroed by the unpack kernel from a mask
         copied with the data (no 2-bit code means zero, so the bytes are left
-        alone). ``pinned=True``: ``data`` is page-locked and is copied from as is.
+        alone). ``pinned=True``: ``data`` is page-locked and is copied from as is,
+        asynchronously (see :meth:`_host_source`).
         """
         if self.packed is None:
             raise ConfigError("feed_packed needs an engine built with packed=PackedLayout(...)")
@@ -395,26 +410,14 @@ class GpuFolder(_FolderBase):
                               f"x {data.size}")  # fmt: skip
         slot = self.slot
         lost = _lost_mask(valid, n)
-        self.copied[slot].synchronize()
-        if pinned:
-            src = data[:need]
-        else:
-            if self.pin_raw[slot] is None:
-                self.pin_raw[slot] = self._pinned((self.packed.nbytes(self.plan.chunk),), np.uint8)
-            src = self.pin_raw[slot][:need]
-            np.copyto(src, data[:need])
-        t0 = self._mark(self.copy_stream)
-        if self.consumed[slot] is not None:
-            self.copy_stream.wait_event(self.consumed[slot])
-        self.dev_raw[slot][:need].data.copy_from_host_async(src.ctypes.data, need, self.copy_stream)
+        src = self._host_source(slot, data, need, pinned)
         self.inmask[slot] = None
+        extra = ()
         if lost is not None:
             self.pin_inmask[slot][:n] = ~lost
-            self.dev_inmask[slot][:n].data.copy_from_host_async(
-                self.pin_inmask[slot].ctypes.data, n, self.copy_stream
-            )
             self.inmask[slot] = self.dev_inmask[slot][:n]
-        self._stage("h2d", t0, self.copy_stream)
+            extra = ((self.inmask[slot], self.pin_inmask[slot][:n]),)
+        self._upload(slot, src, extra)
         self._process(slot, n, valid)
 
     def _mark(self, stream):
