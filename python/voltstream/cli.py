@@ -107,7 +107,15 @@ def _add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str]
         "--vdif-payload",
         type=_positive(int),
         default=8000,
-        help="VDIF data bytes per frame (multiple of 8 and of 2*nchan). Default: 8000",
+        help="VDIF data bytes per frame (multiple of 8, whole samples). Default: 8000",
+    )
+    g.add_argument(
+        "--bits",
+        type=int,
+        choices=(2, 4, 8),
+        default=8,
+        help="VDIF bits per real/imaginary part: 8 (offset binary), 4, or 2 (the VDIF "
+        "2-bit levels). 2 and 4 bits fold on the GPU straight from the packets. Default: 8",
     )
 
 
@@ -137,6 +145,7 @@ def _format_from(args):
         chan_bw_mhz=4.0 if args.chan_bw is None else args.chan_bw,
         freq_mhz=1420.0 if args.freq is None else args.freq,
         vdif_payload=args.vdif_payload,
+        bits=getattr(args, "bits", 8),
     )
 
 
@@ -620,6 +629,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop after this many seconds without packets (after the first)",
     )
     live.add_argument("--report", help="write the capture report (JSON) here")
+    live.add_argument(
+        "--threads",
+        type=_positive(int),
+        default=1,
+        help="capture threads (packet_ring engine; VDIF: up to one per thread id), each "
+        "steered its own streams by the kernel. Default: 1",
+    )
+    live.add_argument(
+        "--cpus",
+        type=_cpu_list,
+        default=None,
+        help="CPU of each capture thread, comma-separated (e.g. 2,3); pins the threads",
+    )
+    live.add_argument(
+        "--packets-per-chunk",
+        type=_positive(int),
+        default=None,
+        help="packets per stream per chunk. Default: about 32 MiB chunks on the GPU, 256 on "
+        "the CPU",
+    )
+    live.add_argument(
+        "--buffer-mb",
+        type=_positive(float),
+        default=1024,
+        help="size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
+        "stage the capture rides out before it drops chunks (1024 MiB = 0.2 s at 40 Gb/s). "
+        "Default: 1024",
+    )
+    live.add_argument(
+        "--no-status",
+        action="store_true",
+        help="do not print the one-line status (Gb/s in and processed, pool fill, losses, "
+        "GPU busy) every second on stderr",
+    )
     _add_format_options(p)
 
     _add_fengine_parser(verbs)

@@ -24,6 +24,10 @@ def _now_mjd() -> tuple[int, float]:
     return 40587 + int(days), float(int(sec))  # whole seconds: packet time stamps start there
 
 
+#: Standard deviation (in codes) of re and im that simulated sub-byte VDIF gets.
+SUB_BYTE_RMS = {2: 2.2, 4: 3.0}
+
+
 def simulate(args) -> int:
     from voltstream.cli import _format_from
     from voltstream.sim import signal
@@ -55,12 +59,20 @@ def simulate(args) -> int:
     else:
         sender = None
         sink = _open_sim_output(args.output, fmt, obs)
+        if sink[0] == "dada" and fmt.bits < 8:
+            sink[1].close()
+            raise ConfigError(f"{fmt.bits}-bit samples go to VDIF (.vdif) files, not DADA")
     first = 0
     t0 = time.monotonic()
     try:
         for x in blocks:
-            q, clipped = signal.quantize_int8(x)
-            stats["clipped"] += int(clipped)
+            if fmt.bits < 8:
+                # Sub-byte VDIF: the packetizer quantises complex values itself, at
+                # about the optimal rms of the narrower code (2.2 levels at 2 bits).
+                q = (x * np.float32(SUB_BYTE_RMS[fmt.bits] * np.sqrt(2.0))).astype(np.complex64)
+            else:
+                q, clipped = signal.quantize_int8(x)
+                stats["clipped"] += int(clipped)
             n = (q.shape[0] // fmt.samples_per_packet) * fmt.samples_per_packet
             if n == 0:
                 continue
@@ -301,19 +313,28 @@ def fold(args) -> int:
 
         fmt = _format_from(args)
         mjd, sec = _now_mjd()
-        live = LiveReader(
-            fmt,
-            args.listen,
-            args.duration,
-            fmt.observation(start_mjd=mjd, start_sec=sec),
-            idle_timeout_s=args.idle_timeout,
-            engine=args.engine,
-        )
-        live.start()
+        obs = fmt.observation(start_mjd=mjd, start_sec=sec)
+        if device == "gpu":
+            if args.gpus > 1 or args.workers_per_gpu > 1:
+                raise ConfigError("--listen folds on one GPU; --gpus/--workers-per-gpu are "
+                                  "for files")  # fmt: skip
+        else:
+            live = LiveReader(
+                fmt,
+                args.listen,
+                args.duration,
+                obs,
+                idle_timeout_s=args.idle_timeout,
+                engine=args.engine,
+                threads=args.threads,
+                cpus=args.cpus,
+                packets_per_chunk=args.packets_per_chunk or 256,
+            )
+            live.start()
         reader = live
     else:
         reader = open_baseband(args.input, args.chan_bw, args.freq)
-    obs = reader.obs
+        obs = reader.obs
     nsamp = getattr(reader, "nsamp", None)
     span_s = nsamp * obs.tsamp_s if nsamp else args.duration
     if args.period:
@@ -326,7 +347,18 @@ def fold(args) -> int:
     else:
         predictor = read_polyco(args.polyco)
     tsub = args.tsub if args.tsub is not None else span_s / 10
-    archive = _fold_on(device, args, reader, predictor, tsub)
+    if args.listen and device == "gpu":
+        from voltstream.pipeline.live import fold_live_gpu
+
+        archive, report = fold_live_gpu(
+            fmt, args.listen, args.duration, obs, args.dm, predictor, args.nbin, tsub,
+            pol_mode=args.pol, idle_timeout_s=args.idle_timeout,
+            packets_per_chunk=args.packets_per_chunk, pool_mb=args.buffer_mb,
+            status=not args.no_status, engine=args.engine, threads=args.threads, cpus=args.cpus,
+        )  # fmt: skip
+    else:
+        archive = _fold_on(device, args, reader, predictor, tsub)
+        report = live.report if live is not None else None
     archive.par_text = getattr(predictor, "par_text", None)
     from voltstream.dsp.dedisperse import Dedisperser
 
@@ -339,11 +371,11 @@ def fold(args) -> int:
         plot_archive(archive, args.plot, title=f"{obs.source}  DM {args.dm}")
     from voltstream.dsp.fold import profile_snr
 
-    if live is not None:
-        for line in live.report.summary_lines():
+    if report is not None:
+        for line in report.summary_lines():
             print(line)
         if args.report:
-            live.report.write_json(args.report)
+            report.write_json(args.report)
     snr = profile_snr(archive.profile())
     print(
         f"fold ({device}): {args.input or args.listen} -> {args.output}: {archive.nsub} "

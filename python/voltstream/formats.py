@@ -40,6 +40,7 @@ class StreamFormat:
     payload_len: int  # data bytes per packet (excluding the header)
     chan_bw_mhz: float  # signed: negative for a lower sideband
     freq_mhz: float  # band centre
+    bits: int = 8  # per real or imaginary part (VDIF: 2, 4 or 8; YNAO: 8)
 
     @property
     def tsamp_s(self) -> float:
@@ -90,6 +91,22 @@ class StreamFormat:
             "frames_per_second": int(round(fps)),
         }
 
+    def chunk_layout(self, packets_per_chunk: int):
+        """Where sample (s, chan, pol, re/im) sits in a capture chunk's bytes, laid out
+        [stream][packet][payload]: the GPU unpack kernel reads chunks as they are."""
+        from voltstream.dsp.cuda import PackedLayout
+
+        values_per_byte = 8 // self.bits
+        frame = self.payload_len * values_per_byte  # values per packet
+        if self.name == "ynao":  # one stream: (spectrum, chan, pol, re/im) int8 per packet
+            per_sample = self.nchan * self.npol * 2
+            return PackedLayout(8, "twos", 2, self.nchan, self.npol, self.samples_per_packet,
+                                frame, per_sample, self.npol * 2, 2)  # fmt: skip
+        # VDIF: one stream (thread) per pol, (time, chan, re/im) offset binary per frame.
+        enc = "vdif2" if self.bits == 2 else "offset"
+        return PackedLayout(self.bits, enc, 2, self.nchan, self.npol, self.samples_per_packet,
+                            frame, self.nchan * 2, 2, packets_per_chunk * frame)  # fmt: skip
+
     def packetize(self, samples: np.ndarray, first_sample: int, obs: Observation) -> np.ndarray:
         """Samples into packets (n, packet_len) uint8 in send order.
 
@@ -121,6 +138,7 @@ class StreamFormat:
         return packetize.packetize_vdif(
             samples,
             frames_per_second=fps,
+            nbit=self.bits,
             samples_per_frame=spp,
             start_frame=start_frame + first_sample // spp,
         )
@@ -133,6 +151,11 @@ class StreamFormat:
         """
         nstreams, npkt, _ = per_stream.shape
         spp, nchan, npol = self.samples_per_packet, self.nchan, self.npol
+        if self.bits != 8:
+            raise ConfigError(
+                f"{self.bits}-bit VDIF is folded on the GPU only (--device gpu) and cannot "
+                "be written to an 8-bit DADA file yet; capture it without --output"
+            )
         if self.name == "ynao":
             out = per_stream.view(np.int8).reshape(npkt, spp, nchan, npol, 2).copy()
             out[~present[0]] = 0
@@ -154,6 +177,7 @@ def make_format(
     freq_mhz: float = 1420.0,
     vdif_payload: int = VDIF_DEFAULT_PAYLOAD,
     npol: int = 2,
+    bits: int = 8,
 ) -> StreamFormat:
     """Builds a StreamFormat from command-line style options, validating them."""
     if name not in FORMATS:
@@ -168,15 +192,21 @@ def make_format(
         return StreamFormat(
             "ynao", YNAO_NCHAN, YNAO_NPOL, YNAO_SPECTRA, YNAO_PAYLOAD_BYTES, chan_bw_mhz, freq_mhz
         )
+    if bits != 8 and name == "ynao":
+        raise ConfigError("the YNAO frame carries 8-bit samples; --bits is for VDIF")
     nchan = 32 if nchan is None else nchan
     if nchan < 1 or nchan & (nchan - 1):
         raise ConfigError(f"VDIF needs a power-of-two channel count, got {nchan}")
-    bytes_per_sample = 2 * nchan  # 8-bit complex, all channels of one thread
-    if vdif_payload % 8 or vdif_payload % bytes_per_sample:
+    if bits not in (2, 4, 8):
+        raise ConfigError(f"VDIF samples of {bits} bits: use 2, 4 or 8")
+    bits_per_sample = 2 * nchan * bits  # complex, all channels of one thread
+    if vdif_payload % 8 or (vdif_payload * 8) % bits_per_sample:
         raise ConfigError(
-            f"--vdif-payload {vdif_payload} must be a multiple of 8 and of {bytes_per_sample} "
-            f"(8-bit complex x {nchan} channels)"
+            f"--vdif-payload {vdif_payload} must be a multiple of 8 bytes and hold whole "
+            f"samples ({bits}-bit complex x {nchan} channels = {bits_per_sample // 8 or 1} "
+            f"byte(s) per sample)"
         )
     return StreamFormat(
-        "vdif", nchan, npol, vdif_payload // bytes_per_sample, vdif_payload, chan_bw_mhz, freq_mhz
-    )
+        "vdif", nchan, npol, vdif_payload * 8 // bits_per_sample, vdif_payload, chan_bw_mhz,
+        freq_mhz, bits,
+    )  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from packed_ref import decode_ref
 from voltstream.dsp import cuda
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.gpu_fold import fold_file_gpu, gpu_available
@@ -30,25 +31,6 @@ def cp():
 
     assert gpu_available(), "no CUDA device visible to CuPy"
     return cupy
-
-
-def decode_ref(data: np.ndarray, layout: cuda.PackedLayout, n: int) -> np.ndarray:
-    """(n, ncp) complex128 samples of packed ``data``, from the layout's formula."""
-    nb = layout.nbit
-    bits = np.unpackbits(data, bitorder="little").reshape(-1, nb)
-    codes = (bits * (1 << np.arange(nb))).sum(axis=1)
-    if layout.encoding == "twos":
-        vals = np.where(codes >= 1 << (nb - 1), codes - (1 << nb), codes).astype(np.float64)
-    elif layout.encoding == "offset":
-        vals = codes - float(1 << (nb - 1))
-    else:
-        vals = LEVELS_2BIT.astype(np.float64)[codes]
-    s = np.arange(n)[:, None, None]
-    c = np.arange(layout.nchan)[None, :, None]
-    p = np.arange(layout.npol)[None, None, :]
-    v = (s // layout.spf) * layout.s_blk + (s % layout.spf) * layout.s_t
-    v = (v + c * layout.s_c + p * layout.s_p).reshape(n, -1)
-    return vals[v] + 1j * vals[v + 1] if layout.ndim == 2 else vals[v] + 0j
 
 
 LAYOUTS = [

@@ -575,6 +575,29 @@ impl PyCapture {
         }
     }
 
+    /// (address, nbytes) of the data of every chunk in the pools of all capture
+    /// threads, fixed while the capture object lives: register them once with a
+    /// GPU driver (cudaHostRegister) and every chunk can be copied from directly.
+    fn chunk_buffers(&self) -> PyResult<Vec<(usize, usize)>> {
+        let cap = self.running()?;
+        Ok(cap
+            .threads()
+            .iter()
+            .flat_map(|c| c.pool_buffers().iter().copied())
+            .collect())
+    }
+
+    /// Chunks of all threads' pools that are free (neither being filled, nor queued
+    /// for a consumer, nor held by one): the pool's fill is 1 - free / pool size.
+    fn free_chunks(&self) -> PyResult<usize> {
+        let cap = self.running()?;
+        Ok(cap
+            .threads()
+            .iter()
+            .map(|c| c.consumer().free_count())
+            .sum())
+    }
+
     /// Stops the capture: drains what the kernel queued, flushes open chunks.
     /// Chunks already assembled stay available from next_chunk. Idempotent.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
@@ -1064,6 +1087,15 @@ impl PyChunk {
             .map(|i| ((words[i / 64] >> (i % 64)) & 1) as u8)
             .collect();
         Ok(PyBytes::new(py, &bits))
+    }
+
+    /// Host address of the chunk's data (one of `Capture.chunk_buffers()`), for
+    /// an asynchronous copy that must end before `release()`.
+    #[getter]
+    fn address(&self) -> PyResult<usize> {
+        let guard = lock(&self.lease);
+        let lease = guard.as_ref().ok_or_else(|| self.released())?;
+        Ok(lease.data_ptr() as usize)
     }
 
     #[getter(released)]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -238,6 +239,7 @@ class GpuFolder(_FolderBase):
         ndim: int = 2,
         packed: PackedLayout | None = None,
         profile: bool = False,
+        raw_bytes: int | None = None,
         **kw,
     ):
         super().__init__(*args, **kw)
@@ -271,6 +273,9 @@ class GpuFolder(_FolderBase):
         self.frames = cp.empty(self.ncp * p.max_blocks * p.nfft, dtype=np.complex64)
         per_sample = self.ncp * self.ndim
         raw_len = p.chunk * per_sample if packed is None else packed.nbytes(p.chunk)
+        # A source's block may be bigger than its samples' bytes (a capture chunk
+        # with its head cut, a file block with headers): feed_block copies it whole.
+        raw_len = max(raw_len, int(raw_bytes or 0))
         self.dev_raw = [cp.empty(raw_len, dtype=self.dtype) for _ in range(2)]
         carry_len = p.nfft * per_sample if packed is None else 1
         self.carry = [cp.empty(carry_len, dtype=self.dtype) for _ in range(2)]
@@ -285,12 +290,19 @@ class GpuFolder(_FolderBase):
         self.compute_stream = cp.cuda.Stream(non_blocking=True)
         self.copied = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
         self.consumed = [None, None]
+        self.consumed_ev = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
         self.slot = 0
         self.plans: dict[int, object] = {}
         self.acc = self.hits = self.offered = None
         self._grow(1)
         self.profile = profile
         self.stage_ms = dict.fromkeys(STAGES, 0.0)
+        # GPU busy time for the live status line: a timed event pair around each
+        # chunk's compute, from a fixed ring (no allocation per chunk).
+        self._busy_ring = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(16)]
+        self._busy_q: deque = deque()
+        self._busy_total_ms = 0.0
+        self._busy_next = 0
 
     def _pinned(self, shape, dtype):
         import cupyx
@@ -312,6 +324,19 @@ class GpuFolder(_FolderBase):
                 hits[: self.nsub_cap] = self.hits
                 offered[: self.nsub_cap] = self.offered
         self.acc, self.hits, self.offered, self.nsub_cap = acc, hits, offered, cap
+
+    def warm_up(self, n: int, duration_s: float | None = None) -> None:
+        """Makes now what the first chunks of ``n`` samples would make while data
+        waits: the FFT plans of every frame count they can have, and accumulators for
+        ``duration_s`` seconds of sub-integrations (a live run must not stall on them)."""
+        p = self.plan
+        # After the first chunk the carry holds overlap .. overlap + step - 1 samples.
+        for nb in {p.blocks(0, n), *(p.blocks(c, n) for c in (p.overlap, p.overlap + p.step - 1))}:
+            if nb:
+                self._fft_plan(nb)
+        if duration_s and self.tsub_s:
+            self._grow(int(duration_s / self.tsub_s) + 2)
+        self.synchronize()
 
     def _fft_plan(self, nblock: int):
         plan = self.plans.get(nblock)
@@ -369,15 +394,14 @@ class GpuFolder(_FolderBase):
         np.copyto(src, flat[:count])
         return src
 
-    def _upload(self, slot: int, src: np.ndarray, extra=()) -> None:
-        """Queue the copy of ``src`` (and of each ``(device, host)`` pair of ``extra``)
-        into the slot on the copy stream, once the chunk that last used it is folded.
-        Asynchronous: ``ndarray.set`` would block the host until the copy is done."""
+    def _upload(self, slot: int, src: np.ndarray) -> None:
+        """Queue the copy of ``src`` into the slot on the copy stream, once the chunk
+        that last used it is folded. Asynchronous: ``ndarray.set`` would block the host
+        until the copy is done."""
         t0 = self._mark(self.copy_stream)
         if self.consumed[slot] is not None:
             self.copy_stream.wait_event(self.consumed[slot])
-        for dev, host in ((self.dev_raw[slot], src), *extra):
-            dev.data.copy_from_host_async(host.ctypes.data, host.nbytes, self.copy_stream)
+        self.dev_raw[slot].data.copy_from_host_async(src.ctypes.data, src.nbytes, self.copy_stream)
         self._stage("h2d", t0, self.copy_stream)
 
     def feed_device(self, raw_dev, valid=None) -> None:
@@ -411,14 +435,65 @@ class GpuFolder(_FolderBase):
         slot = self.slot
         lost = _lost_mask(valid, n)
         src = self._host_source(slot, data, need, pinned)
+        self._upload(slot, src)
+        self._upload_mask(slot, lost, n)
+        self._process(slot, n, valid)
+
+    def feed_block(self, parts, n: int, skip: int = 0, valid=None):
+        """Queue ``n`` packed samples straight from page-locked host memory.
+
+        ``parts`` are (host address, nbytes, offset) runs copied to those byte offsets
+        of the slot's device buffer (a capture chunk's streams, a file block); the
+        samples start ``skip`` bytes into it, in the engine's :class:`PackedLayout`.
+        Nothing is staged on the host. Returns the CUDA event that completes when
+        every part has been copied: the caller may reuse the host memory after it.
+        """
+        if self.packed is None:
+            raise ConfigError("feed_block needs an engine built with packed=PackedLayout(...)")
+        n = int(n)
+        if not 0 <= n <= self.plan.chunk:
+            raise ConfigError(f"block of {n} samples exceeds the engine's {self.plan.chunk}")
+        slot = self.slot
+        dev = self.dev_raw[slot]
+        if skip + self.packed.nbytes(n) > dev.size or any(
+            off < 0 or off + nb > dev.size for _, nb, off in parts
+        ):
+            raise ConfigError(f"block parts do not fit the engine's {dev.size}-byte buffer")
+        self.copied[slot].synchronize()  # the slot's previous copy is done
+        lost = _lost_mask(valid, n)
+        t0 = self._mark(self.copy_stream)
+        if self.consumed[slot] is not None:
+            self.copy_stream.wait_event(self.consumed[slot])
+        for addr, nbytes, off in parts:
+            dev[off : off + nbytes].data.copy_from_host_async(addr, nbytes, self.copy_stream)
+        self._upload_mask(slot, lost, n)
+        self._stage("h2d", t0, self.copy_stream)
+        self._process(slot, n, valid, raw=dev[skip:])
+        return self.copied[slot]
+
+    def feed_gap(self, n: int) -> None:
+        """Queue ``n`` lost samples (no packet arrived): nothing is copied but the mask;
+        they are zero to the FFT and keep the outputs they touch out of the profiles."""
+        if self.packed is None:
+            raise ConfigError("feed_gap needs an engine built with packed=PackedLayout(...)")
+        for a in range(0, int(n), self.plan.chunk):
+            m = min(self.plan.chunk, int(n) - a)
+            slot = self.slot
+            self.copied[slot].synchronize()
+            if self.consumed[slot] is not None:
+                self.copy_stream.wait_event(self.consumed[slot])
+            self._upload_mask(slot, np.ones(m, dtype=bool), m)
+            self._process(slot, m, np.zeros(m, dtype=bool))
+
+    def _upload_mask(self, slot: int, lost, n: int) -> None:
+        """The packed kernels' per-sample mask of the slot (None when nothing was lost)."""
         self.inmask[slot] = None
-        extra = ()
         if lost is not None:
             self.pin_inmask[slot][:n] = ~lost
             self.inmask[slot] = self.dev_inmask[slot][:n]
-            extra = ((self.inmask[slot], self.pin_inmask[slot][:n]),)
-        self._upload(slot, src, extra)
-        self._process(slot, n, valid)
+            self.inmask[slot].data.copy_from_host_async(
+                self.pin_inmask[slot].ctypes.data, n, self.copy_stream
+            )
 
     def _mark(self, stream):
         if not self.profile:
@@ -466,6 +541,12 @@ class GpuFolder(_FolderBase):
         self.copied[kslot].record(self.copy_stream)
         cs = self.compute_stream
         cs.wait_event(self.copied[kslot])
+        if len(self._busy_q) == len(self._busy_ring):
+            self._busy_collect(wait=True)
+        pair = self._busy_ring[self._busy_next]
+        self._busy_next = (self._busy_next + 1) % len(self._busy_ring)
+        pair[0].record(cs)
+        self._busy_q.append(pair)
         per_sample = self.ncp * self.ndim
         if raw is None:
             raw = self.dev_raw[slot]
@@ -520,7 +601,8 @@ class GpuFolder(_FolderBase):
             )
             self._stage("fold", t0, cs)
         # Raw samples, knots and masks of this slot are free once the fold ran.
-        ev = self.cp.cuda.Event(disable_timing=True)
+        self._busy_q[-1][1].record(cs)
+        ev = self.consumed_ev[kslot]  # re-recorded: waits taken before see the old record
         ev.record(cs)
         self.consumed[kslot] = ev
 
@@ -560,6 +642,18 @@ class GpuFolder(_FolderBase):
         self.samples_in += n
         self.samples_out += nout
         self.slot = 1 - self.slot
+
+    def _busy_collect(self, wait: bool = False) -> None:
+        while self._busy_q and (wait or self._busy_q[0][1].done):
+            start, end = self._busy_q.popleft()
+            end.synchronize()
+            self._busy_total_ms += self.cp.cuda.get_elapsed_time(start, end)
+            wait = False
+
+    def busy_ms(self) -> float:
+        """GPU milliseconds spent on chunks whose compute has finished so far."""
+        self._busy_collect()
+        return self._busy_total_ms
 
     def synchronize(self) -> None:
         self.compute_stream.synchronize()

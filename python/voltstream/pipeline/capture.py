@@ -1,10 +1,12 @@
 """Capture stage: drive a capture engine and hand its chunks to sinks.
 
 The engine (Rust, `voltstream._core.Capture`) owns the socket, the assembler and
-the chunk pool; this module only consumes finished chunks. Each chunk is laid out
-[stream][packet][payload]; sinks turn it into time-channel-polarisation (TFP)
-samples. Missing packets are zero-filled in what a sink writes (a pooled chunk
-may hold stale bytes there) and counted, so nothing is silently lost.
+the chunk pool; this module runs the loop that takes finished chunks, puts them in
+time order (pipeline/timeline.py) and hands them to a consumer: the GPU stages take
+them as handles (pipeline/gpu.py), `TfpSink` turns them into time-channel-polarisation
+(TFP) samples for a file, `CountingSink` only counts (capture alone). Missing packets
+are zero-filled in what a sink writes (a pooled chunk may hold stale bytes there) and
+counted, so nothing is silently lost.
 """
 
 from __future__ import annotations
@@ -18,22 +20,9 @@ import numpy as np
 
 from voltstream.errors import CaptureError, ConfigError
 from voltstream.formats import StreamFormat
+from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
 
 COUNTER_NAMES = ("received", "missing", "late", "duplicate", "malformed", "foreign", "dropped")
-
-
-def chunk_to_tfp(chunk, fmt: StreamFormat) -> tuple[np.ndarray, np.ndarray]:
-    """Returns (int8 samples (nsamp, nchan, npol, 2), per-sample valid mask) for a chunk.
-
-    Copies: the chunk goes back to the pool as soon as the caller releases it.
-    """
-    raw = chunk.array() if isinstance(chunk, MergedChunk) else np.frombuffer(chunk, np.uint8)
-    npkt = chunk.packets_per_chunk
-    present = np.frombuffer(chunk.present, dtype=np.uint8).reshape(chunk.nstreams, npkt) != 0
-    per_stream = raw.reshape(chunk.nstreams, npkt, chunk.payload_len)
-    samples = fmt.payload_to_tfp(per_stream, present)
-    valid = np.repeat(present.all(axis=0), fmt.samples_per_packet)
-    return samples, valid
 
 
 @dataclass
@@ -48,6 +37,7 @@ class CaptureReport:
     bytes_written: int = 0
     engine: dict = field(default_factory=dict)
     discontinuities: int = 0  # timeline restarts (jumps beyond the resync bound)
+    pipeline: dict | None = None  # what the consumer (a GPU stage) counted
 
     @property
     def totals(self) -> dict[str, int]:
@@ -77,6 +67,7 @@ class CaptureReport:
             "rate_gbps": 8 * payload / self.duration_s / 1e9 if self.duration_s else 0.0,
             "totals": self.totals,
             "engine": self.engine,
+            "pipeline": self.pipeline,
         }
 
     def write_json(self, path: str | Path) -> None:
@@ -93,6 +84,16 @@ class CaptureReport:
             + "  ".join(f"{k}={t[k]}" for k in COUNTER_NAMES)
             + f"  kernel_drops={self.engine.get('kernel_drops', 0)}",
         ]
+        if p := self.pipeline:
+            lines.append(
+                f"  GPU stage: {p['blocks']} blocks, {p['gaps']} gaps, {p['samples_fed']} "
+                f"samples ({p['lost_samples']} lost), pool {p['pool_chunks']} chunks, "
+                f"at most {p['max_copies_in_flight']} copies in flight, "
+                f"{(p['registered_bytes'] or 0) / 2**20:.0f} MiB page-locked, GPU busy "
+                f"{p.get('gpu_busy_pct', 0):.0f}%"
+            )
+            if p.get("registration_warning"):
+                lines.append(f"  warning: {p['registration_warning']}")
         if groups := self.engine.get("multicast"):
             lines.append("  multicast groups joined: " + ", ".join(groups))
         lines += _host_lines(self.engine.get("host"), self.engine.get("engine"))
@@ -159,6 +160,42 @@ def _memory_lines(mem: dict | None) -> list[str]:
     return lines
 
 
+def open_capture(
+    fmt: StreamFormat,
+    bind: str,
+    packets_per_chunk: int = 256,
+    nchunks: int = 16,
+    window: int = 4,
+    resync_chunks: int = 64,
+    engine: str = "auto",
+    multicast: list[str] | None = None,
+    interface: str | None = None,
+    threads: int = 1,
+    cpus: list[int] | None = None,
+    engine_options: dict | None = None,
+):
+    """A `_core.Capture` for `fmt` (not started); engine errors become CaptureError."""
+    from voltstream import _core
+
+    try:
+        return _core.Capture(
+            bind=bind,
+            packets_per_chunk=packets_per_chunk,
+            nchunks=nchunks,
+            window=window,
+            resync_chunks=resync_chunks,
+            engine=engine,
+            multicast=multicast,
+            interface=interface,
+            threads=threads,
+            cpus=cpus,
+            **fmt.capture_kwargs(),
+            **(engine_options or {}),
+        )
+    except OSError as e:  # CaptureError is an OSError; keep its message
+        raise CaptureError(str(e)) from None
+
+
 def run_capture(
     fmt: StreamFormat,
     bind: str,
@@ -176,43 +213,35 @@ def run_capture(
     threads: int = 1,
     cpus: list[int] | None = None,
     engine_options: dict | None = None,
+    consumer=None,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
 
     `on_start` is called once the socket is bound, so a sender can be started
     without racing the bind. `multicast` lists IPv4 groups to join on `interface`. With
-    `threads` > 1 each capture thread assembles its own streams; their chunks are merged
-    back by chunk id (a copy) before the sink.
+    `threads` > 1 each capture thread assembles its own streams; the timeline groups
+    their chunks by chunk id (pipeline/timeline.py).
     `engine_options` are more keyword arguments of `_core.Capture` (e.g. dpdk_port,
-    dpdk_eal_args).
+    dpdk_eal_args). Instead of `sink`, a `consumer` may take the timeline's blocks
+    and gaps as handles (`.block(Block)`, `.gap(packets)`, `.poll()`, `.finish()`;
+    the GPU stages do; `.attach(cap)` and `.close()` if it has them). Without either,
+    chunks go back to the pool unread (capture alone).
     """
-    from voltstream import _core
-
     if duration_s <= 0:
         raise ConfigError(f"--duration must be positive, got {duration_s}")
     report = CaptureReport(format=fmt.name, bind=bind)
-    try:
-        cap = _core.Capture(
-            bind=bind,
-            packets_per_chunk=packets_per_chunk,
-            nchunks=nchunks,
-            window=window,
-            resync_chunks=resync_chunks,
-            engine=engine,
-            multicast=multicast,
-            interface=interface,
-            threads=threads,
-            cpus=cpus,
-            **fmt.capture_kwargs(),
-            **(engine_options or {}),
-        )
-    except OSError as e:  # CaptureError is an OSError; keep its message
-        raise CaptureError(str(e)) from None
-    timeline = _Timeline(fmt, sink, report, resync_chunks)
-    if threads > 1:
-        timeline = _Merger(cap, timeline)
+    cap = open_capture(
+        fmt, bind, packets_per_chunk, nchunks, window, resync_chunks, engine, multicast,
+        interface, threads, cpus, engine_options,
+    )  # fmt: skip
+    if consumer is None:
+        consumer = TfpSink(fmt, sink, report) if sink is not None else CountingSink(fmt, report)
+    timeline = ChunkTimeline(
+        cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads, resync_chunks
+    )
     cap.start()
+    getattr(consumer, "attach", lambda cap: None)(cap)
     t0 = time.monotonic()
     last_data = None
     try:
@@ -226,136 +255,74 @@ def run_capture(
                 if now - last_data >= idle_timeout_s:
                     break
             chunk = cap.next_chunk(0.05)
+            consumer.poll()
             if chunk is None:
                 continue
             last_data = time.monotonic()
             timeline.add(chunk)
-    finally:
         cap.stop()
         # The engine flushes its open chunks at stop: drain them too.
         while (chunk := cap.next_chunk(0.0)) is not None:
             timeline.add(chunk)
         timeline.finish()
+        consumer.finish()
+    finally:
+        timeline.release_all()
+        getattr(consumer, "close", lambda: None)()
+        cap.stop()
+        report.discontinuities = timeline.discontinuities
         report.duration_s = time.monotonic() - t0
         report.engine = cap.stats()
     return report
 
 
-class _Timeline:
-    """Turns chunks into a continuous sample stream for a sink.
+class CountingSink:
+    """Capture alone: every block is counted and goes straight back to the pool."""
 
-    Chunks in which no packet arrived are never emitted by the engine (their
-    packets are counted missing): the gap is filled with zeros marked invalid so
-    the file's time axis stays true. The last chunk is held back until the end so
-    its unfilled tail (packets never sent) can be cut instead of written as zeros.
-    A gap longer than the resync bound means the engine restarted its timeline;
-    it is counted as a discontinuity rather than filled.
-    """
+    def __init__(self, fmt: StreamFormat, report: CaptureReport):
+        self.fmt, self.report = fmt, report
+        self.bytes_per_sample = fmt.nchan * fmt.npol * 2
 
-    def __init__(self, fmt: StreamFormat, sink, report: CaptureReport, resync_chunks: int):
-        self.fmt, self.sink, self.report = fmt, sink, report
-        self.resync_chunks = resync_chunks
-        self.pending = None  # (chunk_id, samples, valid, present)
+    def take(self, item) -> None:
+        packets = item.packets
+        if isinstance(item, Block):
+            item.release()
+        n = packets * self.fmt.samples_per_packet
+        self.report.chunks += 1
+        self.report.samples_written += n
+        self.report.bytes_written += n * self.bytes_per_sample
 
-    def add(self, chunk) -> None:
-        try:
-            samples, valid = chunk_to_tfp(chunk, self.fmt)
-            present = np.frombuffer(chunk.present, dtype=np.uint8).reshape(chunk.nstreams, -1)
-            present = present.any(axis=0)
-            cid = chunk.chunk_id
-        finally:
-            chunk.release()
-        if self.pending is None and self.report.samples_written == 0:
-            # Chunk boundaries are multiples of packets_per_chunk on the format's
-            # index axis (absolute for VDIF), so the first chunk usually starts
-            # before the first packet: the stream begins at that packet.
-            first = int(np.flatnonzero(present)[0]) if present.any() else 0
-            cut = first * self.fmt.samples_per_packet
-            samples, valid, present = samples[cut:], valid[cut:], present[first:]
-        if self.pending is not None:
-            prev_id = self.pending[0]
-            self._emit(*self.pending[1:3])
-            gap = cid - prev_id - 1
-            if 0 < gap <= self.resync_chunks:
-                per_chunk = samples.shape[0]
-                zeros = np.zeros((gap * per_chunk,) + samples.shape[1:], np.int8)
-                self._emit(zeros, np.zeros(zeros.shape[0], dtype=bool))
-            elif gap != 0:
-                self.report.discontinuities += 1
-        self.pending = (cid, samples, valid, present)
+    def poll(self) -> None:
+        pass
 
     def finish(self) -> None:
-        if self.pending is None:
-            return
-        _, samples, valid, present = self.pending
-        self.pending = None
-        if present.any():
-            last = int(np.flatnonzero(present)[-1]) + 1
-            keep = last * self.fmt.samples_per_packet
-            self._emit(samples[:keep], valid[:keep])
-
-    def _emit(self, samples: np.ndarray, valid: np.ndarray) -> None:
-        self.report.chunks += 1
-        self.report.samples_written += samples.shape[0]
-        self.report.bytes_written += samples.nbytes
-        if self.sink is not None:
-            self.sink(samples, valid)
-
-
-class MergedChunk:
-    """All streams of one chunk id, copied from the capture threads' chunks (which each
-    hold only their own streams); behaves like a `_core.Chunk` for `chunk_to_tfp`."""
-
-    def __init__(self, chunk_id: int, nstreams: int, ppc: int, payload_len: int):
-        self.chunk_id, self.nstreams = chunk_id, nstreams
-        self.packets_per_chunk, self.payload_len = ppc, payload_len
-        self.data = np.zeros((nstreams, ppc, payload_len), np.uint8)
-        self.mask = np.zeros((nstreams, ppc), np.uint8)
-
-    def add(self, chunk) -> None:
-        raw = np.frombuffer(chunk, np.uint8).reshape(len(chunk.streams), self.packets_per_chunk, -1)
-        self.data[chunk.streams] = raw
-        self.mask[chunk.streams] = np.frombuffer(chunk.present, np.uint8).reshape(
-            len(chunk.streams), -1
-        )
-        del raw
-        chunk.release()
-
-    @property
-    def present(self) -> bytes:
-        return self.mask.tobytes()
-
-    def array(self) -> np.ndarray:
-        return self.data.reshape(-1)
-
-    def release(self) -> None:
         pass
 
 
-class _Merger:
-    """Puts the capture threads' chunks back together by chunk id, in order.
+class TfpSink(CountingSink):
+    """Blocks to int8 TFP samples (absent packets zero) for `sink(samples, valid)`."""
 
-    Chunk id k is complete when every thread has delivered it or moved past it (a thread
-    that skipped k had no packet of its streams there: those stay absent), or at the end.
-    """
+    def __init__(self, fmt: StreamFormat, sink, report: CaptureReport):
+        super().__init__(fmt, report)
+        self.sink = sink
 
-    def __init__(self, cap, timeline: _Timeline):
-        self.timeline, self.nthreads = timeline, cap.threads
-        self.shape = (cap.nstreams, cap.packets_per_chunk, cap.payload_len)
-        self.pending: dict[int, MergedChunk] = {}
-        self.last = [-1] * self.nthreads  # highest chunk id seen per thread
-
-    def add(self, chunk) -> None:
-        cid, t = chunk.chunk_id, chunk.thread
-        if cid not in self.pending:
-            self.pending[cid] = MergedChunk(cid, *self.shape)
-        self.pending[cid].add(chunk)
-        self.last[t] = max(self.last[t], cid)
-        done = min(self.last)
-        for k in sorted(k for k in self.pending if k <= done):
-            self.timeline.add(self.pending.pop(k))
-
-    def finish(self) -> None:
-        for k in sorted(self.pending):
-            self.timeline.add(self.pending.pop(k))
-        self.timeline.finish()
+    def take(self, item) -> None:
+        spp = self.fmt.samples_per_packet
+        if isinstance(item, Gap):
+            n = item.packets * spp
+            shape = (n, self.fmt.nchan, self.fmt.npol, 2)
+            samples, valid = np.zeros(shape, np.int8), np.zeros(n, bool)
+        else:
+            try:
+                raw = item.array(item.present.shape[0], self.fmt.payload_len)
+                samples = self.fmt.payload_to_tfp(raw, item.present)
+                del raw
+            finally:
+                item.release()
+            valid = np.repeat(item.present.all(axis=0), spp)
+            keep = slice(item.first * spp, item.stop * spp)
+            samples, valid = samples[keep], valid[keep]
+        self.report.chunks += 1
+        self.report.samples_written += samples.shape[0]
+        self.report.bytes_written += samples.nbytes
+        self.sink(samples, valid)

@@ -1,6 +1,10 @@
-"""Live folding: a capture running in a background thread, seen by the fold
-pipeline as a reader (`.obs`, `.read_blocks`), so `voltstream fold --listen`
-captures and folds in one process with the same code as a file.
+"""Live folding, capture and fold in one process (`voltstream fold --listen`).
+
+On the GPU (:func:`fold_live_gpu`) the capture's chunks go to the GPU folder as
+handles, through the one host-to-GPU path of pipeline/gpu.py: no sample is touched
+on the host. On the CPU (:class:`LiveReader`) a capture running in a background
+thread is seen by the NumPy fold pipeline as a reader (`.obs`, `.read_blocks`),
+with the same code as a file.
 
 The queue between the two is bounded. When the fold falls behind, the capture
 thread waits on the queue, the engine's chunk ring fills, and the engine drops
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 import numpy as np
 
@@ -33,10 +38,12 @@ class LiveReader:
         idle_timeout_s: float | None = None,
         max_queued_chunks: int = 64,
         engine: str = "auto",
+        **capture_options,
     ):
         self.fmt, self.bind, self.obs = fmt, bind, obs
         self.duration_s, self.idle_timeout_s = duration_s, idle_timeout_s
         self.engine = engine
+        self.capture_options = capture_options
         self._queue: queue.Queue = queue.Queue(maxsize=max_queued_chunks)
         self.report = None
         self.error: BaseException | None = None
@@ -62,6 +69,7 @@ class LiveReader:
                 idle_timeout_s=self.idle_timeout_s,
                 on_start=self._started.set,
                 engine=self.engine,
+                **self.capture_options,
             )
         except BaseException as e:  # handed to the reading thread
             self.error = e
@@ -91,3 +99,72 @@ class LiveReader:
         self._thread.join()
         if self.error is not None:
             raise self.error
+
+
+#: Default size of one GPU chunk (all streams) and of the capture's pool.
+GPU_CHUNK_BYTES = 32 << 20
+GPU_POOL_MB = 1024
+
+
+def gpu_chunking(fmt: StreamFormat, packets_per_chunk: int | None, pool_mb: float, window: int):
+    """(packets per chunk, pool chunks) for a live GPU stage: chunks of about 32 MiB
+    (the per-chunk Python cost is then far below a chunk's duration even at 100 Gb/s),
+    a pool of ``pool_mb`` MiB but at least window + 4 chunks."""
+    per_packet = fmt.payload_len * fmt.streams
+    if packets_per_chunk is None:
+        packets_per_chunk = max(16, 1 << int(np.log2(max(1, GPU_CHUNK_BYTES // per_packet))))
+    nchunks = max(window + 4, int(pool_mb * 2**20 // (packets_per_chunk * per_packet)))
+    return int(packets_per_chunk), int(nchunks)
+
+
+def fold_live_gpu(
+    fmt: StreamFormat,
+    bind: str,
+    duration_s: float,
+    obs: Observation,
+    dm: float,
+    predictor,
+    nbin: int,
+    tsub_s: float | None,
+    pol_mode: str = "AA+BB",
+    idle_timeout_s: float | None = None,
+    packets_per_chunk: int | None = None,
+    pool_mb: float = GPU_POOL_MB,
+    window: int = 4,
+    status: bool = True,
+    on_start=None,
+    **capture_options,
+):
+    """Captures and folds on the GPU in one process, chunks straight from the capture's
+    pool to the GPU (pipeline/gpu.py); returns (archive, capture report).
+
+    The folder is built and warmed up (kernels compiled, FFT plans made) before the
+    socket opens, so the first chunks do not wait on it.
+    """
+    from voltstream.dsp.gpu_fold import GpuFolder
+    from voltstream.pipeline.capture import run_capture
+    from voltstream.pipeline.gpu import HostRegistry, StageConsumer, StatusLine
+
+    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, window)
+    nsamp = ppc * fmt.samples_per_packet
+    eng = GpuFolder(
+        obs, dm, predictor, nbin, tsub_s, pol_mode=pol_mode, packed=fmt.chunk_layout(ppc),
+        chunk_samples=nsamp, raw_bytes=fmt.streams * ppc * fmt.payload_len,
+    )  # fmt: skip
+    eng.warm_up(nsamp, duration_s)
+    line = StatusLine("fold", fmt.payload_len) if status else None
+    consumer = StageConsumer(eng, fmt, HostRegistry(), line, busy=eng.busy_ms)
+    t0 = time.monotonic()
+    report = run_capture(
+        fmt, bind, duration_s, packets_per_chunk=ppc, nchunks=nchunks, window=window,
+        idle_timeout_s=idle_timeout_s, on_start=on_start, consumer=consumer, **capture_options,
+    )  # fmt: skip
+    archive = eng.finish()
+    wall = time.monotonic() - t0
+    report.pipeline = consumer.as_dict()
+    report.pipeline.update(
+        packets_per_chunk=ppc,
+        gpu_busy_ms=eng.busy_ms(),
+        gpu_busy_pct=100.0 * eng.busy_ms() / 1000.0 / max(wall, 1e-9),
+    )
+    return archive, report

@@ -58,6 +58,9 @@ pub struct Capture {
     /// Kernel thread id of the capture thread.
     tid: i32,
     cpu: Option<usize>,
+    /// Address and length of every chunk's data in the pool, fixed for the
+    /// capture's life (for registering the pool with a GPU driver).
+    pool: Vec<(usize, usize)>,
 }
 
 impl Capture {
@@ -111,14 +114,18 @@ impl Capture {
                             .map(|_| Chunk::placed(layout, &placement))
                             .collect::<Result<Vec<_>>>()?;
                         let memory = MemoryReport::of(chunks.iter().map(Chunk::buffer));
+                        let pool = chunks
+                            .iter()
+                            .map(|c| (c.data_ptr() as usize, c.data().len()))
+                            .collect::<Vec<_>>();
                         let (producer, consumer) = chunk_ring(chunks);
                         let assembler = Assembler::new(locate, producer, &config.assembler)?;
-                        Ok((assembler, consumer, memory))
+                        Ok((assembler, consumer, memory, pool))
                     };
                     match setup() {
-                        Ok((mut assembler, consumer, memory)) => {
+                        Ok((mut assembler, consumer, memory, pool)) => {
                             let tid = super::pin::current_tid();
-                            let _ = ready_tx.send(Ok((consumer, tid, memory)));
+                            let _ = ready_tx.send(Ok((consumer, tid, memory, pool)));
                             run(engine, &mut assembler, &stats, &stop, &mut host)
                         }
                         Err(e) => {
@@ -135,7 +142,7 @@ impl Capture {
                 std::io::Error::other("capture thread start-up failed"),
             ))
         });
-        let (consumer, tid, memory) = match ready {
+        let (consumer, tid, memory, pool) = match ready {
             Ok(r) => r,
             Err(e) => {
                 let _ = thread.join();
@@ -154,6 +161,7 @@ impl Capture {
             interface,
             tid,
             cpu: config.cpu,
+            pool,
         })
     }
 
@@ -161,6 +169,12 @@ impl Capture {
     /// the capture has stopped and every chunk was taken.
     pub fn next_chunk(&self, timeout: Duration) -> Option<Lease> {
         self.consumer.pop(timeout)
+    }
+
+    /// (address, length) of every chunk's data in the pool. The memory stays
+    /// mapped, at the same address, until the capture is dropped.
+    pub fn pool_buffers(&self) -> &[(usize, usize)] {
+        &self.pool
     }
 
     /// Another handle on the chunk queue, for a consumer thread.

@@ -1,0 +1,252 @@
+"""The one path from host blocks to a GPU stage: registration, copy, release on the event.
+
+Sources (a live capture's chunk timeline, a file reader) hand out blocks of bytes that
+already sit in their final host memory: the capture's chunk pool, a file reader's
+buffers. This module moves them to the GPU without touching a sample on the host:
+
+- :class:`HostRegistry` page-locks the source's buffers once, at start-up
+  (``cudaHostRegister``), so each block's asynchronous host-to-GPU copy reads the
+  block itself, at full PCIe speed, with no staging copy;
+- the GPU stage (a ``GpuFolder`` today; its ``feed_block`` queues the copy of a
+  block's ``parts`` and its kernels, which read the block's layout as it is) returns
+  the CUDA event that completes when the copy has;
+- :class:`Handoff` holds each block until that event completes and then releases it
+  to its pool, in order. A block goes back when its copy is done, not when its
+  processing is: the pool only has to cover the copies in flight.
+
+Python decides per block and never reads its samples. Lost packets travel as a
+per-sample mask built from the presence bits (only for blocks that lack some).
+
+:class:`StageConsumer` is the chunk-timeline consumer (``run_capture(consumer=...)``)
+that drives one GPU stage this way, and prints the live status line.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from collections import deque
+
+import numpy as np
+
+from voltstream.pipeline.timeline import Block, Gap
+
+__all__ = ["Handoff", "HostRegistry", "StageConsumer", "StatusLine"]
+
+
+class Handoff:
+    """Blocks whose copies are in flight, each released once its event has completed.
+
+    ``done(event)`` asks without waiting (CuPy: ``event.done``), ``wait(event)`` waits
+    (``event.synchronize()``). Releases happen in the order blocks were held, so a
+    block is never released before an earlier one (events of one copy stream complete
+    in order anyway).
+    """
+
+    def __init__(self, done=None, wait=None):
+        self._done = done or (lambda ev: ev.done)
+        self._wait = wait or (lambda ev: ev.synchronize())
+        self._q: deque = deque()
+        self.held = 0
+        self.released = 0
+        self.max_in_flight = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._q)
+
+    def hold(self, block, event) -> None:
+        self._q.append((block, event))
+        self.held += 1
+        self.max_in_flight = max(self.max_in_flight, len(self._q))
+
+    def poll(self) -> int:
+        """Releases every block at the head whose copy has completed; returns how many."""
+        n = 0
+        while self._q and self._done(self._q[0][1]):
+            self._q.popleft()[0].release()
+            n += 1
+        self.released += n
+        return n
+
+    def drain(self) -> None:
+        """Waits for every copy in flight and releases its block."""
+        while self._q:
+            block, ev = self._q.popleft()
+            try:
+                self._wait(ev)
+            finally:
+                block.release()
+                self.released += 1
+
+
+class HostRegistry:
+    """Host buffers page-locked for the GPU (cudaHostRegister) for the life of a run.
+
+    Registration can fail (a locked-memory limit, no GPU): the copies then still work,
+    from pageable memory and slower, and ``warning`` says why; the report shows it.
+    """
+
+    def __init__(self, runtime=None):
+        if runtime is None:
+            import cupy
+
+            runtime = cupy.cuda.runtime
+        self.rt = runtime
+        self.addresses: list[int] = []
+        self.nbytes = 0
+        self.warning: str | None = None
+
+    def register(self, buffers) -> None:
+        for addr, nbytes in buffers:
+            try:
+                self.rt.hostRegister(int(addr), int(nbytes), 0)
+            except Exception as e:  # CUDA errors have no common base class in CuPy
+                self.warning = f"cannot page-lock {nbytes} bytes for the GPU ({e}); " \
+                               "copies run from pageable memory"  # fmt: skip
+                warnings.warn(self.warning, stacklevel=2)
+                return
+            self.addresses.append(int(addr))
+            self.nbytes += int(nbytes)
+
+    def close(self) -> None:
+        while self.addresses:
+            addr = self.addresses.pop()
+            try:
+                self.rt.hostUnregister(addr)
+            except Exception:  # already gone with its context; nothing to undo
+                pass
+
+
+class StatusLine:
+    """One line per second on stderr while a live stage runs: Gb/s in and processed,
+    the pool's fill, losses so far, how busy the GPU was."""
+
+    def __init__(self, label: str, payload_len: int, interval_s: float = 1.0, stream=None):
+        self.label, self.payload_len, self.interval = label, payload_len, interval_s
+        self.stream = stream if stream is not None else sys.stderr
+        self.t0 = self.last = time.monotonic()
+        self.last_received = 0
+        self.last_fed = 0
+        self.lines = 0
+
+    def tick(self, cap, consumer) -> None:
+        now = time.monotonic()
+        if now - self.last < self.interval:
+            return
+        dt, self.last = now - self.last, now
+        st = cap.stats()
+        tot = st["totals"]
+        received = int(tot["received"])
+        gin = 8 * (received - self.last_received) * self.payload_len / dt / 1e9
+        gout = 8 * (consumer.bytes_fed - self.last_fed) / dt / 1e9
+        self.last_received, self.last_fed = received, consumer.bytes_fed
+        pool = consumer.pool_chunks or 1
+        fill = 100.0 * (1 - cap.free_chunks() / pool)
+        busy = consumer.gpu_busy(dt)
+        lost = int(tot["missing"]) + int(tot["late"]) + int(st["kernel_drops"])
+        print(
+            f"{self.label} {now - self.t0:6.1f} s  in {gin:6.2f} Gb/s  processed {gout:6.2f} Gb/s"
+            f"  pool {fill:3.0f}% full  dropped {tot['dropped']}  lost {lost}"
+            + ("" if busy is None else f"  GPU busy {busy:3.0f}%"),
+            file=self.stream,
+            flush=True,
+        )
+        self.lines += 1
+
+
+class StageConsumer:
+    """Takes the chunk timeline's blocks and gaps and feeds them to a GPU stage.
+
+    ``stage`` has ``feed_block(parts, nsamp, skip, valid) -> event``,
+    ``feed_gap(nsamp)`` and ``synchronize()``; ``fmt`` gives samples per packet and
+    the payload length. ``registry`` page-locks the capture's pool when attached.
+    """
+
+    def __init__(self, stage, fmt, registry: HostRegistry | None = None, status=None,
+                 handoff: Handoff | None = None, busy=None):  # fmt: skip
+        self.stage, self.fmt = stage, fmt
+        self.registry, self.status = registry, status
+        self.handoff = handoff or Handoff()
+        self.busy = busy  # callable() -> GPU milliseconds busy so far, or None
+        self.busy_ms_last = 0.0
+        self.cap = None
+        self.pool_chunks = 0
+        self.blocks = 0
+        self.gaps = 0
+        self.samples_fed = 0
+        self.bytes_fed = 0
+        self.lost_samples = 0
+
+    def attach(self, cap) -> None:
+        self.cap = cap
+        buffers = cap.chunk_buffers()
+        self.pool_chunks = len(buffers)
+        if self.registry is not None:
+            self.registry.register(buffers)
+
+    def take(self, item) -> None:
+        spp = self.fmt.samples_per_packet
+        if isinstance(item, Gap):
+            n = item.packets * spp
+            self.stage.feed_gap(n)
+            self.gaps += 1
+            self.lost_samples += n
+            self.samples_fed += n
+            return
+        assert isinstance(item, Block)
+        n = item.packets * spp
+        ok = item.valid_packets()
+        valid = None if ok is None else np.repeat(ok, spp)
+        if valid is not None:
+            self.lost_samples += n - int(np.count_nonzero(valid))
+        try:
+            event = self.stage.feed_block(
+                item.parts(self.fmt.payload_len), n, item.first * self.fmt.payload_len, valid
+            )
+        except BaseException:
+            item.release()
+            raise
+        self.handoff.hold(item, event)
+        self.blocks += 1
+        self.samples_fed += n
+        self.bytes_fed += item.packets * self.fmt.payload_len * item.present.shape[0]
+
+    def poll(self) -> None:
+        self.handoff.poll()
+        if self.status is not None and self.cap is not None:
+            self.status.tick(self.cap, self)
+
+    def gpu_busy(self, dt_s: float) -> float | None:
+        if self.busy is None:
+            return None
+        ms = self.busy()
+        pct = 100.0 * (ms - self.busy_ms_last) / (1000.0 * dt_s)
+        self.busy_ms_last = ms
+        return min(100.0, pct)
+
+    def finish(self) -> None:
+        self.stage.synchronize()
+        self.handoff.drain()
+
+    def close(self) -> None:
+        """Releases whatever is still held and unregisters the pool (also after errors)."""
+        try:
+            self.handoff.drain()
+        finally:
+            if self.registry is not None:
+                self.registry.close()
+
+    def as_dict(self) -> dict:
+        return {
+            "blocks": self.blocks,
+            "gaps": self.gaps,
+            "samples_fed": self.samples_fed,
+            "bytes_fed": self.bytes_fed,
+            "lost_samples": self.lost_samples,
+            "pool_chunks": self.pool_chunks,
+            "max_copies_in_flight": self.handoff.max_in_flight,
+            "registered_bytes": None if self.registry is None else self.registry.nbytes,
+            "registration_warning": None if self.registry is None else self.registry.warning,
+        }

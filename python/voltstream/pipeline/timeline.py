@@ -1,0 +1,199 @@
+"""The chunk timeline: a capture's chunks, as handles, put in time order for a consumer.
+
+Every consumer of a live capture (the DADA writer, the GPU fold, the F-engine) needs
+the same things done to the engine's chunks before it can use them, and none of them
+needs the samples touched to do it:
+
+- chunks of several capture threads (each holding its own streams) grouped by chunk id,
+  without a copy: a :class:`Block` keeps the thread chunks and says where each
+  stream's bytes are (:meth:`Block.parts`);
+- chunk ids the engine skipped (no packet of any stream arrived there) turned into a
+  :class:`Gap` of that many packets, up to the resync bound; a longer jump is a
+  discontinuity, counted;
+- the stream begins at its first packet (chunk boundaries sit at multiples of
+  ``packets_per_chunk`` on the format's index axis, so the first chunk usually starts
+  before it: ``Block.first``) and ends at its last (the unfilled tail of the last chunk
+  was never sent: ``Block.stop``). For that, the newest block is held back until the
+  next one arrives or the capture ends.
+
+A block's chunks go back to the pool when the consumer calls :meth:`Block.release`:
+the GPU consumer does that once its copy from the chunk has completed (pipeline/gpu.py),
+a CPU consumer once it has converted the bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Block", "ChunkTimeline", "Gap"]
+
+
+@dataclass
+class Gap:
+    """``packets`` packet times (of every stream) in which nothing arrived."""
+
+    packets: int
+
+
+@dataclass
+class Block:
+    """One chunk id of every stream: the thread chunks holding it, and what is present.
+
+    ``present`` is (nstreams, packets_per_chunk) bool in the capture's stream order;
+    packets ``first`` to ``stop`` are the stream's (outside them: before its first or
+    after its last packet, never sent).
+    """
+
+    chunk_id: int
+    chunks: list
+    present: np.ndarray
+    first: int = 0
+    stop: int = 0
+    complete: bool = True  # every packet of every stream present
+    _released: bool = field(default=False, repr=False)
+
+    @property
+    def packets(self) -> int:
+        return self.stop - self.first
+
+    def parts(self, payload_len: int) -> list[tuple[int, int, int]]:
+        """(host address, nbytes, byte offset in a [stream][packet][payload] buffer of
+        the whole chunk) for each run of consecutive streams of each thread chunk."""
+        out = []
+        for c in self.chunks:
+            per_stream = c.packets_per_chunk * payload_len
+            addr, streams = c.address, c.streams
+            i = 0
+            while i < len(streams):
+                j = i + 1
+                while j < len(streams) and streams[j] == streams[j - 1] + 1:
+                    j += 1
+                out.append((addr + i * per_stream, (j - i) * per_stream, streams[i] * per_stream))
+                i = j
+        return out
+
+    def array(self, nstreams: int, payload_len: int) -> np.ndarray:
+        """The chunk's bytes as (nstreams, packets_per_chunk, payload) uint8: a view of
+        the one thread chunk's memory when it holds every stream, else a copy. Drop it
+        before :meth:`release`."""
+        ppc = self.present.shape[1]
+        if len(self.chunks) == 1 and len(self.chunks[0].streams) == nstreams:
+            return np.frombuffer(self.chunks[0], np.uint8).reshape(nstreams, ppc, payload_len)
+        out = np.zeros((nstreams, ppc, payload_len), np.uint8)
+        for c in self.chunks:
+            raw = np.frombuffer(c, np.uint8).reshape(len(c.streams), ppc, payload_len)
+            out[c.streams] = raw
+            del raw
+        return out
+
+    def valid_packets(self) -> np.ndarray | None:
+        """Per kept packet time, whether every stream has it; None when all do."""
+        if self.complete:
+            return None
+        ok = self.present[:, self.first : self.stop].all(axis=0)
+        return None if ok.all() else ok
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            for c in self.chunks:
+                c.release()
+
+
+def _present(chunk, ppc: int) -> tuple[np.ndarray, bool]:
+    nst = len(chunk.streams)
+    if chunk.present_count == nst * ppc:
+        return np.ones((nst, ppc), bool), True
+    return np.frombuffer(chunk.present, np.uint8).reshape(nst, ppc) != 0, False
+
+
+class ChunkTimeline:
+    """Chunks in (from any capture thread, each thread's in id order), blocks and gaps
+    out, in time order, through ``emit``. See the module docstring."""
+
+    def __init__(
+        self,
+        nstreams: int,
+        packets_per_chunk: int,
+        emit: Callable[[Block | Gap], None],
+        nthreads: int = 1,
+        resync_chunks: int = 64,
+    ):
+        self.nstreams, self.ppc, self.emit = nstreams, packets_per_chunk, emit
+        self.resync_chunks = resync_chunks
+        self.nthreads = nthreads
+        self.pending: dict[int, Block] = {}  # chunk id -> block still collecting threads
+        self.last_seen = [-1] * nthreads  # highest chunk id seen per thread
+        self.held: Block | None = None
+        self.started = False
+        self.discontinuities = 0
+        self.blocks = 0
+
+    def add(self, chunk) -> None:
+        cid, t = chunk.chunk_id, getattr(chunk, "thread", 0)
+        present, complete = _present(chunk, self.ppc)
+        blk = self.pending.get(cid)
+        if blk is None:
+            if self.nthreads == 1:
+                blk = Block(cid, [chunk], present, 0, self.ppc, complete)
+                self._ordered(blk)
+                return
+            blk = Block(cid, [], np.zeros((self.nstreams, self.ppc), bool), 0, self.ppc)
+            self.pending[cid] = blk
+        blk.chunks.append(chunk)
+        blk.present[chunk.streams] = present
+        self.last_seen[t] = max(self.last_seen[t], cid)
+        done = min(self.last_seen)
+        for k in sorted(k for k in self.pending if k <= done):
+            self._ordered(self._close(self.pending.pop(k)))
+
+    def _close(self, blk: Block) -> Block:
+        blk.complete = bool(blk.present.all())
+        return blk
+
+    def _ordered(self, blk: Block) -> None:
+        if not self.started:
+            self.started = True
+            seen = blk.present.any(axis=0)
+            blk.first = int(np.argmax(seen)) if seen.any() else 0
+            if blk.first:
+                blk.complete = False
+        prev, self.held = self.held, blk
+        if prev is None:
+            return
+        self._out(prev)
+        gap = blk.chunk_id - prev.chunk_id - 1
+        if 0 < gap <= self.resync_chunks:
+            self.emit(Gap(gap * self.ppc))
+        elif gap != 0:
+            self.discontinuities += 1
+
+    def _out(self, blk: Block) -> None:
+        self.blocks += 1
+        self.emit(blk)
+
+    def finish(self) -> None:
+        """The capture ended: emit what is pending, the last block cut at its last packet."""
+        for k in sorted(self.pending):
+            self._ordered(self._close(self.pending.pop(k)))
+        blk, self.held = self.held, None
+        if blk is None:
+            return
+        seen = blk.present.any(axis=0)
+        if not seen.any():
+            blk.release()
+            return
+        blk.stop = int(self.ppc - np.argmax(seen[::-1]))
+        if blk.stop < self.ppc:
+            blk.complete = False
+        self._out(blk)
+
+    def release_all(self) -> None:
+        """Gives back every chunk still held (after an error)."""
+        for blk in [*self.pending.values(), *([self.held] if self.held else [])]:
+            blk.release()
+        self.pending.clear()
+        self.held = None
