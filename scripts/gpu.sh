@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the GPU tests or the GPU benchmark on the GPU machine, from the repo root:
-#   scripts/gpu.sh test|bench|bench-fold|bench-fengine|bench-capture
+#   scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture
 # Installs carried wheels (.whl/*.whl) into /tmp/site first; needs no astropy and
 # no compiled voltstream._core (the GPU path is pure Python + CuPy). bench-capture
 # (bench/capture_multicore.py, loopback only, about 3-4 minutes) does need the
@@ -13,6 +13,9 @@ WHEELS=0
 if compgen -G ".whl/*.whl" >/dev/null; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
     WHEELS=1
+    # The checkout's python/ comes first on the path but has no compiled extension:
+    # give it the wheel's, so live tests and benches capture for real.
+    cp /tmp/site/voltstream/_core*.so python/voltstream/ 2>/dev/null || true
 fi
 export PYTHONPATH="python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -30,6 +33,10 @@ case "${1:-}" in
     bench-fold)
         shift
         exec "$PY" bench/fold_gpu.py "$@"
+        ;;
+    bench-stage)
+        shift
+        exec "$PY" bench/fold_stage.py "$@"
         ;;
     bench-fengine)
         shift
@@ -49,7 +56,7 @@ case "${1:-}" in
         exec "$PY" bench/capture_multicore.py --json "${OUT:-/tmp}/capture_multicore.json" "$@"
         ;;
     *)
-        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-fengine|bench-capture [args...]" >&2
+        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture [args...]" >&2
         exit 2
         ;;
 esac

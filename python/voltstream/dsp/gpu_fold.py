@@ -303,6 +303,10 @@ class GpuFolder(_FolderBase):
         self._busy_q: deque = deque()
         self._busy_total_ms = 0.0
         self._busy_next = 0
+        # Host cost of feed_block: waiting for a free slot, and the Python work per
+        # block (launches, knots, masks), which must stay far below a block's duration.
+        self.host_wait_s = self.host_busy_s = 0.0
+        self.blocks_fed = 0
 
     def _pinned(self, shape, dtype):
         import cupyx
@@ -459,7 +463,10 @@ class GpuFolder(_FolderBase):
             off < 0 or off + nb > dev.size for _, nb, off in parts
         ):
             raise ConfigError(f"block parts do not fit the engine's {dev.size}-byte buffer")
+        t_in = time.perf_counter()
         self.copied[slot].synchronize()  # the slot's previous copy is done
+        t_go = time.perf_counter()
+        self.host_wait_s += t_go - t_in
         lost = _lost_mask(valid, n)
         t0 = self._mark(self.copy_stream)
         if self.consumed[slot] is not None:
@@ -469,6 +476,8 @@ class GpuFolder(_FolderBase):
         self._upload_mask(slot, lost, n)
         self._stage("h2d", t0, self.copy_stream)
         self._process(slot, n, valid, raw=dev[skip:])
+        self.host_busy_s += time.perf_counter() - t_go
+        self.blocks_fed += 1
         return self.copied[slot]
 
     def feed_gap(self, n: int) -> None:

@@ -92,6 +92,11 @@ class CaptureReport:
                 f"{(p['registered_bytes'] or 0) / 2**20:.0f} MiB page-locked, GPU busy "
                 f"{p.get('gpu_busy_pct', 0):.0f}%"
             )
+            if "host_ms_per_block" in p:
+                lines.append(
+                    f"  host cost {p['host_ms_per_block']:.2f} ms per block of "
+                    f"{p['block_ms']:.1f} ms ({p['packets_per_chunk']} packets per stream)"
+                )
             if p.get("registration_warning"):
                 lines.append(f"  warning: {p['registration_warning']}")
         if groups := self.engine.get("multicast"):

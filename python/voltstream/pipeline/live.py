@@ -166,5 +166,8 @@ def fold_live_gpu(
         packets_per_chunk=ppc,
         gpu_busy_ms=eng.busy_ms(),
         gpu_busy_pct=100.0 * eng.busy_ms() / 1000.0 / max(wall, 1e-9),
+        host_ms_per_block=1e3 * eng.host_busy_s / max(eng.blocks_fed, 1),
+        host_wait_s=eng.host_wait_s,
+        block_ms=1e3 * nsamp * obs.tsamp_s,
     )
     return archive, report
