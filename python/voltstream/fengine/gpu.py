@@ -161,6 +161,7 @@ class GpuFEngine(FEngineReference):
         # Pinned parameter buffers, reused once the call that filled them is collected.
         self._param_ring = [np.zeros(0, np.uint8) for _ in range(self.ASYNC_DEPTH + 2)]
         self._param_next = 0
+        self.last_copy = None  # event of the last host-to-device copy of an input block
 
     # --- input
 
@@ -319,14 +320,17 @@ class GpuFEngine(FEngineReference):
             buf[:, hist + new :] = 0
         col = hist + self._bytes(gap)
         if isinstance(raw, np.ndarray):
-            raw = np.ascontiguousarray(raw)
+            if raw.strides[1] != 1:  # rows may be apart (a capture chunk's streams)
+                raw = np.ascontiguousarray(raw)
             if self._buf_free[i] is not None:
                 copy_s.wait_event(self._buf_free[i])
             cp.cuda.runtime.memcpy2DAsync(
                 buf.data.ptr + col, buf.strides[0], raw.ctypes.data, raw.strides[0],
                 raw.shape[1], NPOL, cp.cuda.runtime.memcpyHostToDevice, copy_s.ptr,
             )  # fmt: skip
-            comp_s.wait_event(copy_s.record())
+            # The caller's host memory is free again once this completes.
+            self.last_copy = copy_s.record()
+            comp_s.wait_event(self.last_copy)
         else:
             with comp_s:
                 buf[:, col : hist + new] = raw

@@ -43,6 +43,9 @@ from pathlib import Path
 import numpy as np
 
 from voltstream.errors import CaptureError, ConfigError
+from voltstream.pipeline.capture import CaptureRun
+from voltstream.pipeline.gpu import Handoff
+from voltstream.pipeline.timeline import ChunkTimeline, Gap
 from voltstream.sim.spead import SPEAD_BITS
 
 __all__ = [
@@ -308,48 +311,61 @@ class _Feeder:
     ):
         self.engine, self.output, self.report = engine, output, report
         self.bits, self.sph = bits, samples_per_heap
+        self.heap_bytes = samples_per_heap * bits // 8
         self.control, self.factory, self.max_gap = control, factory, max_gap
         self.stats = stats  # the capture's stats() for the sensors
-        self.pending = None  # (timestamp, heaps (2, n, sph samples or bytes), present (2, n))
         self.next_ts: int | None = None
         self.retired: dict = {}
         self.last_sensors = 0.0
+        # The GPU engine copies blocks straight from the capture's pool: the pool is
+        # page-locked for it, and each block goes back once its copy completed.
+        self.handoff = Handoff()
+        self.registry = None
 
-    def add(self, chunk) -> None:
-        try:
-            ppc = chunk.packets_per_chunk
-            raw = np.frombuffer(chunk, dtype=np.uint8).reshape(chunk.nstreams, ppc, -1)
-            present = np.frombuffer(chunk.present, dtype=np.uint8).reshape(chunk.nstreams, ppc)
-            present = present != 0
-            # A copy either way, so the chunk can go back to the pool now: packed
-            # bytes for an engine that unpacks them itself (the GPU), else samples.
-            samples = raw.copy() if self._packed() else unpack_heaps(raw, self.bits)
-            ts = chunk.chunk_id * ppc * self.sph
-            del raw
-        finally:
-            chunk.release()
+    def attach(self, cap) -> None:
+        if self._packed() and callable(getattr(self.engine, "process_packed_async", None)):
+            from voltstream.pipeline.gpu import HostRegistry
+
+            self.registry = HostRegistry()
+            self.registry.register(cap.chunk_buffers())
+
+    def take(self, item) -> None:
+        """A timeline block (both polarisations of one chunk id) or gap; gaps need
+        nothing: the next block's time stamp says where it starts."""
+        if isinstance(item, Gap):
+            return
         self.report.chunks += 1
-        if self.pending is None and self.next_ts is None:
-            # The capture's chunks start at multiples of chunk_heaps: begin at the
-            # first heap that arrived in either polarisation.
-            seen = present.any(axis=0)
-            first = int(np.flatnonzero(seen)[0]) if seen.any() else 0
-            ts += first * self.sph
-            samples, present = samples[:, first:], present[:, first:]
-        if self.pending is not None:
-            self._block(*self.pending)
-        self.pending = (ts, samples, present)
+        ppc = item.present.shape[1]
+        ts = (item.chunk_id * ppc + item.first) * self.sph
+        present = item.present[:, item.first : item.stop]
+        try:
+            rows = item.rows(self.heap_bytes)[:, item.first * self.heap_bytes : item.stop
+                                               * self.heap_bytes]  # fmt: skip
+            if self.registry is None:  # a copy either way: the chunk can go back now
+                samples = rows.copy() if self._packed() else unpack_heaps(
+                    rows.reshape(2, -1, self.heap_bytes), self.bits)  # fmt: skip
+                del rows
+                item.release()
+                self._block(ts, samples, present)
+            else:
+                self._block(ts, rows, present, item)
+        except BaseException:
+            item.release()
+            raise
+
+    def poll(self) -> None:
+        self.handoff.poll()
 
     def finish(self) -> None:
-        if self.pending is None:
-            return
-        ts, samples, present = self.pending
-        self.pending = None
-        seen = present.any(axis=0)
-        if seen.any():
-            last = int(np.flatnonzero(seen)[-1]) + 1
-            self._block(ts, samples[:, :last], present[:, :last])
         self.flush()
+        self.handoff.drain()
+
+    def close(self) -> None:
+        try:
+            self.handoff.drain()
+        finally:
+            if self.registry is not None:
+                self.registry.close()
 
     def _packed(self) -> bool:
         """Whether the engine takes packed bytes of our sample width."""
@@ -358,13 +374,16 @@ class _Feeder:
             and getattr(self.engine, "input_bits", None) == self.bits
         )
 
-    def _block(self, ts: int, samples: np.ndarray, present: np.ndarray) -> None:
-        """Feeds one chunk: samples (2, nheaps, sph) int16 or (2, nheaps, heap bytes)
-        uint8 (packed), present (2, nheaps)."""
+    def _block(self, ts: int, samples: np.ndarray, present: np.ndarray, block=None) -> None:
+        """Feeds one chunk: samples (2, nheaps, sph) int16 or (2, nheaps * heap bytes)
+        uint8 (packed), present (2, nheaps). ``block``: the samples are rows over its
+        pool memory, handed back once the engine's copy from them completed."""
         if self.next_ts is not None and (ts < self.next_ts or ts - self.next_ts > self.max_gap):
             if self.factory is None:
                 if ts < self.next_ts:
                     self.report.chunks_out_of_order += 1
+                    if block is not None:
+                        block.release()
                     return
             else:
                 self._restart()
@@ -374,19 +393,29 @@ class _Feeder:
         self.report.heaps_unpaired[0] += int(only[0].sum())
         self.report.heaps_unpaired[1] += int(only[1].sum())
         self.report.heaps_absent += int((~present.any(axis=0)).sum())
-        nheaps = samples.shape[1]
-        if not both.all():
-            samples = samples.copy()
-            samples[:, ~both] = 0  # stale pool bytes: zero them
+        nheaps = present.shape[1]
+        valid = None if both.all() else np.repeat(both, self.sph)
         x = samples.reshape(2, -1)
-        valid = np.repeat(both, self.sph)
+        if valid is not None and block is None:
+            x = x.copy()
+            x.reshape(2, nheaps, -1)[:, ~both] = 0  # stale pool bytes: zero them
         if self.control is not None:
             self.report.control_updates += int(self.control.apply_pending(self.engine) or 0)
-        if samples.dtype == np.uint8 and self._packed():
-            heaps = self.engine.process_packed(np.ascontiguousarray(x), ts, valid)
+        if x.dtype == np.uint8 and self._packed():
+            if block is not None:
+                # Invalid heaps keep their stale bytes: the engine flags every
+                # spectrum that touches them, so they never reach an output heap.
+                heaps = self.engine.process_packed_async(x, ts, valid)
+                self.handoff.hold(block, self.engine.last_copy)
+                if self.output is not None:  # payloads are views the next call reuses
+                    heaps = [dataclasses.replace(h, payload=h.payload.copy()) for h in heaps]
+            else:
+                heaps = self.engine.process_packed(np.ascontiguousarray(x), ts, valid)
         else:
-            if samples.dtype == np.uint8:  # the engine changed (restart): unpack now
-                x = unpack_heaps(samples, self.bits).reshape(2, -1)
+            if x.dtype == np.uint8:  # the engine changed (restart): unpack now
+                x = unpack_heaps(x.reshape(2, nheaps, -1), self.bits).reshape(2, -1)
+                if block is not None:
+                    block.release()
             heaps = self.engine.process(x, ts, valid)
         n = nheaps * self.sph
         self.report.blocks += 1
@@ -544,46 +573,21 @@ def run_fengine(
     )
     if output is not None:
         output.start()
-    cap.start()
-    t0 = time.monotonic()
-    last_data = None
-    packets_seen = 0
+    timeline = ChunkTimeline(2, chunk_heaps, feeder.take)
+    run = CaptureRun(cap, timeline, feeder)
+
+    def started():
+        report.address = cap.address or listen
+        if on_start is not None:
+            on_start(report.address)
+
     clean = False
     try:
-        try:
-            report.address = cap.address or listen
-            if on_start is not None:
-                on_start(report.address)
-            while True:
-                now = time.monotonic()
-                if duration_s is not None and now - t0 >= duration_s:
-                    break
-                if stop_event is not None and stop_event.is_set():
-                    break
-                if idle_timeout_s is not None and last_data is not None:
-                    if now - last_data >= idle_timeout_s:
-                        break
-                chunk = cap.next_chunk(0.05)
-                if chunk is None:
-                    # Chunks come out only as later packets push them out of the
-                    # reorder window: watch the packet count for the idle timeout.
-                    packets = int(cap.stats()["packets"])
-                    if packets != packets_seen:
-                        packets_seen, last_data = packets, time.monotonic()
-                    continue
-                last_data = time.monotonic()
-                feeder.add(chunk)
-        except KeyboardInterrupt:
-            report.interrupted = True
-        cap.stop()
-        # The capture flushes its open chunks at stop: feed them too.
-        while (chunk := cap.next_chunk(0.0)) is not None:
-            feeder.add(chunk)
-        feeder.finish()
+        run.loop(duration_s, idle_timeout_s, started, stop_event, catch_interrupt=True)
         clean = True
     finally:
-        cap.stop()
-        report.duration_s = time.monotonic() - t0
+        report.interrupted = run.interrupted
+        report.duration_s = run.seconds
         report.capture = cap.stats()
         report.engine = feeder.engine_counters()
         if output is not None:

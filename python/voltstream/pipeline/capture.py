@@ -245,40 +245,76 @@ def run_capture(
     timeline = ChunkTimeline(
         cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads, resync_chunks
     )
-    cap.start()
-    getattr(consumer, "attach", lambda cap: None)(cap)
-    t0 = time.monotonic()
-    last_data = None
+    run = CaptureRun(cap, timeline, consumer)
     try:
-        if on_start is not None:
-            on_start()
-        while True:
-            now = time.monotonic()
-            if now - t0 >= duration_s:
-                break
-            if idle_timeout_s is not None and last_data is not None:
-                if now - last_data >= idle_timeout_s:
-                    break
-            chunk = cap.next_chunk(0.05)
-            consumer.poll()
-            if chunk is None:
-                continue
-            last_data = time.monotonic()
-            timeline.add(chunk)
-        cap.stop()
-        # The engine flushes its open chunks at stop: drain them too.
-        while (chunk := cap.next_chunk(0.0)) is not None:
-            timeline.add(chunk)
-        timeline.finish()
-        consumer.finish()
+        run.loop(duration_s, idle_timeout_s, on_start)
     finally:
-        timeline.release_all()
-        getattr(consumer, "close", lambda: None)()
-        cap.stop()
         report.discontinuities = timeline.discontinuities
-        report.duration_s = time.monotonic() - t0
+        report.duration_s = run.seconds
         report.engine = cap.stats()
     return report
+
+
+class CaptureRun:
+    """The one capture loop: a started capture's chunks through the timeline to the
+    consumer until a duration, an idle timeout, a stop event or Ctrl-C; then the
+    capture is stopped, its flushed chunks drained, and the consumer finished. Every
+    chunk goes back to the pool whatever happens (`release_all`, `consumer.close`)."""
+
+    def __init__(self, cap, timeline: ChunkTimeline, consumer):
+        self.cap, self.timeline, self.consumer = cap, timeline, consumer
+        self.seconds = 0.0
+        self.interrupted = False
+
+    def loop(self, duration_s=None, idle_timeout_s=None, on_start=None, stop_event=None,
+             catch_interrupt: bool = False) -> None:  # fmt: skip
+        cap, timeline, consumer = self.cap, self.timeline, self.consumer
+        cap.start()
+        t0 = time.monotonic()
+        try:
+            getattr(consumer, "attach", lambda cap: None)(cap)
+            if on_start is not None:
+                on_start()
+            try:
+                self._run(t0, duration_s, idle_timeout_s, stop_event)
+            except KeyboardInterrupt:
+                if not catch_interrupt:
+                    raise
+                self.interrupted = True
+            cap.stop()
+            # The engine flushes its open chunks at stop: drain them too.
+            while (chunk := cap.next_chunk(0.0)) is not None:
+                timeline.add(chunk)
+            timeline.finish()
+            consumer.finish()
+        finally:
+            timeline.release_all()
+            getattr(consumer, "close", lambda: None)()
+            cap.stop()
+            self.seconds = time.monotonic() - t0
+
+    def _run(self, t0, duration_s, idle_timeout_s, stop_event) -> None:
+        cap, last_data, packets_seen = self.cap, None, 0
+        while True:
+            now = time.monotonic()
+            if duration_s is not None and now - t0 >= duration_s:
+                return
+            if stop_event is not None and stop_event.is_set():
+                return
+            if idle_timeout_s is not None and last_data is not None:
+                if now - last_data >= idle_timeout_s:
+                    return
+            chunk = cap.next_chunk(0.05)
+            self.consumer.poll()
+            if chunk is None:
+                # Chunks come out only as later packets push them out of the reorder
+                # window: watch the packet count for the idle timeout too.
+                packets = int(cap.stats()["packets"])
+                if packets != packets_seen:
+                    packets_seen, last_data = packets, time.monotonic()
+                continue
+            last_data = time.monotonic()
+            self.timeline.add(chunk)
 
 
 class CountingSink:

@@ -23,6 +23,7 @@ a CPU consumer once it has converted the bytes.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -88,6 +89,16 @@ class Block:
             out[c.streams] = raw
             del raw
         return out
+
+    def rows(self, payload_len: int) -> np.ndarray:
+        """(nstreams, packets_per_chunk * payload) uint8 rows over the one thread chunk's
+        memory, by address: no export, so nothing stops :meth:`release`; the view must
+        not be read after it (a copy from it must have completed)."""
+        (c,) = self.chunks
+        ppc = self.present.shape[1]
+        row = ppc * payload_len
+        buf = (ctypes.c_uint8 * (row * len(c.streams))).from_address(c.address)
+        return np.frombuffer(buf, np.uint8).reshape(len(c.streams), row)
 
     def valid_packets(self) -> np.ndarray | None:
         """Per kept packet time, whether every stream has it; None when all do."""
