@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_fengine_pipeline import BITS, NCH, NSPEC, SETTINGS, SPH, run_local, sim
 
+from test_fengine_pipeline import BITS, NCH, NSPEC, SETTINGS, SPH, run_local, sim
 from voltstream.fengine import FEngineReference, HeapLayout, decode_packets
 from voltstream.fengine.engines import make_engine
 from voltstream.fengine.heaps import decode_output_heap
