@@ -29,12 +29,13 @@ capture alone while `voltstream capture` has no SPEAD format (same report keys).
 
 from __future__ import annotations
 
-import os
 import resource
 import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from capture_multicore import expect, pin  # the multi-core capture benchmark's helpers
 
 VDIF_EPOCH_UNIX = 946684800  # 2000-01-01, reference epoch 0
 ALIGN = 1 << 16  # first stream index: a multiple of any chunk size
@@ -213,7 +214,7 @@ def sender_main(plan: SendPlan, lock, progress, stop_at, conn) -> None:
         from voltstream import _core
 
         if plan.core is not None:
-            os.sched_setaffinity(0, {plan.core})
+            pin(plan.core)
         traffic = make_traffic(plan.traffic)
         rows, plen = plan.block * plan.blocks, traffic.packet_len
         buf = traffic.template(rows)
@@ -269,17 +270,6 @@ def sender_main(plan: SendPlan, lock, progress, stop_at, conn) -> None:
         )
     except BaseException as e:  # noqa: BLE001 - the parent reports it
         conn.send(("error", f"sender {plan.sender} to {plan.dest}: {type(e).__name__}: {e}"))
-
-
-def expect(conn, what: str, limit: float):
-    if not conn.poll(limit):
-        raise TimeoutError(f"no '{what}' from a sender within {limit:g} s")
-    tag, value = conn.recv()
-    if tag == "error":
-        raise RuntimeError(value)
-    if tag != what:
-        raise RuntimeError(f"expected '{what}' from a sender, got '{tag}'")
-    return value
 
 
 class SenderGroup:

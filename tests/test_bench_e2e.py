@@ -182,20 +182,22 @@ def test_report_parser_reads_capture_and_fengine_reports():
     assert {"kernel_drops", "chunks_dropped", "malformed", "foreign"} <= set(real)
 
 
-def model_run(limit, calls, long_limit=None):
-    """A receiver that is lossless up to `limit` Gb/s (`long_limit` for long runs);
-    unpaced senders reach 40 Gb/s."""
+def model_run(limit, calls, long_limit=None, took=None):
+    """A receiver that is lossless up to `limit` Gb/s (`long_limit` for long runs); above
+    it, `took(rate)` Gb/s reach the product (default: `limit`). Unpaced senders: 40 Gb/s."""
 
     def run(rate, secs):
-        calls.append((round(rate, 4), secs))
+        calls.append((rate, secs))
         offered = rate or 40.0
         cap = long_limit if long_limit is not None and secs > 10 else limit
         ok = offered <= cap
+        got = offered if ok else (took(rate) if took else cap)
         p = {
             "config": "capture_ynao",
             "asked_gbps": rate,
             "offered_gbps": offered,
-            "received_gbps": offered if ok else cap,
+            "received_gbps": offered if ok else 0.99 * offered,
+            "delivered_gbps": got,
             "lossless": ok,
             "seconds": secs,
             "sent": 1000,
@@ -204,7 +206,7 @@ def model_run(limit, calls, long_limit=None):
             "sender_limited": False,
             "notes": [],
         }
-        p.update(dict.fromkeys(rx.ALL_COUNTERS, 0))
+        p.update(dict.fromkeys(rx.ALL_COUNTERS, 0), received=1000 if ok else 999)
         return p
 
     return run
@@ -214,13 +216,27 @@ def test_search_bisects_then_confirms(capsys):
     a = e2e.parse_args(["--steps", "4"])
     calls = []
     res = e2e.find_ceiling("capture_ynao", model_run(13.0, calls), a, lambda n, s: True)
-    assert calls == [(0.0, 5.0), (20.0, 5.0), (10.0, 5.0), (15.0, 5.0), (12.5, 5.0), (12.5, 20.0)]
-    assert res["lossless_gbps"] == 12.5 and res["confirmed_seconds"] == 20.0
-    assert res["lowest_lossy_gbps"] == 15.0 and len(res["points"]) == 6
-    # The long run loses at 12.5: the figure is the confirmed 0.9 x 12.5.
+    # 13 Gb/s reached the product unpaced: the top is 1.05 x 13, then bisection below it.
+    top = 1.05 * 13.0
+    probes = [top / 2, top * 3 / 4, top * 7 / 8, top * 15 / 16]
+    assert [r for r, _ in calls] == pytest.approx([0.0, *probes, probes[-1]])
+    assert [s for _, s in calls] == [5.0] * 5 + [20.0]
+    assert res["lossless_gbps"] == pytest.approx(top * 15 / 16)
+    assert res["confirmed_seconds"] == 20.0 and res["lowest_lossy_gbps"] == 40.0
+    # A product that collapses when overloaded (3 Gb/s reach it): the bound stays above
+    # the best lossless rate, halfway to the lossy one.
+    calls.clear()
+    collapse = model_run(7.0, calls, took=lambda rate: 13.0 if rate == 0 else 3.0)
+    res = e2e.find_ceiling("capture_ynao", collapse, a, lambda n, s: True)
+    lo, mid = top / 2, top * 3 / 4
+    assert [r for r, _ in calls[:4]] == pytest.approx([0, lo, mid, (lo + (lo + mid) / 2) / 2])
+    assert res["lossless_gbps"] == pytest.approx(lo)
+    # The long run loses: the figure is the confirmed 0.9 x that rate.
     calls.clear()
     res = e2e.find_ceiling("capture_ynao", model_run(13.0, calls, 12.0), a, lambda n, s: True)
-    assert calls[-2:] == [(12.5, 20.0), (11.25, 20.0)] and res["lossless_gbps"] == 11.25
+    assert calls[-2][0] == calls[-3][0] and calls[-1][0] == pytest.approx(0.9 * calls[-2][0])
+    assert res["lossless_gbps"] == pytest.approx(0.9 * top * 15 / 16)
+    assert any("lost packets" in n for n in res["notes"])
     # Lossless unpaced: sender-bound, confirmed unpaced; a budget cut is said.
     calls.clear()
     res = e2e.find_ceiling("capture_ynao", model_run(50.0, calls), a, lambda n, s: s < 10)
