@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -21,8 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from e2e_receivers import FOLD, VS
+
 HERE = Path(__file__).resolve().parent
-VS = [sys.executable, "-m", "voltstream.cli"]
 
 
 def gpu_alone(a, workdir: Path) -> dict:
@@ -105,20 +107,8 @@ def file_fold(a, workdir: Path) -> dict:
         t0 = time.monotonic()
         subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
         cat_s = time.monotonic() - t0
-        cmd = VS + [
-            "fold",
-            str(path),
-            "--device",
-            a.device,
-            "--dm",
-            "26.833",
-            "--period",
-            "0.0333",
-            "--nbin",
-            "256",
-            "-o",
-            str(path.with_suffix(".fits")),
-        ]
+        cmd = VS + ["fold", str(path), "--device", a.device, *FOLD]
+        cmd += ["-o", str(path.with_suffix(".fits"))]
         t0 = time.monotonic()
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         wall = time.monotonic() - t0
@@ -133,6 +123,9 @@ def file_fold(a, workdir: Path) -> dict:
                 "output": (r.stdout + r.stderr).splitlines()[-6:],
             }
         )
+        # The engine's own time, should the CLI print one ("... in 12.3 s").
+        if m := re.search(r"\bin ([0-9.]+) s\b", r.stdout):
+            res["runs"][-1]["engine_s"] = float(m.group(1))
         path.unlink()
         path.with_suffix(".fits").unlink(missing_ok=True)
         if r.returncode != 0:

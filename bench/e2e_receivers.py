@@ -26,6 +26,7 @@ from e2e_traffic import make_traffic
 
 HERE = Path(__file__).resolve().parent
 VS = [sys.executable, "-m", "voltstream.cli"]
+FOLD = ["--dm", "26.833", "--period", "0.0333", "--nbin", "256"]  # a 33 ms pulsar (the demo's)
 COUNTERS = ("received", "missing", "late", "duplicate", "malformed", "foreign", "dropped")
 ALL_COUNTERS = COUNTERS + ("kernel_drops", "chunks_dropped")
 
@@ -133,7 +134,7 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
         argv += shlex.split(a.capture_args)
     else:
         argv = VS + ["fold", "--listen", bind, *fmt, "--engine", a.engine, "--device", a.device]
-        argv += ["--dm", "26.833", "--period", "0.0333", "--nbin", "256"]
+        argv += FOLD
         argv += ["-o", str(report.with_suffix(".fits")), *tail, *shlex.split(a.fold_args)]
     if thr and "--cpus" in cli_help(product):
         argv += ["--threads", str(a.capture_threads), "--cpus", ",".join(map(str, thr))]
