@@ -8,12 +8,13 @@ highest total rate at which the product is LOSSLESS: every packet sent was recei
 and missing = late = dropped = kernel_drops = 0. Per configuration: one unpaced probe
 (the senders' ceiling, the top of the bisection; unpaced senders may drift apart, so
 that point can be lossy for the harness's sake), --steps bisection probes of
---probe-seconds (a lossy point also lowers the top to 1.05 x what reached the product:
-received less dropped), then one run of --confirm-seconds at the best lossless rate
+--probe-seconds (a lossy point also lowers the top to 1.05 x what reached the product,
+`received`), then one run of --confirm-seconds at the best lossless rate
 (and, if that loses, one at 0.9 of it). Every counter of every point is printed and
 kept in the JSON, with the senders' achieved rate (a point whose senders fell 3%
-short is marked sender-limited) and the receivers' CPU (user + system over the
-sending window, 1.0 = one core; busiest threads too). Senders start --warmup seconds
+short, or one of them over 512 packets behind the schedule, is marked sender-limited)
+and the receivers' CPU (user + system over the sending window, 1.0 = one core;
+busiest threads too). Senders start --warmup seconds
 after the receiver has bound its port (default: capture 1, fold 6, fengine 3: fold
 builds its GPU plan after binding).
 
@@ -39,8 +40,9 @@ CPUs (default, 16 cores): receivers' Python on 0,1; capture threads on 2,3,... (
 as --threads/--cpus where the verb has them, else added to the process's CPU mask);
 senders on the top cores (15, 14, ...).
 
-Runs, each under the device's 10-minute limit (--budget stops starting new points
-and lists what was skipped), then one merge here (no network):
+Runs, each under the device's 10-minute limit (--budget, default 500 s, stops starting
+new points and lists what was skipped; with the defaults a capture configuration takes
+about 1.5 minutes, a fold or F-engine one 2-3), then one merge here (no network):
     scripts/gpu.sh bench-e2e --only capture_ynao,fold_ynao,capture_vdif8,fold_vdif8
     scripts/gpu.sh bench-e2e --only capture_vdif2,fold_vdif2,capture_spead,fengine_4096
     scripts/gpu.sh bench-e2e --only fengine_32768,fengine_two_processes,gpu_alone,file_fold
@@ -215,8 +217,6 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
         point[key] = sum(x[key] for x in point["receivers"])
     point["lost"] = total - point["received"]
     point["received_gbps"] = point["received"] * tr.packet_len * 8 / window / 1e9
-    # What reached the product: received less the packets of chunks it was too slow for.
-    point["delivered_gbps"] = point["received_gbps"] * (1 - point["dropped"] / max(1, total))
     point["receiver_cpu"] = [x["cpu"] for x in point["receivers"]]
     point["lossless"] = all(lossless(x["sent"], x) for x in point["receivers"])
     # A sender behind the schedule puts its packets that much behind its peers' (late).
@@ -251,9 +251,10 @@ def point_line(p: dict) -> str:
 
 def tighter(rate: float, p: dict) -> float:
     """The bisection's upper bound after a lossy point: what it asked, or 1.05 x what
-    reached the product, if less (an overloaded product still takes about its capacity;
-    the caller keeps the bound above the best lossless rate, in case it collapsed)."""
-    return rate if p["lossless"] else min(rate, 1.05 * p["delivered_gbps"])
+    reached the product (`received`: packets of dropped chunks and kernel drops are not
+    in it), if less. An overloaded product still takes about its capacity; the caller
+    keeps the bound above the best lossless rate in case it collapsed."""
+    return rate if p["lossless"] else min(rate, 1.05 * p["received_gbps"])
 
 
 def find_ceiling(name: str, run, a, budget_ok) -> dict:
