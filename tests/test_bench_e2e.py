@@ -94,7 +94,8 @@ def test_capture_places_every_packet_of_interleaved_senders(name):
         for i in range(calls):
             for j in range(k):
                 t.restamp(buf, tr.buffer_indices(i, j, k, block, blocks))
-                assert tx.send(buf, t.packet_len, 0.0)["packets"] == block * blocks
+                # Paced: an unprivileged socket buffer may hold only a few packets.
+                assert tx.send(buf, t.packet_len, 0.2)["packets"] == block * blocks
         total = calls * k * block * blocks
         deadline = time.monotonic() + 10
         while cap.stats()["packets"] < total and time.monotonic() < deadline:
