@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import resource
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -313,7 +313,6 @@ class SenderGroup:
                 self.conns.append(a)
                 self.port_of.append(port)
                 n += 1
-        self.plan = asdict(plan)
 
     def wait_ready(self, limit: float = 60.0) -> None:
         for c in self.conns:
@@ -384,8 +383,8 @@ def capture_spead(argv=None) -> int:
         chunk = cap.next_chunk(0.05)
         if chunk is not None:
             chunk.release()
-        packets = cap.stats()["packets"]
-        if packets != seen:
+            last = time.monotonic()
+        elif (packets := cap.stats()["packets"]) != seen:  # packets still in open chunks
             seen, last = packets, time.monotonic()
     cap.stop()
     while (chunk := cap.next_chunk(0.0)) is not None:
