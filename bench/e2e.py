@@ -520,15 +520,14 @@ def main(argv=None) -> dict:
             doc["skipped"][name] = str(e)
             print(f"{name}: skipped: {e}", flush=True)
             continue
-        if name == "gpu_alone":
-            doc["gpu_alone"] = gpu_alone(a, workdir)
-            print(
-                f"gpu_alone: { {k: v for k, v in doc['gpu_alone'].items() if k.endswith('gsps')} }"
-            )
-            continue
-        if name == "file_fold":
-            doc["file_fold"] = file_fold(a, workdir)
-            print(f"file_fold: {doc['file_fold'].get('gsps')} G samples/s", flush=True)
+        if name in OTHERS:
+            fn = gpu_alone if name == "gpu_alone" else file_fold
+            try:
+                doc[name] = fn(a, workdir, limit=max(60.0, deadline - time.monotonic()))
+            except (subprocess.SubprocessError, OSError, KeyError, IndexError) as e:
+                doc[name] = {"error": f"{type(e).__name__}: {e}"}
+            figures = {k: v for k, v in doc[name].items() if k.endswith("gsps") or k == "error"}
+            print(f"{name}: {figures}", flush=True)
             continue
 
         def run(rate, secs, name=name):
