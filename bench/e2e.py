@@ -178,6 +178,14 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
         res = group.results(seconds + 120)
         c1 = rx.cpu()
         window = res["end"] - t0
+        sent = res["sent"]
+        total = sum(sent)
+        point.update(
+            seconds=window,
+            sent=total,
+            senders=res["senders"],
+            offered_gbps=total * tr.packet_len * 8 / window / 1e9,
+        )
         rx.wait(a.idle_timeout + a.drain_timeout)
         point["drain_s"] = time.monotonic() - res["end"]
     except (RuntimeError, TimeoutError, EOFError, OSError, subprocess.TimeoutExpired) as e:
@@ -190,15 +198,9 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
     if not point["error"] and any(rx.status()):
         point["error"] = f"a receiver exited with status {rx.status()}"
     if point["error"]:
+        # After the senders: the product did not keep up (or failed); a lossy point.
+        point.update(lossless=False, received_gbps=None, sender_limited=False)
         return point
-    sent = res["sent"]
-    total = sum(sent)
-    point.update(
-        seconds=window,
-        sent=total,
-        senders=res["senders"],
-        offered_gbps=total * tr.packet_len * 8 / window / 1e9,
-    )
     for r in range(nrx):
         rep = json.loads(reports[r].read_text())
         c = receiver_counts(rep)
@@ -254,7 +256,9 @@ def tighter(rate: float, p: dict) -> float:
     reached the product (`received`: packets of dropped chunks and kernel drops are not
     in it), if less. An overloaded product still takes about its capacity; the caller
     keeps the bound above the best lossless rate in case it collapsed."""
-    return rate if p["lossless"] else min(rate, 1.05 * p["received_gbps"])
+    if p["lossless"] or p["received_gbps"] is None:
+        return rate
+    return min(rate, 1.05 * p["received_gbps"])
 
 
 def find_ceiling(name: str, run, a, budget_ok) -> dict:
@@ -269,7 +273,7 @@ def find_ceiling(name: str, run, a, budget_ok) -> dict:
         p = run(rate, secs)
         print(point_line(p), flush=True)
         points.append(p)
-        return None if p.get("error") else p
+        return None if p.get("error") and "offered_gbps" not in p else p
 
     best = None  # (asked rate, point)
     if a.rates:
@@ -300,12 +304,12 @@ def find_ceiling(name: str, run, a, budget_ok) -> dict:
             confirmed = go(rate, a.confirm_seconds)
             if confirmed is None or confirmed["lossless"]:
                 break
-            notes.append(f"the {a.confirm_seconds:g} s run at {rate:.2f} Gb/s lost packets")
+            notes.append(f"the {a.confirm_seconds:g} s run at {rate:.2f} Gb/s was not lossless")
             confirmed = None
     chosen = confirmed or (best[1] if best else None)
     if chosen is None:
         notes.append("no lossless point")
-    lossy = [p["offered_gbps"] for p in points if not p.get("error") and not p["lossless"]]
+    lossy = [p["offered_gbps"] for p in points if "offered_gbps" in p and not p["lossless"]]
     nrx = CONFIGS[name][2].get("receivers", 1)
     return {
         "lossless_gbps": chosen["received_gbps"] / nrx if chosen else None,
@@ -439,7 +443,7 @@ def parse_args(argv):
     add("--capture-threads", type=int, default=1, help="per receiver (--threads)")
     add("--engine", default="auto", help="capture engine of every receiver")
     add("--device", default="gpu", help="fold/fengine --device")
-    add("--packets-per-chunk", type=int, default=None, help="voltstream capture only")
+    add("--packets-per-chunk", type=int, default=None, help="capture and fold --listen")
     add("--block-packets", type=int, default=32, help="B: contiguous packets per block (even)")
     add("--buffer-mib", type=float, default=8.0, help="each sender's pre-made buffer")
     add("--pace-margin", type=float, default=0.03, help="senders pace this much above share")

@@ -129,13 +129,15 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
         raise Skip(f"`voltstream {product}` has no --bits (needed for {traffic})")
     elif product == "capture":
         argv = VS + ["capture", "--bind", bind, *fmt, "--engine", a.engine, *tail]
-        if a.packets_per_chunk:
-            argv += ["--packets-per-chunk", str(a.packets_per_chunk)]
         argv += shlex.split(a.capture_args)
     else:
         argv = VS + ["fold", "--listen", bind, *fmt, "--engine", a.engine, "--device", a.device]
         argv += FOLD
         argv += ["-o", str(report.with_suffix(".fits")), *tail, *shlex.split(a.fold_args)]
+    if a.packets_per_chunk and product != "fengine":
+        if "--packets-per-chunk" not in cli_help(product):
+            raise Skip(f"`voltstream {product}` has no --packets-per-chunk")
+        argv += ["--packets-per-chunk", str(a.packets_per_chunk)]
     if thr and "--cpus" in cli_help(product):
         argv += ["--threads", str(a.capture_threads), "--cpus", ",".join(map(str, thr))]
         return argv, mask, None

@@ -236,7 +236,21 @@ def test_search_bisects_then_confirms(capsys):
     res = e2e.find_ceiling("capture_ynao", model_run(13.0, calls, 12.0), a, lambda n, s: True)
     assert calls[-2][0] == calls[-3][0] and calls[-1][0] == pytest.approx(0.9 * calls[-2][0])
     assert res["lossless_gbps"] == pytest.approx(0.9 * top * 15 / 16)
-    assert any("lost packets" in n for n in res["notes"])
+    assert any("not lossless" in n for n in res["notes"])
+    # A product that cannot finish after an unpaced run (receiver killed, no report):
+    # lossy at what the senders offered, and the search goes on below it.
+    calls.clear()
+    slow = model_run(13.0, calls)
+
+    def run(rate, secs):
+        p = slow(rate, secs)
+        if rate == 0:
+            p.update(error="TimeoutExpired: the receiver did not finish", received_gbps=None)
+        return p
+
+    res = e2e.find_ceiling("capture_ynao", run, a, lambda n, s: True)
+    assert [r for r, _ in calls[:3]] == pytest.approx([0.0, 20.0, 1.05 * 13 / 2])
+    assert res["errors"] and res["lowest_lossy_gbps"] == 20.0 and 11.5 < res["lossless_gbps"] <= 13
     # Lossless unpaced: sender-bound, confirmed unpaced; a budget cut is said.
     calls.clear()
     res = e2e.find_ceiling("capture_ynao", model_run(50.0, calls), a, lambda n, s: s < 10)
