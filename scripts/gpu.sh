@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Run the GPU tests or the GPU benchmark on the GPU machine, from the repo root:
-#   scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture
+#   scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e
 # Installs carried wheels (.whl/*.whl) into /tmp/site first; needs no astropy and
 # no compiled voltstream._core (the GPU path is pure Python + CuPy). bench-capture
 # (bench/capture_multicore.py, loopback only, about 3-4 minutes) does need the
 # compiled extension: build the wheel with `VOLTSTREAM_NO_XDP=1 maturin build
-# --release` and carry it in .whl/.
+# --release` and carry it in .whl/. bench-e2e (bench/e2e.py: the CLI end to end on
+# loopback, one GPU) needs it too and writes $OUT/e2e.json; pick configurations with
+# --only so that one call stays under 10 minutes (the script's docstring has a split).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -55,8 +57,19 @@ case "${1:-}" in
         }
         exec "$PY" bench/capture_multicore.py --json "${OUT:-/tmp}/capture_multicore.json" "$@"
         ;;
+    bench-e2e)
+        shift
+        # The receivers are `python -m voltstream.cli` subprocesses of the checkout's
+        # python/, which has the wheel's compiled _core (copied above).
+        "$PY" -c "from voltstream import _core" || {
+            echo "bench-e2e needs voltstream._core: carry the wheel in .whl/ (see above)" >&2
+            exit 2
+        }
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+        exec "$PY" bench/e2e.py --json "${OUT:-/tmp}/e2e.json" --workdir /tmp/voltstream-e2e "$@"
+        ;;
     *)
-        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture [args...]" >&2
+        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e [args...]" >&2
         exit 2
         ;;
 esac
