@@ -140,7 +140,7 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
         argv += ["--packets-per-chunk", str(a.packets_per_chunk)]
     if thr and "--cpus" in cli_help(product):
         argv += ["--threads", str(a.capture_threads), "--cpus", ",".join(map(str, thr))]
-        return argv, mask, None
+        return argv, mask | set(thr), None  # a thread can pin only inside the mask
     return argv, mask | set(thr), ("capture threads unpinned (no --cpus)" if thr else None)
 
 
