@@ -5,16 +5,14 @@ Each configuration runs the real CLI (`python -m voltstream.cli capture|fold|fen
 (bench/e2e_traffic.py: pre-made packet buffers, restamped per send, `_core.Sender`,
 one absolute schedule, each pinned to its own core from the top down), and finds the
 highest total rate at which the product is LOSSLESS: every packet sent was received,
-and missing = late = dropped = kernel_drops = 0. Per configuration: one unpaced probe
-(the senders' ceiling, the top of the bisection; unpaced senders may drift apart, so
-that point can be lossy for the harness's sake), --steps bisection probes of
---probe-seconds (a lossy point also lowers the top to 1.05 x what reached the product,
-`received`), then one run of --confirm-seconds at the best lossless rate
-(and, if that loses, one at 0.9 of it). Every counter of every point is printed and
-kept in the JSON, with the senders' achieved rate (a point whose senders fell 3%
-short, or one of them over 512 packets behind the schedule, is marked sender-limited)
-and the receivers' CPU (user + system over the sending window, 1.0 = one core;
-busiest threads too). Senders start --warmup seconds
+and missing = late = dropped = kernel_drops = 0. Per configuration: a ladder of
+--probe-seconds probes from --start-gbps, doubling while lossless, then --steps
+bisection probes between the last lossless and the first lossy rate, then one run of
+--confirm-seconds at the best lossless rate (and, if that loses, one at 0.9 of it).
+Every counter of every point is printed and kept in the JSON, with the senders'
+achieved rate (a point whose senders fell 3% short, or one of them over 512 packets
+behind the schedule, is marked sender-limited) and the receivers' CPU (user + system
+over the sending window, 1.0 = one core; busiest threads too). Senders start --warmup seconds
 after the receiver has bound its port (default: capture 1, fold 6, fengine 3: fold
 builds its GPU plan after binding).
 
@@ -251,16 +249,6 @@ def point_line(p: dict) -> str:
 # ---------------------------------------------------------------- search per config
 
 
-def tighter(rate: float, p: dict) -> float:
-    """The bisection's upper bound after a lossy point: what it asked, or 1.05 x what
-    reached the product (`received`: packets of dropped chunks and kernel drops are not
-    in it), if less. An overloaded product still takes about its capacity; the caller
-    keeps the bound above the best lossless rate in case it collapsed."""
-    if p["lossless"] or p["received_gbps"] is None:
-        return rate
-    return min(rate, 1.05 * p["received_gbps"])
-
-
 def find_ceiling(name: str, run, a, budget_ok) -> dict:
     """Unpaced probe, bisection (or --rates), then a --confirm-seconds run (and one at
     0.9 x that rate if it loses)."""
@@ -285,19 +273,31 @@ def find_ceiling(name: str, run, a, budget_ok) -> dict:
                 and (best is None or p["received_gbps"] > best[1]["received_gbps"])
             ):
                 best = (r, p)
-    elif (top := go(0.0, a.probe_seconds)) is not None:
-        lo, hi = 0.0, tighter(top["offered_gbps"], top)
-        if top["lossless"]:
-            best = (0.0, top)
-            notes.append("sender-bound: lossless at the senders' unpaced rate")
-        for _ in range(0 if top["lossless"] else a.steps):
+    else:
+        # A ladder up from --start-gbps, doubling while lossless, then --steps bisection
+        # probes between the last lossless and the first lossy rate. (An overloaded
+        # product says little about its capacity: it can collapse far below it, so no
+        # bound is taken from what it received.)
+        lo, hi, rate = 0.0, None, a.start_gbps
+        while rate <= a.max_gbps:
+            if (p := go(rate, a.probe_seconds)) is None:
+                break
+            if not p["lossless"]:
+                hi = rate
+                break
+            lo, best = rate, (rate, p)
+            if p.get("sender_limited"):
+                notes.append(f"sender-bound: lossless at {rate:.1f} Gb/s, senders at their limit")
+                break
+            rate *= 2
+        for _ in range(a.steps if hi is not None else 0):
             mid = (lo + hi) / 2
             if (p := go(mid, a.probe_seconds)) is None:
                 break
             if p["lossless"]:
                 lo, best = mid, (mid, p)
             else:
-                hi = max(tighter(mid, p), (lo + mid) / 2)
+                hi = mid
     confirmed = None
     if best and a.confirm_seconds > 0:
         for rate in (best[0], 0.9 * (best[0] or best[1]["offered_gbps"])):
@@ -434,7 +434,9 @@ def parse_args(argv):
     add("--budget", type=float, default=500.0, help="seconds for the whole run (default 500)")
     add("--probe-seconds", type=float, default=5.0)
     add("--confirm-seconds", type=float, default=20.0, help="0: no confirmation run")
-    add("--steps", type=int, default=4, help="bisection probes below the unpaced rate")
+    add("--steps", type=int, default=3, help="bisection probes after the ladder")
+    add("--start-gbps", type=float, default=5.0, help="first rate of the ladder. Default: 5")
+    add("--max-gbps", type=float, default=160.0, help="the ladder stops here. Default: 160")
     add("--rates", default=None, help="total Gb/s list instead of the bisection")
     add("--senders", type=int, default=8, help="sender processes (cores), split over ports")
     add("--receiver-cpus", default=None, help="receivers' CPU mask (default: first 2 cores)")

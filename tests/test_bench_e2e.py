@@ -212,49 +212,52 @@ def model_run(limit, calls, long_limit=None, took=None):
     return run
 
 
-def test_search_bisects_then_confirms(capsys):
-    a = e2e.parse_args(["--steps", "4"])
+def test_search_ladders_bisects_then_confirms(capsys):
+    a = e2e.parse_args(["--steps", "3"])
     calls = []
     res = e2e.find_ceiling("capture_ynao", model_run(13.0, calls), a, lambda n, s: True)
-    # 13 Gb/s reached the product unpaced: the top is 1.05 x 13, then bisection below it.
-    top = 1.05 * 13.0
-    probes = [top / 2, top * 3 / 4, top * 7 / 8, top * 15 / 16]
-    assert [r for r, _ in calls] == pytest.approx([0.0, *probes, probes[-1]])
-    assert [s for _, s in calls] == [5.0] * 5 + [20.0]
-    assert res["lossless_gbps"] == pytest.approx(top * 15 / 16)
-    assert res["confirmed_seconds"] == 20.0 and res["lowest_lossy_gbps"] == 40.0
-    # A product that collapses when overloaded (3 Gb/s reach it): the bound stays above
-    # the best lossless rate, halfway to the lossy one.
+    # Capacity 13: 5, 10 lossless, 20 lossy; bisection 15 (lossy), 12.5 (lossless),
+    # 13.75 (lossy); the 20 s confirmation at 12.5.
+    assert [r for r, _ in calls] == pytest.approx([5, 10, 20, 15, 12.5, 13.75, 12.5])
+    assert [s for _, s in calls] == [5.0] * 6 + [20.0]
+    assert res["lossless_gbps"] == pytest.approx(12.5)
+    assert res["confirmed_seconds"] == 20.0 and res["lowest_lossy_gbps"] == 13.75
+    # A product that collapses when overloaded (3 Gb/s reach it) changes nothing.
     calls.clear()
-    collapse = model_run(7.0, calls, took=lambda rate: 13.0 if rate == 0 else 3.0)
+    collapse = model_run(13.0, calls, took=lambda rate: 3.0)
     res = e2e.find_ceiling("capture_ynao", collapse, a, lambda n, s: True)
-    lo, mid = top / 2, top * 3 / 4
-    assert [r for r, _ in calls[:4]] == pytest.approx([0, lo, mid, (lo + (lo + mid) / 2) / 2])
-    assert res["lossless_gbps"] == pytest.approx(lo)
+    assert res["lossless_gbps"] == pytest.approx(12.5)
     # The long run loses: the figure is the confirmed 0.9 x that rate.
     calls.clear()
     res = e2e.find_ceiling("capture_ynao", model_run(13.0, calls, 12.0), a, lambda n, s: True)
-    assert calls[-2][0] == calls[-3][0] and calls[-1][0] == pytest.approx(0.9 * calls[-2][0])
-    assert res["lossless_gbps"] == pytest.approx(0.9 * top * 15 / 16)
+    assert calls[-2][0] == pytest.approx(12.5) and calls[-1][0] == pytest.approx(0.9 * 12.5)
+    assert res["lossless_gbps"] == pytest.approx(0.9 * 12.5)
     assert any("not lossless" in n for n in res["notes"])
-    # A product that cannot finish after an unpaced run (receiver killed, no report):
-    # lossy at what the senders offered, and the search goes on below it.
+    # A receiver that cannot finish (killed, no report) is a lossy point at what the
+    # senders offered, and the search goes on below it.
     calls.clear()
     slow = model_run(13.0, calls)
 
     def run(rate, secs):
         p = slow(rate, secs)
-        if rate == 0:
+        if rate == 20:
             p.update(error="TimeoutExpired: the receiver did not finish", received_gbps=None)
         return p
 
     res = e2e.find_ceiling("capture_ynao", run, a, lambda n, s: True)
-    assert [r for r, _ in calls[:3]] == pytest.approx([0.0, 20.0, 1.05 * 13 / 2])
-    assert res["errors"] and res["lowest_lossy_gbps"] == 20.0 and 11.5 < res["lossless_gbps"] <= 13
-    # Lossless unpaced: sender-bound, confirmed unpaced; a budget cut is said.
+    assert res["errors"] and res["lowest_lossy_gbps"] == 13.75 and res["lossless_gbps"] == 12.5
+    # Senders at their limit while lossless: the ladder stops there, said; a budget cut
+    # of the confirmation is said too.
     calls.clear()
-    res = e2e.find_ceiling("capture_ynao", model_run(50.0, calls), a, lambda n, s: s < 10)
-    assert calls == [(0.0, 5.0)] and res["lossless_gbps"] == 40.0
+    limited = model_run(50.0, calls)
+
+    def run2(rate, secs):
+        p = limited(rate, secs)
+        p["sender_limited"] = rate >= 10
+        return p
+
+    res = e2e.find_ceiling("capture_ynao", run2, a, lambda n, s: s < 10)
+    assert [r for r, _ in calls] == [5, 10] and res["lossless_gbps"] == 10
     assert res["confirmed_seconds"] is None and any("budget" in n for n in res["notes"])
     assert any("sender-bound" in n for n in res["notes"])
     assert "LOSSLESS" in capsys.readouterr().out
