@@ -286,7 +286,7 @@ def find_ceiling(name: str, run, a, budget_ok) -> dict:
                 hi = rate
                 break
             lo, best = rate, (rate, p)
-            if p.get("sender_limited"):
+            if p["offered_gbps"] < 0.97 * rate:
                 notes.append(f"sender-bound: lossless at {rate:.1f} Gb/s, senders at their limit")
                 break
             rate *= 2

@@ -547,6 +547,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU of each capture thread, comma-separated (e.g. 2,3); pins the threads",
     )
     p.add_argument(
+        "--ring-mb",
+        type=_positive(int),
+        default=256,
+        help="kernel-side buffer of the capture in MiB: the packet ring (or socket buffer, "
+        "AF_XDP UMEM) that rides out a stalled capture thread. Default: 256",
+    )
+    p.add_argument(
         "--dpdk-port",
         default=None,
         help="with --engine dpdk: a PCI address (0000:3b:00.0, bound to vfio-pci), EAL "
@@ -656,6 +663,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
         "stage the capture rides out before it drops chunks (1024 MiB = 0.2 s at 40 Gb/s). "
         "Default: 1024",
+    )
+    live.add_argument(
+        "--ring-mb",
+        type=_positive(int),
+        default=256,
+        help="kernel-side buffer of the capture in MiB: the packet ring (or socket buffer, "
+        "AF_XDP UMEM) that rides out a stalled capture thread. Default: 256",
     )
     live.add_argument(
         "--no-status",

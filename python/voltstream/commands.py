@@ -244,10 +244,16 @@ def capture(args) -> int:
             threads=args.threads,
             cpus=args.cpus,
             engine_options={
-                k: v
-                for k, v in (("dpdk_port", args.dpdk_port), ("dpdk_eal_args", args.dpdk_eal_args))
-                if v is not None
-            },
+                "rcvbuf": args.ring_mb << 20,
+                **{
+                    k: v
+                    for k, v in (
+                        ("dpdk_port", args.dpdk_port),
+                        ("dpdk_eal_args", args.dpdk_eal_args),
+                    )
+                    if v is not None
+                },
+            },  # fmt: skip
         )
     finally:
         if writer is not None:
@@ -355,6 +361,7 @@ def fold(args) -> int:
             pol_mode=args.pol, idle_timeout_s=args.idle_timeout,
             packets_per_chunk=args.packets_per_chunk, pool_mb=args.buffer_mb,
             status=not args.no_status, engine=args.engine, threads=args.threads, cpus=args.cpus,
+            engine_options={"rcvbuf": args.ring_mb << 20},
         )  # fmt: skip
     else:
         archive = _fold_on(device, args, reader, predictor, tsub)
