@@ -64,6 +64,9 @@ INPUT_BITS = SPEAD_BITS  # the digitiser widths the packetizer writes
 #: The capture's kernel ring: it rides out a stalled capture thread for 60 ms at
 #: 34 Gb/s (one MeerKAT antenna).
 RING_BYTES = 256 << 20
+#: The chunk pool (page-locked for the GPU): how long a stalled engine is ridden out,
+#: 0.25 s at 34 Gb/s.
+POOL_BYTES = 1 << 30
 _CAPTURE_COUNTERS = ("received", "missing", "late", "duplicate", "dropped")
 
 
@@ -507,7 +510,7 @@ def run_fengine(
     duration_s: float | None = None,
     idle_timeout_s: float | None = None,
     chunk_heaps: int | None = None,
-    nchunks: int = 16,
+    nchunks: int | None = None,
     window: int = 4,
     capture_engine: str = "auto",
     control=None,
@@ -545,6 +548,7 @@ def run_fengine(
     if int(chunk_heaps) < 1:
         raise ConfigError(f"chunk_heaps={chunk_heaps} must be at least 1")
     chunk_heaps = int(chunk_heaps)
+    heap_bytes = int(samples_per_heap) * int(input_bits) // 8
     from voltstream.fengine.engines import engine_device
 
     report = FEngineReport(listen=listen, device=engine_device(engine))
@@ -553,7 +557,7 @@ def run_fengine(
             "spead",
             listen,
             chunk_heaps,
-            nchunks=nchunks,
+            nchunks=nchunks or max(window + 4, min(256, POOL_BYTES // (2 * chunk_heaps * heap_bytes))),
             window=window,
             engine=capture_engine,
             digitiser_ids=ids,
