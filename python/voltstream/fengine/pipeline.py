@@ -557,8 +557,8 @@ def run_fengine(
             "spead",
             listen,
             chunk_heaps,
-            nchunks=nchunks or max(window + 4, min(256, POOL_BYTES // (2 * chunk_heaps
-                                                                    * heap_bytes))),  # fmt: skip
+            nchunks=nchunks
+            or max(window + 4, min(256, POOL_BYTES // (2 * chunk_heaps * heap_bytes))),  # fmt: skip
             window=window,
             engine=capture_engine,
             digitiser_ids=ids,
