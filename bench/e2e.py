@@ -337,8 +337,14 @@ def gsps(name: str, gbps: float | None) -> float | None:
 def finalize(doc: dict) -> dict:
     """Top-level figures and ratios from the per-configuration results."""
     cfg, gpu = doc.get("configs", {}), doc.get("gpu_alone") or {}
+    doc["unconfirmed_gbps"] = {}
     for name in CONFIGS:
-        doc[f"{name}_lossless_gbps"] = (cfg.get(name) or {}).get("lossless_gbps")
+        # A figure counts only once a --confirm-seconds run was lossless at it.
+        c = cfg.get(name) or {}
+        ok = c.get("confirmed_seconds")
+        doc[f"{name}_lossless_gbps"] = c.get("lossless_gbps") if ok else None
+        if c.get("lossless_gbps") and not c.get("confirmed_seconds"):
+            doc["unconfirmed_gbps"][name] = c["lossless_gbps"]
     ratios = {}
     for name, base in CAPTURE_ALONE.items():
         doc[f"{name}_capture_alone_gbps"] = cap = doc[f"{base}_lossless_gbps"]
