@@ -25,6 +25,7 @@ baseline). CuPy is imported lazily: this module imports without it.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -833,6 +834,8 @@ def fold_file_gpu(
     raw_ok = raw_ok and obs.nbit in (8, 16)
     if variant == "fused" and hasattr(reader, "read_packed"):
         eng = _fold_packed(reader, args, kw, block_samples, progress)
+    elif variant == "fused" and raw_ok and obs.nbit == 8 and hasattr(reader, "hdr_size"):
+        eng = _fold_file_blocks(reader, args, kw, block_samples, progress)
     elif raw_ok:
         dtype = np.int8 if obs.nbit == 8 else np.int16
         eng = cls(*args, dtype=dtype, ndim=obs.ndim, **kw)
@@ -883,4 +886,33 @@ def _fold_packed(reader, args, kw, block_samples, progress) -> GpuFolder:
         eng.feed_packed(data, (f1 - f0) * spf, valid)
         if progress is not None:
             progress(eng.samples_in, eng.samples_out)
+    return eng
+
+
+def _fold_file_blocks(reader, args, kw, block_samples, progress) -> GpuFolder:
+    """An 8-bit DADA file on the product path: blocks read by several threads straight
+    into page-locked buffers (pipeline/file_source.py), copied to the GPU from there and
+    given back on the copy's event (pipeline/gpu.py), unpacked by the packed kernel
+    reading the file's TFP bytes as they are."""
+    from voltstream.pipeline.file_source import FileBlocks
+    from voltstream.pipeline.gpu import Handoff
+
+    obs = reader.obs
+    layout = PackedLayout.time_major(8, "twos", obs.nchan, obs.npol, obs.ndim)
+    per_sample = reader.bytes_per_sample
+    chunk = int(block_samples or max(1, (64 << 20) // per_sample))
+    eng = GpuFolder(*args, packed=layout, **dict(kw, chunk_samples=chunk))
+    eng.warm_up(chunk)
+    handoff = Handoff()
+    readers = max(2, min(8, (os.cpu_count() or 4) - 2))  # page cache -> pinned, in parallel
+    with FileBlocks(reader.path, reader.hdr_size, reader.nsamp, per_sample, chunk,
+                    readers=readers) as src:  # fmt: skip
+        try:
+            for blk in src.blocks(wait_free=handoff.wait_one):
+                handoff.hold(blk, eng.feed_block(blk.parts, blk.nsamp))
+                handoff.poll()
+                if progress is not None:
+                    progress(eng.samples_in, eng.samples_out)
+        finally:
+            handoff.drain()
     return eng

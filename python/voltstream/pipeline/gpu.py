@@ -70,6 +70,16 @@ class Handoff:
         self.released += n
         return n
 
+    def wait_one(self) -> None:
+        """Waits for the oldest copy in flight and releases its block."""
+        if self._q:
+            block, ev = self._q.popleft()
+            try:
+                self._wait(ev)
+            finally:
+                block.release()
+                self.released += 1
+
     def drain(self) -> None:
         """Waits for every copy in flight and releases its block."""
         while self._q:
