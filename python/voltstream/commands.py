@@ -364,7 +364,9 @@ def fold(args) -> int:
             engine_options={"rcvbuf": args.ring_mb << 20},
         )  # fmt: skip
     else:
+        t_fold = time.monotonic()
         archive = _fold_on(device, args, reader, predictor, tsub)
+        fold_s = time.monotonic() - t_fold
         report = live.report if live is not None else None
     archive.par_text = getattr(predictor, "par_text", None)
     from voltstream.dsp.dedisperse import Dedisperser
@@ -389,6 +391,9 @@ def fold(args) -> int:
         f"sub-integrations x {obs.nchan} channels x {archive.nbin} bins, S/N {snr:.1f}, "
         f"{archive.excluded_samples} lost samples excluded"
     )
+    if not args.listen and nsamp:
+        rate = nsamp * obs.nchan * obs.npol / fold_s / 1e9
+        print(f"fold ({device}): {nsamp} samples folded in {fold_s:.2f} s ({rate:.2f} G samples/s)")
     return 0
 
 
