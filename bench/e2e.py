@@ -360,7 +360,13 @@ def finalize(doc: dict) -> dict:
             ceilings, e2e_gsps=e2e, ratio=e2e / min(known) if e2e is not None and known else None
         )
     doc["ratios"] = ratios
-    doc["file_fold_gsps"] = (doc.get("file_fold") or {}).get("gsps")
+    ff = doc.get("file_fold") or {}
+    doc["file_fold_gsps"] = ff.get("gsps")
+    # The fold's own time, as the CLI prints it (no start-up, imports or PSRFITS write).
+    big = (ff.get("runs") or [{}])[-1]
+    doc["file_fold_engine_gsps"] = (
+        big["nsamp"] * 64 / big["engine_s"] / 1e9 if big.get("engine_s") else None
+    )  # 32 channels x 2 pols (the YNAO band the file holds)
     doc["skipped"] = {
         k: v
         for k, v in doc.get("skipped", {}).items()
