@@ -276,3 +276,41 @@ def test_gap_and_block_kinds_are_what_the_consumer_dispatches_on():
     assert Gap(3).packets == 3
     b = Block(1, [], np.ones((1, 4), bool), 0, 4)
     assert b.packets == 4 and b.valid_packets() is None
+
+
+def test_the_status_line_says_rates_pool_losses_and_gpu_busy_once_a_second():
+    import io
+
+    from voltstream.pipeline.gpu import StatusLine
+
+    class Cap:
+        def __init__(self):
+            self.received = 0
+
+        def stats(self):
+            return {"totals": {"received": self.received, "missing": 2, "late": 1,
+                               "dropped": 3}, "kernel_drops": 4}  # fmt: skip
+
+        def free_chunks(self):
+            return 6
+
+    class Consumer:
+        bytes_fed, pool_chunks = 0, 8
+
+        def gpu_busy(self, dt):
+            return 25.0
+
+    out = io.StringIO()
+    line = StatusLine("fold", 8192, interval_s=0.05, stream=out)
+    cap, cons = Cap(), Consumer()
+    line.tick(cap, cons)  # too soon: nothing
+    assert out.getvalue() == ""
+    time.sleep(0.06)
+    cap.received, cons.bytes_fed = 10_000, 8192 * 10_000
+    line.tick(cap, cons)
+    text = out.getvalue()
+    assert text.startswith("fold ") and text.count("\n") == 1
+    assert "pool  25% full" in text and "dropped 3" in text and "lost 7" in text
+    assert "GPU busy  25%" in text
+    gin = float(text.split(" in ")[1].split()[0])
+    assert 0 < gin < 8 * 10_000 * 8192 / 0.05 / 1e9 * 1.01

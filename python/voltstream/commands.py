@@ -362,6 +362,8 @@ def fold(args) -> int:
             packets_per_chunk=args.packets_per_chunk, pool_mb=args.buffer_mb,
             status=not args.no_status, engine=args.engine, threads=args.threads, cpus=args.cpus,
             engine_options={"rcvbuf": args.ring_mb << 20},
+            on_start=lambda: print(f"fold: listening on {args.listen}", file=sys.stderr,
+                                   flush=True),
         )  # fmt: skip
     else:
         t_fold = time.monotonic()
