@@ -159,6 +159,15 @@ def test_dada_default_block_is_about_64_mib(tmp_path):
         b.release()
 
 
+def test_default_allocator(tmp_path):
+    path = tmp_path / "a.dada"
+    x = write_dada(path, 300)
+    with open_file_source(path, block_samples=128, depth=2) as src:  # pinned with a GPU
+        got = np.concatenate([d for _, d in collect(src)])
+        assert len(src.buffers()) == 2 and all(n == 128 * 16 for _, n in src.buffers())
+    assert np.array_equal(got, (x[..., 0] + 1j * x[..., 1]).reshape(300, -1))
+
+
 def test_dada_partial_sample_is_left_out_and_counted(tmp_path):
     path = tmp_path / "a.dada"
     write_dada(path, 50, tail=b"\x01\x02\x03")

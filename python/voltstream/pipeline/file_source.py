@@ -58,12 +58,26 @@ then varies per block; :attr:`block_bytes` allows for it). File systems without
 ``O_DIRECT`` (tmpfs) fall back to buffered reads with a note. The irregular VDIF path
 always reads buffered.
 
-Measured read throughput (bench/file_source.py, source alone, no GPU, buffers
-np.empty pre-touched, file in the page cache; the development machine has 2 cores,
-so 4 readers cannot beat 2 there): see docs and the numbers in the bench's output;
-on this 2-core VM a 3 GiB 8-bit DADA file read at 4.7 GB/s with 1 reader,
-7.9 GB/s with 2 and 7.6 GB/s with 4 (from /dev/shm). The GPU machine (16 cores)
-has to be measured with the same script.
+Measured read throughput (bench/file_source.py: the source alone, no GPU, each block
+released at once; 3 GB files in the page cache, 64 MiB blocks, depth 4, pre-touched
+np.empty buffers; development VM with 2 cores and a 12.8 GB/s single-thread memcpy,
+so readers beyond 2 cannot help there):
+
+    ========================  ==========  ==========  ==========
+    GB/s (G samples/s)        1 reader    2 readers   4 readers
+    ========================  ==========  ==========  ==========
+    DADA, /tmp (ext4)         6.7 (3.3)   13.1 (6.6)  13.0 (6.5)
+    VDIF as stored, /tmp      6.7 (3.4)   12.8 (6.4)  12.9 (6.4)
+    DADA, /dev/shm            5.6 (2.8)   10.8 (5.4)  10.8 (5.4)
+    VDIF as stored, /dev/shm  5.6 (2.8)   10.8 (5.4)  10.7 (5.3)
+    VDIF gathered, /dev/shm   4.4 (2.2)    8.4 (4.2)   8.3 (4.2)
+    ========================  ==========  ==========  ==========
+
+Reading scales with the cores (one page-cache copy per byte, about 6 GB/s a core), so
+15 G samples/s (30 GB/s of 8-bit data) needs about 5-6 readers on cores of their own;
+measure on the GPU machine with the same script. Opening a VDIF file checks every
+frame header first (VdifFile, one thread: 0.07-0.14 s for these 3 GB, and a full read
+of a file not yet cached). O_DIRECT from this VM's disk: 0.9 GB/s (1 reader), 1.8 GB/s (4).
 """
 
 from __future__ import annotations
@@ -81,7 +95,7 @@ import numpy as np
 from voltstream.dsp.cuda import PackedLayout
 from voltstream.errors import ConfigError, FormatError, TruncatedFileError, VoltstreamError
 
-__all__ = ["FileSource", "HostBlock", "open_file_source", "pinned_alloc"]
+__all__ = ["FileSource", "HostBlock", "open_file_source", "pageable_alloc", "pinned_alloc"]
 
 DEFAULT_BLOCK_BYTES = 64 << 20
 STRIPE_BYTES = 8 << 20
@@ -120,8 +134,9 @@ def pinned_alloc(nbytes: int) -> np.ndarray:
     return cupyx.empty_pinned((int(nbytes),), dtype=np.uint8)
 
 
-def _touched_alloc(nbytes: int) -> np.ndarray:
-    """Pageable memory with every page faulted in (so reads do not fault per block)."""
+def pageable_alloc(nbytes: int) -> np.ndarray:
+    """Pageable memory with every page faulted in (so reads do not fault per block); to
+    page-lock afterwards with ``HostRegistry.register(source.buffers())``."""
     buf = np.empty(int(nbytes), dtype=np.uint8)
     buf[::4096] = 0
     return buf
@@ -136,7 +151,7 @@ def _default_alloc() -> tuple[Callable[[int], np.ndarray], str | None]:
         why = "no CUDA device"
     except Exception as e:  # no CuPy, no driver: both mean pageable buffers
         why = f"CuPy unavailable ({type(e).__name__})"
-    return _touched_alloc, f"host buffers are pageable ({why}); the GPU copies will stage"
+    return pageable_alloc, f"host buffers are pageable ({why}); the GPU copies will stage"
 
 
 @dataclass(frozen=True)
