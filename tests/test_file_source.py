@@ -20,6 +20,7 @@ from voltstream.io.dada import DadaWriter, open_dada
 from voltstream.observation import Observation
 from voltstream.pipeline import file_source as fs
 from voltstream.pipeline.file_source import FileSource, HostBlock, open_file_source
+from voltstream.pipeline.gpu import Handoff
 from voltstream.sim.packetize import packetize_vdif
 
 RNG = np.random.default_rng(20260611)
@@ -150,10 +151,17 @@ def test_dada_blocks_are_the_files_samples(tmp_path, ndim, readers, stripe):
 
 def test_dada_default_block_is_about_64_mib(tmp_path):
     path = tmp_path / "a.dada"
-    write_dada(path, 100, nchan=3)  # 12 bytes per sample: 64 MiB is not a whole number
-    with open_file_source(path, alloc=CountingAlloc()) as src:
-        assert src.block_samples == (64 << 20) // 12
-        assert src.block_bytes == 100 * 12  # the pool is no bigger than the file needs
+    write_dada(path, 10, nchan=3)  # 12 bytes per sample: 64 MiB is not a whole number
+    os.truncate(path, 4096 + 6_000_000 * 12)  # (sparse: these bytes are not checked)
+    with open_file_source(path, alloc=CountingAlloc(), depth=1) as src:
+        assert src.block_samples == (64 << 20) // 12 and src.nblocks == 2
+        assert src.block_bytes == src.block_samples * 12
+        for b in src:
+            b.release()
+    small = tmp_path / "b.dada"
+    write_dada(small, 100, nchan=3)
+    with open_file_source(small, alloc=CountingAlloc(), depth=1) as src:
+        assert src.block_samples == 100 and src.block_bytes == 1200  # no bigger than the file
         (b,) = list(src)
         assert b.nsamp == 100
         b.release()
@@ -459,3 +467,76 @@ def test_readers_exit_once_the_file_is_read(tmp_path):
     wait_for(lambda: reader_threads() == [])  # 3 blocks, 4 buffers: all read, all done
     assert [b.chunk_id for b, _ in collect(src)] == [0, 1, 2]
     src.close()
+
+
+# --- the GPU runner's loop, with a host stand-in for GpuFolder.feed_block
+
+
+class Event:
+    def __init__(self, polls):
+        self.left = polls
+
+    @property
+    def done(self):
+        self.left -= 1
+        return self.left < 0
+
+    def synchronize(self):
+        self.left = -1
+
+
+class HostStage:
+    """feed_block's contract on the host: copies each part by address into a device
+    buffer stand-in of ``raw_bytes`` (the copy), first waiting for the copy of the
+    block fed two calls ago (GpuFolder's two slots); returns the copy's event."""
+
+    def __init__(self, layout, raw_bytes, polls=1):
+        self.layout, self.polls = layout, polls
+        self.dev = [np.zeros(raw_bytes, np.uint8) for _ in range(2)]
+        self.events = [None, None]
+        self.slot = 0
+        self.samples, self.valid = [], []
+
+    def feed_block(self, parts, n, skip=0, valid=None):
+        slot, dev = self.slot, self.dev[self.slot]
+        if self.events[slot] is not None:
+            self.events[slot].synchronize()
+        for addr, nbytes, off in parts:
+            assert off + nbytes <= dev.size
+            dev[off : off + nbytes] = np.frombuffer(
+                (ctypes.c_uint8 * nbytes).from_address(addr), np.uint8
+            )
+        assert skip + self.layout.nbytes(n) <= dev.size
+        self.samples.append(decode_ref(dev[skip:], self.layout, n))
+        self.valid.append(np.ones(n, bool) if valid is None else valid)
+        ev = self.events[slot] = Event(self.polls)
+        self.slot = 1 - slot
+        return ev
+
+
+@pytest.mark.parametrize("kind", ["dada", "vdif", "vdif-gather"])
+def test_runner_loop_with_handoff(tmp_path, kind):
+    if kind == "dada":
+        path = tmp_path / "a.dada"
+        x = write_dada(path, 1000)
+        want = (x[..., 0] + 1j * x[..., 1]).reshape(1000, -1)
+    else:
+        path = tmp_path / "a.vdif"
+        frames, _ = vdif_frames(nframes=30)
+        write_vdif(path, irregular("missing", frames) if kind == "vdif-gather" else frames)
+        want = open_vdif_samples(path).astype(np.complex128).reshape(30 * 32, -1)
+    with open_file_source(path, block_samples=96, readers=2, depth=3, alloc=CountingAlloc(),
+                          stall_timeout_s=2.0) as src:  # fmt: skip
+        assert src.kind == kind
+        stage, handoff = HostStage(src.layout, src.block_bytes), Handoff()
+        try:
+            for blk in src:
+                handoff.hold(blk, stage.feed_block(blk.parts, blk.nsamp, blk.skip, blk.valid))
+                handoff.poll()
+        finally:
+            handoff.drain()
+        assert handoff.released == src.nblocks and handoff.max_in_flight <= 2
+    got = np.concatenate(stage.samples)
+    valid = np.concatenate(stage.valid)
+    assert np.array_equal(got[valid], want[valid])
+    assert valid.all() == (kind != "vdif-gather")

@@ -298,9 +298,9 @@ class FileSource:
             )
         if block_samples is None:
             block_samples = max(1, DEFAULT_BLOCK_BYTES // self._bps)
-        self.block_samples = self._check_block(block_samples)
+        self.block_samples = min(self._check_block(block_samples), self.nsamp)
         self._skip = 0
-        self._max_block_bytes = min(self.block_samples, self.nsamp) * self._bps
+        self._max_block_bytes = self.block_samples * self._bps
 
     def _plan_vdif(self, r, block_samples) -> None:
         o = r.obs
