@@ -463,10 +463,12 @@ def test_close_from_another_thread_wakes_a_waiting_consumer(tmp_path):
 def test_readers_exit_once_the_file_is_read(tmp_path):
     path = tmp_path / "a.dada"
     write_dada(path, 300)
-    src = FileSource(open_dada(path), block_samples=100, readers=4, depth=4, alloc=CountingAlloc())
+    reader = open_dada(path)
+    src = FileSource(reader, block_samples=100, readers=4, depth=4, alloc=CountingAlloc())
     wait_for(lambda: reader_threads() == [])  # 3 blocks, 4 buffers: all read, all done
     assert [b.chunk_id for b, _ in collect(src)] == [0, 1, 2]
     src.close()
+    assert reader.read_raw(0, 2).shape == (2, 4, 2, 2)  # the caller's reader stays open
 
 
 # --- the GPU runner's loop, with a host stand-in for GpuFolder.feed_block

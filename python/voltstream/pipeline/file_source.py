@@ -175,7 +175,9 @@ class FileSource:
 
     ``reader`` is an opened :class:`~voltstream.io.dada.DadaReader` or
     :class:`~voltstream.io.vdif.VdifFile` (what ``open_baseband`` returns); the source
-    keeps it (``.reader``) and closes it on :meth:`close`.
+    reads the file through a descriptor of its own, keeps the reader as ``.reader`` and
+    closes it on :meth:`close` only with ``close_reader=True`` (as
+    :func:`open_file_source` does).
     """
 
     def __init__(
@@ -189,6 +191,7 @@ class FileSource:
         direct: bool = False,
         stripe_bytes: int = STRIPE_BYTES,
         stall_timeout_s: float = 10.0,
+        close_reader: bool = False,
     ):
         if readers < 1 or depth < 1:
             raise ConfigError(f"a file source needs readers >= 1 and depth >= 1, got "
@@ -196,6 +199,7 @@ class FileSource:
         if stripe_bytes < ALIGN:
             raise ConfigError(f"stripe_bytes must be at least {ALIGN}, got {stripe_bytes}")
         self.reader = reader
+        self._close_reader = close_reader
         self.path = Path(reader.path)
         self.obs = reader.obs
         self.nsamp = int(reader.nsamp)
@@ -628,9 +632,8 @@ class FileSource:
             t.join()
         self._close_fds()
         self._pool, self._raw = [], []
-        close = getattr(self.reader, "close", None)
-        if close is not None:
-            close()
+        if self._close_reader:
+            self.reader.close()
 
     def _close_fds(self) -> None:
         for name in ("_fd", "_fd_direct"):
@@ -692,7 +695,7 @@ def open_file_source(
     ``stripe_bytes``, ``stall_timeout_s``)."""
     reader = _open_reader(path, chan_bw_mhz, freq_mhz)
     try:
-        return FileSource(reader, block_samples, readers, depth, alloc, **opts)
+        return FileSource(reader, block_samples, readers, depth, alloc, close_reader=True, **opts)
     except BaseException:
         reader.close()
         raise
