@@ -832,10 +832,12 @@ def fold_file_gpu(
     t_start = time.perf_counter()
     raw_ok = hasattr(reader, "read_raw") and getattr(reader, "nsamp", None) is not None
     raw_ok = raw_ok and obs.nbit in (8, 16)
-    if variant == "fused" and hasattr(reader, "read_packed"):
+    src = _file_source(reader, block_samples) if variant == "fused" else None
+    if src is not None:
+        with src:
+            eng = _fold_file_blocks(src, args, kw, progress)
+    elif variant == "fused" and hasattr(reader, "read_packed"):
         eng = _fold_packed(reader, args, kw, block_samples, progress)
-    elif variant == "fused" and raw_ok and obs.nbit == 8 and hasattr(reader, "hdr_size"):
-        eng = _fold_file_blocks(reader, args, kw, block_samples, progress)
     elif raw_ok:
         dtype = np.int8 if obs.nbit == 8 else np.int16
         eng = cls(*args, dtype=dtype, ndim=obs.ndim, **kw)
@@ -867,6 +869,22 @@ def fold_file_gpu(
     return arch
 
 
+def _file_source(reader, block_samples):
+    """The file's block source (pipeline/file_source.py) for a DADA or VDIF reader, or
+    None where it does not apply (16-bit DADA, readers of other kinds): staged path."""
+    from voltstream.io.dada import DadaReader
+    from voltstream.io.vdif import VdifFile
+    from voltstream.pipeline.file_source import FileSource
+
+    if not isinstance(reader, (DadaReader, VdifFile)):
+        return None
+    readers = max(2, min(8, (os.cpu_count() or 4) - 2))  # page cache -> pinned, in parallel
+    try:
+        return FileSource(reader, block_samples, readers=readers, depth=6)
+    except ConfigError:
+        return None
+
+
 def _fold_packed(reader, args, kw, block_samples, progress) -> GpuFolder:
     """Frames of a VDIF-like reader to the GPU as stored bytes (2/4/8-bit codes).
 
@@ -889,30 +907,29 @@ def _fold_packed(reader, args, kw, block_samples, progress) -> GpuFolder:
     return eng
 
 
-def _fold_file_blocks(reader, args, kw, block_samples, progress) -> GpuFolder:
-    """An 8-bit DADA file on the product path: blocks read by several threads straight
-    into page-locked buffers (pipeline/file_source.py), copied to the GPU from there and
-    given back on the copy's event (pipeline/gpu.py), unpacked by the packed kernel
-    reading the file's TFP bytes as they are."""
-    from voltstream.pipeline.file_source import FileBlocks
+def _fold_file_blocks(src, args, kw, progress) -> GpuFolder:
+    """A file on the product path: blocks read by several threads straight into
+    page-locked buffers (pipeline/file_source.py: DADA, VDIF as stored or gathered),
+    copied to the GPU from there and given back on the copy's event (pipeline/gpu.py),
+    unpacked by the packed kernel reading the file's bytes as they are."""
     from voltstream.pipeline.gpu import Handoff
 
-    obs = reader.obs
-    layout = PackedLayout.time_major(8, "twos", obs.nchan, obs.npol, obs.ndim)
-    per_sample = reader.bytes_per_sample
-    chunk = int(block_samples or max(1, (64 << 20) // per_sample))
-    eng = GpuFolder(*args, packed=layout, **dict(kw, chunk_samples=chunk))
-    eng.warm_up(chunk)
+    eng = GpuFolder(*args, packed=src.layout, raw_bytes=src.block_bytes,
+                    **dict(kw, chunk_samples=src.block_samples))  # fmt: skip
+    eng.warm_up(src.block_samples)
     handoff = Handoff()
-    readers = max(2, min(8, (os.cpu_count() or 4) - 2))  # page cache -> pinned, in parallel
-    with FileBlocks(reader.path, reader.hdr_size, reader.nsamp, per_sample, chunk,
-                    readers=readers) as src:  # fmt: skip
-        try:
-            for blk in src.blocks(wait_free=handoff.wait_one):
-                handoff.hold(blk, eng.feed_block(blk.parts, blk.nsamp))
-                handoff.poll()
-                if progress is not None:
-                    progress(eng.samples_in, eng.samples_out)
-        finally:
-            handoff.drain()
+    try:
+        for blk in src:
+            try:
+                event = eng.feed_block(blk.parts, blk.nsamp, blk.skip, blk.valid)
+            except BaseException:
+                blk.release()
+                raise
+            handoff.hold(blk, event)
+            handoff.poll()  # give buffers back before asking the readers for more
+            if progress is not None:
+                progress(eng.samples_in, eng.samples_out)
+        eng.synchronize()
+    finally:
+        handoff.drain()  # before the source frees its pool
     return eng

@@ -353,6 +353,7 @@ class DadaReader:
         self.bytes_per_sample = _bytes_per_sample(nchan, npol, ndim, nbit)
         data_bytes = size - self.hdr_size
         self.nsamp, partial = divmod(data_bytes, self.bytes_per_sample)
+        self.leftover_bytes = partial  # of a partial sample at the end, ignored
         if partial:
             warnings.warn(
                 f"{self.path}: {partial} trailing bytes of a partial sample ignored "

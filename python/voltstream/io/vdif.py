@@ -351,6 +351,8 @@ class VdifFile:
         self.samples_per_frame = spf
         self.station = int(h["station"][0])
         self.nsamp = ntime * spf
+        self.frame_len = flen
+        self.header_len = hlen
         self._table = table
         self._hlen = hlen
         self._nbit = nbit
@@ -417,7 +419,22 @@ class VdifFile:
 
     @property
     def frame_data_len(self) -> int:
-        return self._frames.shape[1] - self._hlen
+        return self.frame_len - self._hlen
+
+    @property
+    def frame_table(self) -> np.ndarray:
+        """(time frames, npol) int64: the file's frame index (byte offset / frame_len) of
+        each thread's frame of each time, -1 where it is absent or flagged invalid."""
+        return self._table
+
+    @property
+    def regular(self) -> bool:
+        """True when the file is its frames in time order, every thread present and
+        valid in each time step, in polarisation order: frame k of the file is time
+        frame ``k // npol`` of polarisation ``k % npol``, so byte ranges of whole time
+        frames can be read as they are, headers included."""
+        t = self._table.reshape(-1)
+        return bool((t == np.arange(t.size)).all())
 
     def packed_layout(self):
         """Where each sample's bits sit in :meth:`read_packed`'s bytes (GPU unpack)."""
