@@ -308,6 +308,7 @@ class GpuFolder(_FolderBase):
         # block (launches, knots, masks), which must stay far below a block's duration.
         self.host_wait_s = self.host_busy_s = 0.0
         self.blocks_fed = 0
+        self._copy_done = [cp.cuda.Event(disable_timing=True) for _ in range(64)]
 
     def _pinned(self, shape, dtype):
         import cupyx
@@ -477,9 +478,14 @@ class GpuFolder(_FolderBase):
         self._upload_mask(slot, lost, n)
         self._stage("h2d", t0, self.copy_stream)
         self._process(slot, n, valid, raw=dev[skip:])
+        # An event of this block's own (copied[slot] is re-recorded two feeds later,
+        # before a caller may have seen it complete): from a ring, re-recorded only
+        # 64 blocks later, when it has long completed.
+        done = self._copy_done[self.blocks_fed % len(self._copy_done)]
+        done.record(self.copy_stream)
         self.host_busy_s += time.perf_counter() - t_go
         self.blocks_fed += 1
-        return self.copied[slot]
+        return done
 
     def feed_gap(self, n: int) -> None:
         """Queue ``n`` lost samples (no packet arrived): nothing is copied but the mask;
@@ -878,7 +884,7 @@ def _file_source(reader, block_samples):
 
     if not isinstance(reader, (DadaReader, VdifFile)):
         return None
-    readers = max(2, min(8, (os.cpu_count() or 4) - 2))  # page cache -> pinned, in parallel
+    readers = max(2, min(12, (os.cpu_count() or 4) - 3))  # page cache -> pinned, in parallel
     try:
         return FileSource(reader, block_samples, readers=readers, depth=6)
     except ConfigError:
