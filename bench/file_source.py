@@ -117,11 +117,12 @@ class Preallocated:
 
 
 def read_once(path, block_samples, readers, depth, pool, direct, stripe) -> dict:
-    from voltstream.pipeline.file_source import FileSource, _open_reader
+    from voltstream.io.baseband import open_baseband
+    from voltstream.pipeline.file_source import FileSource
 
     pool.i = 0
     t_open = time.perf_counter()
-    reader = _open_reader(path, None, None)  # VDIF: every header checked, once per file
+    reader = open_baseband(path)  # VDIF: every header checked, once per file
     t0 = time.perf_counter()  # the readers start inside FileSource()
     src = FileSource(reader, block_samples, readers, depth, pool, direct=direct,
                      stripe_bytes=stripe)  # fmt: skip

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voltstream.errors import ConfigError, FormatError
+from voltstream.errors import ConfigError
 
 
 def _now_mjd() -> tuple[int, float]:
@@ -265,32 +265,6 @@ def capture(args) -> int:
     return 0
 
 
-def open_baseband(path: str, chan_bw_mhz: float | None = None, freq_mhz: float | None = None):
-    """Opens a baseband file by its content: DADA (ASCII header) or VDIF frames."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{path}: no such file")
-    with open(p, "rb") as f:
-        head = f.read(64)
-    if head.startswith(b"HEADER") or b"HDR_VERSION" in head:
-        from voltstream.io.dada import open_dada
-
-        return open_dada(path)
-    if p.suffix == ".vdif":
-        from voltstream.io.vdif import open_vdif
-
-        kw = {}
-        if chan_bw_mhz is not None:
-            kw["chan_bw_mhz"] = chan_bw_mhz
-        if freq_mhz is not None:
-            kw["freq_mhz"] = freq_mhz
-        return open_vdif(path, **kw)
-    raise FormatError(
-        f"{path}: not a DADA file (no 'HEADER DADA' at the start) and not named .vdif; "
-        "voltstream fold reads 8-bit TFP DADA files and VDIF files"
-    )
-
-
 def choose_device(device: str) -> str:
     """Resolves --device auto|gpu|cpu to 'gpu' or 'cpu', refusing an unusable GPU."""
     if device == "cpu":
@@ -339,6 +313,8 @@ def fold(args) -> int:
             live.start()
         reader = live
     else:
+        from voltstream.io.baseband import open_baseband
+
         reader = open_baseband(args.input, args.chan_bw, args.freq)
         obs = reader.obs
     nsamp = getattr(reader, "nsamp", None)

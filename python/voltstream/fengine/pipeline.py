@@ -44,7 +44,7 @@ import numpy as np
 
 from voltstream.errors import CaptureError, ConfigError
 from voltstream.pipeline.capture import CaptureRun
-from voltstream.pipeline.gpu import Handoff
+from voltstream.pipeline.gpu import Handoff, release_pool
 from voltstream.pipeline.timeline import ChunkTimeline, Gap
 from voltstream.sim.spead import SPEAD_BITS
 
@@ -367,11 +367,7 @@ class _Feeder:
         self.handoff.drain()
 
     def close(self) -> None:
-        try:
-            self.handoff.drain()
-        finally:
-            if self.registry is not None:
-                self.registry.close()
+        release_pool(self.handoff, self.registry)
 
     def _packed(self) -> bool:
         """Whether the engine takes packed bytes of our sample width."""

@@ -32,7 +32,7 @@ import numpy as np
 
 from voltstream.pipeline.timeline import Block, Gap
 
-__all__ = ["Handoff", "HostRegistry", "StageConsumer", "StatusLine"]
+__all__ = ["Handoff", "HostRegistry", "StageConsumer", "StatusLine", "release_pool"]
 
 
 class Handoff:
@@ -83,12 +83,16 @@ class Handoff:
     def drain(self) -> None:
         """Waits for every copy in flight and releases its block."""
         while self._q:
-            block, ev = self._q.popleft()
-            try:
-                self._wait(ev)
-            finally:
-                block.release()
-                self.released += 1
+            self.wait_one()
+
+
+def release_pool(handoff: Handoff, registry: HostRegistry | None) -> None:
+    """The end of a stage, after errors too: every block back, the pool unregistered."""
+    try:
+        handoff.drain()
+    finally:
+        if registry is not None:
+            registry.close()
 
 
 class HostRegistry:
@@ -242,11 +246,7 @@ class StageConsumer:
 
     def close(self) -> None:
         """Releases whatever is still held and unregisters the pool (also after errors)."""
-        try:
-            self.handoff.drain()
-        finally:
-            if self.registry is not None:
-                self.registry.close()
+        release_pool(self.handoff, self.registry)
 
     def as_dict(self) -> dict:
         return {

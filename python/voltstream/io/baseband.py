@@ -1,0 +1,44 @@
+"""Opening a baseband file of any format voltstream reads, by its content."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from voltstream.errors import ConfigError, FormatError
+
+__all__ = ["open_baseband"]
+
+
+def open_baseband(path, chan_bw_mhz: float | None = None, freq_mhz: float | None = None):
+    """Opens a baseband file by its content: DADA (ASCII header) or VDIF frames (.vdif).
+
+    ``chan_bw_mhz`` and ``freq_mhz`` override a VDIF file's sidecar (the channel
+    count comes from the first frame's header)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{path}: no such file")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise FormatError(f"cannot read {path}: {e.strerror}") from e
+    if head.startswith(b"HEADER") or b"HDR_VERSION" in head:
+        from voltstream.io.dada import open_dada
+
+        return open_dada(p)
+    if p.suffix == ".vdif":
+        from voltstream.io.vdif import LEGACY_HEADER_LEN, decode_headers, open_vdif
+
+        kw = {}
+        if freq_mhz is not None:
+            kw["freq_mhz"] = freq_mhz
+        if chan_bw_mhz is not None and len(head) >= LEGACY_HEADER_LEN:
+            nchan = int(decode_headers(np.frombuffer(head[:16], np.uint8)[None])["nchan"][0])
+            kw["bw_mhz"] = chan_bw_mhz * nchan
+        return open_vdif(p, **kw)
+    raise FormatError(
+        f"{path}: not a DADA file (no 'HEADER DADA' at the start) and not named .vdif; "
+        "voltstream reads DADA files (TFP) and VDIF files"
+    )
