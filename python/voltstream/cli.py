@@ -94,16 +94,6 @@ def _add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str]
         "(for a VDIF file: from its .json sidecar)",
     )
     g.add_argument(
-        "--engine",
-        choices=("auto", "packet_ring", "socket", "xdp", "dpdk"),
-        default="auto",
-        help="capture engine: packet_ring (AF_PACKET TPACKET_V3 ring, needs CAP_NET_RAW), "
-        "socket (recvmmsg batches), xdp (AF_XDP with our XDP program, needs root; not "
-        "tried by auto, see docs/architecture.md), dpdk (rte_eth_rx_burst; only in a build "
-        "with the dpdk feature, see `capture --dpdk-port`; not tried by auto), or auto = "
-        "packet_ring then socket. Default: auto",
-    )
-    g.add_argument(
         "--vdif-payload",
         type=_positive(int),
         default=8000,
@@ -116,6 +106,19 @@ def _add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str]
         default=8,
         help="VDIF bits per real/imaginary part: 8 (offset binary), 4, or 2 (the VDIF "
         "2-bit levels). 2 and 4 bits fold on the GPU straight from the packets. Default: 8",
+    )
+
+
+def _add_engine_option(g) -> None:
+    g.add_argument(
+        "--engine",
+        choices=("auto", "packet_ring", "socket", "xdp", "dpdk"),
+        default="auto",
+        help="capture engine: packet_ring (AF_PACKET TPACKET_V3 ring, needs CAP_NET_RAW), "
+        "socket (recvmmsg batches), xdp (AF_XDP with our XDP program, needs root; not "
+        "tried by auto, see docs/architecture.md), dpdk (rte_eth_rx_burst; only in a build "
+        "with the dpdk feature, see `capture --dpdk-port`; not tried by auto), or auto = "
+        "packet_ring then socket. Default: auto",
     )
 
 
@@ -490,13 +493,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser(
         "capture",
         help="capture a UDP stream into time-ordered chunks (and a DADA file)",
-        description="Capture packets with the socket engine (recvmmsg batches), place each "
-        "by its time stamp into chunks (reordering within a window), count every packet "
+        description="Capture packets (packet_ring engine by default, see --engine), place "
+        "each by its time stamp into chunks (reordering within a window), count every packet "
         "(received, missing, late, duplicate, malformed, foreign, dropped, and the "
         "kernel's drops), and write the samples to a DADA file. Missing packets are "
         "zero-filled in the file and counted in the report.",
     )
     _add_format_options(p)
+    _add_engine_option(p)
     p.add_argument("--bind", type=_host_port, required=True, help="HOST:PORT to listen on")
     p.add_argument("--duration", type=_positive(float), required=True, help="seconds to capture")
     p.add_argument(
@@ -677,6 +681,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not print the one-line status (Gb/s in and processed, pool fill, losses, "
         "GPU busy) every second on stderr",
     )
+    _add_engine_option(live)
     _add_format_options(p)
 
     _add_fengine_parser(verbs)
