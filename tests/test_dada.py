@@ -180,12 +180,36 @@ def test_writer_grows_header_for_long_extras(tmp_path):
     assert r.hdr_size == 8192 and r.header["NOTE79"] == "y" * 60 and r.nsamp == 4
 
 
-@pytest.mark.parametrize("key", REQUIRED_KEYS[1:])
+@pytest.mark.parametrize("key", REQUIRED_KEYS)
 def test_missing_key(tmp_path, key):
     path = tmp_path / "m.dada"
     path.write_bytes(header_lines(**{key: None}) + bytes(64))
-    with pytest.raises(FormatError, match=f"lacks {key}; the required keys are HEADER"):
+    with pytest.raises(FormatError, match=f"lacks {key}; the required keys are TELESCOPE"):
         open_dada(path)
+
+
+def test_a_header_with_only_dspsrs_keys_opens_with_each_default_named(tmp_path):
+    """DSPSR requires TELESCOPE SOURCE FREQ BW NPOL NBIT TSAMP UTC_START OBS_OFFSET (and
+    HDR_SIZE for the layout); the rest defaults, each default said in a warning."""
+    path = tmp_path / "dspsr.dada"
+    gone = dict.fromkeys(("HEADER", "HDR_VERSION", "DADA_VERSION", "NCHAN", "NDIM", "ORDER"))
+    data = np.arange(-50, 50, dtype=np.int8)  # 1 channel, 2 pols, real: 50 samples
+    path.write_bytes(header_lines(**gone) + data.tobytes())
+    with pytest.warns(UserWarning) as caught:
+        r = open_dada(path)
+    said = " ".join(str(w.message) for w in caught)
+    assert "using NCHAN 1" in said and "using NDIM 1" in said and "HDR_SIZE" not in said
+    assert (r.obs.nchan, r.obs.npol, r.obs.ndim, r.nsamp) == (1, 2, 1, 50)
+    assert np.array_equal(np.asarray(r.read_raw(0, 50)).reshape(-1), data)
+
+
+def test_the_writer_says_file_size_as_psrdadas_recorder_does(tmp_path):
+    obs = make_obs()
+    samples = random_samples(obs, 37)
+    path = write_file(tmp_path / "fs.dada", obs, samples)
+    h = open_dada(path).header
+    assert int(h["FILE_SIZE"]) == samples.nbytes == path.stat().st_size - 4096
+    assert h["FILE_NUMBER"] == "0" and h["OBS_OVERLAP"] == "0"
 
 
 @pytest.mark.parametrize(

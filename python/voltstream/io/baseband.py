@@ -24,7 +24,7 @@ def open_baseband(path, chan_bw_mhz: float | None = None, freq_mhz: float | None
             head = f.read(64)
     except OSError as e:
         raise FormatError(f"cannot read {path}: {e.strerror}") from e
-    if head.startswith(b"HEADER") or b"HDR_VERSION" in head:
+    if head.startswith(b"HEADER") or b"HDR_VERSION" in head or b"HDR_SIZE" in head:
         from voltstream.io.dada import open_dada
 
         return open_dada(p)

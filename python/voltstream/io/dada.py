@@ -7,18 +7,22 @@ Header
     the first run of blanks), padded with NUL bytes to ``HDR_SIZE`` bytes.
     ``HDR_SIZE`` is 4096 unless the header declares more; readers honour the
     declared size and writers grow it (in 4096-byte steps) when the text needs
-    more room. Keys voltstream requires (:data:`REQUIRED_KEYS`):
+    more room. Keys voltstream requires (:data:`REQUIRED_KEYS`, what DSPSR requires):
 
-    ``HEADER DADA``, ``HDR_VERSION``, ``HDR_SIZE``, ``DADA_VERSION``,
     ``TELESCOPE``, ``SOURCE``,
     ``FREQ`` centre of the band in MHz,
     ``BW`` total bandwidth in MHz, signed: negative for a lower sideband (sky
     frequency falls as the channel index or baseband frequency rises),
-    ``NCHAN``, ``NPOL``, ``NBIT`` (8 or 16, two's complement, little-endian),
-    ``NDIM`` (2 = complex re/im pairs, 1 = real),
+    ``NPOL``, ``NBIT`` (8 or 16, two's complement, little-endian),
     ``TSAMP`` sample interval of one channel in microseconds,
     ``UTC_START`` as ``YYYY-MM-DD-hh:mm:ss`` (integer seconds),
     ``OBS_OFFSET`` bytes of the observation that precede this file's data.
+
+    Defaulted with a warning that names them (:data:`DEFAULTS`, DSPSR's): ``HDR_SIZE``
+    4096, ``NCHAN`` 1, ``NDIM`` 1 (2 = complex re/im pairs). ``HEADER DADA``,
+    ``HDR_VERSION`` and ``DADA_VERSION`` are written, and not required.
+    The writer also writes ``FILE_SIZE`` (data bytes, set at close), ``FILE_NUMBER``
+    and ``OBS_OVERLAP`` as PSRDADA's recorder does: baseband needs ``FILE_SIZE``.
 
     Optional: ``ORDER`` (only ``TFP`` is accepted; missing means TFP),
     ``PICOSECONDS`` (integer sub-second part of the start, in ps),
@@ -62,22 +66,20 @@ __all__ = ["DadaReader", "DadaWriter", "REQUIRED_KEYS", "open_dada"]
 
 HDR_SIZE = 4096
 REQUIRED_KEYS = (
-    "HEADER",
-    "HDR_VERSION",
-    "HDR_SIZE",
-    "DADA_VERSION",
+    # What DSPSR requires of a DADA header (with HDR_SIZE for the layout, defaulted
+    # to 4096 here); every other key has a default (DEFAULTS), named in a warning.
     "TELESCOPE",
     "SOURCE",
     "FREQ",
     "BW",
-    "NCHAN",
     "NPOL",
     "NBIT",
-    "NDIM",
     "TSAMP",
     "UTC_START",
     "OBS_OFFSET",
 )
+#: Keys a header may leave out, and what the reader takes then (DSPSR's defaults).
+DEFAULTS = {"HDR_SIZE": str(HDR_SIZE), "NCHAN": "1", "NDIM": "1"}
 _INT_KEYS = ("HDR_SIZE", "NCHAN", "NPOL", "NBIT", "NDIM", "OBS_OFFSET")
 _FLOAT_KEYS = ("FREQ", "BW", "TSAMP")
 _MJD_EPOCH = _dt.date(1858, 11, 17).toordinal()
@@ -128,6 +130,11 @@ def format_header(obs: Observation, extra: dict | None = None) -> bytes:
         "PICOSECONDS": str(ps),
         "MJD_START": f"{mjd + (sec + ps * 1e-12) / 86400.0:.15f}",
         "OBS_OFFSET": "0",
+        # As PSRDADA's recorder (dada_dbdisk) writes them; FILE_SIZE (data bytes of
+        # this file) is rewritten at close, since readers such as baseband need it.
+        "FILE_SIZE": "0",
+        "FILE_NUMBER": "0",
+        "OBS_OVERLAP": "0",
         "ORDER": "TFP",
         "INSTRUMENT": "voltstream",
     }
@@ -167,6 +174,7 @@ class DadaWriter:
         self.obs = obs
         self.dtype = _DTYPES.get(obs.nbit)
         header = format_header(obs, extra)
+        self.extra, self.header_len = dict(extra or {}), len(header)
         self.bytes_per_sample = _bytes_per_sample(obs.nchan, obs.npol, obs.ndim, obs.nbit)
         self.bytes_written = 0
         self.nsamp = 0
@@ -234,11 +242,21 @@ class DadaWriter:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             try:
+                self._set_file_size(fd)
                 os.close(fd)
             except OSError as exc:
                 raise RecordError(
                     f"closing {self.path} failed after {self.bytes_written} bytes: {exc.strerror}"
                 ) from exc
+
+    def _set_file_size(self, fd: int) -> None:
+        """Rewrites the header with FILE_SIZE = the data bytes written (same header size:
+        the value grows by a few digits into the NUL padding; if it could not fit, the
+        header keeps FILE_SIZE 0 and readers use the file's length)."""
+        data_bytes = self.nsamp * self.bytes_per_sample
+        header = format_header(self.obs, {**self.extra, "FILE_SIZE": data_bytes})
+        if len(header) == self.header_len:
+            os.pwrite(fd, header, 0)
 
     def __enter__(self) -> DadaWriter:
         return self
@@ -268,7 +286,8 @@ def _header_text(raw: bytes, path: Path) -> str:
     except UnicodeDecodeError:
         decoded = ""
     printable = all(c.isprintable() or c in "\t\r\n" for c in decoded)
-    if not printable or "HEADER" not in parse_header(decoded):
+    keys = parse_header(decoded)
+    if not printable or ("HEADER" not in keys and "HDR_SIZE" not in keys):
         raise FormatError(
             f"{path} is not a DADA file: it does not start with an ASCII header "
             "holding 'HEADER DADA'"
@@ -296,7 +315,7 @@ class DadaReader:
             with open(self.path, "rb") as f:
                 raw = f.read(HDR_SIZE)
                 header = parse_header(_header_text(raw, self.path))
-                if header.get("HEADER") != "DADA":
+                if header.get("HEADER", "DADA") != "DADA":
                     raise FormatError(
                         f"{self.path}: HEADER is {header.get('HEADER')!r}, expected DADA; "
                         "this is not a DADA file"
@@ -320,6 +339,11 @@ class DadaReader:
                 f"{self.path}: DADA header lacks {missing[0]}; the required keys are "
                 + " ".join(REQUIRED_KEYS)
             )
+        for k, v in DEFAULTS.items():
+            if not header.get(k):
+                header[k] = v
+                warnings.warn(f"{self.path}: no {k} in the DADA header; using {k} {v}",
+                              stacklevel=3)  # fmt: skip
         num: dict[str, float] = {k: _number(self.path, header, k, int) for k in _INT_KEYS}
         num.update({k: _number(self.path, header, k, float) for k in _FLOAT_KEYS})
         if header.get("PICOSECONDS"):
