@@ -100,6 +100,13 @@ def _add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str]
         help="VDIF data bytes per frame (multiple of 8, whole samples). Default: 8000",
     )
     g.add_argument(
+        "--station",
+        type=_station,
+        default=None,
+        help="VDIF station id to accept (a number, or two ASCII characters such as Ef); "
+        "frames of any other station are counted foreign and never placed. Default: any",
+    )
+    g.add_argument(
         "--bits",
         type=int,
         choices=(2, 4, 8),
@@ -120,6 +127,15 @@ def _add_engine_option(g) -> None:
         "with the dpdk feature, see `capture --dpdk-port`; not tried by auto), or auto = "
         "packet_ring then socket. Default: auto",
     )
+
+
+def _station(text: str) -> int:
+    """--station: a VDIF station id, as a number or as its two-character ASCII code."""
+    if text.isdigit():
+        return int(text)
+    if len(text) == 2 and text.isascii():
+        return (ord(text[0]) << 8) | ord(text[1])
+    raise argparse.ArgumentTypeError(f"{text!r}: give a number or two ASCII characters (Ef)")
 
 
 def _groups(text: str) -> list[str]:
@@ -149,6 +165,7 @@ def _format_from(args):
         freq_mhz=1420.0 if args.freq is None else args.freq,
         vdif_payload=args.vdif_payload,
         bits=getattr(args, "bits", 8),
+        station=getattr(args, "station", None),
     )
 
 

@@ -41,6 +41,7 @@ class StreamFormat:
     chan_bw_mhz: float  # signed: negative for a lower sideband
     freq_mhz: float  # band centre
     bits: int = 8  # per real or imaginary part (VDIF: 2, 4 or 8; YNAO: 8)
+    station: int | None = None  # VDIF: accept only this station id (others: foreign)
 
     @property
     def tsamp_s(self) -> float:
@@ -89,6 +90,7 @@ class StreamFormat:
             "vdif_threads": list(range(self.npol)),
             "vdif_frame_len": self.packet_len,
             "frames_per_second": int(round(fps)),
+            "station": self.station,
         }
 
     def chunk_layout(self, packets_per_chunk: int):
@@ -178,6 +180,7 @@ def make_format(
     vdif_payload: int = VDIF_DEFAULT_PAYLOAD,
     npol: int = 2,
     bits: int = 8,
+    station: int | None = None,
 ) -> StreamFormat:
     """Builds a StreamFormat from command-line style options, validating them."""
     if name not in FORMATS:
@@ -206,7 +209,9 @@ def make_format(
             f"samples ({bits}-bit complex x {nchan} channels = {bits_per_sample // 8 or 1} "
             f"byte(s) per sample)"
         )
+    if station is not None and not 0 <= station < 1 << 16:
+        raise ConfigError(f"--station {station}: a VDIF station id is 0 .. 65535")
     return StreamFormat(
         "vdif", nchan, npol, vdif_payload * 8 // bits_per_sample, vdif_payload, chan_bw_mhz,
-        freq_mhz, bits,
+        freq_mhz, bits, station,
     )  # fmt: skip
