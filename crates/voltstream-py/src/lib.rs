@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 mod capture;
+mod chunk;
 mod errors;
 mod send;
 mod wire;
@@ -16,5 +17,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     wire::register(m)?;
     send::register(m)?;
     capture::register(m)?;
+    chunk::register(m)?;
     Ok(())
 }
