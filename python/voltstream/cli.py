@@ -704,6 +704,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fengine_parser(verbs)
 
     p = verbs.add_parser(
+        "inspect",
+        help="say what a baseband file or a live stream is, and the options that take it",
+        description="Reads a DADA or VDIF file's headers (VDIF: stations, threads, channels, "
+        "bits, real or complex, frame length, time span, gaps), or listens for packets on "
+        "HOST:PORT (VDIF or YNAO frames), and prints what it found and the voltstream "
+        "options that capture and fold it (or why the command line cannot take it yet).",
+    )
+    p.add_argument("input", nargs="?", help="a .dada or .vdif file (omit with --listen)")
+    p.add_argument("--listen", type=_host_port, default=None, help="listen on HOST:PORT")
+    p.add_argument(
+        "--packets", type=_positive(int), default=2000, help="packets to look at. Default: 2000"
+    )
+    p.add_argument(
+        "--timeout", type=_positive(float), default=5.0, help="seconds to wait. Default: 5"
+    )
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+
+    p = verbs.add_parser(
         "demo",
         help="simulate a pulsar, send it over loopback, capture, fold, report",
         description="End to end on one machine: simulates a known dispersed pulsar, sends "

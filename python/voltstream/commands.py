@@ -265,6 +265,23 @@ def capture(args) -> int:
     return 0
 
 
+def inspect(args) -> int:
+    from voltstream.io import inspect as ins
+
+    if (args.input is None) == (args.listen is None):
+        raise ConfigError("give either a FILE or --listen HOST:PORT, not both or neither")
+    if args.input:
+        info = ins.inspect_file(args.input)
+    else:
+        info = ins.inspect_packets(ins.listen_packets(args.listen, args.packets, args.timeout))
+        info["options"] = info["options"].replace("HOST:PORT", args.listen)
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        print("\n".join(ins.describe(info)))
+    return 0
+
+
 def choose_device(device: str) -> str:
     """Resolves --device auto|gpu|cpu to 'gpu' or 'cpu', refusing an unusable GPU."""
     if device == "cpu":

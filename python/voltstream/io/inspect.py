@@ -1,0 +1,188 @@
+"""What a baseband file or a live stream is, and the options that capture or fold it.
+
+`voltstream inspect FILE` and `voltstream inspect --listen HOST:PORT` use this. For
+VDIF the frames' headers say it all (stations, threads, channels, bits, real or
+complex, frame length, legacy or extended headers, time span and gaps); a YNAO frame
+stream is recognised by its header; a DADA file by its ASCII header. The result is a
+plain dict (``--json``) and the lines :func:`describe` prints, ending with the
+command-line options that take the stream, or why the CLI cannot take it yet.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+
+from voltstream.errors import ConfigError, FormatError
+
+__all__ = ["describe", "inspect_file", "inspect_packets", "listen_packets"]
+
+#: Frames read from the start of a VDIF file (enough for a second of most streams).
+MAX_FRAMES = 200_000
+
+
+def inspect_file(path: str | Path) -> dict:
+    """Describes a DADA or VDIF file (VDIF: up to MAX_FRAMES frames from its start)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{path}: no such file")
+    with open(p, "rb") as f:
+        head = f.read(64)
+    if head.startswith(b"HEADER") or b"HDR_VERSION" in head or b"HDR_SIZE" in head:
+        from voltstream.io.dada import open_dada
+
+        r = open_dada(p)
+        o = r.obs
+        return {
+            "kind": "dada",
+            "path": str(p),
+            "nchan": o.nchan, "npol": o.npol, "nbit": o.nbit, "ndim": o.ndim,
+            "freq_mhz": o.freq_mhz, "bw_mhz": o.bw_mhz, "tsamp_us": o.tsamp_s * 1e6,
+            "nsamp": r.nsamp, "seconds": r.nsamp * o.tsamp_s,
+            "source": o.source, "telescope": o.telescope,
+            "options": f"voltstream fold {p} --dm DM --period P -o out.fits",
+        }  # fmt: skip
+    from voltstream.io.vdif import LEGACY_HEADER_LEN, decode_headers
+
+    if len(head) < LEGACY_HEADER_LEN:
+        raise FormatError(f"{path}: too short for a DADA header or a VDIF frame")
+    flen = int(decode_headers(np.frombuffer(head[:16], np.uint8)[None])["frame_len"][0])
+    if flen <= LEGACY_HEADER_LEN:
+        raise FormatError(f"{path}: neither DADA (no ASCII header) nor VDIF (frame length "
+                          f"{flen} in its first header)")  # fmt: skip
+    n = min(MAX_FRAMES, p.stat().st_size // flen)
+    raw = np.fromfile(p, np.uint8, count=n * flen).reshape(n, flen)
+    info = inspect_packets(list(raw), "vdif")
+    info["path"] = str(p)
+    info["frames_in_file"] = p.stat().st_size // flen
+    info["options"] = (f"voltstream fold {p} --dm DM --period P -o out.fits; the same stream "
+                       f"live: {info['options']}")  # fmt: skip
+    return info
+
+
+def listen_packets(bind: str, packets: int = 2000, timeout_s: float = 5.0) -> list[bytes]:
+    """Up to ``packets`` UDP payloads received on ``bind`` within ``timeout_s``."""
+    host, _, port = bind.rpartition(":")
+    got: list[bytes] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
+        try:
+            s.bind((host or "0.0.0.0", int(port)))
+        except OSError as e:
+            raise ConfigError(f"cannot listen on {bind}: {e.strerror}") from None
+        end = time.monotonic() + timeout_s
+        while len(got) < packets and (left := end - time.monotonic()) > 0:
+            s.settimeout(left)
+            try:
+                got.append(s.recv(65536))
+            except TimeoutError:
+                break
+    return got
+
+
+def inspect_packets(packets: list, hint: str | None = None) -> dict:
+    """Describes a list of packets: VDIF frames or YNAO frames (tried in that order)."""
+    if not packets:
+        return {"kind": "nothing", "packets": 0, "options": "no packet arrived"}
+    from voltstream import _core
+
+    for kind in [hint] if hint else ["vdif", "ynao"]:
+        try:
+            heads = [_core.parse_header(kind, bytes(p)) for p in packets]
+        except Exception:  # FormatError from the Rust parser: not this format
+            continue
+        return _vdif(packets, heads) if kind == "vdif" else _ynao(packets, heads)
+    sizes = sorted({len(p) for p in packets})
+    return {"kind": "unknown", "packets": len(packets), "sizes": sizes[:8],
+            "options": "neither VDIF nor YNAO frames: describe the layout to _core.Capture("
+                       "format='layout', ...) (docs/formats.md)"}  # fmt: skip
+
+
+def _vdif(packets, heads) -> dict:
+    col = {k: np.array([h[k] for h in heads]) for k in heads[0]}
+    threads = sorted(set(col["thread"].tolist()))
+    stations = {int(s): int((col["station"] == s).sum()) for s in np.unique(col["station"])}
+    flen = sorted(set(col["frame_len"].tolist()))
+    nchan = sorted(set(col["nchan"].tolist()))
+    bits = sorted(set(col["bits_per_sample"].tolist()))
+    cplx = sorted(set(col["complex"].tolist()))
+    t = col["seconds"] * 10**7 + col["frame"]  # sortable (frame numbers < 2**24)
+    per_thread_frames = {}
+    gaps = 0
+    for th in threads:
+        sel = col["thread"] == th
+        per_thread_frames[int(th)] = int(sel.sum())
+    fps = None
+    if col["seconds"].max() > col["seconds"].min():
+        whole = col["seconds"] < col["seconds"].max()
+        fps = int(col["frame"][whole].max()) + 1
+    if fps:
+        idx = col["seconds"] * fps + col["frame"]
+        for th in threads:
+            i = np.unique(idx[col["thread"] == th])
+            gaps += int(i[-1] - i[0] + 1 - len(i))
+    info = {
+        "kind": "vdif", "packets": len(packets), "stations": stations, "threads": threads,
+        "frames_per_thread": per_thread_frames, "frame_len": flen, "nchan": nchan,
+        "bits": bits, "complex": cplx, "legacy": bool(col["legacy"].any()),
+        "edv": sorted(set(col["edv"].tolist())), "invalid_frames": int(col["invalid"].sum()),
+        "first_seconds": int(col["seconds"].min()), "last_seconds": int(col["seconds"].max()),
+        "frames_per_second": fps, "missing_frames": gaps if fps else None,
+        "span_frames": int(t.max() - t.min()) if fps is None else None,
+    }  # fmt: skip
+    info["options"] = _vdif_options(info)
+    return info
+
+
+def _vdif_options(i: dict) -> str:
+    one = all(len(i[k]) == 1 for k in ("frame_len", "nchan", "bits", "complex"))
+    if not one:
+        return "frames of several shapes: capture each stream on a port of its own"
+    hdr = 16 if i["legacy"] else 32
+    payload, nchan, bits = i["frame_len"][0] - hdr, i["nchan"][0], i["bits"][0]
+    why = []
+    if not i["complex"][0]:
+        why.append("real samples")
+    if i["threads"] != list(range(len(i["threads"]))) or len(i["threads"]) > 2:
+        why.append(f"threads {i['threads']} (the CLI takes 0 = pol 0 and 1 = pol 1)")
+    if i["legacy"]:
+        why.append("legacy headers")
+    if bits not in (2, 4, 8):
+        why.append(f"{bits}-bit samples")
+    station = ""
+    if len(i["stations"]) > 1:
+        main = max(i["stations"], key=i["stations"].get)
+        station = f" --station {main}"
+    if why:
+        return ("not yet on the command line (" + ", ".join(why) + "): use _core.Capture("
+                "format='vdif', vdif_threads=...) from Python")  # fmt: skip
+    opts = f"--format vdif --nchan {nchan} --bits {bits} --vdif-payload {payload}{station}"
+    if i["frames_per_second"]:
+        bw = i["frames_per_second"] * (payload * 8 // (2 * nchan * bits)) / 1e6
+        opts += f" --chan-bw {bw:g}"
+    return f"voltstream fold --listen HOST:PORT {opts} (capture: --bind HOST:PORT {opts})"
+
+
+def _ynao(packets, heads) -> dict:
+    seq = np.array([h["sequence"] for h in heads])
+    span = int(seq.max() - seq.min() + 1)
+    return {
+        "kind": "ynao", "packets": len(packets), "subbands": sorted({h["subband"] for h in heads}),
+        "first_sequence": int(seq.min()), "last_sequence": int(seq.max()),
+        "missing_frames": span - len(np.unique(seq)),
+        "options": "voltstream fold --listen HOST:PORT --format ynao "
+                   "(capture: --bind HOST:PORT --format ynao)",
+    }  # fmt: skip
+
+
+def describe(info: dict) -> list[str]:
+    """The lines `voltstream inspect` prints."""
+    lines = [f"{info.get('path', 'stream')}: {info['kind']}"]
+    for k, v in info.items():
+        if k not in ("kind", "path", "options") and v is not None:
+            lines.append(f"  {k}: {v}")
+    lines.append(f"  take it with: {info['options']}")
+    return lines
