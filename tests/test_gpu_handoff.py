@@ -8,13 +8,12 @@ release is logged in order. Real captures on loopback feed it.
 from __future__ import annotations
 
 import ctypes
-import socket
-import threading
 import time
 
 import numpy as np
 import pytest
 
+from loopback import free_bind, sender
 from packed_ref import decode_ref
 from voltstream.formats import make_format
 from voltstream.pipeline.capture import run_capture
@@ -159,26 +158,6 @@ def test_timeline_groups_thread_chunks_by_id_and_gives_each_stream_its_offset():
     assert log == [("release", 5, 0)]
 
 
-def _free_port() -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
-
-
-def _send_later(bind, packets, skip=(), pace_every=0):
-    def send():
-        host, port = bind.rsplit(":", 1)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
-            tx.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
-            for k, p in enumerate(packets):
-                if k not in skip:
-                    tx.sendto(p.tobytes(), (host, int(port)))
-                if pace_every and k % pace_every == pace_every - 1:
-                    time.sleep(0.002)
-
-    return lambda: threading.Thread(target=send, daemon=True).start()
-
-
 @pytest.mark.parametrize(
     "name,kw",
     [
@@ -216,9 +195,9 @@ def test_live_chunks_reach_the_stage_as_sent_with_lost_packets_masked(name, kw):
         hold(block, ev)
 
     consumer.handoff.hold = logged_hold
-    bind = _free_port()
+    bind = free_bind()
     report = run_capture(fmt, bind, 20, packets_per_chunk=ppc, idle_timeout_s=0.5,
-                         on_start=_send_later(bind, packets, lost), consumer=consumer,
+                         on_start=sender(bind, packets, lost), consumer=consumer,
                          engine="socket")  # fmt: skip
     got = np.concatenate(stage.samples)
     valid = np.concatenate(stage.valid)
@@ -253,9 +232,9 @@ def test_a_slow_stage_drops_whole_chunks_counted_exactly_and_they_become_gaps():
     log = []
     stage = RecordingStage(fmt, ppc, log, delay_s=0.03)
     consumer = StageConsumer(stage, fmt)
-    bind = _free_port()
+    bind = free_bind()
     report = run_capture(fmt, bind, 30, packets_per_chunk=ppc, nchunks=6, window=2,
-                         idle_timeout_s=1.0, on_start=_send_later(bind, packets, pace_every=16),
+                         idle_timeout_s=1.0, on_start=sender(bind, packets, pace_every=16),
                          consumer=consumer, engine="socket")  # fmt: skip
     t = report.totals
     assert t["dropped"] > 0, "the stage was not slow enough to make the pool run dry"

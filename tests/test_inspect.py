@@ -4,11 +4,11 @@ capture the stream it saw with zero loss (issue 11, item 2)."""
 from __future__ import annotations
 
 import shlex
-import socket
 import threading
 
 import numpy as np
 
+from loopback import free_bind, send, sender
 from voltstream.cli import _format_from, build_parser, main
 from voltstream.formats import make_format
 from voltstream.io.inspect import inspect_file, inspect_packets, listen_packets
@@ -49,17 +49,8 @@ def test_a_live_stream_is_described_and_its_options_capture_it_without_loss():
     ours, theirs = _frames(fmt, 60, 3, 2, start=64), _frames(fmt, 60, 9, 3, start=64)
     packets = [p for pair in zip(ours, theirs[: len(ours) // 2], strict=False) for p in pair]
     packets += list(ours[len(ours) // 2 :])
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        bind = f"127.0.0.1:{s.getsockname()[1]}"
-
-    def send():
-        host, port = bind.rsplit(":", 1)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
-            for p in packets:
-                tx.sendto(p.tobytes(), (host, int(port)))
-
-    timer = threading.Timer(0.3, send)
+    bind = free_bind()
+    timer = threading.Timer(0.3, send, args=(bind, packets))
     timer.start()
     info = inspect_packets(listen_packets(bind, len(packets), 5.0))
     timer.join()
@@ -70,9 +61,8 @@ def test_a_live_stream_is_described_and_its_options_capture_it_without_loss():
     args = build_parser().parse_args(["capture", "--bind", bind, "--duration", "1",
                                       *shlex.split(opts)])  # fmt: skip
     fmt2 = _format_from(args)
-    go = lambda: threading.Thread(target=send).start()  # noqa: E731
     report = run_capture(fmt2, bind, 20, packets_per_chunk=8, nchunks=64, idle_timeout_s=0.5,
-                         engine="socket", on_start=go)  # fmt: skip
+                         engine="socket", on_start=sender(bind, packets))  # fmt: skip
     t = report.totals
     assert t["received"] == len(ours) and t["foreign"] == len(ours) // 2
     assert report.lost == 0 and t["duplicate"] == 0 and t["malformed"] == 0

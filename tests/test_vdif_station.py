@@ -3,12 +3,10 @@ counted foreign and never placed, whichever comes first (issue 11, item 1 in par
 
 from __future__ import annotations
 
-import socket
-import threading
-
 import numpy as np
 import pytest
 
+from loopback import free_bind, sender
 from voltstream.cli import build_parser
 from voltstream.errors import ConfigError
 from voltstream.formats import make_format
@@ -33,19 +31,10 @@ def test_frames_of_another_station_are_foreign_and_never_placed(theirs_first):
     order = [b, a] if theirs_first else [a, b]
     packets = [p for pair in zip(*order, strict=True) for p in pair]
     got = []
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        bind = f"127.0.0.1:{s.getsockname()[1]}"
-
-    def send():
-        host, port = bind.rsplit(":", 1)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
-            for p in packets:
-                tx.sendto(p.tobytes(), (host, int(port)))
-
+    bind = free_bind()
     report = run_capture(fmt, bind, 20, sink=lambda x, v: got.append(x.copy()),
                          packets_per_chunk=8, nchunks=64, idle_timeout_s=0.5, engine="socket",
-                         on_start=lambda: threading.Thread(target=send).start())  # fmt: skip
+                         on_start=sender(bind, packets))  # fmt: skip
     t = report.totals
     assert t["foreign"] == 2 * nframes and t["received"] == 2 * nframes
     assert t["duplicate"] == 0 and t["missing"] == 0

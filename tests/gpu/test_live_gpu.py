@@ -13,12 +13,10 @@ excluded in both.
 
 from __future__ import annotations
 
-import socket
-import threading
-
 import numpy as np
 import pytest
 
+from loopback import free_bind, sender
 from voltstream.dsp.fold import profile_snr
 from voltstream.dsp.gpu_fold import fold_file_gpu, gpu_available
 from voltstream.formats import make_format
@@ -39,24 +37,6 @@ DM, PERIOD = 26.833, 0.0033
 @pytest.fixture(scope="module", autouse=True)
 def _gpu():
     assert gpu_available(), "no CUDA device visible to CuPy"
-
-
-def _bind() -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
-
-
-def _sender(bind, packets, lost):
-    def send():
-        host, port = bind.rsplit(":", 1)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
-            tx.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
-            for k, p in enumerate(packets):
-                if k not in lost:
-                    tx.sendto(p.tobytes(), (host, int(port)))
-
-    return lambda: threading.Thread(target=send, daemon=True).start()
 
 
 class Recorded:
@@ -93,7 +73,7 @@ def test_live_gpu_fold_equals_the_file_fold_of_the_recorded_packets(tmp_path, na
     ppc = 64
 
     path = tmp_path / "rec.dada"
-    bind = _bind()
+    bind = free_bind()
     parts = []
 
     def sink(s, v):
@@ -102,12 +82,12 @@ def test_live_gpu_fold_equals_the_file_fold_of_the_recorded_packets(tmp_path, na
 
     with DadaWriter(path, obs) as w:
         rec = run_capture(fmt, bind, 30, sink=sink, packets_per_chunk=ppc, nchunks=512,
-                          idle_timeout_s=0.7, on_start=_sender(bind, packets, lost))  # fmt: skip
+                          idle_timeout_s=0.7, on_start=sender(bind, packets, lost))  # fmt: skip
     assert rec.totals["missing"] == len(lost) and rec.lost == len(lost)
 
-    bind = _bind()
+    bind = free_bind()
     live, report = fold_live_gpu(fmt, bind, 30, obs, DM, pred, 128, tsub, idle_timeout_s=0.7,
-                                 packets_per_chunk=ppc, on_start=_sender(bind, packets, lost),
+                                 packets_per_chunk=ppc, on_start=sender(bind, packets, lost),
                                  status=False)  # fmt: skip
     assert report.totals["missing"] == len(lost) and report.lost == len(lost)
     p = report.pipeline
