@@ -19,6 +19,10 @@ const POLL: Duration = Duration::from_millis(100);
 const DROPS_EVERY: Duration = Duration::from_millis(50);
 /// Longest time `stop` keeps draining packets the kernel already queued.
 const DRAIN_LIMIT: Duration = Duration::from_secs(1);
+/// How long the drain waits for more before it ends: longer than the packet ring's
+/// block retire timeout (4 ms), so packets in a block the kernel has not yet handed
+/// over at stop are read and counted, not left uncounted in the ring.
+const DRAIN_WAIT: Duration = Duration::from_millis(20);
 
 /// Chunking parameters of a capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,7 +275,7 @@ fn run<E: Engine, L: Locate, S: crate::assemble::ChunkSink>(
     if result.is_ok() {
         let t = Instant::now();
         while t.elapsed() < DRAIN_LIMIT {
-            match engine.recv_batch(Duration::ZERO, |p| feed(assembler, p)) {
+            match engine.recv_batch(DRAIN_WAIT, |p| feed(assembler, p)) {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) => {
