@@ -192,6 +192,9 @@ class Receivers:
 
     def __init__(self, argvs: list[tuple[list, set]], logs: list[Path]):
         self.logs, self.procs = logs, []
+        # The CLI says "listening on" once its capture runs (ring mapped, pool placed):
+        # the port is bound earlier, and packets sent in between are not captured.
+        self.say_ready = [argv[: len(VS)] == VS for argv, _ in argvs]
         for (argv, mask), log in zip(argvs, logs, strict=True):
             with open(log, "w") as f:
                 self.procs.append(
@@ -205,12 +208,18 @@ class Receivers:
 
     def wait_bound(self, ports: list[int], limit: float) -> None:
         deadline = time.monotonic() + limit
-        while not all(udp_bound(p) for p in ports):
+        while not (all(udp_bound(p) for p in ports) and self._ready()):
             if any(p.poll() is not None for p in self.procs):
                 raise RuntimeError("a receiver exited before binding its port")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"a receiver did not bind its port within {limit:g} s")
             time.sleep(0.1)
+
+    def _ready(self) -> bool:
+        for log, says in zip(self.logs, self.say_ready, strict=True):
+            if says and "listening on" not in log.read_text(errors="replace"):
+                return False
+        return True
 
     def cpu(self) -> list[dict]:
         return [proc_cpu(p.pid) for p in self.procs]

@@ -243,6 +243,9 @@ def capture(args) -> int:
             interface=args.interface,
             threads=args.threads,
             cpus=args.cpus,
+            on_start=lambda: print(
+                f"capture: listening on {args.bind}", file=sys.stderr, flush=True
+            ),  # fmt: skip
             engine_options={
                 "rcvbuf": args.ring_mb << 20,
                 **{
