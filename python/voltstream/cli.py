@@ -298,8 +298,9 @@ def _add_fengine_parser(verbs) -> None:
         "--chunk-heaps",
         type=_positive(int),
         default=None,
-        help="digitiser heaps per pol handed to the engine at once. Default: enough for "
-        "4 output heaps (the GPU engine wants big blocks)",
+        help="digitiser heaps per pol handed to the engine at once (one capture chunk). "
+        "Default: the power of two nearest 16 MiB per pol (4096 heaps of 10-bit x 4096 "
+        "samples): about 10 ms at 34 Gb/s, so per-chunk Python costs little",
     )
     g.add_argument(
         "--capture-engine",

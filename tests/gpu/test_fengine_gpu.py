@@ -263,3 +263,42 @@ def test_naive_baseline_equals_reference(cp):
         assert got.shape == (3, nchan, sph, 2, 2) and len(heaps) == 3
         for i, h in enumerate(heaps):
             quantised_close(got[i], h.payload, 8)
+
+
+@pytest.mark.parametrize("out_bits,per_packet", [(8, 64), (4, 32)])
+def test_packet_mode_gives_the_reference_heaps_as_packets(cp, out_bits, per_packet):
+    """emit_packets: payloads copied from the GPU into their packets (after the
+    headers) in pinned buffers; headers exact, payloads as the reference's."""
+    from voltstream.fengine import encode_heap, heap_counter
+    from voltstream.fengine.packets import PacketBatch, PacketFormat
+
+    rng = np.random.default_rng()
+    ref, gpu = make_pair(input_bits=10, bits=out_bits, max_delay_samples=64, feng_id=1)
+    t0 = 4096 * 100
+    configure([ref, gpu], rng, 64, 10, out_bits, t0)
+    fmt = PacketFormat(gpu.layout, per_packet, feng_id=1, n_fengs=2)
+    gpu.emit_packets(fmt, queued_blocks=1)
+    block = 4096
+    x = random_samples(rng, 10 * block, 10)
+    r_heaps, batches = [], []
+    for i in range(10):
+        xs = x[:, i * block : (i + 1) * block]
+        r_heaps += ref.process(xs, t0 + i * block)
+        nbytes = 2 * block * 10 // 8
+        raw = np.frombuffer(cp.cuda.alloc_pinned_memory(nbytes), np.uint8, nbytes).reshape(2, -1)
+        raw[:] = np.stack([pack_samples(xs[p], 10) for p in range(2)])
+        for b in gpu.process_packed_async(raw, t0 + i * block):
+            assert isinstance(b, PacketBatch) and b.packets.shape == fmt.shape(len(b.slots))
+            batches.append((b.packets.copy(), b.heaps()))
+            b.release()  # the pool holds only ASYNC_DEPTH + 2 buffers: keeping them stalls
+    assert gpu.packet_pool.waits == 0
+    g_heaps = [h for _, hs in batches for h in hs] + gpu.flush()
+    assert_same_heaps(g_heaps, r_heaps, out_bits)
+    # Every packet's header is the one heap-by-heap encoding gives, and the payload
+    # bytes sit after it.
+    sph = gpu.layout.samples_per_heap
+    for packets, heaps in batches:
+        flat = packets.reshape(-1, fmt.packets_per_heap, fmt.packet_len)
+        for got, h in zip(flat, heaps, strict=True):
+            want = encode_heap(h, heap_counter(h.timestamp, sph, 1, 2), per_packet)
+            np.testing.assert_array_equal(got, want)

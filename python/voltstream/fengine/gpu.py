@@ -30,7 +30,7 @@ import numpy as np
 from voltstream.dsp.cuda import GpuError, _cupy, _launch, load_module
 from voltstream.dsp.quantize import _splitmix64
 from voltstream.errors import ConfigError
-from voltstream.fengine.heaps import OutputHeap
+from voltstream.fengine.heaps import PACKET_HEADER_LEN, OutputHeap
 from voltstream.fengine.reference import NPOL, FEngineReference
 from voltstream.sim.spead import SPEAD_BITS, pack_samples
 
@@ -112,10 +112,11 @@ class _Pending:
     """One submitted call: where its heaps will land and what they are."""
 
     done: object  # cupy Event after the device-to-host copy
-    host_out: np.ndarray  # pinned (nsend, nchan, sph, ...) payloads
+    host_out: np.ndarray  # pinned (nsend, nchan, sph, ...) payloads, or the packets
     host_sat: np.ndarray  # pinned (nsend, 2) clipped counts
     send_slots: list  # absolute slot numbers, in order
     device: tuple = ()  # device buffers still in use: released after ``done``
+    give_back: object = None  # packet mode: returns host_out to the packet pool
 
 
 class GpuFEngine(FEngineReference):
@@ -162,6 +163,27 @@ class GpuFEngine(FEngineReference):
         self._param_ring = [np.zeros(0, np.uint8) for _ in range(self.ASYNC_DEPTH + 2)]
         self._param_next = 0
         self.last_copy = None  # event of the last host-to-device copy of an input block
+        # Packet mode (``emit_packets``): heaps come back as PacketBatches.
+        self.packet_format = None
+        self.packet_pool = None
+
+    def emit_packets(self, fmt, queued_blocks: int = 4) -> None:
+        """From now on, return each call's heaps as one ``PacketBatch`` laid out by
+        ``fmt`` (``voltstream.fengine.packets``): the payloads are copied from the GPU
+        straight into their packets in page-locked memory, the host writes only the
+        headers. ``queued_blocks``: how many batches the output may hold at once
+        (beyond the calls in flight) before the engine waits for one to come back."""
+        from voltstream.fengine.packets import PacketPool
+
+        if fmt.layout != self.layout:
+            raise ConfigError("the packet format's heap layout is not this engine's")
+        self.flush(copy=True)  # nothing pending may come back in the old form
+        cp = _cupy()
+        self.packet_format = fmt
+        self.packet_pool = PacketPool(
+            self.ASYNC_DEPTH + 1 + int(queued_blocks),
+            lambda n: np.frombuffer(cp.cuda.alloc_pinned_memory(n), dtype=np.uint8, count=n),
+        )
 
     # --- input
 
@@ -375,7 +397,13 @@ class GpuFEngine(FEngineReference):
         _, d_rel, d_rot, d_gains, d_send, d_sent = params
         total = d_rel.shape[1]
         payload_shape = (len(sent), self.nchan, nspec) + ((2, 2) if layout.bits == 8 else (2,))
-        host_out, host_sat = self._pinned(payload_shape)
+        packets = self.packet_format is not None  # then host_out is only for the counts
+        host_out, host_sat = self._pinned((len(sent), 1) if packets else payload_shape)
+        give_back = None
+        if self.packet_format is not None:
+            fmt = self.packet_format
+            buf, give_back = self.packet_pool.take(fmt.nbytes(len(sent)))
+            host_out = buf[: fmt.nbytes(len(sent))].reshape(fmt.shape(len(sent)))
         with comp_s:
             fir = cp.empty((NPOL, total, n), dtype=cp.float32)
             self.kernels.fir(self._raw, d_rel, self._w, fir, n, comp_s)
@@ -388,10 +416,20 @@ class GpuFEngine(FEngineReference):
             )
             computed = comp_s.record()
         out_s.wait_event(computed)
-        out.data.copy_to_host_async(host_out.ctypes.data, host_out.nbytes, out_s)
+        if give_back is None:
+            out.data.copy_to_host_async(host_out.ctypes.data, host_out.nbytes, out_s)
+        else:
+            # Each packet's payload to its place after its header: one pitched copy.
+            head, per = PACKET_HEADER_LEN, self.packet_format.per_packet
+            cp.cuda.runtime.memcpy2DAsync(
+                host_out.ctypes.data + head, host_out.shape[-1], out.data.ptr, per,
+                per, out.nbytes // per, cp.cuda.runtime.memcpyDeviceToHost, out_s.ptr,
+            )  # fmt: skip
         sat.data.copy_to_host_async(host_sat.ctypes.data, host_sat.nbytes, out_s)
         done = out_s.record()
-        self._pending.append(_Pending(done, host_out, host_sat, sent, (out, sat, *params)))
+        self._pending.append(
+            _Pending(done, host_out, host_sat, sent, (out, sat, *params), give_back)
+        )
 
     def _upload(self, *arrays):
         """Small per-call arrays to the GPU in one copy from pinned memory.
@@ -507,9 +545,21 @@ class GpuFEngine(FEngineReference):
         dtype = np.int8 if self.layout.bits == 8 else np.uint8
         return out[:nbytes].view(dtype).reshape(shape), sat[: shape[0] * 2].reshape(shape[0], 2)
 
-    def _collect(self, pending: _Pending, copy: bool) -> list[OutputHeap]:
+    def _collect(self, pending: _Pending, copy: bool) -> list:
         pending.done.synchronize()
         self.counters.saturated += pending.host_sat.sum(axis=0).astype(np.int64)
+        if pending.give_back is not None:
+            from voltstream.fengine.packets import PacketBatch
+
+            self.packet_format.fill_headers(pending.host_out, pending.send_slots)
+            batch = PacketBatch(
+                self.packet_format, pending.host_out, pending.send_slots, pending.give_back
+            )
+            if not copy:
+                return [batch]
+            heaps = batch.heaps()
+            batch.release()
+            return heaps
         layout, c = self.layout, self.layout.channels_per_heap
         heaps = []
         for i, slot in enumerate(pending.send_slots):

@@ -68,6 +68,7 @@ __all__ = [
     "ITEM_PAYLOAD_LENGTH",
     "ITEM_STREAM_CTRL",
     "ITEM_TIMESTAMP",
+    "PACKET_HEADER_LEN",
     "STOP_HEAP_CNT",
     "DecodedHeap",
     "HeapLayout",
@@ -83,6 +84,7 @@ __all__ = [
     "encode_stop_heap",
     "fengine_descriptors",
     "heap_counter",
+    "packet_headers",
     "split_packets",
 ]
 
@@ -113,6 +115,8 @@ _VALUE_MASK = (1 << 48) - 1
 _ID_MASK = (1 << 15) - 1
 _PACKET_ITEMS = (ITEM_HEAP_CNT, ITEM_HEAP_SIZE, ITEM_HEAP_OFFSET, ITEM_PAYLOAD_LENGTH)
 _N_ITEMS = 8
+#: Bytes before the payload in every data packet: the header and eight item pointers.
+PACKET_HEADER_LEN = HEADER_LEN + 8 * _N_ITEMS
 
 
 @dataclass(frozen=True)
@@ -223,23 +227,43 @@ def encode_heap(heap: OutputHeap, heap_cnt: int, packet_payload: int = 8192) -> 
         if not 0 <= value <= _VALUE_MASK:
             raise ConfigError(f"heap {name}={value} does not fit a 48-bit SPEAD immediate item")
     npackets = size // per_packet
-    header_len = HEADER_LEN + 8 * _N_ITEMS
-    packets = np.empty((npackets, header_len + per_packet), dtype=np.uint8)
-    packets[:, :4] = [SPEAD_MAGIC, SPEAD_VERSION, ITEM_POINTER_WIDTH, HEAP_ADDRESS_WIDTH]
-    packets[:, 4:8] = np.frombuffer(np.array(_N_ITEMS, dtype=">u4").tobytes(), dtype=np.uint8)
-    pointers = np.empty((npackets, _N_ITEMS), dtype=">u8")
-    offsets = np.arange(npackets, dtype=np.int64) * per_packet
-    pointers[:, 0] = _pointer(ITEM_HEAP_CNT, heap_cnt)
-    pointers[:, 1] = _pointer(ITEM_HEAP_SIZE, size)
-    pointers[:, 2] = [_pointer(ITEM_HEAP_OFFSET, int(o)) for o in offsets]
-    pointers[:, 3] = _pointer(ITEM_PAYLOAD_LENGTH, per_packet)
-    pointers[:, 4] = _pointer(ITEM_TIMESTAMP, heap.timestamp)
-    pointers[:, 5] = _pointer(ITEM_FENG_ID, heap.feng_id)
-    pointers[:, 6] = _pointer(ITEM_FREQUENCY, heap.frequency)
-    pointers[:, 7] = _pointer(ITEM_FENG_RAW, 0, immediate=False)
-    packets[:, HEADER_LEN:header_len] = pointers.view(np.uint8).reshape(npackets, -1)
-    packets[:, header_len:] = payload.reshape(npackets, per_packet)
+    packets = np.empty((npackets, PACKET_HEADER_LEN + per_packet), dtype=np.uint8)
+    packets[:, :PACKET_HEADER_LEN] = packet_headers(
+        [heap_cnt], [heap.timestamp], [heap.frequency], heap.feng_id, size, per_packet
+    )[0]
+    packets[:, PACKET_HEADER_LEN:] = payload.reshape(npackets, per_packet)
     return packets
+
+
+def packet_headers(heap_cnts, timestamps, frequencies, feng_id: int, size: int, per_packet: int):
+    """The 72-byte headers of the packets of ``H`` heaps: uint8 ``(H, size // per_packet, 72)``.
+
+    Heap ``h`` has cnt ``heap_cnts[h]``, ``timestamps[h]`` and ``frequencies[h]``;
+    all have ``size`` payload bytes cut into packets of ``per_packet``. Vectorised:
+    the F-engine fills the headers of a whole block of heaps at once.
+    """
+    cnt = np.asarray(heap_cnts, dtype=np.uint64).reshape(-1)
+    nheaps, npackets = cnt.size, size // per_packet
+    pointers = np.empty((nheaps, npackets, _N_ITEMS), dtype=">u8")
+    offsets = np.arange(npackets, dtype=np.uint64) * np.uint64(per_packet)
+
+    def immediate(item_id, values):
+        v = np.asarray(values, dtype=np.uint64) & np.uint64(_VALUE_MASK)
+        return v | np.uint64(_IMMEDIATE | (item_id << 48))
+
+    pointers[..., 0] = immediate(ITEM_HEAP_CNT, cnt)[:, None]
+    pointers[..., 1] = _pointer(ITEM_HEAP_SIZE, size)
+    pointers[..., 2] = immediate(ITEM_HEAP_OFFSET, offsets)[None, :]
+    pointers[..., 3] = _pointer(ITEM_PAYLOAD_LENGTH, per_packet)
+    pointers[..., 4] = immediate(ITEM_TIMESTAMP, timestamps).reshape(-1)[:, None]
+    pointers[..., 5] = _pointer(ITEM_FENG_ID, feng_id)
+    pointers[..., 6] = immediate(ITEM_FREQUENCY, frequencies).reshape(-1)[:, None]
+    pointers[..., 7] = _pointer(ITEM_FENG_RAW, 0, immediate=False)
+    out = np.empty((nheaps, npackets, PACKET_HEADER_LEN), dtype=np.uint8)
+    out[..., :4] = [SPEAD_MAGIC, SPEAD_VERSION, ITEM_POINTER_WIDTH, HEAP_ADDRESS_WIDTH]
+    out[..., 4:8] = np.frombuffer(np.array(_N_ITEMS, dtype=">u4").tobytes(), dtype=np.uint8)
+    out[..., HEADER_LEN:] = pointers.view(np.uint8).reshape(nheaps, npackets, -1)
+    return out
 
 
 def _parse_packet(packet: bytes) -> tuple[dict[int, int], dict[int, int], bytes]:

@@ -51,6 +51,7 @@ from voltstream.fengine.heaps import (
     heap_counter,
     split_packets,
 )
+from voltstream.fengine.packets import PacketBatch, PacketFormat, release_batches
 
 __all__ = ["HeapOutput", "OutputCounters", "parse_destinations", "read_packet_file"]
 
@@ -117,10 +118,11 @@ class HeapOutput:
     """Sends output heaps to one destination per substream and/or writes them to a file.
 
     ``dests`` needs one ``HOST:PORT`` per substream (or may be empty with a file).
-    ``submit`` queues the heaps of a block; ``close`` drains the queue, sends the
-    stop heaps and closes the file. Errors of the send thread surface on the next
-    ``submit`` or on ``close``; a refused or failed send is counted and the heap
-    dropped, since one absent receiver must not stop the F-engine.
+    ``submit`` queues the heaps of a block (OutputHeaps, or PacketBatches that an
+    engine laid out as packets itself; their buffers go back once sent); ``close``
+    drains the queue, sends the stop heaps and closes the file. Errors of the send
+    thread surface on the next ``submit`` or on ``close``; a refused or failed send
+    is counted and the heap dropped, since one absent receiver must not stop the F-engine.
     """
 
     def __init__(
@@ -196,11 +198,16 @@ class HeapOutput:
             self._thread.start()
         return self
 
-    def submit(self, heaps: list[OutputHeap]) -> None:
-        """Sends (or queues for the send thread) the heaps of one block, in order."""
+    def submit(self, heaps: list) -> None:
+        """Sends (or queues for the send thread) the heaps of one block, in order:
+        OutputHeaps and/or PacketBatches."""
         if not self._started:
             self.start()
-        self._raise_pending()
+        try:
+            self._raise_pending()
+        except BaseException:
+            release_batches(heaps)
+            raise
         if not heaps:
             return
         if self._threaded:
@@ -226,8 +233,14 @@ class HeapOutput:
                 self._write(stop)
         finally:
             if self._file is not None:
-                self._file.close()
-                self._file = None
+                f, self._file = self._file, None
+                try:
+                    f.close()  # flushes the last buffered bytes: a full disk shows here
+                except OSError as e:
+                    if self._error is None:
+                        self._error = ConfigError(
+                            f"writing {self.output_file} failed: {e.strerror}"
+                        )
         self._raise_pending()
 
     def __enter__(self) -> HeapOutput:
@@ -249,28 +262,59 @@ class HeapOutput:
             if item is None:
                 return
             if self._error is not None:
-                continue  # keep draining so submit never blocks on a dead thread
+                release_batches(item)  # keep draining so submit never blocks on a dead thread
+                continue
             try:
                 self._emit(item)
             except BaseException as e:  # surfaced to the caller on submit/close
                 self._error = e
 
-    def _emit(self, heaps: list[OutputHeap]) -> None:
+    def _emit(self, items: list) -> None:
+        """Sends and writes OutputHeaps and PacketBatches, in order; batches go back
+        to their pool once done with, whatever happens."""
+        try:
+            for item in items:
+                if isinstance(item, PacketBatch):
+                    self._emit_batch(item)
+                    item.release()
+                else:
+                    self._emit_heap(item)
+        finally:
+            release_batches(items)
+
+    def _emit_heap(self, heap: OutputHeap) -> None:
         sph = self.layout.samples_per_heap
-        for heap in heaps:
-            cnt = heap_counter(heap.timestamp, sph, heap.feng_id, self.n_fengs)
-            packets = encode_heap(heap, cnt, self.packet_payload)
-            if self._file is not None:
-                self._write(packets)
-                self.counters.heaps_written += 1
-            sub = int(heap.substream)
-            if sub < len(self._senders):
-                if self._since_descriptors[sub] >= self.descriptor_interval:
-                    self._send_descriptors(sub)
-                if self._send(sub, packets):
-                    self.counters.heaps_sent += 1
-                    self.counters.heaps_per_destination[sub] += 1
-                    self._since_descriptors[sub] += 1
+        cnt = heap_counter(heap.timestamp, sph, heap.feng_id, self.n_fengs)
+        packets = encode_heap(heap, cnt, self.packet_payload)
+        if self._file is not None:
+            self._write(packets)
+            self.counters.heaps_written += 1
+        self._deliver(int(heap.substream), packets)
+
+    def _emit_batch(self, batch: PacketBatch) -> None:
+        """A block of heaps already laid out as packets: one write for the file, one
+        send per heap, no copy of the payload."""
+        if self._file is not None:
+            self._write(batch.packets)
+            self.counters.heaps_written += batch.nheaps
+        for i in range(len(batch.slots)):
+            for sub in range(batch.fmt.layout.n_substreams):
+                self._deliver(sub, batch.heap_packets(i, sub))
+
+    def _deliver(self, sub: int, packets: np.ndarray) -> None:
+        """One heap's packets to its substream's destination (descriptors first when due)."""
+        if sub < len(self._senders):
+            if self._since_descriptors[sub] >= self.descriptor_interval:
+                self._send_descriptors(sub)
+            if self._send(sub, packets):
+                self.counters.heaps_sent += 1
+                self.counters.heaps_per_destination[sub] += 1
+                self._since_descriptors[sub] += 1
+
+    def packet_format(self, feng_id: int = 0) -> PacketFormat:
+        """How this output cuts heaps into packets, for an engine that lays its heaps
+        out as packets itself (``GpuFEngine.emit_packets``)."""
+        return PacketFormat(self.layout, self.packet_payload, int(feng_id), self.n_fengs)
 
     def _send_descriptors(self, sub: int) -> None:
         if self._send(sub, self._descriptors):
@@ -295,7 +339,7 @@ class HeapOutput:
         if self._file is None:
             return
         try:
-            self._file.write(packets.tobytes())
+            self._file.write(memoryview(np.ascontiguousarray(packets)).cast("B"))
         except OSError as e:
             raise ConfigError(f"writing {self.output_file} failed: {e.strerror}") from None
         self.counters.bytes_written += packets.size

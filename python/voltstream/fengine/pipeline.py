@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from voltstream.errors import CaptureError, ConfigError
+from voltstream.fengine.packets import PacketBatch, heap_count, release_batches
 from voltstream.pipeline.capture import CaptureRun
 from voltstream.pipeline.gpu import Handoff, release_pool
 from voltstream.pipeline.timeline import ChunkTimeline, Gap
@@ -53,6 +54,7 @@ __all__ = [
     "FEngineReport",
     "apply_settings",
     "counters_dict",
+    "default_chunk_heaps",
     "digitiser_packets",
     "digitiser_samples",
     "run_fengine",
@@ -67,7 +69,18 @@ RING_BYTES = 256 << 20
 #: The chunk pool (page-locked for the GPU): how long a stalled engine is ridden out,
 #: 0.25 s at 34 Gb/s.
 POOL_BYTES = 1 << 30
+#: Bytes per polarisation a chunk aims at (``default_chunk_heaps``).
+CHUNK_BYTES_PER_POL = 16 << 20
 _CAPTURE_COUNTERS = ("received", "missing", "late", "duplicate", "dropped")
+
+
+def default_chunk_heaps(heap_bytes: int) -> int:
+    """Digitiser heaps per polarisation in a chunk: the power of two nearest to
+    ``CHUNK_BYTES_PER_POL``, at least 64. The chunk is what the engine's Python
+    handles at once, so its size is set in bytes (time), not in output heaps: at 34
+    Gb/s a 2 x 20 MiB chunk lasts 10 ms, against about 1 ms of Python per chunk; a
+    chunk of 4 output heap slots was 160 MiB at 32768 channels (6 in the pool)."""
+    return max(64, 1 << round(math.log2(max(1.0, CHUNK_BYTES_PER_POL / heap_bytes))))
 
 
 def _check_input(bits: int, samples_per_heap: int) -> None:
@@ -334,6 +347,13 @@ class _Feeder:
 
             self.registry = HostRegistry()
             self.registry.register(cap.chunk_buffers())
+            self._packets(self.engine)
+
+    def _packets(self, engine) -> None:
+        """Has a GPU engine lay its heaps out as the output's packets (no host copy of
+        the payloads; ``voltstream.fengine.packets``)."""
+        if self.output is not None and callable(getattr(engine, "emit_packets", None)):
+            engine.emit_packets(self.output.packet_format(engine.feng_id))
 
     def take(self, item) -> None:
         """A timeline block (both polarisations of one chunk id) or gap; gaps need
@@ -410,7 +430,10 @@ class _Feeder:
                 heaps = self.engine.process_packed_async(x, ts, valid)
                 self.handoff.hold(block, self.engine.last_copy)
                 if self.output is not None:  # payloads are views the next call reuses
-                    heaps = [dataclasses.replace(h, payload=h.payload.copy()) for h in heaps]
+                    heaps = [
+                        h if isinstance(h, PacketBatch) else
+                        dataclasses.replace(h, payload=h.payload.copy()) for h in heaps
+                    ]  # fmt: skip
             else:
                 heaps = self.engine.process_packed(np.ascontiguousarray(x), ts, valid)
         else:
@@ -428,9 +451,12 @@ class _Feeder:
     def _send(self, heaps) -> None:
         if heaps:
             if self.control is not None and not self.control.capturing.is_set():
-                self.report.heaps_not_sent_capture_stopped += len(heaps)
+                self.report.heaps_not_sent_capture_stopped += heap_count(heaps)
+                release_batches(heaps)
             elif self.output is not None:
                 self.output.submit(heaps)
+            else:
+                release_batches(heaps)
         if self.control is not None and time.monotonic() - self.last_sensors > 0.5:
             self.publish()
 
@@ -450,6 +476,8 @@ class _Feeder:
             new.set_gains(old.gains)
         for pol, model in enumerate(getattr(old, "delay_models", [])):
             new.set_delay_model(pol, model)
+        if self.registry is not None:
+            self._packets(new)
         self.engine = new
         self.report.timeline_restarts += 1
 
@@ -524,7 +552,7 @@ def run_fengine(
     socket is bound, with the bound ``HOST:PORT`` (``listen`` may give port 0).
     ``engine_factory`` (no arguments, a fresh engine) lets the run survive a
     digitiser re-sync. ``chunk_heaps``: digitiser heaps per polarisation per block,
-    by default enough for four output heap slots (at least 64). An engine with
+    by default ``default_chunk_heaps`` (about 16 MiB per polarisation). An engine with
     ``process_packed`` and ``input_bits`` equal to ``input_bits`` (the GPU engine)
     gets the packed heap bytes; any other gets int16 samples.
     """
@@ -539,12 +567,12 @@ def run_fengine(
             raise ConfigError(f"{name}={value} must be positive")
     layout = getattr(engine, "layout", None)
     slot = layout.samples_per_heap if layout is not None else samples_per_heap
+    heap_bytes = int(samples_per_heap) * int(input_bits) // 8
     if chunk_heaps is None:
-        chunk_heaps = max(64, -(-4 * slot // samples_per_heap))
+        chunk_heaps = default_chunk_heaps(heap_bytes)
     if int(chunk_heaps) < 1:
         raise ConfigError(f"chunk_heaps={chunk_heaps} must be at least 1")
     chunk_heaps = int(chunk_heaps)
-    heap_bytes = int(samples_per_heap) * int(input_bits) // 8
     from voltstream.fengine.engines import engine_device
 
     report = FEngineReport(listen=listen, device=engine_device(engine))
