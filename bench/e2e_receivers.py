@@ -124,7 +124,8 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
         argv = [sys.executable, str(HERE / "e2e_traffic.py"), "capture-spead", "--bind", bind]
         argv += ["--engine", a.engine, *tail]
         argv += ["--cpus", ",".join(map(str, thr))] if thr else []
-        return argv, mask, "stand-in receiver (voltstream capture has no spead-dig format)"
+        note = "stand-in receiver (voltstream capture has no spead-dig format)"
+        return argv, mask | set(thr), note  # its capture thread pins inside the mask
     elif "--bits" in fmt and "--bits" not in cli_help(product):
         raise Skip(f"`voltstream {product}` has no --bits (needed for {traffic})")
     elif product == "capture":

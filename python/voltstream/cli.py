@@ -116,6 +116,15 @@ def _add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str]
     )
 
 
+def _add_no_status(group) -> None:
+    group.add_argument(
+        "--no-status",
+        action="store_true",
+        help="do not print the one-line status (Gb/s in and processed, pool fill, losses, "
+        "GPU busy) every second on stderr",
+    )
+
+
 def _add_engine_option(g) -> None:
     g.add_argument(
         "--engine",
@@ -302,6 +311,7 @@ def _add_fengine_parser(verbs) -> None:
         "Default: the power of two nearest 16 MiB per pol (4096 heaps of 10-bit x 4096 "
         "samples): about 10 ms at 34 Gb/s, so per-chunk Python costs little",
     )
+    _add_no_status(g)
     g.add_argument(
         "--capture-engine",
         choices=("auto", "packet_ring", "socket", "xdp", "dpdk"),
@@ -693,12 +703,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="kernel-side buffer of the capture in MiB: the packet ring (or socket buffer, "
         "AF_XDP UMEM) that rides out a stalled capture thread. Default: 256",
     )
-    live.add_argument(
-        "--no-status",
-        action="store_true",
-        help="do not print the one-line status (Gb/s in and processed, pool fill, losses, "
-        "GPU busy) every second on stderr",
-    )
+    _add_no_status(live)
     _add_engine_option(live)
     _add_format_options(p)
 

@@ -527,6 +527,7 @@ def fengine(args) -> int:
             capture_engine=args.capture_engine,
             control=control,
             engine_factory=factory,
+            status=not args.no_status,
             on_start=lambda address: print(f"fengine: listening on {address}", flush=True),
         )
     finally:

@@ -279,6 +279,7 @@ def test_packet_mode_gives_the_reference_heaps_as_packets(cp, out_bits, per_pack
     fmt = PacketFormat(gpu.layout, per_packet, feng_id=1, n_fengs=2)
     gpu.emit_packets(fmt, queued_blocks=1)
     block = 4096
+    gpu.warm_up(block)  # leaves no trace: the heaps and counters are a fresh engine's
     x = random_samples(rng, 10 * block, 10)
     r_heaps, batches = [], []
     for i in range(10):
@@ -294,6 +295,9 @@ def test_packet_mode_gives_the_reference_heaps_as_packets(cp, out_bits, per_pack
     assert gpu.packet_pool.waits == 0
     g_heaps = [h for _, hs in batches for h in hs] + gpu.flush()
     assert_same_heaps(g_heaps, r_heaps, out_bits)
+    for name in ("spectra", "flagged_spectra", "heaps_sent", "heaps_skipped"):
+        assert getattr(gpu.counters, name) == getattr(ref.counters, name), name
+    assert gpu.timing["calls"] == 10 and gpu.timing["gpu_busy_s"] > 0
     # Every packet's header is the one heap-by-heap encoding gives, and the payload
     # bytes sit after it.
     sph = gpu.layout.samples_per_heap

@@ -23,6 +23,7 @@ CuPy is imported inside functions only: this module imports without a GPU.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +32,8 @@ from voltstream.dsp.cuda import GpuError, _cupy, _launch, load_module
 from voltstream.dsp.quantize import _splitmix64
 from voltstream.errors import ConfigError
 from voltstream.fengine.heaps import PACKET_HEADER_LEN, OutputHeap
-from voltstream.fengine.reference import NPOL, FEngineReference
+from voltstream.fengine.packets import release_batches
+from voltstream.fengine.reference import NPOL, FEngineCounters, FEngineReference
 from voltstream.sim.spead import SPEAD_BITS, pack_samples
 
 __all__ = ["FEngineKernels", "GpuFEngine", "naive_channelize"]
@@ -117,6 +119,8 @@ class _Pending:
     send_slots: list  # absolute slot numbers, in order
     device: tuple = ()  # device buffers still in use: released after ``done``
     give_back: object = None  # packet mode: returns host_out to the packet pool
+    started: object = None  # events around the call's kernels, for the GPU busy time
+    computed: object = None
 
 
 class GpuFEngine(FEngineReference):
@@ -166,6 +170,35 @@ class GpuFEngine(FEngineReference):
         # Packet mode (``emit_packets``): heaps come back as PacketBatches.
         self.packet_format = None
         self.packet_pool = None
+        # Where the time goes (the live status line and the report): kernels on the
+        # GPU, the host's own work per call, the host waiting for earlier calls.
+        self.timing = {"gpu_busy_s": 0.0, "host_s": 0.0, "host_wait_s": 0.0, "calls": 0}
+
+    def warm_up(self, block_samples: int, blocks: int = 4) -> None:
+        """Runs ``blocks`` blocks of zeros of ``block_samples`` through the engine and
+        forgets them: kernels built, FFT plans and device and pinned buffers made
+        before live data waits on them (a 32768-channel engine's first call takes
+        long enough for the capture pool to overflow at 20 Gb/s). Gains, delays and
+        the packet format stay; counters and the time line start afresh."""
+        cp = _cupy()
+        nbytes = self._bytes(int(block_samples))
+        zeros = np.frombuffer(cp.cuda.alloc_pinned_memory(2 * nbytes), np.uint8, 2 * nbytes)
+        zeros = zeros.reshape(NPOL, nbytes)
+        zeros[:] = 0
+        # Start half a block past a heap slot so calls complete as many slots as live
+        # blocks may (their alignment to slots varies).
+        sph = self.layout.samples_per_heap
+        t = (self.max_delay_samples // sph + 2) * sph
+        t += int(block_samples) // 16 * 8
+        for k in range(int(blocks)):
+            release_batches(self.process_packed_async(zeros, t + k * int(block_samples)))
+        release_batches(self.flush(copy=False))
+        cp.cuda.Device().synchronize()
+        self._raw, self._base, self._end = None, 0, None
+        self._invalid = [np.zeros((0, 2), dtype=np.int64) for _ in range(NPOL)]
+        self.counters = FEngineCounters()
+        self.timing = dict.fromkeys(self.timing, 0.0) | {"calls": 0}
+        self.last_copy = None
 
     def emit_packets(self, fmt, queued_blocks: int = 4) -> None:
         """From now on, return each call's heaps as one ``PacketBatch`` laid out by
@@ -218,7 +251,7 @@ class GpuFEngine(FEngineReference):
         self._submit(raw, self._samples_in(raw), int(timestamp), valid)
         return self.flush()
 
-    def process_packed_async(self, raw, timestamp: int, valid=None) -> list[OutputHeap]:
+    def process_packed_async(self, raw, timestamp: int, valid=None) -> list:
         """Like ``process_packed`` but returns the heaps of an earlier call.
 
         The copy in, the kernels and the copy out of this call overlap with the
@@ -227,10 +260,17 @@ class GpuFEngine(FEngineReference):
         copy asynchronous). Payloads are views into pinned buffers that are reused
         by the next call: copy what you keep. Call ``flush`` at the end for the rest.
         """
-        self._submit(raw, self._samples_in(raw), int(timestamp), valid)
-        if len(self._pending) < self.ASYNC_DEPTH:
-            return []
-        return self._collect(self._pending.pop(0), copy=False)
+        t0 = time.perf_counter()
+        wait0 = self.timing["host_wait_s"]
+        try:
+            self._submit(raw, self._samples_in(raw), int(timestamp), valid)
+            if len(self._pending) < self.ASYNC_DEPTH:
+                return []
+            return self._collect(self._pending.pop(0), copy=False)
+        finally:
+            waited = self.timing["host_wait_s"] - wait0
+            self.timing["host_s"] += time.perf_counter() - t0 - waited
+            self.timing["calls"] += 1
 
     def flush(self, copy: bool = True) -> list[OutputHeap]:
         """Heaps of every submitted call not yet returned, in time order.
@@ -405,6 +445,7 @@ class GpuFEngine(FEngineReference):
             buf, give_back = self.packet_pool.take(fmt.nbytes(len(sent)))
             host_out = buf[: fmt.nbytes(len(sent))].reshape(fmt.shape(len(sent)))
         with comp_s:
+            started = comp_s.record()
             fir = cp.empty((NPOL, total, n), dtype=cp.float32)
             self.kernels.fir(self._raw, d_rel, self._w, fir, n, comp_s)
             spec = cp.fft.rfft(fir, axis=-1)
@@ -428,7 +469,9 @@ class GpuFEngine(FEngineReference):
         sat.data.copy_to_host_async(host_sat.ctypes.data, host_sat.nbytes, out_s)
         done = out_s.record()
         self._pending.append(
-            _Pending(done, host_out, host_sat, sent, (out, sat, *params), give_back)
+            _Pending(
+                done, host_out, host_sat, sent, (out, sat, *params), give_back, started, computed
+            )
         )
 
     def _upload(self, *arrays):
@@ -546,7 +589,12 @@ class GpuFEngine(FEngineReference):
         return out[:nbytes].view(dtype).reshape(shape), sat[: shape[0] * 2].reshape(shape[0], 2)
 
     def _collect(self, pending: _Pending, copy: bool) -> list:
+        t0 = time.perf_counter()
         pending.done.synchronize()
+        self.timing["host_wait_s"] += time.perf_counter() - t0
+        if pending.started is not None:
+            ms = _cupy().cuda.get_elapsed_time(pending.started, pending.computed)
+            self.timing["gpu_busy_s"] += ms / 1e3
         self.counters.saturated += pending.host_sat.sum(axis=0).astype(np.int64)
         if pending.give_back is not None:
             from voltstream.fengine.packets import PacketBatch

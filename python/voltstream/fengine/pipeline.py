@@ -45,7 +45,7 @@ import numpy as np
 from voltstream.errors import CaptureError, ConfigError
 from voltstream.fengine.packets import PacketBatch, heap_count, release_batches
 from voltstream.pipeline.capture import CaptureRun
-from voltstream.pipeline.gpu import Handoff, release_pool
+from voltstream.pipeline.gpu import Handoff, StatusLine, release_pool
 from voltstream.pipeline.timeline import ChunkTimeline, Gap
 from voltstream.sim.spead import SPEAD_BITS
 
@@ -326,9 +326,13 @@ class _Feeder:
     """Chunks in, engine blocks out: pairing, valid masks, time line, control, output."""
 
     def __init__(
-        self, engine, output, report, *, bits, samples_per_heap, control, factory, max_gap, stats
-    ):
+        self, engine, output, report, *, bits, samples_per_heap, control, factory, max_gap, stats,
+        status=None, warm_samples=0,
+    ):  # fmt: skip
         self.engine, self.output, self.report = engine, output, report
+        self.status, self.warm_samples = status, int(warm_samples)
+        self.cap, self.pool_chunks, self.bytes_fed = None, 0, 0  # for the status line
+        self.gpu_s_last = 0.0
         self.bits, self.sph = bits, samples_per_heap
         self.heap_bytes = samples_per_heap * bits // 8
         self.control, self.factory, self.max_gap = control, factory, max_gap
@@ -342,12 +346,17 @@ class _Feeder:
         self.registry = None
 
     def attach(self, cap) -> None:
+        self.cap = cap
+        buffers = cap.chunk_buffers()
+        self.pool_chunks = len(buffers)
         if self._packed() and callable(getattr(self.engine, "process_packed_async", None)):
             from voltstream.pipeline.gpu import HostRegistry
 
             self.registry = HostRegistry()
-            self.registry.register(cap.chunk_buffers())
+            self.registry.register(buffers)
             self._packets(self.engine)
+            if self.warm_samples and callable(getattr(self.engine, "warm_up", None)):
+                self.engine.warm_up(self.warm_samples)  # before "listening on"
 
     def _packets(self, engine) -> None:
         """Has a GPU engine lay its heaps out as the output's packets (no host copy of
@@ -361,6 +370,7 @@ class _Feeder:
         if isinstance(item, Gap):
             return
         self.report.chunks += 1
+        self.bytes_fed += (item.stop - item.first) * self.heap_bytes * 2
         ppc = item.present.shape[1]
         ts = (item.chunk_id * ppc + item.first) * self.sph
         present = item.present[:, item.first : item.stop]
@@ -381,6 +391,16 @@ class _Feeder:
 
     def poll(self) -> None:
         self.handoff.poll()
+        if self.status is not None and self.cap is not None:
+            self.status.tick(self.cap, self)
+
+    def gpu_busy(self, dt_s: float) -> float | None:
+        """Per cent of the last ``dt_s`` the GPU spent in this engine's kernels."""
+        timing = getattr(self.engine, "timing", None)
+        if timing is None:
+            return None
+        busy, self.gpu_s_last = timing["gpu_busy_s"] - self.gpu_s_last, timing["gpu_busy_s"]
+        return min(100.0, 100.0 * max(busy, 0.0) / dt_s)
 
     def finish(self) -> None:
         self.flush()
@@ -482,7 +502,11 @@ class _Feeder:
         self.report.timeline_restarts += 1
 
     def engine_counters(self) -> dict:
-        return _add_counts(counters_dict(self.engine.counters), self.retired)
+        counts = counters_dict(self.engine.counters)
+        timing = getattr(self.engine, "timing", None)
+        if timing is not None:  # where the time went: GPU kernels, host work, host waits
+            counts |= {k: round(v, 4) if isinstance(v, float) else v for k, v in timing.items()}
+        return _add_counts(counts, self.retired)
 
     def publish(self, capture: dict | None = None) -> None:
         self.last_sensors = time.monotonic()
@@ -541,6 +565,7 @@ def run_fengine(
     engine_factory=None,
     on_start=None,
     stop_event: threading.Event | None = None,
+    status: bool = False,
 ) -> FEngineReport:
     """Runs the F-engine: capture on ``listen``, ``engine`` in the middle, ``output`` out.
 
@@ -550,7 +575,9 @@ def run_fengine(
     come, when ``stop_event`` is set, or on Ctrl-C (``report.interrupted``); with
     none of them it runs until interrupted. ``on_start(address)`` is called once the
     socket is bound, with the bound ``HOST:PORT`` (``listen`` may give port 0).
-    ``engine_factory`` (no arguments, a fresh engine) lets the run survive a
+    ``status`` prints one line a second on stderr (Gb/s in and processed, pool
+    fill, losses, GPU busy). A GPU engine is warmed up on blocks of zeros before the
+    capture starts. ``engine_factory`` (no arguments, a fresh engine) lets the run survive a
     digitiser re-sync. ``chunk_heaps``: digitiser heaps per polarisation per block,
     by default ``default_chunk_heaps`` (about 16 MiB per polarisation). An engine with
     ``process_packed`` and ``input_bits`` equal to ``input_bits`` (the GPU engine)
@@ -603,6 +630,8 @@ def run_fengine(
         factory=engine_factory,
         max_gap=max_gap,
         stats=cap.stats,
+        status=StatusLine("fengine", heap_bytes) if status else None,
+        warm_samples=chunk_heaps * int(samples_per_heap),
     )
     if output is not None:
         output.start()
