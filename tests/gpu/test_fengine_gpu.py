@@ -306,3 +306,24 @@ def test_packet_mode_gives_the_reference_heaps_as_packets(cp, out_bits, per_pack
         for got, h in zip(flat, heaps, strict=True):
             want = encode_heap(h, heap_counter(h.timestamp, sph, 1, 2), per_packet)
             np.testing.assert_array_equal(got, want)
+
+
+def test_restart_in_place_starts_a_new_time_line(cp):
+    """restart(): after a jump back in time the GPU engine, its buffers and pools kept,
+    gives what a fresh reference gives for the new time line."""
+    rng = np.random.default_rng()
+    ref, gpu = make_pair(input_bits=10)
+    block = 4096
+    x = random_samples(rng, 8 * block, 10)
+    for i in range(4):
+        gpu.process(x[:, i * block : (i + 1) * block], 10**6 + i * block)
+    before = gpu.counters.heaps_sent
+    gpu.flush()
+    gpu.restart()
+    r_heaps, g_heaps = [], []
+    for i in range(4, 8):
+        t = 5000 * 8 + i * block  # earlier than everything fed so far
+        r_heaps += ref.process(x[:, i * block : (i + 1) * block], t)
+        g_heaps += gpu.process(x[:, i * block : (i + 1) * block], t)
+    assert_same_heaps(g_heaps, r_heaps, 8)
+    assert gpu.counters.heaps_sent == before + ref.counters.heaps_sent

@@ -194,10 +194,22 @@ class GpuFEngine(FEngineReference):
             release_batches(self.process_packed_async(zeros, t + k * int(block_samples)))
         release_batches(self.flush(copy=False))
         cp.cuda.Device().synchronize()
-        self._raw, self._base, self._end = None, 0, None
-        self._invalid = [np.zeros((0, 2), dtype=np.int64) for _ in range(NPOL)]
+        self.restart()
         self.counters = FEngineCounters()
         self.timing = dict.fromkeys(self.timing, 0.0) | {"calls": 0}
+
+    def restart(self) -> None:
+        """Starts a new time line (a digitiser re-sync, or a gap too long to fill):
+        the next block may have any timestamp. Device buffers, FFT plans, pinned
+        pools, gains, delays and counters stay. Collect what is pending first
+        (``flush``): heaps still in flight are forgotten."""
+        for p in self._pending:  # their packet buffers go back to the pool
+            p.done.synchronize()
+            if p.give_back is not None:
+                p.give_back()
+        self._pending.clear()
+        self._raw, self._base, self._end = None, 0, None
+        self._invalid = [np.zeros((0, 2), dtype=np.int64) for _ in range(NPOL)]
         self.last_copy = None
 
     def emit_packets(self, fmt, queued_blocks: int = 4) -> None:
@@ -442,6 +454,9 @@ class GpuFEngine(FEngineReference):
         give_back = None
         if self.packet_format is not None:
             fmt = self.packet_format
+            # Buffers are made for the most slots a call of this size can complete.
+            most = -(-(self._end - self._start) // self.layout.samples_per_heap) + 1
+            self.packet_pool.min_bytes = max(self.packet_pool.min_bytes, fmt.nbytes(most))
             buf, give_back = self.packet_pool.take(fmt.nbytes(len(sent)))
             host_out = buf[: fmt.nbytes(len(sent))].reshape(fmt.shape(len(sent)))
         with comp_s:
@@ -582,8 +597,11 @@ class GpuFEngine(FEngineReference):
             self._pinned_ring.append((np.zeros(0, np.uint8), np.zeros(0, np.uint64)))
         out, sat = self._pinned_ring[i]
         if out.nbytes < nbytes or sat.size < 2 * shape[0]:
-            out = np.frombuffer(cp.cuda.alloc_pinned_memory(nbytes), dtype=np.uint8, count=nbytes)
-            sat = np.frombuffer(cp.cuda.alloc_pinned_memory(shape[0] * 16), dtype=np.uint64)
+            # With room to spare: a call that completes one more slot than the last
+            # must not allocate (page-locking stalls the host for milliseconds).
+            nb, rows = max(nbytes, out.nbytes) * 3 // 2, max(shape[0] * 2, 64)
+            out = np.frombuffer(cp.cuda.alloc_pinned_memory(nb), dtype=np.uint8, count=nb)
+            sat = np.frombuffer(cp.cuda.alloc_pinned_memory(rows * 16), dtype=np.uint64)
             self._pinned_ring[i] = (out, sat)
         dtype = np.int8 if self.layout.bits == 8 else np.uint8
         return out[:nbytes].view(dtype).reshape(shape), sat[: shape[0] * 2].reshape(shape[0], 2)

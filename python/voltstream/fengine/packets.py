@@ -177,6 +177,7 @@ class PacketPool:
         self._alloc = alloc or (lambda n: np.empty(n, dtype=np.uint8))
         self._free: list[np.ndarray] = []
         self._made = 0
+        self.min_bytes = 0  # the size of every buffer made from now on, at least
         self._cond = threading.Condition()
         self.waits = 0  # times the engine had to wait for the output
 
@@ -194,7 +195,7 @@ class PacketPool:
             if buf is None:
                 self._made += 1
         if buf is None or buf.nbytes < nbytes:
-            buf = self._alloc(max(int(nbytes), 1))
+            buf = self._alloc(max(int(nbytes), self.min_bytes, 1))
         returned = [False]
 
         def give_back(b=buf) -> None:

@@ -421,14 +421,11 @@ class _Feeder:
         uint8 (packed), present (2, nheaps). ``block``: the samples are rows over its
         pool memory, handed back once the engine's copy from them completed."""
         if self.next_ts is not None and (ts < self.next_ts or ts - self.next_ts > self.max_gap):
-            if self.factory is None:
-                if ts < self.next_ts:
-                    self.report.chunks_out_of_order += 1
-                    if block is not None:
-                        block.release()
-                    return
-            else:
-                self._restart()
+            if not self._restart() and ts < self.next_ts:
+                self.report.chunks_out_of_order += 1
+                if block is not None:
+                    block.release()
+                return
         both = present.all(axis=0)
         self.report.heaps_paired += int(both.sum())
         only = present & ~present[::-1]
@@ -486,9 +483,19 @@ class _Feeder:
         if callable(flush):
             self._send(flush() or [])
 
-    def _restart(self) -> None:
-        """A new engine on a new time line, with the old one's gains, delays, counters."""
+    def _restart(self) -> bool:
+        """A new time line: the engine's own ``restart`` (the GPU engine keeps its
+        buffers, plans and pools: a restart must cost far less than the chunks that
+        caused it, or one stall becomes many), else a new engine from the factory with
+        the old one's gains, delays and counters. False when neither is possible."""
         old = self.engine
+        if callable(getattr(old, "restart", None)):
+            self.flush()
+            old.restart()
+            self.report.timeline_restarts += 1
+            return True
+        if self.factory is None:
+            return False
         self.flush()
         self.retired = _add_counts(self.retired, counters_dict(old.counters))
         new = self.factory()
@@ -500,6 +507,7 @@ class _Feeder:
             self._packets(new)
         self.engine = new
         self.report.timeline_restarts += 1
+        return True
 
     def engine_counters(self) -> dict:
         counts = counters_dict(self.engine.counters)
