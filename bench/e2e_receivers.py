@@ -140,7 +140,9 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
             raise Skip(f"`voltstream {product}` has no --packets-per-chunk")
         argv += ["--packets-per-chunk", str(a.packets_per_chunk)]
     if thr and "--cpus" in cli_help(product):
-        argv += ["--threads", str(a.capture_threads), "--cpus", ",".join(map(str, thr))]
+        if a.capture_threads > 1:
+            argv += ["--threads", str(a.capture_threads)]
+        argv += ["--cpus", ",".join(map(str, thr))]
         return argv, mask | set(thr), None  # a thread can pin only inside the mask
     return argv, mask | set(thr), ("capture threads unpinned (no --cpus)" if thr else None)
 

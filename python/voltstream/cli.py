@@ -313,6 +313,13 @@ def _add_fengine_parser(verbs) -> None:
     )
     _add_no_status(g)
     g.add_argument(
+        "--cpus",
+        type=_cpu_list,
+        default=None,
+        help="CPU of the capture thread (e.g. 2); pins it, and the engine's Python "
+        "stays off it. Default: unpinned",
+    )
+    g.add_argument(
         "--capture-engine",
         choices=("auto", "packet_ring", "socket", "xdp", "dpdk"),
         default="auto",

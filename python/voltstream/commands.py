@@ -528,6 +528,7 @@ def fengine(args) -> int:
             control=control,
             engine_factory=factory,
             status=not args.no_status,
+            cpus=args.cpus,
             on_start=lambda address: print(f"fengine: listening on {address}", flush=True),
         )
     finally:

@@ -263,7 +263,7 @@ class GpuFEngine(FEngineReference):
         self._submit(raw, self._samples_in(raw), int(timestamp), valid)
         return self.flush()
 
-    def process_packed_async(self, raw, timestamp: int, valid=None) -> list:
+    def process_packed_async(self, raw, timestamp: int, valid=None, valid_step: int = 1) -> list:
         """Like ``process_packed`` but returns the heaps of an earlier call.
 
         The copy in, the kernels and the copy out of this call overlap with the
@@ -271,11 +271,13 @@ class GpuFEngine(FEngineReference):
         must stay unchanged until its heaps come back (pinned host memory makes the
         copy asynchronous). Payloads are views into pinned buffers that are reused
         by the next call: copy what you keep. Call ``flush`` at the end for the rest.
+        ``valid_step``: ``valid`` has one flag per that many samples (a flag per heap:
+        a partial chunk costs the host nothing per sample).
         """
         t0 = time.perf_counter()
         wait0 = self.timing["host_wait_s"]
         try:
-            self._submit(raw, self._samples_in(raw), int(timestamp), valid)
+            self._submit(raw, self._samples_in(raw), int(timestamp), valid, valid_step)
             if len(self._pending) < self.ASYNC_DEPTH:
                 return []
             return self._collect(self._pending.pop(0), copy=False)
@@ -308,9 +310,11 @@ class GpuFEngine(FEngineReference):
 
     # --- one call
 
-    def _submit(self, raw, n: int, timestamp: int, valid) -> None:
+    def _submit(self, raw, n: int, timestamp: int, valid, step: int = 1) -> None:
         cp = _cupy()
-        ok = self._valid_mask(valid, n)
+        if step < 1 or n % step:
+            raise ConfigError(f"valid_step={step} does not divide the block's {n} samples")
+        ok = self._valid_mask(valid, n // step)
         if self._end is None:
             self._start = self._base = self._end = timestamp
             self._slot = -(-(timestamp + self.max_delay_samples) // self.layout.samples_per_heap)
@@ -326,7 +330,7 @@ class GpuFEngine(FEngineReference):
                 f"multiples of 8 samples (got {n} samples after a gap of {gap})"
             )
         old_end = self._end
-        self._add_invalid(old_end, timestamp, ok, n)
+        self._add_invalid(old_end, timestamp, ok, step)
         self._end = timestamp + n
         # The small parameter copy goes ahead of the block's big copy in: behind
         # it, the kernels of this call would wait for the whole block to land.
@@ -347,14 +351,16 @@ class GpuFEngine(FEngineReference):
                 f"valid mask of shape {v.shape} does not match {n} samples: give (n,) or (2, n)"
             ) from None
 
-    def _add_invalid(self, end: int, timestamp: int, ok, n: int) -> None:
-        """Records the gap and the invalid runs of ``ok`` as sample intervals per pol."""
+    def _add_invalid(self, end: int, timestamp: int, ok, step: int = 1) -> None:
+        """Records the gap and the invalid runs of ``ok`` (one flag per ``step``
+        samples) as sample intervals per pol."""
         for p in range(NPOL):
             runs = [] if end == timestamp else [(end, timestamp)]
             if ok is not None and not ok[p].all():
                 edges = np.diff(np.concatenate([[0], (~ok[p]).astype(np.int8), [0]]))
                 lo, hi = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-                runs += list(zip((lo + timestamp).tolist(), (hi + timestamp).tolist(), strict=True))
+                lo, hi = lo * step + timestamp, hi * step + timestamp
+                runs += list(zip(lo.tolist(), hi.tolist(), strict=True))
             if runs:
                 self._invalid[p] = np.concatenate(
                     [self._invalid[p], np.array(runs, dtype=np.int64)]

@@ -433,9 +433,13 @@ class _Feeder:
         self.report.heaps_unpaired[1] += int(only[1].sum())
         self.report.heaps_absent += int((~present.any(axis=0)).sum())
         nheaps = present.shape[1]
-        valid = None if both.all() else np.repeat(both, self.sph)
+        coarse = None if both.all() else both  # one flag per heap
+
+        def per_sample():  # only engines without valid_step need flags per sample
+            return None if coarse is None else np.repeat(coarse, self.sph)
+
         x = samples.reshape(2, -1)
-        if valid is not None and block is None:
+        if coarse is not None and block is None:
             x = x.copy()
             x.reshape(2, nheaps, -1)[:, ~both] = 0  # stale pool bytes: zero them
         if self.control is not None:
@@ -444,7 +448,7 @@ class _Feeder:
             if block is not None:
                 # Invalid heaps keep their stale bytes: the engine flags every
                 # spectrum that touches them, so they never reach an output heap.
-                heaps = self.engine.process_packed_async(x, ts, valid)
+                heaps = self.engine.process_packed_async(x, ts, coarse, valid_step=self.sph)
                 self.handoff.hold(block, self.engine.last_copy)
                 if self.output is not None:  # payloads are views the next call reuses
                     heaps = [
@@ -452,13 +456,13 @@ class _Feeder:
                         dataclasses.replace(h, payload=h.payload.copy()) for h in heaps
                     ]  # fmt: skip
             else:
-                heaps = self.engine.process_packed(np.ascontiguousarray(x), ts, valid)
+                heaps = self.engine.process_packed(np.ascontiguousarray(x), ts, per_sample())
         else:
             if x.dtype == np.uint8:  # the engine changed (restart): unpack now
                 x = unpack_heaps(x.reshape(2, nheaps, -1), self.bits).reshape(2, -1)
                 if block is not None:
                     block.release()
-            heaps = self.engine.process(x, ts, valid)
+            heaps = self.engine.process(x, ts, per_sample())
         n = nheaps * self.sph
         self.report.blocks += 1
         self.report.samples_fed += n
@@ -574,6 +578,7 @@ def run_fengine(
     on_start=None,
     stop_event: threading.Event | None = None,
     status: bool = False,
+    cpus: list[int] | None = None,
 ) -> FEngineReport:
     """Runs the F-engine: capture on ``listen``, ``engine`` in the middle, ``output`` out.
 
@@ -584,7 +589,8 @@ def run_fengine(
     none of them it runs until interrupted. ``on_start(address)`` is called once the
     socket is bound, with the bound ``HOST:PORT`` (``listen`` may give port 0).
     ``status`` prints one line a second on stderr (Gb/s in and processed, pool
-    fill, losses, GPU busy). A GPU engine is warmed up on blocks of zeros before the
+    fill, losses, GPU busy). ``cpus``: the capture thread's CPU (pinned; the
+    engine's Python keeps off it). A GPU engine is warmed up on blocks of zeros before the
     capture starts. ``engine_factory`` (no arguments, a fresh engine) lets the run survive a
     digitiser re-sync. ``chunk_heaps``: digitiser heaps per polarisation per block,
     by default ``default_chunk_heaps`` (about 16 MiB per polarisation). An engine with
@@ -624,6 +630,7 @@ def run_fengine(
             samples_per_heap=int(samples_per_heap),
             sample_bits=int(input_bits),
             rcvbuf=RING_BYTES,
+            cpus=cpus,
         )
     except OSError as e:  # CaptureError is an OSError; keep its message
         raise CaptureError(str(e)) from None
@@ -644,7 +651,7 @@ def run_fengine(
     if output is not None:
         output.start()
     timeline = ChunkTimeline(2, chunk_heaps, feeder.take)
-    run = CaptureRun(cap, timeline, feeder)
+    run = CaptureRun(cap, timeline, feeder, capture_cpus=cpus)
 
     def started():
         report.address = cap.address or listen
