@@ -476,6 +476,11 @@ def parse_args(argv):
     return a
 
 
+def _rank(c: dict) -> tuple:
+    """Merge order: confirmed before unconfirmed, then the higher lossless rate."""
+    return (bool(c.get("confirmed_seconds")), c.get("lossless_gbps") or 0.0)
+
+
 def main(argv=None) -> dict:
     a = parse_args(argv)
     if a.merge:
@@ -487,8 +492,15 @@ def main(argv=None) -> dict:
             "configs": {},
             "skipped": {},
         }
-        for d in docs:
-            doc["configs"].update(d.get("configs", {}))
+        for i, d in enumerate(docs):
+            for name, c in d.get("configs", {}).items():
+                # Per configuration the best confirmed figure of the runs merged (each
+                # a >= 20 s lossless run in its own right), else the latest; the entry
+                # says which run it came from.
+                c = dict(c, merged_from=a.merge[i])
+                old = doc["configs"].get(name)
+                if old is None or _rank(c) >= _rank(old):
+                    doc["configs"][name] = c
             for k, why in d.get("skipped", {}).items():  # a real reason beats "not selected"
                 if k not in doc["skipped"] or not why.startswith("not selected"):
                     doc["skipped"][k] = why

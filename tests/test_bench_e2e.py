@@ -277,8 +277,9 @@ def test_summary_ratio_and_merge(tmp_path):
         "configs": {"capture_ynao": cfg(40.0)},
         "skipped": {"fold_vdif2": "`voltstream fold` has no --bits"},
     }
+    unconfirmed = dict(cfg(30.0), confirmed_seconds=None)
     part2 = {
-        "configs": {"fold_ynao": cfg(20.0)},
+        "configs": {"fold_ynao": cfg(20.0), "capture_ynao": unconfirmed},
         "gpu_alone": {"fold_8bit_gsps": 25.0},
         "skipped": {"fold_vdif2": "not selected (--only)", "capture_ynao": "not selected (--only)"},
     }
@@ -295,6 +296,9 @@ def test_summary_ratio_and_merge(tmp_path):
     assert r["gpu_alone_gsps"] == 25.0 and r["ratio"] == pytest.approx(0.5)
     assert doc["skipped"]["fold_vdif2"] == "`voltstream fold` has no --bits"
     assert "capture_ynao" not in doc["skipped"] and doc["fengine_4096_lossless_gbps"] is None
+    # A later run's unconfirmed figure does not replace an earlier confirmed one.
+    assert doc["configs"]["capture_ynao"]["merged_from"] == str(paths[0])
+    assert doc["unconfirmed_gbps"] == {}
 
 
 def test_capture_alone_through_the_harness_is_lossless(tmp_path, capsys):
