@@ -362,6 +362,8 @@ def finalize(doc: dict) -> dict:
     doc["ratios"] = ratios
     ff = doc.get("file_fold") or {}
     doc["file_fold_gsps"] = ff.get("gsps")
+    # From the first block to the last, as the CLI prints it ("... once started").
+    doc["file_fold_steady_gsps"] = ff.get("steady_gsps")
     # The fold's own time, as the CLI prints it (no start-up, imports or PSRFITS write).
     big = (ff.get("runs") or [{}])[-1]
     doc["file_fold_engine_gsps"] = (
@@ -395,7 +397,8 @@ def markdown(doc: dict) -> str:
     if ff:
         lines.append(
             f"\nfile fold ({ff.get('file_gb')} GB DADA, page cache, whole command): "
-            f"{f(ff.get('gsps'), 2)} G samples/s, marginal {f(ff.get('marginal_gsps'), 2)}"
+            f"{f(ff.get('gsps'), 2)} G samples/s, marginal {f(ff.get('marginal_gsps'), 2)}, "
+            f"once started {f(ff.get('steady_gsps'), 2)}"
             + (f" ERROR {ff['error']}" if ff.get("error") else "")
         )
     if doc.get("skipped"):

@@ -126,6 +126,8 @@ def file_fold(a, workdir: Path, limit: float = 600.0) -> dict:
         # The engine's own time, should the CLI print one ("... in 12.3 s").
         if m := re.search(r"\bin ([0-9.]+) s\b", r.stdout):
             res["runs"][-1]["engine_s"] = float(m.group(1))
+        if m := re.search(r"([0-9.]+) once started", r.stdout):  # start-up apart
+            res["runs"][-1]["steady_gsps"] = float(m.group(1))
         path.unlink()
         path.with_suffix(".fits").unlink(missing_ok=True)
         if r.returncode != 0:
@@ -137,4 +139,5 @@ def file_fold(a, workdir: Path, limit: float = 600.0) -> dict:
     dt = big["wall_s"] - small["wall_s"]
     more = samples(big) - samples(small)
     res["marginal_gsps"] = more / dt / 1e9 if more > 0 and dt > 0 else None
+    res["steady_gsps"] = big.get("steady_gsps")
     return res

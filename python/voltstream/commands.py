@@ -391,7 +391,12 @@ def fold(args) -> int:
     )
     if not args.listen and nsamp:
         rate = nsamp * obs.nchan * obs.npol / fold_s / 1e9
-        print(f"fold ({device}): {nsamp} samples folded in {fold_s:.2f} s ({rate:.2f} G samples/s)")
+        line = f"fold ({device}): {nsamp} samples folded in {fold_s:.2f} s ({rate:.2f} G samples/s"
+        st = archive.stage_seconds
+        if st.get("blocks_s"):  # the steady rate, start-up (CUDA, buffers, plans) apart
+            steady = nsamp * obs.nchan * obs.npol / st["blocks_s"] / 1e9
+            line += f"; {steady:.2f} once started, after {fold_s - st['blocks_s']:.2f} s start-up"
+        print(line + ")")
     return 0
 
 

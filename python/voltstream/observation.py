@@ -75,6 +75,8 @@ class FoldedArchive:
     excluded_samples: int = 0  # samples from missing packets kept out of profiles
     par_text: str | None = None  # the .par file folded with, for the PSRPARAM HDU
     coherent_nfft: int | None = None  # FFT length of the coherent dedispersion (COHDDISP)
+    # Where a fold's time went (start-up, blocks, ...), seconds; not written to files.
+    stage_seconds: dict = field(default_factory=dict)
 
     @property
     def nsub(self) -> int:

@@ -839,9 +839,11 @@ def fold_file_gpu(
     raw_ok = hasattr(reader, "read_raw") and getattr(reader, "nsamp", None) is not None
     raw_ok = raw_ok and obs.nbit in (8, 16)
     src = _file_source(reader, block_samples) if variant == "fused" else None
+    stages = {}
     if src is not None:
+        stages["source_s"] = time.perf_counter() - t_start
         with src:
-            eng = _fold_file_blocks(src, args, kw, progress)
+            eng = _fold_file_blocks(src, args, kw, progress, stages)
     elif variant == "fused" and hasattr(reader, "read_packed"):
         eng = _fold_packed(reader, args, kw, block_samples, progress)
     elif raw_ok:
@@ -871,7 +873,8 @@ def fold_file_gpu(
             if progress is not None:
                 progress(eng.samples_in, eng.samples_out)
     arch = eng.finish()
-    arch.history.append(f"gpu fold wall time {time.perf_counter() - t_start:.3f} s")
+    arch.stage_seconds = dict(stages, total_s=time.perf_counter() - t_start)
+    arch.history.append(f"gpu fold wall time {arch.stage_seconds['total_s']:.3f} s")
     return arch
 
 
@@ -913,19 +916,25 @@ def _fold_packed(reader, args, kw, block_samples, progress) -> GpuFolder:
     return eng
 
 
-def _fold_file_blocks(src, args, kw, progress) -> GpuFolder:
+def _fold_file_blocks(src, args, kw, progress, stages: dict) -> GpuFolder:
     """A file on the product path: blocks read by several threads straight into
     page-locked buffers (pipeline/file_source.py: DADA, VDIF as stored or gathered),
     copied to the GPU from there and given back on the copy's event (pipeline/gpu.py),
     unpacked by the packed kernel reading the file's bytes as they are."""
     from voltstream.pipeline.gpu import Handoff
 
+    t0 = time.perf_counter()
     eng = GpuFolder(*args, packed=src.layout, raw_bytes=src.block_bytes,
                     **dict(kw, chunk_samples=src.block_samples))  # fmt: skip
     eng.warm_up(src.block_samples)
+    stages["engine_s"] = time.perf_counter() - t0
     handoff = Handoff()
+    t_first = None
     try:
         for blk in src:
+            if t_first is None:
+                t_first = time.perf_counter()
+                stages["first_block_wait_s"] = t_first - t0 - stages["engine_s"]
             try:
                 event = eng.feed_block(blk.parts, blk.nsamp, blk.skip, blk.valid)
             except BaseException:
@@ -936,6 +945,8 @@ def _fold_file_blocks(src, args, kw, progress) -> GpuFolder:
             if progress is not None:
                 progress(eng.samples_in, eng.samples_out)
         eng.synchronize()
+        if t_first is not None:  # from the first block in hand to the last one folded
+            stages["blocks_s"] = time.perf_counter() - t_first
     finally:
         handoff.drain()  # before the source frees its pool
     return eng
