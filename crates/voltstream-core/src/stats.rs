@@ -6,10 +6,11 @@
 //! threads still see values at most one batch old.
 //!
 //! Accounting rule: every packet the engine hands over lands in exactly one of
-//! `received`, `late`, `duplicate`, `dropped` (per stream) or `malformed`,
-//! `foreign` (capture-wide: a packet that fails its checks or is not ours cannot
-//! be attributed to a stream). `missing` counts expected packets that never came,
-//! so it is not part of that sum. See [`Counters::accounted`].
+//! `received`, `late`, `duplicate`, `dropped`, `invalid` (per stream) or
+//! `malformed`, `foreign` (capture-wide: a packet that fails its checks or is not
+//! ours cannot be attributed to a stream). `missing` counts expected packets that
+//! never came (an `invalid` frame is not placed, so its slot is missing too), so
+//! it is not part of that sum. See [`Counters::accounted`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -30,12 +31,14 @@ pub struct StreamCounters {
     pub dropped: u64,
     /// Payload bytes of the `received` packets.
     pub bytes: u64,
+    /// Frames of this stream that their sender flagged invalid (not placed).
+    pub invalid: u64,
 }
 
 impl StreamCounters {
     /// Packets of this stream handed to the assembler (all buckets but `missing`).
     pub fn seen(&self) -> u64 {
-        self.received + self.late + self.duplicate + self.dropped
+        self.received + self.late + self.duplicate + self.dropped + self.invalid
     }
 }
 
@@ -78,6 +81,7 @@ impl Counters {
             t.duplicate += s.duplicate;
             t.dropped += s.dropped;
             t.bytes += s.bytes;
+            t.invalid += s.invalid;
         }
         t
     }
@@ -95,10 +99,12 @@ pub struct Snapshot {
     /// The kernel's drop counters outside this capture (namespace, host and
     /// interface wide: context, not this capture's loss), as changes since start.
     pub host: HostCounters,
+    /// The station accepted (VDIF: given, or learnt from the first frame).
+    pub station: Option<u16>,
 }
 
-const STREAM_FIELDS: usize = 6;
-const GLOBAL_FIELDS: usize = 7;
+const STREAM_FIELDS: usize = 7;
+const GLOBAL_FIELDS: usize = 8;
 
 /// Counters shared between the capture thread (writer) and monitors (readers).
 #[derive(Debug)]
@@ -120,7 +126,7 @@ impl Stats {
             per_stream: (0..streams * STREAM_FIELDS)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
-            global: Default::default(),
+            global: std::array::from_fn(|i| AtomicU64::new(if i == 7 { ABSENT } else { 0 })),
             host: std::array::from_fn(|_| AtomicU64::new(ABSENT)),
         }
     }
@@ -143,6 +149,7 @@ impl Stats {
                 s.duplicate,
                 s.dropped,
                 s.bytes,
+                s.invalid,
             ];
             for (a, v) in f.iter().zip(vals) {
                 a.store(v, Ordering::Relaxed);
@@ -168,6 +175,10 @@ impl Stats {
         self.global[6].store(v, Ordering::Relaxed);
     }
 
+    pub fn set_station(&self, v: Option<u16>) {
+        self.global[7].store(v.map_or(ABSENT, u64::from), Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         let g = |i: usize| self.global[i].load(Ordering::Relaxed);
         let streams = self
@@ -182,6 +193,7 @@ impl Stats {
                     duplicate: v(3),
                     dropped: v(4),
                     bytes: v(5),
+                    invalid: v(6),
                 }
             })
             .collect();
@@ -196,6 +208,7 @@ impl Stats {
             },
             kernel_drops: g(5),
             rcvbuf: g(6),
+            station: Some(g(7)).filter(|&v| v != ABSENT).map(|v| v as u16),
             host: HostCounters::from_array(std::array::from_fn(|i| {
                 Some(self.host[i].load(Ordering::Relaxed)).filter(|&v| v != ABSENT)
             })),
@@ -219,6 +232,7 @@ mod tests {
                 duplicate: b + 3,
                 dropped: b + 4,
                 bytes: b + 5,
+                invalid: b + 6,
             };
         }
         c.malformed = 7;
@@ -241,7 +255,10 @@ mod tests {
         assert_eq!(snap.host, host);
         assert_eq!(snap.counters, c);
         assert_eq!((snap.kernel_drops, snap.rcvbuf), (12, 13));
-        // 3 streams: received+late+duplicate+dropped = 4b+9 for b = 1, 11, 21.
-        assert_eq!(c.accounted(), (4 + 9) + (44 + 9) + (84 + 9) + 7 + 8);
+        // 3 streams: received+late+duplicate+dropped+invalid = 5b+15, b = 1, 11, 21.
+        assert_eq!(c.accounted(), (5 + 15) + (55 + 15) + (105 + 15) + 7 + 8);
+        assert_eq!(snap.station, None);
+        stats.set_station(Some(0x4142));
+        assert_eq!(stats.snapshot().station, Some(0x4142));
     }
 }

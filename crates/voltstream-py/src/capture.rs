@@ -909,6 +909,7 @@ fn stream_dict<'py>(py: Python<'py>, s: &StreamCounters) -> PyResult<Bound<'py, 
     d.set_item("duplicate", s.duplicate)?;
     d.set_item("dropped", s.dropped)?;
     d.set_item("bytes", s.bytes)?;
+    d.set_item("invalid", s.invalid)?;
     Ok(d)
 }
 
@@ -950,6 +951,7 @@ fn threads_list<'py>(
         d.set_item("chunks_dropped", c.chunks_dropped)?;
         d.set_item("resyncs", c.resyncs)?;
         d.set_item("kernel_drops", snap.kernel_drops)?;
+        d.set_item("station", snap.station)?;
         list.append(d)?;
     }
     Ok(list)
@@ -984,6 +986,8 @@ fn stats_dict<'py>(
     d.set_item("resyncs", c.resyncs)?;
     d.set_item("kernel_drops", snap.kernel_drops)?;
     d.set_item("rcvbuf", snap.rcvbuf)?;
+    // VDIF: the station accepted, given or learnt from the first frame.
+    d.set_item("station", snap.station)?;
     Ok(d)
 }
 

@@ -12,6 +12,7 @@ fn wire_err(py: Python<'_>, format: &str, e: WireError) -> PyErr {
         WireError::Truncated => "is shorter than its header or frame length says",
         WireError::Malformed => "has a field the format forbids (version, sizes, flags...)",
         WireError::Foreign => "is well-formed but not from a configured thread/station/subband",
+        WireError::Invalid { .. } => "is flagged invalid by its sender (its samples are lost)",
     };
     py_error(py, "FormatError", format!("{format} packet {what} ({e})"))
 }

@@ -138,8 +138,19 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
                 }
             }
             Err(WireError::Foreign) => self.counters.foreign += 1,
-            Err(WireError::Truncated | WireError::Malformed) => self.counters.malformed += 1,
+            Err(WireError::Invalid { stream }) if stream < self.layout.streams => {
+                // Not placed: its slot stays empty, so its samples count missing.
+                self.counters.streams[stream].invalid += 1
+            }
+            Err(WireError::Truncated | WireError::Malformed | WireError::Invalid { .. }) => {
+                self.counters.malformed += 1
+            }
         }
+    }
+
+    /// The station the locator accepts (given, or learnt from the first frame).
+    pub fn station(&self) -> Option<u16> {
+        self.locate.station()
     }
 
     /// Counts a packet the engine saw cut short (larger than its receive buffer).

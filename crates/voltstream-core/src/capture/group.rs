@@ -278,6 +278,7 @@ impl CaptureGroup {
             t.resyncs += s.resyncs;
             total.kernel_drops += snap.kernel_drops;
             total.rcvbuf += snap.rcvbuf;
+            total.station = total.station.or(snap.station);
             threads.push(ThreadSnapshot {
                 streams: streams.clone(),
                 snapshot: snap,

@@ -266,6 +266,7 @@ fn run<E: Engine, L: Locate, S: crate::assemble::ChunkSink>(
             break;
         }
         stats.publish(assembler.counters());
+        stats.set_station(assembler.station());
         if last_drops.elapsed() >= DROPS_EVERY {
             stats.set_kernel_drops(engine.kernel_drops());
             stats.set_host(&host.sample());
@@ -287,6 +288,7 @@ fn run<E: Engine, L: Locate, S: crate::assemble::ChunkSink>(
     }
     assembler.finish();
     stats.publish(assembler.counters());
+    stats.set_station(assembler.station());
     stats.set_kernel_drops(engine.kernel_drops());
     stats.set_host(&host.sample());
     result

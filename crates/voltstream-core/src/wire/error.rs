@@ -7,6 +7,9 @@ pub enum WireError {
     Malformed,
     /// Well-formed, but not one of ours (wrong stream id, station, subband...).
     Foreign,
+    /// One of ours (its stream is known), but its sender flagged it invalid (the
+    /// VDIF/CODIF invalid bit): counted against the stream, its samples lost.
+    Invalid { stream: usize },
 }
 
 impl core::fmt::Display for WireError {
@@ -15,6 +18,7 @@ impl core::fmt::Display for WireError {
             WireError::Truncated => "packet truncated",
             WireError::Malformed => "packet malformed",
             WireError::Foreign => "packet not from a configured stream",
+            WireError::Invalid { .. } => "frame flagged invalid by its sender",
         })
     }
 }

@@ -6,6 +6,8 @@
 
 use super::{codif, counter, layout, roach2, spead, vdif, Locate, Located, WireError};
 use crate::{Error, Result};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// A capture's packet format.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -393,6 +395,7 @@ impl FormatSpec {
                     frame_len: *frame_len,
                     fps: *frames_per_second,
                     station: *station,
+                    learned: Arc::new(AtomicU32::new(NO_STATION)),
                 }
             }
             FormatSpec::Ynao { subband } => Kind::Ynao { subband: *subband },
@@ -442,6 +445,13 @@ impl FormatSpec {
 }
 
 const NO_STREAM: u16 = u16::MAX;
+/// `learned` before any frame fixed the station (station ids are 16 bits).
+const NO_STATION: u32 = u32::MAX;
+
+fn learned_station(learned: &AtomicU32) -> Option<u16> {
+    let v = learned.load(Ordering::Relaxed);
+    (v != NO_STATION).then_some(v as u16)
+}
 
 /// The [`Locate`] implementation for a validated [`FormatSpec`].
 #[derive(Debug, Clone)]
@@ -456,7 +466,11 @@ enum Kind {
         streams: usize,
         frame_len: usize,
         fps: u32,
+        /// The station given; with none, the first valid frame of a configured
+        /// thread fixes it in `learned` (shared by the clones of this locator),
+        /// and frames of any other station are foreign from then on.
         station: Option<u16>,
+        learned: Arc<AtomicU32>,
     },
     Ynao {
         subband: Option<u8>,
@@ -477,6 +491,16 @@ enum Kind {
 }
 
 impl Locate for Locator {
+    fn station(&self) -> Option<u16> {
+        match &self.kind {
+            Kind::Vdif {
+                station, learned, ..
+            } => station.or_else(|| learned_station(learned)),
+            Kind::Codif { station, .. } => *station,
+            _ => None,
+        }
+    }
+
     fn streams(&self) -> usize {
         match &self.kind {
             Kind::Vdif { streams, .. } => *streams,
@@ -506,26 +530,43 @@ impl Locate for Locator {
                 frame_len,
                 fps,
                 station,
+                learned,
                 ..
             } => {
                 let p = vdif::Packet::new_checked(packet)?;
                 // A legacy header would shift the payload: not this capture's layout.
-                if p.legacy() || p.invalid() || p.frame_len() != *frame_len {
+                if p.legacy() || p.frame_len() != *frame_len || packet.len() != *frame_len {
                     return Err(WireError::Malformed);
                 }
-                if packet.len() != *frame_len {
-                    return Err(WireError::Malformed);
-                }
-                if p.frame() >= *fps {
-                    return Err(WireError::Malformed);
-                }
-                if station.is_some_and(|s| s != p.station()) {
+                let want = station.or_else(|| learned_station(learned));
+                if want.is_some_and(|s| s != p.station()) {
                     return Err(WireError::Foreign);
                 }
                 let stream = match table.get(p.thread() as usize) {
                     Some(&s) if s != NO_STREAM => s as usize,
                     _ => return Err(WireError::Foreign),
                 };
+                if p.invalid() {
+                    return Err(WireError::Invalid { stream });
+                }
+                if p.frame() >= *fps {
+                    return Err(WireError::Malformed);
+                }
+                if want.is_none() {
+                    // The first valid frame of ours fixes the station; a frame of
+                    // another station that raced it here is foreign.
+                    let this = p.station() as u32;
+                    if let Err(won) = learned.compare_exchange(
+                        NO_STATION,
+                        this,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        if won != this {
+                            return Err(WireError::Foreign);
+                        }
+                    }
+                }
                 let index = p.seconds() as u64 * *fps as u64 + p.frame() as u64;
                 let payload = packet.get(vdif::HEADER_LEN..).ok_or(WireError::Truncated)?;
                 Ok(Located {
@@ -559,15 +600,10 @@ impl Locate for Locator {
                 group,
             } => {
                 let p = codif::Packet::new_checked(packet)?;
-                if p.invalid()
-                    || p.frame_len() != *frame_len
+                if p.frame_len() != *frame_len
                     || packet.len() != *frame_len
                     || p.sync() != codif::SYNC
                 {
-                    return Err(WireError::Malformed);
-                }
-                let period = p.period() as u32;
-                if period == 0 || p.seconds() % period != 0 || p.frame() >= *fpp {
                     return Err(WireError::Malformed);
                 }
                 if station.is_some_and(|s| s != p.station())
@@ -579,6 +615,13 @@ impl Locate for Locator {
                     .iter()
                     .position(|&t| t == p.thread())
                     .ok_or(WireError::Foreign)?;
+                if p.invalid() {
+                    return Err(WireError::Invalid { stream });
+                }
+                let period = p.period() as u32;
+                if period == 0 || p.seconds() % period != 0 || p.frame() >= *fpp {
+                    return Err(WireError::Malformed);
+                }
                 let index = (p.seconds() / period) as u64 * *fpp as u64 + p.frame() as u64;
                 let payload = packet
                     .get(codif::HEADER_LEN..)
@@ -731,13 +774,53 @@ mod tests {
         assert_eq!(l.locate(&long), Err(WireError::Malformed));
         let mut inv = f.clone();
         inv[3] |= 0x80;
-        assert_eq!(l.locate(&inv), Err(WireError::Malformed));
+        assert_eq!(l.locate(&inv), Err(WireError::Invalid { stream: 1 }));
+        assert_eq!(l.station(), Some(0x4142));
         let mut stn = f.clone();
         stn[12] ^= 1;
         assert_eq!(l.locate(&stn), Err(WireError::Foreign));
         let mut legacy = f.clone();
         legacy[3] |= 0x40;
         assert_eq!(l.locate(&legacy), Err(WireError::Malformed));
+    }
+
+    #[test]
+    fn vdif_learns_its_station_from_the_first_valid_frame_of_its_threads() {
+        let spec = FormatSpec::Vdif {
+            threads: vec![5, 2],
+            frame_len: 1056,
+            frames_per_second: 1000,
+            station: None,
+        };
+        let l = spec.locator().unwrap();
+        let shared = l.clone(); // a clone (another capture thread) learns with it
+        let other = |f: &[u8]| {
+            let mut g = f.to_vec();
+            g[12] ^= 1; // station 0x4143
+            g
+        };
+        let ours = vdif_frame(2, 7, 1);
+        assert_eq!(l.station(), None);
+        // Frames that are not ours, or not valid, teach nothing.
+        assert_eq!(
+            l.locate(&other(&vdif_frame(3, 7, 0))),
+            Err(WireError::Foreign)
+        );
+        let mut inv = other(&ours);
+        inv[3] |= 0x80;
+        assert_eq!(l.locate(&inv), Err(WireError::Invalid { stream: 1 }));
+        assert_eq!(l.station(), None);
+        assert!(l.locate(&ours).is_ok());
+        assert_eq!(
+            (l.station(), shared.station()),
+            (Some(0x4142), Some(0x4142))
+        );
+        assert_eq!(shared.locate(&other(&ours)), Err(WireError::Foreign));
+        assert!(shared.locate(&vdif_frame(5, 7, 2)).is_ok());
+        // A fresh locator from the same spec starts unlocked: theirs first wins.
+        let fresh = spec.locator().unwrap();
+        assert!(fresh.locate(&other(&ours)).is_ok());
+        assert_eq!(fresh.locate(&ours), Err(WireError::Foreign));
     }
 
     #[test]
@@ -1102,7 +1185,7 @@ mod tests {
             c[byte] ^= 1 << bit;
             l.locate(&c).map(|x| (x.stream, x.index))
         };
-        assert_eq!(corrupt(7, 7), Err(WireError::Malformed)); // invalid flag
+        assert_eq!(corrupt(7, 7), Err(WireError::Invalid { stream: 1 })); // invalid flag
         assert_eq!(corrupt(44, 0), Err(WireError::Malformed)); // sync word
         assert_eq!(corrupt(12, 0), Err(WireError::Truncated)); // longer data array
         assert_eq!(corrupt(12, 7), Err(WireError::Malformed)); // empty data array

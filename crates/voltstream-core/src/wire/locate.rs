@@ -24,6 +24,11 @@ pub trait Locate: Send {
     /// Classifies one packet. `Err(Foreign)` for packets that are valid but not
     /// ours, `Err(Truncated | Malformed)` for packets that fail checks.
     fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError>;
+    /// The station this locator accepts, given or learnt from the first valid
+    /// frame (VDIF); None where the format has no station or none is known yet.
+    fn station(&self) -> Option<u16> {
+        None
+    }
 }
 
 /// Where a format keeps the stream id, so that packets can be steered to the
