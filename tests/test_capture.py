@@ -10,7 +10,9 @@ import pytest
 from voltstream import _core
 from voltstream.errors import CaptureError, ConfigError, VoltstreamError
 
-STREAM_KEYS = {"stream", "received", "missing", "late", "duplicate", "dropped", "bytes"}
+STREAM_KEYS = {
+    "stream", "received", "missing", "late", "duplicate", "dropped", "bytes", "invalid",
+}  # fmt: skip
 TOP_KEYS = {
     "engine",
     "running",
@@ -24,6 +26,7 @@ TOP_KEYS = {
     "resyncs",
     "kernel_drops",
     "rcvbuf",
+    "station",
     "host",
     "memory",
     "multicast",

@@ -28,14 +28,22 @@ F-engine (digitiser heaps in, channelised SPEAD heaps out):
 """
 
 
-def _cpu_list(text: str) -> list[int]:
-    try:
-        cpus = [int(c) for c in text.split(",")]
-    except ValueError:
-        cpus = []
-    if not cpus or min(cpus) < 0:
-        raise argparse.ArgumentTypeError(f"expected CPU numbers like 2,3; got {text!r}")
-    return cpus
+def _int_list(what: str):
+    """An argparse type: comma-separated whole numbers >= 0 (``what`` names them)."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(c) for c in text.split(",")]
+        except ValueError:
+            values = []
+        if not values or min(values) < 0:
+            raise argparse.ArgumentTypeError(f"expected {what} like 2,3; got {text!r}")
+        return values
+
+    return parse
+
+
+_cpu_list = _int_list("CPU numbers")
 
 
 def _host_port(text: str) -> str:
@@ -107,6 +115,20 @@ def _add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str]
         "frames of any other station are counted foreign and never placed. Default: any",
     )
     g.add_argument(
+        "--npol",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="VDIF polarisations, one thread each. Default: 2",
+    )
+    g.add_argument(
+        "--vdif-threads",
+        type=_int_list("VDIF thread ids"),
+        default=None,
+        help="VDIF thread id of each polarisation, in pol order (e.g. 3 with --npol 1, or "
+        "4,5); frames of other threads are counted foreign. Default: 0 (and 1)",
+    )
+    g.add_argument(
         "--bits",
         type=int,
         choices=(2, 4, 8),
@@ -175,6 +197,8 @@ def _format_from(args):
         vdif_payload=args.vdif_payload,
         bits=getattr(args, "bits", 8),
         station=getattr(args, "station", None),
+        npol=getattr(args, "npol", 2),
+        vdif_threads=getattr(args, "vdif_threads", None),
     )
 
 

@@ -42,6 +42,13 @@ class StreamFormat:
     freq_mhz: float  # band centre
     bits: int = 8  # per real or imaginary part (VDIF: 2, 4 or 8; YNAO: 8)
     station: int | None = None  # VDIF: accept only this station id (others: foreign)
+    # VDIF: the thread id of each polarisation, in pol order (default 0 .. npol-1).
+    vdif_threads: tuple[int, ...] | None = None
+
+    @property
+    def thread_ids(self) -> list[int]:
+        """The VDIF thread of each capture stream (polarisation), in stream order."""
+        return list(self.vdif_threads) if self.vdif_threads else list(range(self.npol))
 
     @property
     def tsamp_s(self) -> float:
@@ -87,7 +94,7 @@ class StreamFormat:
             )
         return {
             "format": "vdif",
-            "vdif_threads": list(range(self.npol)),
+            "vdif_threads": self.thread_ids,
             "vdif_frame_len": self.packet_len,
             "frames_per_second": int(round(fps)),
             "station": self.station,
@@ -181,6 +188,7 @@ def make_format(
     npol: int = 2,
     bits: int = 8,
     station: int | None = None,
+    vdif_threads: list[int] | None = None,
 ) -> StreamFormat:
     """Builds a StreamFormat from command-line style options, validating them."""
     if name not in FORMATS:
@@ -211,7 +219,21 @@ def make_format(
         )
     if station is not None and not 0 <= station < 1 << 16:
         raise ConfigError(f"--station {station}: a VDIF station id is 0 .. 65535")
+    if npol not in (1, 2):
+        raise ConfigError(f"--npol {npol}: VDIF streams here carry 1 or 2 polarisations")
+    threads = None
+    if vdif_threads is not None:
+        threads = tuple(int(t) for t in vdif_threads)
+        if len(threads) != npol:
+            raise ConfigError(
+                f"--vdif-threads {','.join(map(str, threads))}: give one thread per "
+                f"polarisation ({npol}; set --npol 1 for a one-thread stream)"
+            )
+        if len(set(threads)) != len(threads) or not all(0 <= t < 1024 for t in threads):
+            raise ConfigError(
+                f"--vdif-threads {','.join(map(str, threads))}: distinct ids in 0 .. 1023"
+            )
     return StreamFormat(
         "vdif", nchan, npol, vdif_payload * 8 // bits_per_sample, vdif_payload, chan_bw_mhz,
-        freq_mhz, bits, station,
+        freq_mhz, bits, station, threads,
     )  # fmt: skip

@@ -146,8 +146,8 @@ def _vdif_options(i: dict) -> str:
     why = []
     if not i["complex"][0]:
         why.append("real samples")
-    if i["threads"] != list(range(len(i["threads"]))) or len(i["threads"]) > 2:
-        why.append(f"threads {i['threads']} (the CLI takes 0 = pol 0 and 1 = pol 1)")
+    if len(i["threads"]) > 2:
+        why.append(f"{len(i['threads'])} threads (the CLI takes one thread per pol, 1 or 2)")
     if i["legacy"]:
         why.append("legacy headers")
     if bits not in (2, 4, 8):
@@ -160,6 +160,10 @@ def _vdif_options(i: dict) -> str:
         return ("not yet on the command line (" + ", ".join(why) + "): use _core.Capture("
                 "format='vdif', vdif_threads=...) from Python")  # fmt: skip
     opts = f"--format vdif --nchan {nchan} --bits {bits} --vdif-payload {payload}{station}"
+    if len(i["threads"]) == 1:
+        opts += f" --npol 1 --vdif-threads {i['threads'][0]}"
+    elif i["threads"] != [0, 1]:
+        opts += " --vdif-threads " + ",".join(map(str, i["threads"]))
     if i["frames_per_second"]:
         bw = i["frames_per_second"] * (payload * 8 // (2 * nchan * bits)) / 1e6
         opts += f" --chan-bw {bw:g}"

@@ -23,7 +23,11 @@ from voltstream.errors import CaptureError, ConfigError
 from voltstream.formats import StreamFormat
 from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
 
-COUNTER_NAMES = ("received", "missing", "late", "duplicate", "malformed", "foreign", "dropped")
+COUNTER_NAMES = (
+    "received", "missing", "late", "duplicate", "invalid", "malformed", "foreign", "dropped",
+)  # fmt: skip
+#: Counted per stream (the rest, malformed and foreign, capture-wide).
+STREAM_COUNTERS = ("received", "missing", "late", "duplicate", "invalid", "dropped")
 
 
 @dataclass
@@ -39,6 +43,7 @@ class CaptureReport:
     engine: dict = field(default_factory=dict)
     discontinuities: int = 0  # timeline restarts (jumps beyond the resync bound)
     pipeline: dict | None = None  # what the consumer (a GPU stage) counted
+    stream_labels: list = field(default_factory=list)  # e.g. "VDIF thread 3" per stream
 
     @property
     def totals(self) -> dict[str, int]:
@@ -69,10 +74,20 @@ class CaptureReport:
             "totals": self.totals,
             "engine": self.engine,
             "pipeline": self.pipeline,
+            "streams": [
+                dict({k: s.get(k, 0) for k in STREAM_COUNTERS}, label=label)
+                for s, label in zip(self.engine.get("streams", []), self._labels(), strict=True)
+            ],
+            "station": self.engine.get("station"),
         }
 
     def write_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.as_dict(), indent=2) + "\n")
+
+    def _labels(self) -> list[str]:
+        n = len(self.engine.get("streams", []))
+        labels = list(self.stream_labels)[:n]
+        return labels + [f"stream {i}" for i in range(len(labels), n)]
 
     def summary_lines(self) -> list[str]:
         t = self.totals
@@ -85,6 +100,15 @@ class CaptureReport:
             + "  ".join(f"{k}={t[k]}" for k in COUNTER_NAMES)
             + f"  kernel_drops={self.engine.get('kernel_drops', 0)}",
         ]
+        if (station := self.engine.get("station")) is not None:
+            lines.append(f"  station {station} ({_station_text(station)}): frames of any "
+                         "other are counted foreign")  # fmt: skip
+        streams = self.engine.get("streams", [])
+        if len(streams) > 1 or t["invalid"]:
+            for s, label in zip(streams, self._labels(), strict=True):
+                lines.append(
+                    f"  {label}: " + "  ".join(f"{k}={s.get(k, 0)}" for k in STREAM_COUNTERS)
+                )
         if p := self.pipeline:
             lines.append(
                 f"  GPU stage: {p['blocks']} blocks, {p['gaps']} gaps, {p['samples_fed']} "
@@ -116,6 +140,12 @@ class CaptureReport:
                     + f"  kernel_drops={th['kernel_drops']}"
                 )
         return lines
+
+
+def _station_text(station: int) -> str:
+    """A VDIF station id as its two ASCII characters where it is printable."""
+    pair = bytes([station >> 8, station & 0xFF])
+    return pair.decode() if all(0x20 < b < 0x7F for b in pair) else f"0x{station:04x}"
 
 
 def _host_lines(host: dict | None, engine: str | None = None) -> list[str]:
@@ -164,6 +194,13 @@ def _memory_lines(mem: dict | None) -> list[str]:
     ]
     lines += [f"  warning: {w}" for w in mem.get("warnings", [])]
     return lines
+
+
+def stream_labels(fmt: StreamFormat) -> list[str]:
+    """What each capture stream is, for the report."""
+    if fmt.name == "vdif":
+        return [f"VDIF thread {t} (pol {p})" for p, t in enumerate(fmt.thread_ids)]
+    return [fmt.name.upper()]
 
 
 def open_capture(
@@ -236,7 +273,7 @@ def run_capture(
     """
     if duration_s <= 0:
         raise ConfigError(f"--duration must be positive, got {duration_s}")
-    report = CaptureReport(format=fmt.name, bind=bind)
+    report = CaptureReport(format=fmt.name, bind=bind, stream_labels=stream_labels(fmt))
     cap = open_capture(
         fmt, bind, packets_per_chunk, nchunks, window, resync_chunks, engine, multicast,
         interface, threads, cpus, engine_options,

@@ -66,15 +66,27 @@ impl<L: Locate> Locate for Subset<L> {
         self.inner.payload_len()
     }
 
+    fn station(&self) -> Option<u16> {
+        self.inner.station()
+    }
+
     #[inline]
     fn locate<'a>(&self, packet: &'a [u8]) -> core::result::Result<Located<'a>, WireError> {
-        let mut l = self.inner.locate(packet)?;
-        match self.local.get(l.stream) {
-            Some(&k) if k != NOT_OURS => {
-                l.stream = k as usize;
+        let local = |stream: usize| match self.local.get(stream) {
+            Some(&k) if k != NOT_OURS => Some(k as usize),
+            _ => None,
+        };
+        match self.inner.locate(packet) {
+            Ok(mut l) => {
+                l.stream = local(l.stream).ok_or(WireError::Foreign)?;
                 Ok(l)
             }
-            _ => Err(WireError::Foreign),
+            // An invalid frame of a stream this thread owns counts against it.
+            Err(WireError::Invalid { stream }) => {
+                Err(local(stream)
+                    .map_or(WireError::Foreign, |stream| WireError::Invalid { stream }))
+            }
+            Err(e) => Err(e),
         }
     }
 }
