@@ -150,6 +150,8 @@ class StreamFormat:
             nbit=self.bits,
             samples_per_frame=spp,
             start_frame=start_frame + first_sample // spp,
+            station=self.station or 0,
+            threads=self.thread_ids,
         )
 
     def payload_to_tfp(self, per_stream: np.ndarray, present: np.ndarray) -> np.ndarray:
