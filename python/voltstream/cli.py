@@ -74,6 +74,11 @@ def _add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str]
         if "spead-dig" in extra_formats
         else ""
     )
+    if "codif" in extra_formats:
+        more = (
+            "; spead-dig: MeerKAT digitiser heaps (its defaults, or --stream FILE); codif, "
+            "spead, counter, layout: described by --stream FILE.toml (docs/formats.md)"
+        )
     g.add_argument(
         "--format",
         choices=("ynao", "vdif", *extra_formats),
@@ -554,11 +559,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="capture a UDP stream into time-ordered chunks (and a DADA file)",
         description="Capture packets (packet_ring engine by default, see --engine), place "
         "each by its time stamp into chunks (reordering within a window), count every packet "
-        "(received, missing, late, duplicate, malformed, foreign, dropped, and the "
+        "(received, missing, late, duplicate, invalid, malformed, foreign, dropped, and the "
         "kernel's drops), and write the samples to a DADA file. Missing packets are "
-        "zero-filled in the file and counted in the report.",
+        "zero-filled in the file and counted in the report. Every format the capture "
+        "parses can be counted (--stream FILE.toml describes it); --output writes the "
+        "samples of YNAO and VDIF streams.",
     )
-    _add_format_options(p)
+    _add_format_options(p, extra_formats=("spead-dig", "codif", "spead", "counter", "layout"))
+    p.add_argument(
+        "--stream",
+        help='a stream description (TOML: format = "vdif" | "codif" | "spead-dig" | '
+        '"spead" | "counter" | "layout" | "ynao", and its geometry; docs/formats.md '
+        "has one per format). Replaces --format and its options",
+    )
     _add_engine_option(p)
     p.add_argument("--bind", type=_host_port, required=True, help="HOST:PORT to listen on")
     p.add_argument("--duration", type=_positive(float), required=True, help="seconds to capture")

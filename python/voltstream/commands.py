@@ -216,13 +216,41 @@ def _open_sim_output(path: str, fmt, obs):
         raise ConfigError(f"cannot write {path}: {e.strerror}") from None
 
 
-def capture(args) -> int:
+def _capture_format(args):
+    """The capture's format: a stream description file, the digitiser stream's
+    defaults, or the YNAO/VDIF options."""
     from voltstream.cli import _format_from
+
+    if args.stream:
+        from voltstream.streams import load_stream  # pydantic: only where a file is read
+
+        desc = load_stream(args.stream)
+        if args.format not in ("ynao", desc.format):  # ynao: the default, not a choice
+            raise ConfigError(f"--format {args.format} but {args.stream} says {desc.format}")
+        return desc
+    if args.format == "spead-dig":
+        from voltstream.streams import spead_dig
+
+        return spead_dig()
+    if args.format in ("codif", "spead", "counter", "layout"):
+        raise ConfigError(
+            f"--format {args.format} needs --stream FILE.toml with its geometry "
+            "(docs/formats.md has an example per format)"
+        )
+    return _format_from(args)
+
+
+def capture(args) -> int:
     from voltstream.pipeline.capture import run_capture
 
-    fmt = _format_from(args)
+    fmt = _capture_format(args)
     writer = None
     if args.output:
+        if not hasattr(fmt, "observation"):
+            raise ConfigError(
+                f"--output writes the samples of YNAO and VDIF streams as DADA; a {fmt.name} "
+                "stream is captured and counted without it"
+            )
         from voltstream.io.dada import DadaWriter
 
         mjd, sec = _now_mjd()

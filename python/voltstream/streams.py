@@ -1,0 +1,285 @@
+"""Stream descriptions: every capture format the Rust core parses, described in a file.
+
+A new FPGA design, a CODIF or SPEAD stream, or a test counter stream needs a TOML
+file, not code: ``voltstream capture --stream FILE.toml`` (docs/formats.md has one
+worked example per format). Each description is a pydantic model, validated before
+anything is opened; an error names its key (``threads.2``, ``layout.index.bytes``)
+and TOML syntax errors their line. ``capture_kwargs()`` gives the keyword arguments of
+``voltstream._core.Capture``, which validates the geometry once more in Rust.
+
+The descriptions stand in for ``formats.StreamFormat`` where only packets are
+counted (capture alone): they have ``name``, ``streams``, ``capture_kwargs()`` and,
+where the format knows them, ``samples_per_packet``. Writing samples (``--output``)
+needs the sample geometry of the YNAO and VDIF formats (``--format ynao|vdif``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from voltstream.errors import ConfigError
+
+__all__ = ["STREAM_FORMATS", "StreamDescription", "load_stream", "parse_stream", "spead_dig"]
+
+#: Formats a description may name (``format = "..."``).
+STREAM_FORMATS = ("vdif", "codif", "spead-dig", "spead", "counter", "layout", "ynao")
+
+
+def _station(value):
+    """A station id: a number, or two ASCII characters (``"Ef"``)."""
+    if isinstance(value, str) and len(value) == 2 and value.isascii():
+        return (ord(value[0]) << 8) | ord(value[1])
+    return value
+
+
+class _Stream(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # What a capture-alone run needs of a format (StreamFormat has the same).
+    nchan: int = 1
+    npol: int = 1
+
+    @property
+    def samples_per_packet(self) -> int:
+        return 0  # unknown: the report counts packets and bytes only
+
+    def labels(self) -> list[str]:
+        return [f"stream {i}" for i in range(self.streams)]
+
+
+class VdifStream(_Stream):
+    """VDIF frames as received: one stream per thread id, in the order given."""
+
+    format: Literal["vdif"]
+    threads: list[Annotated[int, Field(ge=0, le=1023)]] = Field(min_length=1)
+    frame_len: int = Field(gt=32, description="whole frame, header included (bytes)")
+    frames_per_second: int = Field(gt=0, lt=1 << 24)
+    station: Annotated[int | None, Field(ge=0, lt=1 << 16)] = None
+
+    @field_validator("station", mode="before")
+    @classmethod
+    def station_from_text(cls, value):
+        return _station(value)
+
+    @property
+    def name(self) -> str:
+        return "vdif"
+
+    @property
+    def streams(self) -> int:
+        return len(self.threads)
+
+    def labels(self) -> list[str]:
+        return [f"VDIF thread {t}" for t in self.threads]
+
+    def capture_kwargs(self) -> dict:
+        return dict(format="vdif", vdif_threads=self.threads, vdif_frame_len=self.frame_len,
+                    frames_per_second=self.frames_per_second, station=self.station)  # fmt: skip
+
+
+class CodifStream(_Stream):
+    """CODIF frames: one stream per thread id; station and group checked when given."""
+
+    format: Literal["codif"]
+    threads: list[Annotated[int, Field(ge=0, lt=1 << 16)]] = Field(min_length=1)
+    frame_len: int = Field(gt=64)
+    frames_per_period: int = Field(gt=0)
+    station: Annotated[int | None, Field(ge=0, lt=1 << 16)] = None
+    group: Annotated[int | None, Field(ge=0, lt=1 << 16)] = None
+
+    @field_validator("station", mode="before")
+    @classmethod
+    def station_from_text(cls, value):
+        return _station(value)
+
+    @property
+    def name(self) -> str:
+        return "codif"
+
+    @property
+    def streams(self) -> int:
+        return len(self.threads)
+
+    def labels(self) -> list[str]:
+        return [f"CODIF thread {t}" for t in self.threads]
+
+    def capture_kwargs(self) -> dict:
+        return dict(format="codif", codif_threads=self.threads, codif_frame_len=self.frame_len,
+                    frames_per_period=self.frames_per_period, station=self.station,
+                    group=self.group)  # fmt: skip
+
+
+class SpeadStream(_Stream):
+    """SPEAD heaps; ``spead-dig`` is the MeerKAT digitiser stream (one packet per heap,
+    one stream per digitiser id, index = time stamp / samples per heap)."""
+
+    format: Literal["spead-dig", "spead"]
+    digitiser_ids: list[Annotated[int, Field(ge=0)]] = Field(default=[0, 1], min_length=1)
+    samples_per_heap: int = Field(default=4096, gt=0)
+    sample_bits: Literal[8, 10, 12, 16] = 10
+    heap_bytes: int | None = Field(default=None, gt=0)
+    packets_per_heap: int = Field(default=1, gt=0)
+    heap_address_bits: Literal[40, 48] = 48
+    timestamp_id: int = Field(default=0x1600, ge=0)
+    digitiser_id_item: int = Field(default=0x3101, ge=0)
+    heap_cnt_step: int | None = Field(default=None, gt=0)
+
+    @property
+    def name(self) -> str:
+        return self.format
+
+    @property
+    def streams(self) -> int:
+        return len(self.digitiser_ids)
+
+    @property
+    def samples_per_packet(self) -> int:
+        return self.samples_per_heap // self.packets_per_heap
+
+    def labels(self) -> list[str]:
+        return [f"digitiser {d}" for d in self.digitiser_ids]
+
+    def capture_kwargs(self) -> dict:
+        kw = dict(format="spead", digitiser_ids=self.digitiser_ids,
+                  samples_per_heap=self.samples_per_heap, sample_bits=self.sample_bits,
+                  packets_per_heap=self.packets_per_heap,
+                  heap_address_bits=self.heap_address_bits, timestamp_id=self.timestamp_id,
+                  digitiser_id_item=self.digitiser_id_item)  # fmt: skip
+        if self.heap_bytes is not None:
+            kw["heap_bytes"] = self.heap_bytes
+        if self.heap_cnt_step is not None:
+            kw["heap_cnt_step"] = self.heap_cnt_step
+        return kw
+
+
+class CounterStream(_Stream):
+    """The sequence-counter packet (u64 index, u16 stream id, payload; big-endian)."""
+
+    format: Literal["counter"]
+    streams_: int = Field(default=1, gt=0, alias="streams")
+    payload_len: int = Field(gt=0)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @property
+    def name(self) -> str:
+        return "counter"
+
+    @property
+    def streams(self) -> int:
+        return self.streams_
+
+    def capture_kwargs(self) -> dict:
+        return dict(format="counter", streams=self.streams_, payload_len=self.payload_len)
+
+
+class LayoutField(BaseModel):
+    """An unsigned integer field of a packet: ``bytes`` at ``offset``, then ``shift``
+    right and cut to ``bits`` (0 = all)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    offset: int = Field(ge=0)
+    bytes: int = Field(ge=1, le=8)
+    endian: Literal["big", "little"] = "big"
+    shift: int = Field(default=0, ge=0, lt=64)
+    bits: int = Field(default=0, ge=0, le=64)
+
+
+class LayoutCheck(LayoutField):
+    """A constant field (magic, version): a mismatch is foreign if ``foreign``, else
+    malformed."""
+
+    value: int = Field(ge=0)
+    foreign: bool = False
+
+
+class LayoutSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    packet_len: int = Field(gt=0)
+    index: LayoutField
+    index_step: int = Field(default=1, gt=0)
+    stream: LayoutField | None = None
+    stream_ids: list[Annotated[int, Field(ge=0)]] = []
+    checks: list[LayoutCheck] = []
+    payload_offset: int = Field(ge=0)
+    payload_len: int = Field(gt=0)
+
+
+class LayoutStream(_Stream):
+    """A declarative user format (docs/formats.md, "Declarative layouts")."""
+
+    format: Literal["layout"]
+    layout: LayoutSpec
+
+    @property
+    def name(self) -> str:
+        return "layout"
+
+    @property
+    def streams(self) -> int:
+        return max(1, len(self.layout.stream_ids))
+
+    def capture_kwargs(self) -> dict:
+        return dict(format="layout", layout=self.layout.model_dump(exclude_none=True))
+
+
+class YnaoStream(_Stream):
+    """YNAO/ROACH2 frames; ``subband`` checked when given."""
+
+    format: Literal["ynao"]
+    subband: int | None = Field(default=None, ge=0, lt=256)
+
+    @property
+    def name(self) -> str:
+        return "ynao"
+
+    @property
+    def streams(self) -> int:
+        return 1
+
+    def capture_kwargs(self) -> dict:
+        return dict(format="ynao", subband=self.subband)
+
+
+StreamDescription = Annotated[
+    VdifStream | CodifStream | SpeadStream | CounterStream | LayoutStream | YnaoStream,
+    Field(discriminator="format"),
+]
+_ADAPTER = TypeAdapter(StreamDescription)
+
+
+def parse_stream(data: dict, source: str = "stream description"):
+    """A validated description from a dict (a parsed TOML file); ConfigError naming
+    every wrong key."""
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if fmt not in STREAM_FORMATS:
+        raise ConfigError(f"{source}: format = {fmt!r}: give one of {', '.join(STREAM_FORMATS)}")
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'][1:]) or '(top)'}: {err['msg']}"
+            for err in e.errors()
+        )
+        raise ConfigError(f"{source}: {problems}") from None
+
+
+def load_stream(path):
+    """A validated description from a TOML file."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read the stream description {p}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    return parse_stream(data, str(p))
+
+
+def spead_dig(**overrides) -> SpeadStream:
+    """The MeerKAT digitiser stream with its defaults (``--format spead-dig``)."""
+    return SpeadStream(format="spead-dig", **overrides)
