@@ -71,3 +71,58 @@ def test_vdif_written_by_voltstream_reads_in_baseband(tmp_path):
     # (docs/formats.md): the same codes, scaled and shifted by half a step.
     for part in (np.real, np.imag):
         np.testing.assert_allclose(part(got) * 35.5 - 0.5, part(want), atol=1e-3)
+
+
+def _baseband_vdif(path, bps, complex_data, edv, rng):
+    """A VDIF file baseband writes: 2 threads x 4 channels, 16 MHz, frames of 20000."""
+    n = 20000 * 4
+    x = rng.normal(0, {2: 1.0, 4: 2.0, 8: 20.0}[bps], (n, 2, 4)).astype(np.float32)
+    if complex_data:
+        x = x + 1j * rng.normal(0, 20.0, x.shape).astype(np.float32)
+    with baseband_vdif.open(path, "ws", edv=edv, station=0x4142, sample_rate=16 * u.MHz,
+                            samples_per_frame=20000, nchan=4, nthread=2,
+                            complex_data=complex_data, bps=bps,
+                            time=Time("2024-03-04T05:06:07")) as fw:  # fmt: skip
+        fw.write(x)
+    with baseband_vdif.open(path, "rs", sample_rate=16 * u.MHz) as fh:
+        return fh.read()  # (time, thread, channel), baseband's decoding
+
+
+@pytest.mark.parametrize(
+    "bps,complex_data,edv", [(2, False, 0), (2, False, 4), (4, False, 1), (8, True, 0)]
+)
+def test_vdif_written_by_baseband_reads_in_voltstream(tmp_path, bps, complex_data, edv):
+    from voltstream.io.vdif import open_vdif
+
+    path = tmp_path / "b.vdif"
+    want = _baseband_vdif(path, bps, complex_data, edv, np.random.default_rng(bps + edv))
+    f = open_vdif(path, freq_mhz=1400.0, bw_mhz=64.0)
+    assert (f.obs.nchan, f.obs.npol, f.obs.nbit, f.obs.ndim) == (4, 2, bps, 1 + complex_data)
+    assert (f.obs.start_mjd, f.obs.start_sec) == (60373, 18367.0)  # 2024-03-04T05:06:07
+    got = np.concatenate([b[0] if isinstance(b, tuple) else b for b in f.read_blocks(f.nsamp)])
+    got = got.transpose(0, 2, 1)  # (time, pol = thread, channel), as baseband reads it
+    assert got.shape == want.shape
+    # The same codes, each reader with its own levels (docs/formats.md): 8-bit
+    # (c - 127.5) / 35.5 in baseband, c - 128 here; 4-bit (c - 8) / 2.95 there, c - 8
+    # here; 2-bit +-1 and +-3.3166 there, +-1 and +-3.3359 here.
+    scale, shift = {2: (1.0, 0.0), 4: (2.95, 0.0), 8: (35.5, -0.5)}[bps]
+    for part in (np.real, np.imag) if complex_data else (np.real,):
+        w = part(want) * scale + shift
+        if bps == 2:
+            w = np.sign(w) * np.where(np.abs(w) > 2, 3.3359, 1.0)
+        np.testing.assert_allclose(part(got), w, atol=2e-3)
+
+
+def test_vdif_written_by_baseband_folds_on_the_command_line(tmp_path):
+    import json
+
+    from voltstream.cli import main
+
+    path = tmp_path / "b.vdif"
+    _baseband_vdif(path, 8, True, 0, np.random.default_rng(9))
+    path.with_suffix(".vdif.json").write_text(
+        json.dumps({"freq_mhz": 1400.0, "bw_mhz": 64.0, "source": "J0000+0000"})
+    )
+    out = tmp_path / "b.fits"
+    args = ["fold", str(path), "--device", "cpu", "--dm", "0", "--period", "0.001", "--nbin", "32"]
+    assert main([*args, "-o", str(out)]) == 0 and out.stat().st_size > 0
