@@ -162,3 +162,19 @@ def test_the_capture_cli_says_what_a_format_needs(tmp_path, capsys):
     assert "--output writes the samples of YNAO and VDIF" in capsys.readouterr().err
     assert main([*args, *stream, "--format", "vdif"]) == 2
     assert "says counter" in capsys.readouterr().err
+
+
+def test_legacy_vdif_headers_from_a_description(tmp_path):
+    (tmp_path / "l.toml").write_text(
+        'format = "vdif"\nthreads = [0, 1]\nframe_len = 816\nframes_per_second = 1000\n'
+        "legacy = true\n"
+    )
+    x = np.ones((100 * 20, 4, 2), np.complex64)
+    legacy = packetize_vdif(x, frames_per_second=1000, nbit=8, samples_per_frame=100,
+                            legacy=True)  # fmt: skip
+    standard = packetize_vdif(x[:200], frames_per_second=1000, nbit=8, samples_per_frame=100)
+    assert legacy.shape[1] == 816
+    rep, _ = run_capture_cli(tmp_path, ["--stream", str(tmp_path / "l.toml")],
+                             [*legacy, *standard])  # fmt: skip
+    t = rep["totals"]
+    assert (t["received"], t["missing"], t["malformed"]) == (40, 0, 4)

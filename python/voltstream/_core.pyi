@@ -133,8 +133,11 @@ class Capture:
         stream_threads: list[int] | None = None,
         dpdk_port: str | None = None,
         dpdk_eal_args: str | None = None,
+        vdif_legacy: bool = False,
     ) -> None:
-        """SPEAD ('spead'): a heap of `heap_bytes` (default samples_per_heap * sample_bits
+        """VDIF: `vdif_legacy` takes frames with 16-byte legacy headers (others are
+        malformed); with no `station`, the first valid frame of a listed thread fixes it.
+        SPEAD ('spead'): a heap of `heap_bytes` (default samples_per_heap * sample_bits
         / 8) arrives as `packets_per_heap` packets of equal payload; packet k of heap h
         goes to index h * packets_per_heap + k (packets_per_chunk must be a multiple).
         h = time stamp item / samples_per_heap with the stream from the id item, or,

@@ -59,6 +59,7 @@ class VdifStream(_Stream):
     frame_len: int = Field(gt=32, description="whole frame, header included (bytes)")
     frames_per_second: int = Field(gt=0, lt=1 << 24)
     station: Annotated[int | None, Field(ge=0, lt=1 << 16)] = None
+    legacy: bool = False  # 16-byte legacy headers (the frame_len includes them)
 
     @field_validator("station", mode="before")
     @classmethod
@@ -78,7 +79,8 @@ class VdifStream(_Stream):
 
     def capture_kwargs(self) -> dict:
         return dict(format="vdif", vdif_threads=self.threads, vdif_frame_len=self.frame_len,
-                    frames_per_second=self.frames_per_second, station=self.station)  # fmt: skip
+                    frames_per_second=self.frames_per_second, station=self.station,
+                    vdif_legacy=self.legacy)  # fmt: skip
 
 
 class CodifStream(_Stream):

@@ -253,7 +253,7 @@ impl PyCapture {
         codif_frame_len = None, frames_per_period = None, group = None, layout = None,
         xdp_queue = 0, xdp_mode = "auto", packets_per_heap = 1, heap_bytes = None,
         heap_cnt_step = None, multicast = None, threads = 1, cpus = None, stream_threads = None,
-        dpdk_port = None, dpdk_eal_args = None
+        dpdk_port = None, dpdk_eal_args = None, vdif_legacy = false
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -297,6 +297,7 @@ impl PyCapture {
         stream_threads: Option<Vec<usize>>,
         dpdk_port: Option<String>,
         dpdk_eal_args: Option<String>,
+        vdif_legacy: bool,
     ) -> PyResult<Self> {
         let groups = multicast
             .unwrap_or_default()
@@ -333,6 +334,7 @@ impl PyCapture {
                 frames_per_second: frames_per_second
                     .ok_or_else(|| needs("vdif", "frames_per_second"))?,
                 station,
+                legacy: vdif_legacy,
             },
             "spead" => {
                 let ids =

@@ -40,6 +40,7 @@ fn spec(
                 )
             })?,
             station,
+            legacy: false,
         }),
         "ynao" => Ok(FormatSpec::Ynao { subband }),
         other => Err(py_error(

@@ -149,7 +149,11 @@ def _vdif_options(i: dict) -> str:
     if len(i["threads"]) > 2:
         why.append(f"{len(i['threads'])} threads (the CLI takes one thread per pol, 1 or 2)")
     if i["legacy"]:
-        why.append("legacy headers")
+        threads = ", ".join(map(str, i["threads"]))
+        return (f'capture it with --stream FILE.toml holding: format = "vdif", threads = '
+                f'[{threads}], frame_len = {i["frame_len"][0]}, frames_per_second = '
+                f'{i["frames_per_second"] or "(frames per second)"}, legacy = true '
+                "(legacy headers: capture only, not yet folded)")  # fmt: skip
     if bits not in (2, 4, 8):
         why.append(f"{bits}-bit samples")
     station = ""

@@ -252,6 +252,7 @@ mod tests {
             frame_len: 64,
             frames_per_second: 10,
             station: None,
+            legacy: false,
         };
         let mut frame = vec![0xffu8; 64];
         for (s, t) in [0x2a5u32, 7, 0x100].into_iter().enumerate() {

@@ -22,6 +22,8 @@ pub enum FormatSpec {
         frames_per_second: u32,
         /// Accept only this station id; `None` accepts any.
         station: Option<u16>,
+        /// Legacy 16-byte headers (VDIF's legacy bit) instead of 32-byte ones.
+        legacy: bool,
     },
     /// YNAO frames (8216 bytes); one stream.
     Ynao {
@@ -224,8 +226,14 @@ impl FormatSpec {
                 threads,
                 frame_len,
                 frames_per_second,
+                legacy,
                 ..
             } => {
+                let header = if *legacy {
+                    vdif::LEGACY_HEADER_LEN
+                } else {
+                    vdif::HEADER_LEN
+                };
                 if threads.is_empty() {
                     return Err(Error::Config(
                         "VDIF format needs at least one thread id (e.g. threads = [0, 1])".into(),
@@ -243,11 +251,10 @@ impl FormatSpec {
                         )));
                     }
                 }
-                if *frame_len <= vdif::HEADER_LEN || frame_len % 8 != 0 || frame_len / 8 >= 1 << 24
-                {
+                if *frame_len <= header || frame_len % 8 != 0 || frame_len / 8 >= 1 << 24 {
                     return Err(Error::Config(format!(
                         "VDIF frame length {frame_len} bytes is invalid: it must include the \
-                         32-byte header, be a multiple of 8 and below 134217728"
+                         {header}-byte header, be a multiple of 8 and below 134217728"
                     )));
                 }
                 if *frames_per_second == 0 || *frames_per_second >= 1 << 24 {
@@ -361,7 +368,9 @@ impl FormatSpec {
     /// Sample bytes per packet (the packet minus its header).
     pub fn payload_len(&self) -> usize {
         match self {
-            FormatSpec::Vdif { frame_len, .. } => frame_len.saturating_sub(vdif::HEADER_LEN),
+            FormatSpec::Vdif {
+                frame_len, legacy, ..
+            } => frame_len.saturating_sub(vdif_header_len(*legacy)),
             FormatSpec::Ynao { .. } => roach2::DATA_LEN,
             FormatSpec::Spead {
                 heap_bytes,
@@ -384,6 +393,7 @@ impl FormatSpec {
                 frame_len,
                 frames_per_second,
                 station,
+                legacy,
             } => {
                 let mut table = vec![NO_STREAM; vdif::MAX_THREADS].into_boxed_slice();
                 for (i, &t) in threads.iter().enumerate() {
@@ -396,6 +406,7 @@ impl FormatSpec {
                     fps: *frames_per_second,
                     station: *station,
                     learned: Arc::new(AtomicU32::new(NO_STATION)),
+                    legacy: *legacy,
                 }
             }
             FormatSpec::Ynao { subband } => Kind::Ynao { subband: *subband },
@@ -448,6 +459,15 @@ const NO_STREAM: u16 = u16::MAX;
 /// `learned` before any frame fixed the station (station ids are 16 bits).
 const NO_STATION: u32 = u32::MAX;
 
+/// Bytes before a VDIF frame's data array.
+fn vdif_header_len(legacy: bool) -> usize {
+    if legacy {
+        vdif::LEGACY_HEADER_LEN
+    } else {
+        vdif::HEADER_LEN
+    }
+}
+
 fn learned_station(learned: &AtomicU32) -> Option<u16> {
     let v = learned.load(Ordering::Relaxed);
     (v != NO_STATION).then_some(v as u16)
@@ -471,6 +491,7 @@ enum Kind {
         /// and frames of any other station are foreign from then on.
         station: Option<u16>,
         learned: Arc<AtomicU32>,
+        legacy: bool,
     },
     Ynao {
         subband: Option<u8>,
@@ -514,7 +535,9 @@ impl Locate for Locator {
 
     fn payload_len(&self) -> usize {
         match &self.kind {
-            Kind::Vdif { frame_len, .. } => frame_len - vdif::HEADER_LEN,
+            Kind::Vdif {
+                frame_len, legacy, ..
+            } => frame_len - vdif_header_len(*legacy),
             Kind::Ynao { .. } => roach2::DATA_LEN,
             Kind::Spead(m) => m.packet_payload(),
             Kind::Codif { frame_len, .. } => frame_len - codif::HEADER_LEN,
@@ -531,11 +554,15 @@ impl Locate for Locator {
                 fps,
                 station,
                 learned,
+                legacy,
                 ..
             } => {
                 let p = vdif::Packet::new_checked(packet)?;
-                // A legacy header would shift the payload: not this capture's layout.
-                if p.legacy() || p.frame_len() != *frame_len || packet.len() != *frame_len {
+                // A header of the other kind would shift the payload: not this layout.
+                if p.legacy() != *legacy
+                    || p.frame_len() != *frame_len
+                    || packet.len() != *frame_len
+                {
                     return Err(WireError::Malformed);
                 }
                 let want = station.or_else(|| learned_station(learned));
@@ -568,7 +595,9 @@ impl Locate for Locator {
                     }
                 }
                 let index = p.seconds() as u64 * *fps as u64 + p.frame() as u64;
-                let payload = packet.get(vdif::HEADER_LEN..).ok_or(WireError::Truncated)?;
+                let payload = packet
+                    .get(vdif_header_len(*legacy)..)
+                    .ok_or(WireError::Truncated)?;
                 Ok(Located {
                     stream,
                     index,
@@ -729,6 +758,7 @@ mod tests {
             frame_len: 1056,
             frames_per_second: 1000,
             station: Some(0x4142),
+            legacy: false,
         }
     }
 
@@ -785,12 +815,50 @@ mod tests {
     }
 
     #[test]
+    fn vdif_legacy_headers_when_configured() {
+        let spec = FormatSpec::Vdif {
+            threads: vec![0],
+            frame_len: 1040,
+            frames_per_second: 1000,
+            station: None,
+            legacy: true,
+        };
+        let l = spec.locator().unwrap();
+        assert_eq!(l.payload_len(), 1024);
+        let r = vdif::Repr {
+            invalid: false,
+            legacy: true,
+            seconds: 3,
+            ref_epoch: 48,
+            frame: 5,
+            version: 1,
+            log2_nchan: 0,
+            frame_len: 1040,
+            complex: false,
+            bits_per_sample: 2,
+            thread: 0,
+            station: 7,
+            edv: 0,
+        };
+        let mut b: Vec<u8> = (0..1040).map(|i| i as u8).collect();
+        r.emit(&mut vdif::Packet::new_unchecked(&mut b[..]))
+            .unwrap();
+        let loc = l.locate(&b).unwrap();
+        assert_eq!((loc.index, loc.payload), (3005, &b[16..]));
+        // A standard header in a legacy capture (or the reverse) is malformed.
+        let standard = vdif_spec().locator().unwrap();
+        assert_eq!(standard.locate(&b), Err(WireError::Malformed));
+        assert_eq!(l.locate(&vdif_frame(5, 3, 5)), Err(WireError::Malformed));
+    }
+
+    #[test]
     fn vdif_learns_its_station_from_the_first_valid_frame_of_its_threads() {
         let spec = FormatSpec::Vdif {
             threads: vec![5, 2],
             frame_len: 1056,
             frames_per_second: 1000,
             station: None,
+            legacy: false,
         };
         let l = spec.locator().unwrap();
         let shared = l.clone(); // a clone (another capture thread) learns with it
@@ -858,36 +926,42 @@ mod tests {
                 frame_len: 1056,
                 frames_per_second: 1,
                 station: None,
+                legacy: false,
             },
             FormatSpec::Vdif {
                 threads: vec![1024],
                 frame_len: 1056,
                 frames_per_second: 1,
                 station: None,
+                legacy: false,
             },
             FormatSpec::Vdif {
                 threads: vec![1, 1],
                 frame_len: 1056,
                 frames_per_second: 1,
                 station: None,
+                legacy: false,
             },
             FormatSpec::Vdif {
                 threads: vec![0],
                 frame_len: 1057,
                 frames_per_second: 1,
                 station: None,
+                legacy: false,
             },
             FormatSpec::Vdif {
                 threads: vec![0],
                 frame_len: 32,
                 frames_per_second: 1,
                 station: None,
+                legacy: false,
             },
             FormatSpec::Vdif {
                 threads: vec![0],
                 frame_len: 1056,
                 frames_per_second: 0,
                 station: None,
+                legacy: false,
             },
         ];
         for s in bad {
