@@ -364,6 +364,12 @@ def fold(args) -> int:
         from voltstream.io.baseband import open_baseband
 
         reader = open_baseband(args.input, args.chan_bw, args.freq)
+        if reader.obs.ndim == 1:  # real-sampled channels (DBBC3-style VDIF)
+            from voltstream.dsp.real import RealToComplex
+
+            reader = RealToComplex(reader)
+            print(f"fold: {args.input} holds real samples: each channel is converted to "
+                  "complex baseband first (docs/formats.md, VDIF)", file=sys.stderr)  # fmt: skip
         obs = reader.obs
     nsamp = getattr(reader, "nsamp", None)
     span_s = nsamp * obs.tsamp_s if nsamp else args.duration
