@@ -51,15 +51,12 @@ class _Stream(BaseModel):
         return [f"stream {i}" for i in range(self.streams)]
 
 
-class VdifStream(_Stream):
-    """VDIF frames as received: one stream per thread id, in the order given."""
+class _FrameStream(_Stream):
+    """Frames of numbered threads from one station: one stream per thread, in the
+    order given; ``station`` a number or two ASCII characters."""
 
-    format: Literal["vdif"]
-    threads: list[Annotated[int, Field(ge=0, le=1023)]] = Field(min_length=1)
-    frame_len: int = Field(gt=32, description="whole frame, header included (bytes)")
-    frames_per_second: int = Field(gt=0, lt=1 << 24)
+    threads: list[Annotated[int, Field(ge=0, lt=1 << 16)]] = Field(min_length=1)
     station: Annotated[int | None, Field(ge=0, lt=1 << 16)] = None
-    legacy: bool = False  # 16-byte legacy headers (the frame_len includes them)
 
     @field_validator("station", mode="before")
     @classmethod
@@ -68,14 +65,24 @@ class VdifStream(_Stream):
 
     @property
     def name(self) -> str:
-        return "vdif"
+        return self.format
 
     @property
     def streams(self) -> int:
         return len(self.threads)
 
     def labels(self) -> list[str]:
-        return [f"VDIF thread {t}" for t in self.threads]
+        return [f"{self.format.upper()} thread {t}" for t in self.threads]
+
+
+class VdifStream(_FrameStream):
+    """VDIF frames as received."""
+
+    format: Literal["vdif"]
+    threads: list[Annotated[int, Field(ge=0, le=1023)]] = Field(min_length=1)
+    frame_len: int = Field(gt=32, description="whole frame, header included (bytes)")
+    frames_per_second: int = Field(gt=0, lt=1 << 24)
+    legacy: bool = False  # 16-byte legacy headers (the frame_len includes them)
 
     def capture_kwargs(self) -> dict:
         return dict(format="vdif", vdif_threads=self.threads, vdif_frame_len=self.frame_len,
@@ -83,31 +90,13 @@ class VdifStream(_Stream):
                     vdif_legacy=self.legacy)  # fmt: skip
 
 
-class CodifStream(_Stream):
-    """CODIF frames: one stream per thread id; station and group checked when given."""
+class CodifStream(_FrameStream):
+    """CODIF frames; station and group checked when given."""
 
     format: Literal["codif"]
-    threads: list[Annotated[int, Field(ge=0, lt=1 << 16)]] = Field(min_length=1)
     frame_len: int = Field(gt=64)
     frames_per_period: int = Field(gt=0)
-    station: Annotated[int | None, Field(ge=0, lt=1 << 16)] = None
     group: Annotated[int | None, Field(ge=0, lt=1 << 16)] = None
-
-    @field_validator("station", mode="before")
-    @classmethod
-    def station_from_text(cls, value):
-        return _station(value)
-
-    @property
-    def name(self) -> str:
-        return "codif"
-
-    @property
-    def streams(self) -> int:
-        return len(self.threads)
-
-    def labels(self) -> list[str]:
-        return [f"CODIF thread {t}" for t in self.threads]
 
     def capture_kwargs(self) -> dict:
         return dict(format="codif", codif_threads=self.threads, codif_frame_len=self.frame_len,
