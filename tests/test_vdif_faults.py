@@ -101,3 +101,53 @@ def test_every_counter_exact_with_faults(threads, complex_data, nbit, theirs_fir
         assert t["malformed"] == 1
         assert t["foreign"] == (n * nt - 1) + 1 + strays
     assert report.engine["packets"] == len(packets)
+
+
+def test_threads_learnt_from_the_stream_before_the_capture_opens(tmp_path):
+    """`--vdif-threads auto`: the threads (of our station) are learnt from the first
+    frames, ascending, then the capture runs with them; frames of another station on
+    the port teach nothing."""
+    import json
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from loopback import send
+
+    bind = free_bind()
+    ours = stream([7, 2], True, 8, 0x4142, 4000, 5)
+    theirs = stream([9], True, 8, 0x4B41, 100, 6)
+    packets = [*theirs[:20], *ours]
+    report = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "voltstream.cli", "capture", "--bind", bind, "--format",
+           "vdif", "--nchan", "4", "--chan-bw", "0.1", "--vdif-payload", "800", "--station",
+           "AB", "--vdif-threads", "auto", "--duration", "20", "--idle-timeout", "1",
+           "--engine", "socket", "--report", str(report)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stop = threading.Event()
+
+    def sender_loop():  # the stream is already flowing when the capture starts
+        while not stop.is_set():
+            send(bind, packets, pace_every=64)
+            time.sleep(0.05)
+
+    t = threading.Thread(target=sender_loop, daemon=True)
+    time.sleep(0.5)
+    t.start()
+    err = ""
+    for line in proc.stderr:
+        err += line
+        if "listening on" in line:
+            break
+    time.sleep(1.0)
+    stop.set()
+    out, rest = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err + rest
+    assert "VDIF threads [2, 7] of station 16706" in err
+    rep = json.loads(report.read_text())
+    assert [s["label"] for s in rep["streams"]] == [
+        "VDIF thread 2 (pol 0)",
+        "VDIF thread 7 (pol 1)",
+    ]
+    assert rep["totals"]["received"] > 0 and rep["totals"]["foreign"] > 0

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from voltstream.errors import VoltstreamError
+from voltstream.errors import ConfigError, VoltstreamError
 
 DESCRIPTION = """\
 voltstream: a real-time backend for radio telescopes.
@@ -44,6 +44,10 @@ def _int_list(what: str):
 
 
 _cpu_list = _int_list("CPU numbers")
+
+
+def _threads_arg(text: str):
+    return "auto" if text == "auto" else _int_list("VDIF thread ids")(text)
 
 
 def _host_port(text: str) -> str:
@@ -128,10 +132,12 @@ def _add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str]
     )
     g.add_argument(
         "--vdif-threads",
-        type=_int_list("VDIF thread ids"),
+        type=_threads_arg,
         default=None,
         help="VDIF thread id of each polarisation, in pol order (e.g. 3 with --npol 1, or "
-        "4,5); frames of other threads are counted foreign. Default: 0 (and 1)",
+        "4,5); frames of other threads are counted foreign. 'auto' (live only): learnt "
+        "from the first 512 frames before the capture opens (those are not captured), "
+        "ascending, one per pol. Default: 0 (and 1)",
     )
     g.add_argument(
         "--bits",
@@ -194,6 +200,10 @@ def _groups(text: str) -> list[str]:
 def _format_from(args):
     from voltstream.formats import make_format
 
+    threads, npol = getattr(args, "vdif_threads", None), getattr(args, "npol", 2)
+    if threads == "auto":
+        threads = _learn_threads(args)
+        npol = len(threads)
     return make_format(
         args.format,
         nchan=args.nchan,
@@ -202,9 +212,35 @@ def _format_from(args):
         vdif_payload=args.vdif_payload,
         bits=getattr(args, "bits", 8),
         station=getattr(args, "station", None),
-        npol=getattr(args, "npol", 2),
-        vdif_threads=getattr(args, "vdif_threads", None),
+        npol=npol,
+        vdif_threads=threads,
     )
+
+
+def _learn_threads(args) -> list[int]:
+    """``--vdif-threads auto``: the live stream's threads, one per polarisation."""
+    from voltstream.io.inspect import learn_vdif_threads
+
+    bind = getattr(args, "bind", None) or getattr(args, "listen", None)
+    if args.format != "vdif" or not bind:
+        raise ConfigError(
+            "--vdif-threads auto learns the threads of a live VDIF stream (capture --bind, "
+            "fold --listen); give the thread ids otherwise"
+        )
+    learnt = learn_vdif_threads(bind, getattr(args, "station", None))
+    threads = learnt["threads"]
+    if len(threads) > 2:
+        raise ConfigError(
+            f"the stream on {bind} has threads {threads}: one thread per polarisation takes "
+            "1 or 2; capture more with --stream FILE.toml (threads = [...])"
+        )
+    print(
+        f"VDIF threads {threads} of station {learnt['station']}, learnt from "
+        f"{learnt['packets']} packets before the capture opened (not captured)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return threads
 
 
 def _add_spead_dig_options(p: argparse.ArgumentParser) -> None:

@@ -83,6 +83,35 @@ def listen_packets(bind: str, packets: int = 2000, timeout_s: float = 5.0) -> li
     return got
 
 
+def learn_vdif_threads(bind: str, station: int | None = None, packets: int = 512,
+                       timeout_s: float = 5.0) -> dict:  # fmt: skip
+    """The VDIF threads a stream on ``bind`` carries, learnt from up to ``packets``
+    frames before the capture opens (``--vdif-threads auto``): the thread ids of the
+    station given, or of the first valid frame's, ascending. Those frames are not
+    captured: the capture starts after them, and the run report says how many."""
+    from voltstream import _core
+
+    got = listen_packets(bind, packets, timeout_s)
+    heads = []
+    for p in got:
+        try:
+            heads.append(_core.parse_header("vdif", bytes(p)))
+        except Exception:  # FormatError: not VDIF; counted below
+            continue
+    valid = [h for h in heads if not h["invalid"]]
+    if not valid:
+        raise ConfigError(
+            f"--vdif-threads auto: no valid VDIF frame arrived on {bind} in {timeout_s:g} s "
+            f"({len(got)} packets); give --vdif-threads, or start the sender first"
+        )
+    if station is None:
+        station = valid[0]["station"]
+    threads = sorted({h["thread"] for h in valid if h["station"] == station})
+    if not threads:
+        raise ConfigError(f"--vdif-threads auto: no valid frame of station {station} on {bind}")
+    return {"threads": threads, "station": station, "packets": len(got)}
+
+
 def inspect_packets(packets: list, hint: str | None = None) -> dict:
     """Describes a list of packets: VDIF frames or YNAO frames (tried in that order)."""
     if not packets:
