@@ -118,7 +118,7 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
     if product == "fengine":
         argv = VS + ["fengine", "--listen", bind, "--device", a.device, "--channels"]
         argv += [str(opt["channels"]), "--taps", "16", "--sample-bits", "10"]
-        argv += ["--capture-engine", a.engine, *shlex.split(a.fengine_sink), *tail]
+        argv += ["--engine", a.engine, *shlex.split(a.fengine_sink), *tail]
         argv += shlex.split(a.fengine_args)
     elif traffic == "spead" and "spead-dig" not in cli_help("capture"):
         argv = [sys.executable, str(HERE / "e2e_traffic.py"), "capture-spead", "--bind", bind]

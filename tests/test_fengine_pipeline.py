@@ -449,7 +449,8 @@ def test_fengine_help_teaches(capsys):
         "--substreams",
         "--dest",
         "--bits",
-        "--rate-gbps",
+        "--rate",
+        "--engine",
         "--duration",
         "--device",
         "--output-file",
@@ -459,9 +460,24 @@ def test_fengine_help_teaches(capsys):
         "examples:",
     ):
         assert option in out, option
+    assert "--rate-gbps" not in out and "--capture-engine" not in out  # old spellings
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
     assert "spead-dig" in capsys.readouterr().out
+
+
+def test_old_option_spellings_still_work_for_one_release():
+    from voltstream.cli import build_parser
+
+    old = build_parser().parse_args(
+        ["fengine", "--listen", "127.0.0.1:7148", "--rate-gbps", "3", "--capture-engine", "socket"]
+    )
+    new = build_parser().parse_args(
+        ["fengine", "--listen", "127.0.0.1:7148", "--rate", "3", "--engine", "socket"]
+    )
+    assert (old.rate, old.engine) == (new.rate, new.engine) == (3.0, "socket")
+    default = build_parser().parse_args(["fengine", "--listen", "127.0.0.1:7148"])
+    assert (default.rate, default.engine) == (None, "auto")
 
 
 BASE = ["fengine", "--listen", "127.0.0.1:7148", "--device", "cpu", "--duration", "1"]

@@ -9,7 +9,8 @@ import threading
 import numpy as np
 
 from loopback import free_bind, send, sender
-from voltstream.cli import _format_from, build_parser, main
+from voltstream.cli import build_parser, main
+from voltstream.cli_options import format_from
 from voltstream.formats import make_format
 from voltstream.io.inspect import inspect_file, inspect_packets, listen_packets
 from voltstream.pipeline.capture import run_capture
@@ -60,7 +61,7 @@ def test_a_live_stream_is_described_and_its_options_capture_it_without_loss():
     assert "--station 3" in opts
     args = build_parser().parse_args(["capture", "--bind", bind, "--duration", "1",
                                       *shlex.split(opts)])  # fmt: skip
-    fmt2 = _format_from(args)
+    fmt2 = format_from(args)
     report = run_capture(fmt2, bind, 20, packets_per_chunk=8, nchunks=64, idle_timeout_s=0.5,
                          engine="socket", on_start=sender(bind, packets))  # fmt: skip
     t = report.totals

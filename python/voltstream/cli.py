@@ -11,7 +11,20 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from voltstream.errors import ConfigError, VoltstreamError
+from voltstream.cli_options import (
+    add_capture_threads,
+    add_engine,
+    add_format_options,
+    add_no_status,
+    add_rate,
+    add_ring_mb,
+    add_run,
+    cpu_list,
+    groups,
+    host_port,
+    positive,
+)
+from voltstream.errors import VoltstreamError
 
 DESCRIPTION = """\
 voltstream: a real-time backend for radio telescopes.
@@ -26,221 +39,6 @@ F-engine (digitiser heaps in, channelised SPEAD heaps out):
   voltstream simulate --format spead-dig --heaps 4096 --dest 127.0.0.1:7148
   voltstream fengine --listen 127.0.0.1:7148 --dest 127.0.0.1:7150 --duration 10
 """
-
-
-def _int_list(what: str):
-    """An argparse type: comma-separated whole numbers >= 0 (``what`` names them)."""
-
-    def parse(text: str) -> list[int]:
-        try:
-            values = [int(c) for c in text.split(",")]
-        except ValueError:
-            values = []
-        if not values or min(values) < 0:
-            raise argparse.ArgumentTypeError(f"expected {what} like 2,3; got {text!r}")
-        return values
-
-    return parse
-
-
-_cpu_list = _int_list("CPU numbers")
-
-
-def _threads_arg(text: str):
-    return "auto" if text == "auto" else _int_list("VDIF thread ids")(text)
-
-
-def _host_port(text: str) -> str:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:7000), got {text!r}")
-    return text
-
-
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    return parse
-
-
-def _add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str] = ()) -> None:
-    g = p.add_argument_group("stream format")
-    more = (
-        "; spead-dig: MeerKAT digitiser heaps of real samples for `voltstream fengine` "
-        "(options below)"
-        if "spead-dig" in extra_formats
-        else ""
-    )
-    if "codif" in extra_formats:
-        more = (
-            "; spead-dig: MeerKAT digitiser heaps (its defaults, or --stream FILE); codif, "
-            "spead, counter, layout: described by --stream FILE.toml (docs/formats.md)"
-        )
-    g.add_argument(
-        "--format",
-        choices=("ynao", "vdif", *extra_formats),
-        default="ynao",
-        help="packet format: the YNAO/ROACH2 frame (32 channels x 2 pols x 64 "
-        f"spectra) or VDIF (8-bit complex, one thread per pol){more}. Default: ynao",
-    )
-    g.add_argument(
-        "--nchan",
-        type=_positive(int),
-        default=None,
-        help="channels (VDIF only; the YNAO frame always has 32). Default: 32",
-    )
-    g.add_argument(
-        "--chan-bw",
-        type=float,
-        default=None,
-        help="channel width in MHz, negative for a lower sideband. Default: 4.0 "
-        "(for a VDIF file: from its .json sidecar)",
-    )
-    g.add_argument(
-        "--freq",
-        type=_positive(float),
-        default=None,
-        help="centre frequency of the band in MHz. Default: 1420.0 "
-        "(for a VDIF file: from its .json sidecar)",
-    )
-    g.add_argument(
-        "--vdif-payload",
-        type=_positive(int),
-        default=8000,
-        help="VDIF data bytes per frame (multiple of 8, whole samples). Default: 8000",
-    )
-    g.add_argument(
-        "--station",
-        type=_station,
-        default=None,
-        help="VDIF station id to accept (a number, or two ASCII characters such as Ef); "
-        "frames of any other station are counted foreign and never placed. Default: any",
-    )
-    g.add_argument(
-        "--npol",
-        type=int,
-        choices=(1, 2),
-        default=2,
-        help="VDIF polarisations, one thread each. Default: 2",
-    )
-    g.add_argument(
-        "--vdif-threads",
-        type=_threads_arg,
-        default=None,
-        help="VDIF thread id of each polarisation, in pol order (e.g. 3 with --npol 1, or "
-        "4,5); frames of other threads are counted foreign. 'auto' (live only): learnt "
-        "from the first 512 frames before the capture opens (those are not captured), "
-        "ascending, one per pol. Default: 0 (and 1)",
-    )
-    g.add_argument(
-        "--bits",
-        type=int,
-        choices=(2, 4, 8),
-        default=8,
-        help="VDIF bits per real/imaginary part: 8 (offset binary), 4, or 2 (the VDIF "
-        "2-bit levels). 2 and 4 bits fold on the GPU straight from the packets. Default: 8",
-    )
-
-
-def _add_no_status(group) -> None:
-    group.add_argument(
-        "--no-status",
-        action="store_true",
-        help="do not print the one-line status (Gb/s in and processed, pool fill, losses, "
-        "GPU busy) every second on stderr",
-    )
-
-
-def _add_engine_option(g) -> None:
-    g.add_argument(
-        "--engine",
-        choices=("auto", "packet_ring", "socket", "xdp", "dpdk"),
-        default="auto",
-        help="capture engine: packet_ring (AF_PACKET TPACKET_V3 ring, needs CAP_NET_RAW), "
-        "socket (recvmmsg batches), xdp (AF_XDP with our XDP program, needs root; not "
-        "tried by auto, see docs/architecture.md), dpdk (rte_eth_rx_burst; only in a build "
-        "with the dpdk feature, see `capture --dpdk-port`; not tried by auto), or auto = "
-        "packet_ring then socket. Default: auto",
-    )
-
-
-def _station(text: str) -> int:
-    """--station: a VDIF station id, as a number or as its two-character ASCII code."""
-    if text.isdigit():
-        return int(text)
-    if len(text) == 2 and text.isascii():
-        return (ord(text[0]) << 8) | ord(text[1])
-    raise argparse.ArgumentTypeError(f"{text!r}: give a number or two ASCII characters (Ef)")
-
-
-def _groups(text: str) -> list[str]:
-    """--multicast GROUP[,GROUP]: IPv4 multicast addresses."""
-    import ipaddress
-
-    groups = [g.strip() for g in text.split(",") if g.strip()]
-    for g in groups:
-        try:
-            ok = ipaddress.IPv4Address(g).is_multicast
-        except ValueError:
-            ok = False
-        if not ok:
-            raise argparse.ArgumentTypeError(f"{g!r} is not an IPv4 multicast group")
-    if not groups:
-        raise argparse.ArgumentTypeError("no multicast group given")
-    return groups
-
-
-def _format_from(args):
-    from voltstream.formats import make_format
-
-    threads, npol = getattr(args, "vdif_threads", None), getattr(args, "npol", 2)
-    if threads == "auto":
-        threads = _learn_threads(args)
-        npol = len(threads)
-    return make_format(
-        args.format,
-        nchan=args.nchan,
-        chan_bw_mhz=4.0 if args.chan_bw is None else args.chan_bw,
-        freq_mhz=1420.0 if args.freq is None else args.freq,
-        vdif_payload=args.vdif_payload,
-        bits=getattr(args, "bits", 8),
-        station=getattr(args, "station", None),
-        npol=npol,
-        vdif_threads=threads,
-    )
-
-
-def _learn_threads(args) -> list[int]:
-    """``--vdif-threads auto``: the live stream's threads, one per polarisation."""
-    from voltstream.io.inspect import learn_vdif_threads
-
-    bind = getattr(args, "bind", None) or getattr(args, "listen", None)
-    if args.format != "vdif" or not bind:
-        raise ConfigError(
-            "--vdif-threads auto learns the threads of a live VDIF stream (capture --bind, "
-            "fold --listen); give the thread ids otherwise"
-        )
-    learnt = learn_vdif_threads(bind, getattr(args, "station", None))
-    threads = learnt["threads"]
-    if len(threads) > 2:
-        raise ConfigError(
-            f"the stream on {bind} has threads {threads}: one thread per polarisation takes "
-            "1 or 2; capture more with --stream FILE.toml (threads = [...])"
-        )
-    print(
-        f"VDIF threads {threads} of station {learnt['station']}, learnt from "
-        f"{learnt['packets']} packets before the capture opened (not captured)",
-        file=sys.stderr,
-        flush=True,
-    )
-    return threads
 
 
 def _add_spead_dig_options(p: argparse.ArgumentParser) -> None:
@@ -259,13 +57,13 @@ def _add_spead_dig_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--samples-per-heap",
-        type=_positive(int),
+        type=positive(int),
         default=4096,
         help="samples per heap (a multiple of 4). Default: 4096",
     )
     g.add_argument(
         "--sample-rate-hz",
-        type=_positive(float),
+        type=positive(float),
         default=1712e6,
         help="digitiser sample rate, for the tone frequency and --duration. Default: 1712e6",
     )
@@ -283,7 +81,7 @@ def _add_spead_dig_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--heaps",
-        type=_positive(int),
+        type=positive(int),
         default=None,
         help="heaps per polarisation to make, instead of --duration x sample rate",
     )
@@ -346,7 +144,7 @@ def _add_fengine_parser(verbs) -> None:
     g = p.add_argument_group("input (digitiser heaps)")
     g.add_argument(
         "--listen",
-        type=_host_port,
+        type=host_port,
         required=True,
         help="HOST:PORT to capture both polarisations on",
     )
@@ -364,32 +162,27 @@ def _add_fengine_parser(verbs) -> None:
     )
     g.add_argument(
         "--samples-per-heap",
-        type=_positive(int),
+        type=positive(int),
         default=4096,
         help="samples per digitiser heap (one packet each). Default: 4096",
     )
     g.add_argument(
         "--chunk-heaps",
-        type=_positive(int),
+        type=positive(int),
         default=None,
         help="digitiser heaps per pol handed to the engine at once (one capture chunk). "
         "Default: the power of two nearest 16 MiB per pol (4096 heaps of 10-bit x 4096 "
         "samples): about 10 ms at 34 Gb/s, so per-chunk Python costs little",
     )
-    _add_no_status(g)
+    add_no_status(g)
     g.add_argument(
         "--cpus",
-        type=_cpu_list,
+        type=cpu_list,
         default=None,
         help="CPU of the capture thread (e.g. 2); pins it, and the engine's Python "
         "stays off it. Default: unpinned",
     )
-    g.add_argument(
-        "--capture-engine",
-        choices=("auto", "packet_ring", "socket", "xdp", "dpdk"),
-        default="auto",
-        help="capture engine, as for `voltstream capture --engine`. Default: auto",
-    )
+    add_engine(g, alias="--capture-engine")
     g = p.add_argument_group("channeliser")
     g.add_argument(
         "--channels",
@@ -445,12 +238,12 @@ def _add_fengine_parser(verbs) -> None:
     g.add_argument(
         "--bits", type=int, default=8, help="output bits per real/imag part: 8 or 4. Default: 8"
     )
-    g.add_argument(
-        "--rate-gbps",
-        type=float,
-        default=None,
-        help="total send rate over all destinations, Gb/s (0 = unpaced). Default: 1.1 x the "
+    add_rate(
+        g,
+        None,
+        "total send rate over all destinations, Gb/s (0 = unpaced). Default: 1.1 x the "
         "output data rate implied by --sample-rate-hz",
+        alias="--rate-gbps",
     )
     g.add_argument(
         "--packet-payload",
@@ -485,18 +278,7 @@ def _add_fengine_parser(verbs) -> None:
         help="engine: gpu (CUDA + CuPy), cpu (NumPy reference), or auto = the GPU when "
         "one is usable. Default: auto",
     )
-    g.add_argument(
-        "--duration",
-        type=_positive(float),
-        default=None,
-        help="seconds to run. Default: until Ctrl-C",
-    )
-    g.add_argument(
-        "--idle-timeout",
-        type=_positive(float),
-        default=None,
-        help="stop after this many seconds without input (after the first packet)",
-    )
+    add_run(g, what="run", report="also write the end-of-run report (JSON) here")
     g.add_argument(
         "--katcp-port",
         type=int,
@@ -511,7 +293,6 @@ def _add_fengine_parser(verbs) -> None:
         "--settings",
         help="gains and delay models to apply at start (the katcp control's file format)",
     )
-    g.add_argument("--report", help="also write the end-of-run report (JSON) here")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -533,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(UDP_SEGMENT) where the kernel has it; without both, one core cannot generate "
         "line-rate load.",
     )
-    _add_format_options(p, extra_formats=("spead-dig",))
+    add_format_options(p, extra_formats=("spead-dig",))
     _add_spead_dig_options(p)
     p.add_argument(
         "--signal",
@@ -549,13 +330,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--period",
-        type=_positive(float),
+        type=positive(float),
         default=0.0333,
         help="pulse period in seconds (pulsar). Default: 0.0333",
     )
     p.add_argument(
         "--duty",
-        type=_positive(float),
+        type=positive(float),
         default=0.03,
         help="pulse width as a fraction of the period. Default: 0.03",
     )
@@ -575,20 +356,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--duration",
-        type=_positive(float),
+        type=positive(float),
         default=1.0,
         help="seconds of data to synthesise. Default: 1.0",
     )
     p.add_argument("--seed", type=int, default=1, help="random seed. Default: 1")
     out = p.add_mutually_exclusive_group(required=True)
-    out.add_argument("--dest", type=_host_port, help="send UDP to HOST:PORT")
+    out.add_argument("--dest", type=host_port, help="send UDP to HOST:PORT")
     out.add_argument("--output", help="write a file instead of sending")
-    p.add_argument(
-        "--rate",
-        type=float,
-        default=1.0,
-        help="send rate in Gb/s with --dest (0 = as fast as possible). Default: 1.0",
-    )
+    add_rate(p, 1.0, "send rate in Gb/s with --dest (0 = as fast as possible). Default: 1.0")
 
     p = verbs.add_parser(
         "capture",
@@ -601,28 +377,21 @@ def build_parser() -> argparse.ArgumentParser:
         "parses can be counted (--stream FILE.toml describes it); --output writes the "
         "samples of YNAO and VDIF streams.",
     )
-    _add_format_options(p, extra_formats=("spead-dig", "codif", "spead", "counter", "layout"))
+    add_format_options(p, extra_formats=("spead-dig", "codif", "spead", "counter", "layout"))
     p.add_argument(
         "--stream",
         help='a stream description (TOML: format = "vdif" | "codif" | "spead-dig" | '
         '"spead" | "counter" | "layout" | "ynao", and its geometry; docs/formats.md '
         "has one per format). Replaces --format and its options",
     )
-    _add_engine_option(p)
-    p.add_argument("--bind", type=_host_port, required=True, help="HOST:PORT to listen on")
-    p.add_argument("--duration", type=_positive(float), required=True, help="seconds to capture")
-    p.add_argument(
-        "--idle-timeout",
-        type=_positive(float),
-        default=None,
-        help="stop early after this many seconds without packets (after the first)",
-    )
+    add_engine(p)
+    p.add_argument("--bind", type=host_port, required=True, help="HOST:PORT to listen on")
+    add_run(p, what="capture", required=True)
     p.add_argument("--output", help="write the samples to this DADA file")
-    p.add_argument("--report", help="write the run report (all counters) as JSON here")
     p.add_argument("--source", default="J0000+0000", help="source name for the DADA header")
     p.add_argument(
         "--multicast",
-        type=_groups,
+        type=groups,
         default=None,
         metavar="GROUP[,GROUP]",
         help="IPv4 multicast groups to join (IGMP) and receive on the --bind port; "
@@ -637,34 +406,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--packets-per-chunk",
-        type=_positive(int),
+        type=positive(int),
         default=256,
         help="packets per stream per chunk. Default: 256",
     )
     p.add_argument(
-        "--window", type=_positive(int), default=4, help="reorder window in chunks. Default: 4"
+        "--window", type=positive(int), default=4, help="reorder window in chunks. Default: 4"
     )
-    p.add_argument(
-        "--threads",
-        type=_positive(int),
-        default=1,
-        help="capture threads (packet_ring engine): each owns a contiguous block of streams, "
+    add_capture_threads(
+        p,
+        "capture threads (packet_ring engine): each owns a contiguous block of streams, "
         "steered to it in the kernel by stream id; the report shows each thread's counters. "
         "Default: 1",
     )
-    p.add_argument(
-        "--cpus",
-        type=_cpu_list,
-        default=None,
-        help="CPU of each capture thread, comma-separated (e.g. 2,3); pins the threads",
-    )
-    p.add_argument(
-        "--ring-mb",
-        type=_positive(int),
-        default=256,
-        help="kernel-side buffer of the capture in MiB: the packet ring (or socket buffer, "
-        "AF_XDP UMEM) that rides out a stalled capture thread. Default: 256",
-    )
+    add_ring_mb(p)
     p.add_argument(
         "--dpdk-port",
         default=None,
@@ -691,17 +446,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dm", type=float, required=True, help="dispersion measure, pc cm^-3")
     pred = p.add_mutually_exclusive_group(required=True)
-    pred.add_argument("--period", type=_positive(float), help="constant folding period, s")
+    pred.add_argument("--period", type=positive(float), help="constant folding period, s")
     pred.add_argument("--polyco", help="TEMPO polyco file to fold with")
     pred.add_argument(
         "--par",
         help="pulsar ephemeris (.par): polycos are made with PINT (pip install pint-pulsar; "
         "runs offline, see voltstream/io/par.py for local clock files)",
     )
-    p.add_argument("--nbin", type=_positive(int), default=256, help="phase bins. Default: 256")
+    p.add_argument("--nbin", type=positive(int), default=256, help="phase bins. Default: 256")
     p.add_argument(
         "--tsub",
-        type=_positive(float),
+        type=positive(float),
         default=None,
         help="sub-integration length in seconds. Default: 10 sub-integrations",
     )
@@ -722,14 +477,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--gpus",
-        type=_positive(int),
+        type=positive(int),
         default=1,
         help="GPUs to use: time segments go to one worker per GPU and are merged into one "
         "archive. Default: 1",
     )
     p.add_argument(
         "--workers-per-gpu",
-        type=_positive(int),
+        type=positive(int),
         default=1,
         help="fold workers on each GPU (2 exercises the multi-worker path on one GPU). Default: 1",
     )
@@ -737,55 +492,32 @@ def build_parser() -> argparse.ArgumentParser:
         "live folding from the network (instead of INPUT)",
         "capture and fold in one process; the stream format options below apply",
     )
-    live.add_argument("--listen", type=_host_port, default=None, help="capture UDP on HOST:PORT")
-    live.add_argument(
-        "--duration", type=_positive(float), default=10.0, help="seconds to capture. Default: 10"
-    )
-    live.add_argument(
-        "--idle-timeout",
-        type=_positive(float),
-        default=None,
-        help="stop after this many seconds without packets (after the first)",
-    )
-    live.add_argument("--report", help="write the capture report (JSON) here")
-    live.add_argument(
-        "--threads",
-        type=_positive(int),
-        default=1,
-        help="capture threads (packet_ring engine; VDIF: up to one per thread id), each "
+    live.add_argument("--listen", type=host_port, default=None, help="capture UDP on HOST:PORT")
+    add_run(live, what="capture", duration=10.0, report="write the capture report (JSON) here")
+    add_capture_threads(
+        live,
+        "capture threads (packet_ring engine; VDIF: up to one per thread id), each "
         "steered its own streams by the kernel. Default: 1",
     )
     live.add_argument(
-        "--cpus",
-        type=_cpu_list,
-        default=None,
-        help="CPU of each capture thread, comma-separated (e.g. 2,3); pins the threads",
-    )
-    live.add_argument(
         "--packets-per-chunk",
-        type=_positive(int),
+        type=positive(int),
         default=None,
         help="packets per stream per chunk. Default: about 32 MiB chunks on the GPU, 256 on "
         "the CPU",
     )
     live.add_argument(
         "--buffer-mb",
-        type=_positive(float),
+        type=positive(float),
         default=1024,
         help="size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
         "stage the capture rides out before it drops chunks (1024 MiB = 0.2 s at 40 Gb/s). "
         "Default: 1024",
     )
-    live.add_argument(
-        "--ring-mb",
-        type=_positive(int),
-        default=256,
-        help="kernel-side buffer of the capture in MiB: the packet ring (or socket buffer, "
-        "AF_XDP UMEM) that rides out a stalled capture thread. Default: 256",
-    )
-    _add_no_status(live)
-    _add_engine_option(live)
-    _add_format_options(p)
+    add_ring_mb(live)
+    add_no_status(live)
+    add_engine(live)
+    add_format_options(p)
 
     _add_fengine_parser(verbs)
 
@@ -798,12 +530,12 @@ def build_parser() -> argparse.ArgumentParser:
         "options that capture and fold it (or why the command line cannot take it yet).",
     )
     p.add_argument("input", nargs="?", help="a .dada or .vdif file (omit with --listen)")
-    p.add_argument("--listen", type=_host_port, default=None, help="listen on HOST:PORT")
+    p.add_argument("--listen", type=host_port, default=None, help="listen on HOST:PORT")
     p.add_argument(
-        "--packets", type=_positive(int), default=2000, help="packets to look at. Default: 2000"
+        "--packets", type=positive(int), default=2000, help="packets to look at. Default: 2000"
     )
     p.add_argument(
-        "--timeout", type=_positive(float), default=5.0, help="seconds to wait. Default: 5"
+        "--timeout", type=positive(float), default=5.0, help="seconds to wait. Default: 5"
     )
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
 
@@ -817,9 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--outdir", default="demo-output", help="where to write. Default: demo-output")
     p.add_argument(
-        "--duration", type=_positive(float), default=0.5, help="seconds of data. Default: 0.5"
+        "--duration", type=positive(float), default=0.5, help="seconds of data. Default: 0.5"
     )
-    p.add_argument("--rate", type=float, default=2.0, help="send rate, Gb/s. Default: 2.0")
+    add_rate(p, 2.0, "send rate, Gb/s. Default: 2.0")
     p.add_argument("--port", type=int, default=0, help="UDP port (0: pick a free one)")
     return parser
 

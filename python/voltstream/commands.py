@@ -29,12 +29,12 @@ SUB_BYTE_RMS = {2: 2.2, 4: 3.0}
 
 
 def simulate(args) -> int:
-    from voltstream.cli import _format_from
+    from voltstream.cli_options import format_from
     from voltstream.sim import signal
 
     if args.format == "spead-dig":
         return simulate_spead_dig(args)
-    fmt = _format_from(args)
+    fmt = format_from(args)
     mjd, sec = _now_mjd()
     obs = fmt.observation(start_mjd=mjd, start_sec=sec, source="SIM" + args.signal.upper())
     block = fmt.samples_per_packet * max(1, 65536 // fmt.samples_per_packet)
@@ -219,7 +219,7 @@ def _open_sim_output(path: str, fmt, obs):
 def _capture_format(args):
     """The capture's format: a stream description file, the digitiser stream's
     defaults, or the YNAO/VDIF options."""
-    from voltstream.cli import _format_from
+    from voltstream.cli_options import format_from
 
     if args.stream:
         from voltstream.streams import load_stream  # pydantic: only where a file is read
@@ -237,7 +237,7 @@ def _capture_format(args):
             f"--format {args.format} needs --stream FILE.toml with its geometry "
             "(docs/formats.md has an example per format)"
         )
-    return _format_from(args)
+    return format_from(args)
 
 
 def capture(args) -> int:
@@ -336,10 +336,10 @@ def fold(args) -> int:
     device = choose_device(args.device)
     live = None
     if args.listen:
-        from voltstream.cli import _format_from
+        from voltstream.cli_options import format_from
         from voltstream.pipeline.live import LiveReader
 
-        fmt = _format_from(args)
+        fmt = format_from(args)
         mjd, sec = _now_mjd()
         obs = fmt.observation(start_mjd=mjd, start_sec=sec)
         if device == "gpu":
@@ -481,7 +481,7 @@ def fengine(args) -> int:
             "nowhere to send: give --dest HOST:PORT (one per substream) and/or --output-file"
         )
     layout = HeapLayout(nchan, args.spectra_per_heap, substreams, args.bits)
-    if args.rate_gbps is None:
+    if args.rate is None:
         # Output bytes per digitiser sample time: 2 pols x (2 or 1) bytes per complex
         # value x nchan values per 2*nchan samples; plus packet headers; 10% margin.
         per_sample = 2 * (2 if args.bits == 8 else 1) / 2
@@ -489,7 +489,7 @@ def fengine(args) -> int:
         overhead = (per_packet + 72) / per_packet
         rate = 1.1 * args.sample_rate_hz * per_sample * 8 * overhead / 1e9
     else:
-        rate = args.rate_gbps
+        rate = args.rate
     settings = dict(
         nchan=nchan,
         taps=taps,
@@ -563,7 +563,7 @@ def fengine(args) -> int:
             duration_s=args.duration,
             idle_timeout_s=args.idle_timeout,
             chunk_heaps=args.chunk_heaps,
-            capture_engine=args.capture_engine,
+            capture_engine=args.engine,
             control=control,
             engine_factory=factory,
             status=not args.no_status,

@@ -1,0 +1,291 @@
+"""The command line's vocabulary: one place for every option that several verbs share.
+
+One name per concept across verbs (``--engine``, ``--rate``, ``--duration``,
+``--idle-timeout``, ``--report``, ``--threads``/``--cpus``, ``--ring-mb``,
+``--no-status``) and the argparse types behind them. Old spellings stay as hidden
+aliases for one release (``fengine --capture-engine``, ``--rate-gbps``).
+``format_from(args)`` builds the stream format the format options describe; the
+verbs (``voltstream.commands``) import it from here, not from ``cli``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from voltstream.errors import ConfigError
+
+
+def int_list(what: str):
+    """An argparse type: comma-separated whole numbers >= 0 (``what`` names them)."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(c) for c in text.split(",")]
+        except ValueError:
+            values = []
+        if not values or min(values) < 0:
+            raise argparse.ArgumentTypeError(f"expected {what} like 2,3; got {text!r}")
+        return values
+
+    return parse
+
+
+cpu_list = int_list("CPU numbers")
+
+
+def threads_arg(text: str):
+    return "auto" if text == "auto" else int_list("VDIF thread ids")(text)
+
+
+def host_port(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:7000), got {text!r}")
+    return text
+
+
+def positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str] = ()) -> None:
+    g = p.add_argument_group("stream format")
+    more = (
+        "; spead-dig: MeerKAT digitiser heaps of real samples for `voltstream fengine` "
+        "(options below)"
+        if "spead-dig" in extra_formats
+        else ""
+    )
+    if "codif" in extra_formats:
+        more = (
+            "; spead-dig: MeerKAT digitiser heaps (its defaults, or --stream FILE); codif, "
+            "spead, counter, layout: described by --stream FILE.toml (docs/formats.md)"
+        )
+    g.add_argument(
+        "--format",
+        choices=("ynao", "vdif", *extra_formats),
+        default="ynao",
+        help="packet format: the YNAO/ROACH2 frame (32 channels x 2 pols x 64 "
+        f"spectra) or VDIF (8-bit complex, one thread per pol){more}. Default: ynao",
+    )
+    g.add_argument(
+        "--nchan",
+        type=positive(int),
+        default=None,
+        help="channels (VDIF only; the YNAO frame always has 32). Default: 32",
+    )
+    g.add_argument(
+        "--chan-bw",
+        type=float,
+        default=None,
+        help="channel width in MHz, negative for a lower sideband. Default: 4.0 "
+        "(for a VDIF file: from its .json sidecar)",
+    )
+    g.add_argument(
+        "--freq",
+        type=positive(float),
+        default=None,
+        help="centre frequency of the band in MHz. Default: 1420.0 "
+        "(for a VDIF file: from its .json sidecar)",
+    )
+    g.add_argument(
+        "--vdif-payload",
+        type=positive(int),
+        default=8000,
+        help="VDIF data bytes per frame (multiple of 8, whole samples). Default: 8000",
+    )
+    g.add_argument(
+        "--station",
+        type=station,
+        default=None,
+        help="VDIF station id to accept (a number, or two ASCII characters such as Ef); "
+        "frames of any other station are counted foreign and never placed. Default: any",
+    )
+    g.add_argument(
+        "--npol",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="VDIF polarisations, one thread each. Default: 2",
+    )
+    g.add_argument(
+        "--vdif-threads",
+        type=threads_arg,
+        default=None,
+        help="VDIF thread id of each polarisation, in pol order (e.g. 3 with --npol 1, or "
+        "4,5); frames of other threads are counted foreign. 'auto' (live only): learnt "
+        "from the first 512 frames before the capture opens (those are not captured), "
+        "ascending, one per pol. Default: 0 (and 1)",
+    )
+    g.add_argument(
+        "--bits",
+        type=int,
+        choices=(2, 4, 8),
+        default=8,
+        help="VDIF bits per real/imaginary part: 8 (offset binary), 4, or 2 (the VDIF "
+        "2-bit levels). 2 and 4 bits fold on the GPU straight from the packets. Default: 8",
+    )
+
+
+def add_no_status(group) -> None:
+    group.add_argument(
+        "--no-status",
+        action="store_true",
+        help="do not print the one-line status (Gb/s in and processed, pool fill, losses, "
+        "GPU busy) every second on stderr",
+    )
+
+
+def add_engine(g, alias: str | None = None) -> None:
+    """``--engine``: the capture engine (``alias``: an old spelling, hidden)."""
+    g.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="auto",
+        help="capture engine: packet_ring (AF_PACKET TPACKET_V3 ring, needs CAP_NET_RAW), "
+        "socket (recvmmsg batches), xdp (AF_XDP with our XDP program, needs root; not "
+        "tried by auto, see docs/architecture.md), dpdk (rte_eth_rx_burst; only in a build "
+        "with the dpdk feature, see `capture --dpdk-port`; not tried by auto), or auto = "
+        "packet_ring then socket. Default: auto",
+    )
+    if alias:
+        _hidden_alias(g, alias, "engine", choices=ENGINES)
+
+
+ENGINES = ("auto", "packet_ring", "socket", "xdp", "dpdk")
+
+
+def _hidden_alias(g, flag: str, dest: str, **kw) -> None:
+    """An old spelling of an option: same destination, not in --help."""
+    g.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw)
+
+
+def add_run(g, *, what: str, duration: float | None = None, required: bool = False,
+            report: str = "write the run report (every counter) as JSON here") -> None:  # fmt: skip
+    """``--duration``, ``--idle-timeout`` and ``--report`` of a long-running verb."""
+    if required:
+        g.add_argument("--duration", type=positive(float), required=True,
+                       help=f"seconds to {what}")  # fmt: skip
+    else:
+        until = "until Ctrl-C" if duration is None else f"{duration:g}"
+        g.add_argument("--duration", type=positive(float), default=duration,
+                       help=f"seconds to {what}. Default: {until}")  # fmt: skip
+    g.add_argument(
+        "--idle-timeout",
+        type=positive(float),
+        default=None,
+        help="stop early after this many seconds without packets (after the first)",
+    )
+    g.add_argument("--report", help=report)
+
+
+def add_capture_threads(g, threads_help: str) -> None:
+    """``--threads`` and ``--cpus`` of a capture."""
+    g.add_argument("--threads", type=positive(int), default=1, help=threads_help)
+    g.add_argument(
+        "--cpus",
+        type=cpu_list,
+        default=None,
+        help="CPU of each capture thread, comma-separated (e.g. 2,3); pins the threads "
+        "(the verb's Python keeps off them)",
+    )
+
+
+def add_ring_mb(g) -> None:
+    g.add_argument(
+        "--ring-mb",
+        type=positive(int),
+        default=256,
+        help="kernel-side buffer of the capture in MiB: the packet ring (or socket buffer, "
+        "AF_XDP UMEM) that rides out a stalled capture thread. Default: 256",
+    )
+
+
+def add_rate(g, default: float | None, help: str, alias: str | None = None) -> None:
+    """``--rate``: a send rate in Gb/s (``alias``: an old spelling, hidden)."""
+    g.add_argument("--rate", type=float, default=default, help=help)
+    if alias:
+        _hidden_alias(g, alias, "rate", type=float)
+
+
+def station(text: str) -> int:
+    """--station: a VDIF station id, as a number or as its two-character ASCII code."""
+    if text.isdigit():
+        return int(text)
+    if len(text) == 2 and text.isascii():
+        return (ord(text[0]) << 8) | ord(text[1])
+    raise argparse.ArgumentTypeError(f"{text!r}: give a number or two ASCII characters (Ef)")
+
+
+def groups(text: str) -> list[str]:
+    """--multicast GROUP[,GROUP]: IPv4 multicast addresses."""
+    import ipaddress
+
+    groups = [g.strip() for g in text.split(",") if g.strip()]
+    for g in groups:
+        try:
+            ok = ipaddress.IPv4Address(g).is_multicast
+        except ValueError:
+            ok = False
+        if not ok:
+            raise argparse.ArgumentTypeError(f"{g!r} is not an IPv4 multicast group")
+    if not groups:
+        raise argparse.ArgumentTypeError("no multicast group given")
+    return groups
+
+
+def format_from(args):
+    from voltstream.formats import make_format
+
+    threads, npol = getattr(args, "vdif_threads", None), getattr(args, "npol", 2)
+    if threads == "auto":
+        threads = learn_threads(args)
+        npol = len(threads)
+    return make_format(
+        args.format,
+        nchan=args.nchan,
+        chan_bw_mhz=4.0 if args.chan_bw is None else args.chan_bw,
+        freq_mhz=1420.0 if args.freq is None else args.freq,
+        vdif_payload=args.vdif_payload,
+        bits=getattr(args, "bits", 8),
+        station=getattr(args, "station", None),
+        npol=npol,
+        vdif_threads=threads,
+    )
+
+
+def learn_threads(args) -> list[int]:
+    """``--vdif-threads auto``: the live stream's threads, one per polarisation."""
+    from voltstream.io.inspect import learn_vdif_threads
+
+    bind = getattr(args, "bind", None) or getattr(args, "listen", None)
+    if args.format != "vdif" or not bind:
+        raise ConfigError(
+            "--vdif-threads auto learns the threads of a live VDIF stream (capture --bind, "
+            "fold --listen); give the thread ids otherwise"
+        )
+    learnt = learn_vdif_threads(bind, getattr(args, "station", None))
+    threads = learnt["threads"]
+    if len(threads) > 2:
+        raise ConfigError(
+            f"the stream on {bind} has threads {threads}: one thread per polarisation takes "
+            "1 or 2; capture more with --stream FILE.toml (threads = [...])"
+        )
+    print(
+        f"VDIF threads {threads} of station {learnt['station']}, learnt from "
+        f"{learnt['packets']} packets before the capture opened (not captured)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return threads
