@@ -150,15 +150,14 @@ def test_end_to_end_loopback(tmp_path):
 
 
 def test_device_gpu_without_a_gpu_is_refused(monkeypatch):
-    from voltstream import commands
-    from voltstream.dsp import gpu_fold
+    from voltstream import device
     from voltstream.errors import ConfigError
 
-    monkeypatch.setattr(gpu_fold, "gpu_available", lambda: False)
-    assert commands.choose_device("auto") == "cpu"
-    assert commands.choose_device("cpu") == "cpu"
+    monkeypatch.setattr(device, "gpu_available", lambda: False)
+    assert device.resolve_device("auto") == "cpu"
+    assert device.resolve_device("cpu") == "cpu"
     with pytest.raises(ConfigError, match="no usable CUDA GPU"):
-        commands.choose_device("gpu")
+        device.resolve_device("gpu")
 
 
 def test_fold_needs_exactly_one_input(tmp_path):

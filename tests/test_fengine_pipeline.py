@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from voltstream import _core
+from voltstream import device as device_mod
 from voltstream.cli import main
 from voltstream.errors import ConfigError, FormatError
 from voltstream.fengine import FEngineReference, HeapLayout, OutputHeap, decode_packets
-from voltstream.fengine import engines as engines_mod
 from voltstream.fengine.engines import engine_device, make_engine, resolve_device
 from voltstream.fengine.heaps import (
     DESCRIPTOR_HEAP_CNT,
@@ -111,12 +111,12 @@ def test_make_engine_cpu_and_clear_errors_for_the_gpu(monkeypatch):
         make_engine("cpu", **dict(SETTINGS, nchan=48))
     with pytest.raises(ConfigError, match="cpu, gpu or auto"):
         make_engine("tpu", **SETTINGS)
-    monkeypatch.setattr(engines_mod, "gpu_usable", lambda: False)
+    monkeypatch.setattr(device_mod, "gpu_available", lambda: False)
     assert resolve_device("auto") == "cpu"
     with pytest.raises(ConfigError, match="no usable CUDA GPU"):
         make_engine("gpu", **SETTINGS)
     # A GPU is there but the GPU engine module is not: gpu fails clearly, auto falls back.
-    monkeypatch.setattr(engines_mod, "gpu_usable", lambda: True)
+    monkeypatch.setattr(device_mod, "gpu_available", lambda: True)
     monkeypatch.setitem(sys.modules, "voltstream.fengine.gpu", None)
     with pytest.raises(ConfigError, match="GPU F-engine is not available"):
         make_engine("gpu", **SETTINGS)

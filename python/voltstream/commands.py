@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
 
 
@@ -313,27 +314,13 @@ def inspect(args) -> int:
     return 0
 
 
-def choose_device(device: str) -> str:
-    """Resolves --device auto|gpu|cpu to 'gpu' or 'cpu', refusing an unusable GPU."""
-    if device == "cpu":
-        return "cpu"
-    from voltstream.dsp.gpu_fold import gpu_available
-
-    usable = gpu_available()
-    if device == "gpu" and not usable:
-        raise ConfigError(
-            "--device gpu: no usable CUDA GPU (CuPy missing or no device); use --device cpu"
-        )
-    return "gpu" if usable else "cpu"
-
-
 def fold(args) -> int:
     from voltstream.io.polyco import ConstantPeriod, read_polyco
     from voltstream.io.psrfits import write_psrfits
 
     if (args.input is None) == (args.listen is None):
         raise ConfigError("give either an INPUT file or --listen HOST:PORT, not both or neither")
-    device = choose_device(args.device)
+    device = resolve_device(args.device)
     live = None
     if args.listen:
         from voltstream.cli_options import format_from

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from voltstream.cli import build_parser
-from voltstream.commands import _fold_on, choose_device
+from voltstream.commands import _fold_on
+from voltstream.device import resolve_device
 from voltstream.dsp.fold import profile_snr
 from voltstream.io.dada import DadaWriter, open_dada
 from voltstream.io.polyco import ConstantPeriod
@@ -65,7 +66,7 @@ def fold(path, *extra):
     )
     reader = open_dada(path)
     pred = ConstantPeriod(PERIOD, reader.obs.start_mjd, reader.obs.start_sec)
-    device = choose_device(args.device)
+    device = resolve_device(args.device)
     return device, _fold_on(device, args, reader, pred, 0.03)
 
 

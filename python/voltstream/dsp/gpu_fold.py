@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from voltstream.device import gpu_available
 from voltstream.dsp.cuda import (
     ChirpTemplate,
     FoldTemplate,
@@ -50,16 +51,6 @@ from voltstream.observation import FoldedArchive, Observation
 __all__ = ["GpuFolder", "NaiveGpuFolder", "fold_file_gpu", "gpu_available", "output_valid"]
 
 STAGES = ("h2d", "unpack", "fft", "chirp", "ifft", "fold")
-
-
-def gpu_available() -> bool:
-    """True when CuPy imports and sees at least one CUDA device."""
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # no CuPy, no driver, no device: all mean "no GPU"
-        return False
 
 
 class _ValidCarry:

@@ -10,21 +10,11 @@ CPU path never needs CuPy.
 
 from __future__ import annotations
 
+from voltstream.device import DEVICES
+from voltstream.device import resolve_device as _resolve
 from voltstream.errors import ConfigError, VoltstreamError
 
-__all__ = ["DEVICES", "engine_device", "gpu_usable", "make_engine", "resolve_device"]
-
-DEVICES = ("cpu", "gpu", "auto")
-
-
-def gpu_usable() -> bool:
-    """True when CuPy imports and sees at least one CUDA device."""
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # no CuPy, no driver, no device: all mean "no GPU"
-        return False
+__all__ = ["DEVICES", "engine_device", "make_engine", "resolve_device"]
 
 
 def _gpu_class():
@@ -40,28 +30,9 @@ def _gpu_class():
 
 
 def resolve_device(device: str) -> str:
-    """``cpu``, ``gpu`` or ``auto`` to the device that will run: ``cpu`` or ``gpu``.
-
-    ``auto`` is the GPU when CuPy sees a device and the GPU engine imports, else the CPU.
-    """
-    if device not in DEVICES:
-        raise ConfigError(f"--device {device!r} is not known: use cpu, gpu or auto")
-    if device == "cpu":
-        return "cpu"
-    if device == "gpu":
-        if not gpu_usable():
-            raise ConfigError(
-                "--device gpu: no usable CUDA GPU (CuPy missing or no device); use --device cpu"
-            )
-        _gpu_class()
-        return "gpu"
-    if not gpu_usable():
-        return "cpu"
-    try:
-        _gpu_class()
-    except ConfigError:
-        return "cpu"
-    return "gpu"
+    """``cpu``, ``gpu`` or ``auto`` to the device the F-engine will run on
+    (``voltstream.device.resolve_device``, with the GPU engine's import as its need)."""
+    return _resolve(device, need=_gpu_class)
 
 
 def make_engine(device: str = "cpu", *, input_bits: int | None = None, **settings):
