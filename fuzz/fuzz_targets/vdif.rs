@@ -16,15 +16,21 @@ fuzz_target!(|data: &[u8]| {
         let mut parts = [0f32; 4096];
         let _ = vdif::decode(p.payload(), r.bits_per_sample, &mut parts);
     }
-    let spec = FormatSpec::Vdif {
-        threads: vec![0, 1, 7],
-        frame_len: data.len().max(40) / 8 * 8,
-        frames_per_second: 1000,
-        station: None,
-    };
-    if let Ok(l) = spec.locator() {
-        if let Ok(loc) = l.locate(data) {
-            assert_eq!(loc.payload.len(), l.payload_len());
+    for legacy in [false, true] {
+        let spec = FormatSpec::Vdif {
+            threads: vec![0, 1, 7],
+            frame_len: data.len().max(40) / 8 * 8,
+            frames_per_second: 1000,
+            station: None,
+            legacy,
+        };
+        if let Ok(l) = spec.locator() {
+            // Twice: the first valid frame fixes the station the second is checked against.
+            for _ in 0..2 {
+                if let Ok(loc) = l.locate(data) {
+                    assert_eq!(loc.payload.len(), l.payload_len());
+                }
+            }
         }
     }
 });

@@ -22,7 +22,7 @@ def locate(
     """Classifies one packet as the capture would: (stream, index, payload offset).
     Raises FormatError for malformed or foreign packets."""
 
-def parse_header(format: Literal["vdif", "ynao"], packet: bytes) -> dict[str, Any]:
+def parse_header(format: str, packet: bytes) -> dict[str, Any]:
     """The header fields of one packet, checked by the Rust parser."""
 
 class Sender:
@@ -108,7 +108,7 @@ class Capture:
         streams: int = 1,
         payload_len: int | None = None,
         batch: int = 64,
-        engine: Literal["auto", "socket", "packet_ring", "xdp"] = "auto",
+        engine: str = "auto",  # auto | socket | packet_ring | xdp | dpdk (checked in Rust)
         interface: str | None = None,
         ring_block_size: int = 1048576,
         digitiser_ids: list[int] | None = None,

@@ -43,6 +43,12 @@ class _Stream(BaseModel):
     nchan: int = 1
     npol: int = 1
 
+    format: str  # each description narrows it to its own name(s)
+
+    @property
+    def streams(self) -> int:
+        raise NotImplementedError
+
     @property
     def samples_per_packet(self) -> int:
         return 0  # unknown: the report counts packets and bytes only

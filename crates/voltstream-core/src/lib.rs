@@ -7,7 +7,6 @@
 //!   presence bitmaps and the loss taxonomy;
 //! - [`memory`]: buffer pools allocated at start-up;
 //! - [`ring`]: chunk handoff between the capture thread and consumers;
-//! - [`record`]: disk writers;
 //! - [`send`]: paced UDP sender used by the simulator;
 //! - [`stats`]: counters shared with the monitor;
 //! - [`host_counters`]: the kernel's drop counters outside the capture (context).

@@ -163,7 +163,8 @@ def parse_delay_model(text: str, epoch_sample: int) -> DelayModel:
         if not math.isfinite(value):
             raise ConfigError(f"delay model {text!r}: {name} {item} is not finite")
         numbers_.append(value)
-    return DelayModel(*numbers_, epoch_sample=epoch_sample)
+    delay, rate, phase, phase_rate = numbers_
+    return DelayModel(delay, rate, phase, phase_rate, epoch_sample=epoch_sample)
 
 
 def check_delay_model(model: DelayModel, sample_rate_hz: float) -> None:
@@ -263,7 +264,7 @@ def _check_engine_settings(settings: Mapping[str, Any]) -> tuple[int, float]:
     if (
         isinstance(fs, bool)
         or not isinstance(fs, numbers.Real)
-        or not (math.isfinite(fs) and fs > 0)
+        or not (math.isfinite(float(fs)) and float(fs) > 0)
     ):
         raise ConfigError(f"engine_settings sample_rate_hz={fs!r}: give a positive number")
     n_pols = settings.get("n_pols", NPOL)
@@ -560,7 +561,7 @@ class FEngineControl:
     def _ensure_sensor(server: _ControlServer, name: str, stype: type) -> aiokatcp.Sensor:
         if name in server.sensors:
             return server.sensors[name]
-        sensor = aiokatcp.Sensor(stype, name, f"F-engine counter {name}")
+        sensor: aiokatcp.Sensor = aiokatcp.Sensor(stype, name, f"F-engine counter {name}")
         server.sensors.add(sensor)
         return sensor
 

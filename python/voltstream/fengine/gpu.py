@@ -24,7 +24,9 @@ CuPy is imported inside functions only: this module imports without a GPU.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +34,7 @@ from voltstream.dsp.cuda import GpuError, _cupy, _launch, load_module
 from voltstream.dsp.quantize import _splitmix64
 from voltstream.errors import ConfigError
 from voltstream.fengine.heaps import PACKET_HEADER_LEN, OutputHeap
-from voltstream.fengine.packets import release_batches
+from voltstream.fengine.packets import PacketFormat, PacketPool, release_batches
 from voltstream.fengine.reference import NPOL, FEngineCounters, FEngineReference
 from voltstream.sim.spead import SPEAD_BITS, pack_samples
 
@@ -113,14 +115,14 @@ class FEngineKernels:
 class _Pending:
     """One submitted call: where its heaps will land and what they are."""
 
-    done: object  # cupy Event after the device-to-host copy
+    done: Any  # cupy Event after the device-to-host copy
     host_out: np.ndarray  # pinned (nsend, nchan, sph, ...) payloads, or the packets
     host_sat: np.ndarray  # pinned (nsend, 2) clipped counts
     send_slots: list  # absolute slot numbers, in order
     device: tuple = ()  # device buffers still in use: released after ``done``
-    give_back: object = None  # packet mode: returns host_out to the packet pool
-    started: object = None  # events around the call's kernels, for the GPU busy time
-    computed: object = None
+    give_back: Callable[[], None] | None = None  # packet mode: back to the packet pool
+    started: Any = None  # events around the call's kernels, for the GPU busy time
+    computed: Any = None
 
 
 class GpuFEngine(FEngineReference):
@@ -152,24 +154,25 @@ class GpuFEngine(FEngineReference):
             self._dither_key = int(_splitmix64(np.array(int(self.dither_seed), np.uint64)))
         # copy in, compute, copy out, parameters
         self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(4)]
-        self._raw = None  # device (2, bytes): packed samples from self._base to self._end
+        # CuPy objects are typed Any: CuPy ships no type information.
+        self._raw: Any = None  # device (2, bytes): packed samples from self._base to self._end
         self._base = 0
-        self._end = None
+        self._end = 0  # time stamp after the last sample given (self._fresh: none yet)
         self._invalid = [np.zeros((0, 2), dtype=np.int64) for _ in range(NPOL)]
         self._pending: list[_Pending] = []
         self._pinned_ring: list[tuple[np.ndarray, np.ndarray]] = []  # ASYNC_DEPTH + 1 deep
         self._pinned_next = 0
         # Three device input buffers, each free again once the next call took its history.
-        self._bufs = [None, None, None]
-        self._buf_free = [None, None, None]
+        self._bufs: list[Any] = [None, None, None]
+        self._buf_free: list[Any] = [None, None, None]
         self._buf_next = 0
         # Pinned parameter buffers, reused once the call that filled them is collected.
         self._param_ring = [np.zeros(0, np.uint8) for _ in range(self.ASYNC_DEPTH + 2)]
         self._param_next = 0
-        self.last_copy = None  # event of the last host-to-device copy of an input block
+        self.last_copy: Any = None  # event of the last host-to-device copy of an input block
         # Packet mode (``emit_packets``): heaps come back as PacketBatches.
-        self.packet_format = None
-        self.packet_pool = None
+        self.packet_format: PacketFormat | None = None
+        self.packet_pool: PacketPool | None = None
         # Where the time goes (the live status line and the report): kernels on the
         # GPU, the host's own work per call, the host waiting for earlier calls.
         self.timing = {"gpu_busy_s": 0.0, "host_s": 0.0, "host_wait_s": 0.0, "calls": 0}
@@ -208,7 +211,7 @@ class GpuFEngine(FEngineReference):
             if p.give_back is not None:
                 p.give_back()
         self._pending.clear()
-        self._raw, self._base, self._end = None, 0, None
+        self._raw, self._base, self._end, self._fresh = None, 0, 0, True
         self._invalid = [np.zeros((0, 2), dtype=np.int64) for _ in range(NPOL)]
         self.last_copy = None
 
@@ -315,7 +318,8 @@ class GpuFEngine(FEngineReference):
         if step < 1 or n % step:
             raise ConfigError(f"valid_step={step} does not divide the block's {n} samples")
         ok = self._valid_mask(valid, n // step)
-        if self._end is None:
+        if self._fresh:
+            self._fresh = False
             self._start = self._base = self._end = timestamp
             self._slot = -(-(timestamp + self.max_delay_samples) // self.layout.samples_per_heap)
         if timestamp < self._end:
@@ -458,12 +462,12 @@ class GpuFEngine(FEngineReference):
         packets = self.packet_format is not None  # then host_out is only for the counts
         host_out, host_sat = self._pinned((len(sent), 1) if packets else payload_shape)
         give_back = None
-        if self.packet_format is not None:
-            fmt = self.packet_format
+        fmt, pool = self.packet_format, self.packet_pool
+        if fmt is not None and pool is not None:  # emit_packets makes both
             # Buffers are made for the most slots a call of this size can complete.
             most = -(-(self._end - self._start) // self.layout.samples_per_heap) + 1
-            self.packet_pool.min_bytes = max(self.packet_pool.min_bytes, fmt.nbytes(most))
-            buf, give_back = self.packet_pool.take(fmt.nbytes(len(sent)))
+            pool.min_bytes = max(pool.min_bytes, fmt.nbytes(most))
+            buf, give_back = pool.take(fmt.nbytes(len(sent)))
             host_out = buf[: fmt.nbytes(len(sent))].reshape(fmt.shape(len(sent)))
         with comp_s:
             started = comp_s.record()
@@ -482,7 +486,8 @@ class GpuFEngine(FEngineReference):
             out.data.copy_to_host_async(host_out.ctypes.data, host_out.nbytes, out_s)
         else:
             # Each packet's payload to its place after its header: one pitched copy.
-            head, per = PACKET_HEADER_LEN, self.packet_format.per_packet
+            assert fmt is not None  # a give_back comes with the packet format
+            head, per = PACKET_HEADER_LEN, fmt.per_packet
             cp.cuda.runtime.memcpy2DAsync(
                 host_out.ctypes.data + head, host_out.shape[-1], out.data.ptr, per,
                 per, out.nbytes // per, cp.cuda.runtime.memcpyDeviceToHost, out_s.ptr,
@@ -620,13 +625,12 @@ class GpuFEngine(FEngineReference):
             ms = _cupy().cuda.get_elapsed_time(pending.started, pending.computed)
             self.timing["gpu_busy_s"] += ms / 1e3
         self.counters.saturated += pending.host_sat.sum(axis=0).astype(np.int64)
-        if pending.give_back is not None:
+        fmt = self.packet_format
+        if pending.give_back is not None and fmt is not None:
             from voltstream.fengine.packets import PacketBatch
 
-            self.packet_format.fill_headers(pending.host_out, pending.send_slots)
-            batch = PacketBatch(
-                self.packet_format, pending.host_out, pending.send_slots, pending.give_back
-            )
+            fmt.fill_headers(pending.host_out, pending.send_slots)
+            batch = PacketBatch(fmt, pending.host_out, pending.send_slots, pending.give_back)
             if not copy:
                 return [batch]
             heaps = batch.heaps()

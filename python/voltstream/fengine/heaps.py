@@ -430,7 +430,7 @@ def fengine_descriptors(layout: HeapLayout) -> list[ItemDescriptor]:
             "feng_raw",
             raw_text,
             shape=tuple(int(d) for d in layout.payload_shape),
-            dtype=np.lib.format.dtype_to_descr(layout.payload_dtype),
+            dtype=str(np.lib.format.dtype_to_descr(layout.payload_dtype)),
         ),
     ]
 

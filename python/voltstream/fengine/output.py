@@ -37,6 +37,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -169,7 +170,7 @@ class HeapOutput:
         self._descriptors = encode_descriptor_heap(fengine_descriptors(layout))
         self._since_descriptors = [0] * len(self.dests)
         self._senders: list = []
-        self._file = None
+        self._file: BinaryIO | None = None
         self._threaded = bool(threaded)
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, int(queue_blocks)))
         self._thread: threading.Thread | None = None
@@ -246,9 +247,8 @@ class HeapOutput:
     def __enter__(self) -> HeapOutput:
         return self.start()
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> None:
         self.close(send_stop=exc[0] is None)
-        return False
 
     # -- work ------------------------------------------------------------------------
     def _raise_pending(self) -> None:
@@ -339,7 +339,7 @@ class HeapOutput:
         if self._file is None:
             return
         try:
-            self._file.write(memoryview(np.ascontiguousarray(packets)).cast("B"))
+            self._file.write(np.ascontiguousarray(packets).data.cast("B"))
         except OSError as e:
             raise ConfigError(f"writing {self.output_file} failed: {e.strerror}") from None
         self.counters.bytes_written += packets.size

@@ -137,8 +137,9 @@ class FEngineReference:
         self.counters = FEngineCounters()
         self._x = np.zeros((NPOL, 0), dtype=np.float64)
         self._valid = np.zeros((NPOL, 0), dtype=bool)
-        self._start: int | None = None
+        self._start = 0  # time stamp of self._x[:, 0]
         self._slot = 0
+        self._fresh = True  # no block yet: the next one starts the time line
 
     @property
     def retained_samples(self) -> int:
@@ -194,7 +195,8 @@ class FEngineReference:
                     "give (n,) or (2, n) booleans"
                 ) from None
         timestamp = int(timestamp)
-        if self._start is None:
+        if self._fresh:
+            self._fresh = False
             self._start = timestamp
             sph = self.layout.samples_per_heap
             self._slot = -(-(timestamp + self.max_delay_samples) // sph)
@@ -211,7 +213,7 @@ class FEngineReference:
         heaps: list[OutputHeap] = []
         while True:
             out = self._heap(self._slot)
-            if out is False:
+            if out is None:
                 break
             heaps.extend(out)
             self._slot += 1
@@ -223,8 +225,8 @@ class FEngineReference:
             self._start += drop
         return heaps
 
-    def _heap(self, slot: int) -> list[OutputHeap] | bool:
-        """The heaps of one time slot; False when the input does not reach far enough."""
+    def _heap(self, slot: int) -> list[OutputHeap] | None:
+        """The heaps of one time slot; None when the input does not reach far enough."""
         layout = self.layout
         nspec = layout.spectra_per_heap
         t0 = slot * layout.samples_per_heap
@@ -234,7 +236,7 @@ class FEngineReference:
         starts = times[None, :] - coarse
         end = self._start + self._x.shape[1]
         if int(starts.max()) + self.window_len > end:
-            return False
+            return None
         spectra = np.zeros((NPOL, nspec, self.nchan), dtype=np.complex128)
         flagged = coarse > self.max_delay_samples
         for p in range(NPOL):

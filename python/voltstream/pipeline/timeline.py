@@ -104,7 +104,7 @@ class Block:
         """Per kept packet time, whether every stream has it; None when all do."""
         if self.complete:
             return None
-        ok = self.present[:, self.first : self.stop].all(axis=0)
+        ok = np.asarray(self.present[:, self.first : self.stop].all(axis=0))
         return None if ok.all() else ok
 
     def release(self) -> None:
@@ -168,7 +168,7 @@ class ChunkTimeline:
     def _ordered(self, blk: Block) -> None:
         if not self.started:
             self.started = True
-            seen = blk.present.any(axis=0)
+            seen = np.asarray(blk.present.any(axis=0))
             blk.first = int(np.argmax(seen)) if seen.any() else 0
             if blk.first:
                 blk.complete = False
@@ -193,7 +193,7 @@ class ChunkTimeline:
         blk, self.held = self.held, None
         if blk is None:
             return
-        seen = blk.present.any(axis=0)
+        seen = np.asarray(blk.present.any(axis=0))
         if not seen.any():
             blk.release()
             return
