@@ -29,6 +29,7 @@ lint: $(DEPS)
 	cargo clippy --workspace --all-targets -q -- -D warnings
 	$(VENV)/bin/ruff check python tests bench scripts
 	$(VENV)/bin/ruff format --check python tests bench scripts
+	$(VENV)/bin/mypy
 
 rust-test: $(DEPS)
 	cargo test --workspace -q

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -56,7 +57,7 @@ def simulate(args) -> int:
         from voltstream import _core
 
         sender = _core.Sender(args.dest)
-        sink = None
+        sink: tuple[str, Any] | None = None
     else:
         sender = None
         sink = _open_sim_output(args.output, fmt, obs)
@@ -88,6 +89,7 @@ def simulate(args) -> int:
                     stats["packets"] += int(r["packets"])
                     stats["bytes"] += int(r["bytes"])
                 else:
+                    assert sink is not None  # --dest or --output: one of them is given
                     sink[1].write(pkts.tobytes())
                     stats["packets"] += pkts.size // fmt.packet_len
                     stats["bytes"] += pkts.size
@@ -119,7 +121,7 @@ def _parse_dig_ids(text: str) -> tuple[int, int]:
         raise ConfigError(
             f"--dig-ids {text!r}: give two different digitiser ids, pol 0 then pol 1 (e.g. 0,1)"
         )
-    return ids  # type: ignore[return-value]
+    return ids
 
 
 def _parse_drops(text: str) -> set[tuple[int, int]]:
@@ -150,7 +152,8 @@ def simulate_spead_dig(args) -> int:
     tone_hz = fs / 4 if args.tone is None else args.tone * 1e6
     if not 0 <= tone_hz <= fs / 2:
         raise ConfigError(f"--tone {tone_hz / 1e6} MHz is outside the band 0 .. {fs / 2e6} MHz")
-    sender = sink = None
+    sender = None
+    sink: BinaryIO | None = None
     if args.dest:
         from voltstream import _core
 
@@ -189,6 +192,7 @@ def simulate_spead_dig(args) -> int:
                 stats["packets"] += int(r["packets"])
                 stats["bytes"] += int(r["bytes"])
             else:
+                assert sink is not None  # --dest or --output: one of them is given
                 sink.write(pkts.tobytes())
                 stats["packets"] += pkts.shape[0]
                 stats["bytes"] += pkts.size
@@ -322,6 +326,8 @@ def fold(args) -> int:
         raise ConfigError("give either an INPUT file or --listen HOST:PORT, not both or neither")
     device = resolve_device(args.device)
     live = None
+    reader: Any
+    predictor: Any
     if args.listen:
         from voltstream.cli_options import format_from
         from voltstream.pipeline.live import LiveReader

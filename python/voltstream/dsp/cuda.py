@@ -333,7 +333,7 @@ class PackedUnpackOp:
         vptr = self._common(raw, carry, valid, nsamp_raw)
         t = self.t
         grid = (-(-self.nfft // t.TILE_T) * nblock, -(-self.ncp // t.TILE_CP))
-        args = (raw, carry, vptr, out) + self.layout_args[:-1]
+        args: tuple = (raw, carry, vptr, out) + self.layout_args[:-1]
         args += (np.int32(self.ncp), np.int32(self.nfft), np.int32(self.step), np.int32(nblock),
                  np.int32(self.carry_cap), np.int32(carry_len), np.int64(nsamp_raw))  # fmt: skip
         _launch(t.frame_kernel, grid, (t.TILE_T * 8,), args, stream)
@@ -350,7 +350,7 @@ class PackedUnpackOp:
         if new_len == 0:
             return
         nt = self.t.CARRY_THREADS
-        args = (raw, carry, vptr, nxt) + self.layout_args
+        args: tuple = (raw, carry, vptr, nxt) + self.layout_args
         args += (np.int32(self.carry_cap), np.int32(carry_len), np.int64(nsamp_raw),
                  np.int64(cut), np.int32(new_len))  # fmt: skip
         _launch(self.t.carry_kernel, (-(-new_len // nt), self.ncp), (nt,), args, stream)

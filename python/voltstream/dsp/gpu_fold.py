@@ -29,6 +29,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -249,7 +250,7 @@ class GpuFolder(_FolderBase):
             self.carry_f = [cp.zeros(self.ncp * p.nfft, dtype=np.complex64) for _ in range(2)]
             self.pin_inmask = [self._pinned((p.chunk,), np.uint8) for _ in range(2)]
             self.dev_inmask = [cp.empty(p.chunk, dtype=np.uint8) for _ in range(2)]
-            self.inmask = [None, None]
+            self.inmask: list[Any] = [None, None]
         self.dtype, self.ndim = np.dtype(dtype), int(ndim)
         if packed is None:
             self.unpack = UnpackTemplate(self.dtype, self.ndim).instantiate(
@@ -273,7 +274,7 @@ class GpuFolder(_FolderBase):
         self.carry = [cp.empty(carry_len, dtype=self.dtype) for _ in range(2)]
         self.cur = 0
         self.nknot_max = self.fold_t.nknot(p.max_blocks * p.step)
-        self.pin_raw = [None, None]
+        self.pin_raw: list[Any] = [None, None]
         self.pin_knots = [self._pinned((obs.nchan * self.nknot_max,), np.float64) for _ in range(2)]
         self.pin_valid = [self._pinned((p.max_blocks * p.step,), np.uint8) for _ in range(2)]
         self.dev_knots = [cp.empty(obs.nchan * self.nknot_max) for _ in range(2)]
@@ -285,7 +286,9 @@ class GpuFolder(_FolderBase):
         self.consumed_ev = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
         self.slot = 0
         self.plans: dict[int, object] = {}
-        self.acc = self.hits = self.offered = None
+        self.acc: Any = None  # CuPy arrays (CuPy has no type information)
+        self.hits: Any = None
+        self.offered: Any = None
         self._grow(1)
         self.profile = profile
         self.stage_ms = dict.fromkeys(STAGES, 0.0)
@@ -344,7 +347,7 @@ class GpuFolder(_FolderBase):
             self.plans[nblock] = plan
         return plan
 
-    def _raw_view(self, block) -> tuple[int, object]:
+    def _raw_view(self, block) -> tuple[int, Any]:
         n = block.shape[0]
         if n > self.plan.chunk:
             raise ConfigError(f"chunk of {n} samples exceeds the engine's {self.plan.chunk}")
@@ -823,9 +826,14 @@ def fold_file_gpu(
     if variant not in ("fused", "naive"):
         raise ConfigError(f"unknown GPU variant {variant!r}: use 'fused' or 'naive'")
     obs = reader.obs
-    cls = GpuFolder if variant == "fused" else NaiveGpuFolder
+    cls: type[GpuFolder] | type[NaiveGpuFolder] = (
+        GpuFolder if variant == "fused" else NaiveGpuFolder
+    )
     args = (obs, dm, predictor, nbin, tsub_s)
-    kw = dict(pol_mode=pol_mode, basis=basis, nfft=nfft, chunk_samples=block_samples)
+    kw: dict[str, Any] = dict(
+        pol_mode=pol_mode, basis=basis, nfft=nfft, chunk_samples=block_samples
+    )
+    eng: GpuFolder | NaiveGpuFolder
     t_start = time.perf_counter()
     raw_ok = hasattr(reader, "read_raw") and getattr(reader, "nsamp", None) is not None
     raw_ok = raw_ok and obs.nbit in (8, 16)

@@ -31,6 +31,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -114,10 +115,11 @@ class _Worker:
 
     def __init__(self, device: int, make_engine):
         self.device, self.make_engine = device, make_engine
-        self.engine = None
+        self.engine: Any = None  # a GpuFolder, made on the worker's device when first used
         self.error: BaseException | None = None
         self.segments = 0
-        self.result = None
+        # (accumulator, hits, offered, samples out), on the host once the worker ends
+        self.result: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None
 
     def _engine(self):
         if self.engine is None:
@@ -174,7 +176,7 @@ def _run_sequential(reader, workers, segments, chunk: int, obs, depth: int) -> i
     """Read blocks in order and deal their pieces out; returns the lost-sample count."""
     import cupy as cp
 
-    queues = [queue.Queue(maxsize=depth) for _ in workers]
+    queues: list[queue.Queue] = [queue.Queue(maxsize=depth) for _ in workers]
 
     def work(w: _Worker, q: queue.Queue):
         current = None
@@ -323,20 +325,19 @@ def fold_file_multi_gpu(
     for w in workers:
         if w.error is not None:
             raise w.error
-    done = [w for w in workers if w.result is not None]
-    nsub = max(r[0].shape[0] for r in (w.result for w in done))
-    acc = np.zeros((nsub,) + done[0].result[0].shape[1:])
-    hits = np.zeros((nsub,) + done[0].result[1].shape[1:], dtype=np.int64)
-    offered = np.zeros((nsub,) + done[0].result[2].shape[1:], dtype=np.int64)
-    for w in done:
-        a, h, o, _ = w.result
+    results = [w.result for w in workers if w.result is not None]
+    nsub = max(r[0].shape[0] for r in results)
+    acc = np.zeros((nsub,) + results[0][0].shape[1:])
+    hits = np.zeros((nsub,) + results[0][1].shape[1:], dtype=np.int64)
+    offered = np.zeros((nsub,) + results[0][2].shape[1:], dtype=np.int64)
+    for a, h, o, _ in results:
         acc[: a.shape[0]] += a
         hits[: h.shape[0]] += h.astype(np.int64)
         offered[: o.shape[0]] += o.astype(np.int64)
     # The first worker's engine builds the archive with the whole run's counters.
     eng = workers[0].engine
     eng.samples_in = int(nsamp)
-    eng.samples_out = sum(w.result[3] for w in done)
+    eng.samples_out = sum(r[3] for r in results)
     eng.lost = lost
     if eng.samples_out != segments[-1].out_stop:
         raise RuntimeError(

@@ -84,7 +84,7 @@ _INT_KEYS = ("HDR_SIZE", "NCHAN", "NPOL", "NBIT", "NDIM", "OBS_OFFSET")
 _FLOAT_KEYS = ("FREQ", "BW", "TSAMP")
 _MJD_EPOCH = _dt.date(1858, 11, 17).toordinal()
 _UTC_FORMAT = "%Y-%m-%d-%H:%M:%S"
-_DTYPES = {8: np.dtype(np.int8), 16: np.dtype("<i2")}
+_DTYPES: dict[int, np.dtype] = {8: np.dtype(np.int8), 16: np.dtype("<i2")}
 
 
 def _bytes_per_sample(nchan: int, npol: int, ndim: int, nbit: int) -> int:
@@ -222,10 +222,11 @@ class DadaWriter:
                     f"samples are {samples.dtype}; NBIT {o.nbit} needs {self.dtype}, "
                     "quantise before writing"
                 )
-            buf = memoryview(np.ascontiguousarray(samples)).cast("B")
+            buf = np.ascontiguousarray(samples).data.cast("B")
         else:
             try:
-                buf = memoryview(np.ascontiguousarray(samples) if raw_array else samples).cast("B")
+                buf = (np.ascontiguousarray(samples).data if raw_array
+                       else memoryview(samples)).cast("B")  # fmt: skip
             except TypeError as exc:
                 raise FormatError(
                     f"DadaWriter.write takes a numpy array or bytes, not {type(samples).__name__}"
@@ -265,8 +266,9 @@ class DadaWriter:
         self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_fd", None) is not None:
-            os.close(self._fd)
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            os.close(fd)
 
 
 def parse_header(text: str) -> dict[str, str]:
@@ -414,7 +416,7 @@ class DadaReader:
             ndim=ndim,
         )
         self._dtype = _DTYPES[nbit]
-        self._data = np.memmap(
+        self._data: np.memmap | None = np.memmap(
             self.path,
             dtype=self._dtype,
             mode="r",
@@ -429,14 +431,20 @@ class DadaReader:
                 f"{self.path}: samples {start}..{start + n} are outside 0..{self.nsamp}; "
                 "ask for a range inside the file"
             )
-        return self._data[start : start + n]
+        return self._mapped()[start : start + n]
+
+    def _mapped(self) -> np.memmap:
+        """The file's samples; a clear error after ``close``."""
+        if self._data is None:
+            raise FormatError(f"{self.path} was closed: open it again to read")
+        return self._data
 
     def read_blocks(self, nsamp: int, start: int = 0) -> Iterator[np.ndarray]:
         """Complex64 blocks (nsamp, nchan, npol); the last one may be shorter."""
         if nsamp < 1:
             raise FormatError(f"block size must be at least one sample, not {nsamp}")
         for s in range(start, self.nsamp, nsamp):
-            raw = self._data[s : s + nsamp]
+            raw = self._mapped()[s : s + nsamp]
             out = np.empty(raw.shape[:3], dtype=np.complex64)
             out.real = raw[..., 0]
             out.imag = raw[..., 1] if raw.shape[3] == 2 else 0

@@ -147,6 +147,7 @@ class Polyco:
         self.entries = sorted(entries, key=lambda e: (e.tmid_mjd, e.tmid_frac))
         self.text = text if text is not None else "".join(e.format() for e in self.entries)
         self.name = name
+        self.par_text: str | None = None  # the .par file it was made from, if any
         ref = self.entries[0].tmid_mjd
         self._ref_mjd = ref
         self._tmid_min = np.array(
@@ -191,7 +192,7 @@ class Polyco:
             )
         return idx, mjd, s
 
-    def _evaluate(self, mjd_int, sec, what: str) -> np.ndarray:
+    def _evaluate(self, mjd_int, sec, what: str) -> np.ndarray | float:
         idx, mjd, s = self._select(mjd_int, sec)
         out = np.empty(idx.shape, dtype=np.float64)
         for k in np.unique(idx):

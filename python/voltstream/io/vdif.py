@@ -152,8 +152,8 @@ def unpack(payload: np.ndarray, nbit: int) -> np.ndarray:
     if nbit == 8:
         return payload.astype(np.float32) - np.float32(128)
     if nbit == 4:
-        codes = (payload[..., None] >> np.array([0, 4], dtype=np.uint8)) & np.uint8(15)
-        return codes.reshape(*payload.shape[:-1], -1).astype(np.float32) - np.float32(8)
+        nibbles = (payload[..., None] >> np.array([0, 4], dtype=np.uint8)) & np.uint8(15)
+        return nibbles.reshape(*payload.shape[:-1], -1).astype(np.float32) - np.float32(8)
     if nbit == 2:
         shifts = np.array([0, 2, 4, 6], dtype=np.uint8)
         codes = (payload[..., None] >> shifts) & np.uint8(3)
@@ -251,7 +251,7 @@ class VdifFile:
                 f"the last frame is cut after {size % flen} bytes (file truncated?)"
             )
         nframes = size // flen
-        self._frames = raw.reshape(nframes, flen)
+        self._frames: np.ndarray | None = raw.reshape(nframes, flen)
         h = decode_headers(self._frames[:, : max(hlen, LEGACY_HEADER_LEN)])
         for key in ("frame_len", "legacy", "version", "nchan", "complex", "bits_per_sample"):
             bad = np.flatnonzero(h[key] != h[key][0])
@@ -378,12 +378,12 @@ class VdifFile:
     def _samples(self, f0: int, f1: int) -> np.ndarray:
         """Samples of frames f0..f1 (time frame indices): (n*spf, nchan, npol)."""
         nchan, ndim, npol = self.obs.nchan, self._ndim, self.obs.npol
-        out = np.zeros((f1 - f0, self.samples_per_frame, nchan, npol, ndim), np.float32)
+        out: np.ndarray = np.zeros((f1 - f0, self.samples_per_frame, nchan, npol, ndim), np.float32)
         for p in range(npol):
             rows = self._table[f0:f1, p]
             have = np.flatnonzero(rows >= 0)
             if have.size:
-                data = self._frames[rows[have], self._hlen :]
+                data = self._open()[rows[have], self._hlen :]
                 vals = unpack(data, self._nbit)
                 out[have, :, :, p, :] = vals.reshape(have.size, self.samples_per_frame, nchan, ndim)
         out = out.reshape(-1, nchan, npol, ndim)
@@ -460,7 +460,7 @@ class VdifFile:
         out = out.reshape(-1)[: int(np.prod(shape))].reshape(shape)
         rows = self._table[f0:f1]
         have = rows >= 0
-        out[have] = self._frames[rows[have], self._hlen :]
+        out[have] = self._open()[rows[have], self._hlen :]
         out[~have] = 0
         return out, self.valid_samples(f0, f1)
 
@@ -470,6 +470,12 @@ class VdifFile:
 
     def close(self) -> None:
         self._frames = None
+
+    def _open(self) -> np.ndarray:
+        """The file's frames; a clear error after ``close``."""
+        if self._frames is None:
+            raise ConfigError(f"{self.path} was closed: open it again to read")
+        return self._frames
 
     def __enter__(self) -> VdifFile:
         return self

@@ -198,8 +198,9 @@ def _memory_lines(mem: dict | None) -> list[str]:
 
 def stream_labels(fmt: StreamFormat) -> list[str]:
     """What each capture stream is, for the report."""
-    if callable(getattr(fmt, "labels", None)):  # a stream description
-        return fmt.labels()
+    labels = getattr(fmt, "labels", None)
+    if callable(labels):  # a stream description
+        return labels()
     if fmt.name == "vdif":
         return [f"VDIF thread {t} (pol {p})" for p, t in enumerate(fmt.thread_ids)]
     return [fmt.name.upper()]

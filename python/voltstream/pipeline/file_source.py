@@ -499,7 +499,7 @@ class FileSource:
         dlen, flen, hlen = self._dlen, self._flen, self._hlen
         rows = self._table[fa:fb].reshape(-1).tolist()
         base = (fa - f_block) * self._npol * dlen
-        mv = memoryview(buf)
+        mv = buf.data.cast("B")
         scratch = bytearray(hlen)
         total = 0
         i, n = 0, len(rows)
@@ -514,7 +514,7 @@ class FileSource:
             limit = min(n, i + _IOV_MAX // 2)
             while j < limit and rows[j] == r + (j - i):
                 j += 1
-            iov = []
+            iov: list = []
             for d in range(i, j):
                 iov.append(scratch)
                 iov.append(mv[base + d * dlen : base + (d + 1) * dlen])

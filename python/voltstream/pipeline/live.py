@@ -22,6 +22,7 @@ import numpy as np
 
 from voltstream.formats import StreamFormat
 from voltstream.observation import Observation
+from voltstream.pipeline.capture import CaptureReport
 
 _END = object()
 
@@ -45,7 +46,7 @@ class LiveReader:
         self.engine = engine
         self.capture_options = capture_options
         self._queue: queue.Queue = queue.Queue(maxsize=max_queued_chunks)
-        self.report = None
+        self.report: CaptureReport | None = None
         self.error: BaseException | None = None
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name="voltstream-capture", daemon=True)

@@ -206,7 +206,7 @@ def ynao_headers(packets: np.ndarray) -> dict[str, np.ndarray]:
     if packets.shape[1] < YNAO_HEADER_LEN:
         raise FormatError("YNAO packets need at least 24 header bytes")
     hdr = np.ascontiguousarray(packets[:, :YNAO_HEADER_LEN]).view(_YNAO_HEADER)[:, 0]
-    return {name: hdr[name].astype(np.int64) for name in _YNAO_HEADER.names}
+    return {name: hdr[name].astype(np.int64) for name in _YNAO_HEADER.names or ()}
 
 
 def depacketize_ynao(packets: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
