@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from voltstream.digitiser import SAMPLE_BITS, pack_samples
 from voltstream.dsp.cuda import GpuError, _cupy, _launch, load_module
 from voltstream.dsp.quantize import _splitmix64
 from voltstream.errors import ConfigError
 from voltstream.fengine.heaps import PACKET_HEADER_LEN, OutputHeap
 from voltstream.fengine.packets import PacketFormat, PacketPool, release_batches
 from voltstream.fengine.reference import NPOL, FEngineCounters, FEngineReference
-from voltstream.sim.spead import SPEAD_BITS, pack_samples
 
 __all__ = ["FEngineKernels", "GpuFEngine", "naive_channelize"]
 
@@ -52,8 +52,8 @@ class FEngineKernels:
     FIR_THREADS = 128
 
     def __init__(self, in_bits: int, taps: int, out_bits: int):
-        if in_bits not in SPEAD_BITS:
-            raise ConfigError(f"input sample width {in_bits}: use one of {SPEAD_BITS}")
+        if in_bits not in SAMPLE_BITS:
+            raise ConfigError(f"input sample width {in_bits}: use one of {SAMPLE_BITS}")
         if out_bits not in (4, 8):
             raise ConfigError(f"output sample width {out_bits}: use 8 or 4")
         self.in_bits, self.taps, self.out_bits = int(in_bits), int(taps), int(out_bits)

@@ -42,12 +42,12 @@ from pathlib import Path
 
 import numpy as np
 
+from voltstream.digitiser import SAMPLE_BITS, unpack_heaps
 from voltstream.errors import CaptureError, ConfigError
 from voltstream.fengine.packets import PacketBatch, heap_count, release_batches
 from voltstream.pipeline.capture import CaptureRun
 from voltstream.pipeline.gpu import Handoff, StatusLine, release_pool
 from voltstream.pipeline.timeline import ChunkTimeline, Gap
-from voltstream.sim.spead import SPEAD_BITS
 
 __all__ = [
     "INPUT_BITS",
@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 #: Digitiser sample widths the input accepts.
-INPUT_BITS = SPEAD_BITS  # the digitiser widths the packetizer writes
+INPUT_BITS = SAMPLE_BITS
 #: The capture's kernel ring: it rides out a stalled capture thread for 60 ms at
 #: 34 Gb/s (one MeerKAT antenna).
 RING_BYTES = 256 << 20
@@ -93,43 +93,6 @@ def _check_input(bits: int, samples_per_heap: int) -> None:
             f"{samples_per_heap} samples of {bits} bits are not a whole number of bytes: "
             "give a multiple of 4 samples (MeerKAT uses 4096)"
         )
-
-
-def unpack_heaps(raw, bits: int) -> np.ndarray:
-    """Signed samples (int16) from packed big-endian ``bits``-bit data along the last axis.
-
-    ``raw`` is uint8 ``(..., nbytes)``; the result is ``(..., nbytes * 8 // bits)``.
-    The first sample sits in the most significant bits of byte 0 (10 bits: four
-    samples in five bytes), as ``voltstream.sim.spead.unpack_samples`` reads it,
-    but vectorised by groups of bytes.
-    """
-    if bits not in INPUT_BITS:
-        raise ConfigError(f"digitiser sample width {bits} bits: use 8, 10, 12 or 16")
-    r = np.ascontiguousarray(raw, dtype=np.uint8)
-    lead, nbytes = r.shape[:-1], r.shape[-1]
-    if bits == 8:
-        return r.view(np.int8).astype(np.int16)
-    if bits == 16:
-        return r.reshape(*lead, nbytes // 2, 2).view(">i2")[..., 0].astype(np.int16)
-    per_group = 8 // math.gcd(bits, 8)  # samples per group: 4 (10 bits), 2 (12 bits)
-    group = per_group * bits // 8  # bytes per group: 5, 3
-    if nbytes % group:
-        raise ConfigError(f"{nbytes} bytes are not whole groups of {per_group} {bits}-bit samples")
-    g = r.reshape(*lead, nbytes // group, group)
-    out = np.empty((*lead, nbytes // group, per_group), dtype=np.int16)
-    mask, sign = (1 << bits) - 1, 1 << (bits - 1)
-    for j in range(per_group):
-        # Sample j of a group starts at bit j*bits: it lies within the three bytes
-        # from byte (j*bits)//8, read as one 24-bit big-endian number.
-        a, o = divmod(j * bits, 8)
-        v = g[..., a].astype(np.int32) << 16
-        if a + 1 < group:
-            v |= g[..., a + 1].astype(np.int32) << 8
-        if a + 2 < group:
-            v |= g[..., a + 2]
-        code = (v >> (24 - o - bits)) & mask
-        out[..., j] = (code ^ sign) - sign
-    return out.reshape(*lead, -1)
 
 
 def digitiser_samples(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from voltstream.digitiser import SAMPLE_BITS, check_bits, pack_samples, unpack_samples
 from voltstream.errors import ConfigError, FormatError
 
 __all__ = [
@@ -42,57 +43,14 @@ DIG_ID = 0x3101
 DIG_STATUS = 0x3102
 DIG_RAW_DATA = 0x3300
 #: Sample widths the packetizer writes.
-SPEAD_BITS = (8, 10, 12, 16)
+SPEAD_BITS = SAMPLE_BITS
 _N_ITEMS = 8
 _HEADER_LEN = 8 + 8 * _N_ITEMS
 
 
-def _check_bits(bits: int) -> None:
-    if bits not in SPEAD_BITS:
-        raise ConfigError(f"digitiser sample width {bits} is not supported; use 8, 10, 12 or 16")
-
-
-def pack_samples(samples, bits: int) -> np.ndarray:
-    """Packs signed integers into a big-endian bit stream of ``bits`` per sample.
-
-    ``samples`` must be integers within the signed ``bits``-bit range and their
-    total bit count a whole number of bytes; returns a 1-D uint8 array.
-    """
-    _check_bits(bits)
-    s = np.asarray(samples)
-    if s.dtype.kind not in "iu":
-        raise ConfigError(f"samples must be integers to pack, got dtype {s.dtype}")
-    s = s.reshape(-1).astype(np.int64)
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    if s.size and (s.min() < lo or s.max() > hi):
-        raise ConfigError(f"samples must lie in {lo}..{hi} for {bits}-bit packing")
-    if s.size * bits % 8:
-        raise ConfigError(f"{s.size} samples of {bits} bits are not a whole number of bytes")
-    codes = (s & ((1 << bits) - 1)).astype(">u2")
-    bitplane = np.unpackbits(codes.view(np.uint8).reshape(-1, 2), axis=1)[:, 16 - bits :]
-    return np.packbits(bitplane.reshape(-1))
-
-
-def unpack_samples(data, bits: int, n: int | None = None) -> np.ndarray:
-    """Unpacks ``n`` (default: all whole) signed samples; returns int16."""
-    _check_bits(bits)
-    d = np.frombuffer(np.ascontiguousarray(data, dtype=np.uint8), dtype=np.uint8)
-    avail = d.size * 8 // bits
-    n = avail if n is None else n
-    if n > avail:
-        raise FormatError(f"{d.size} bytes hold {avail} samples of {bits} bits, not {n}")
-    stream = np.unpackbits(d)[: n * bits].reshape(n, bits)
-    padded = np.zeros((n, 16), dtype=np.uint8)
-    padded[:, :bits] = stream
-    # The code sits in the top bits of a big-endian int16: the arithmetic
-    # shift back down sign-extends it.
-    top = np.packbits(padded, axis=1).reshape(-1).view(">i2").astype(np.int16)
-    return top >> (16 - bits)
-
-
 def spead_dig_packet_len(samples_per_heap: int = 4096, bits: int = 10) -> int:
     """UDP payload bytes of one digitiser heap packet."""
-    _check_bits(bits)
+    check_bits(bits)
     return _HEADER_LEN + samples_per_heap * bits // 8
 
 
@@ -121,7 +79,7 @@ def packetize_spead_dig(
     ``status`` is one value or one per heap. Returns (n_heaps, packet_len)
     uint8, C-contiguous.
     """
-    _check_bits(bits)
+    check_bits(bits)
     if heap_address_bits % 8 or not 16 <= heap_address_bits <= 48:
         raise ConfigError("heap_address_bits must be 16, 24, 32, 40 or 48 (items up to 0x3300)")
     if samples_per_heap <= 0 or samples_per_heap * bits % 8:
@@ -197,7 +155,7 @@ def depacketize_spead_dig(packets, *, bits: int = 10) -> dict:
     packet) and ``"samples"`` (int16, the heaps' samples concatenated).
     Raises FormatError for packets that are not whole single-packet heaps.
     """
-    _check_bits(bits)
+    check_bits(bits)
     ts, ids, status, samples = [], [], [], []
     for row in np.atleast_2d(np.asarray(packets, dtype=np.uint8)):
         h = parse_spead_header(row.tobytes())
