@@ -14,7 +14,7 @@ import pytest
 
 from voltstream.dsp.delay import DelayModel
 from voltstream.dsp.pfb import channel_response, pfb_channelize, pfb_weights
-from voltstream.dsp.quantize import _splitmix64, slot_dither, unpack4
+from voltstream.dsp.quantize import slot_dither, splitmix64, unpack4
 from voltstream.fengine.reference import FEngineReference, postprocess
 from voltstream.sim.spead import pack_samples
 
@@ -96,7 +96,7 @@ def test_postprocess_matches_reference(cp, out_bits, dither):
     shape = (len(send), nchan, sph) + ((2, 2) if out_bits == 8 else (2,))
     out = cp.full(shape, 0x55, dtype=cp.int8 if out_bits == 8 else cp.uint8)  # poison
     sat = cp.zeros((len(send), 2), dtype=cp.uint64)  # the kernel adds to it
-    key = int(_splitmix64(np.array(seed, dtype=np.uint64))) if dither else None
+    key = int(splitmix64(np.array(seed, dtype=np.uint64))) if dither else None
     rot = cp.asarray(k.rotation(tau, phi, FS / (2 * nchan)))
     k.post(
         cp.asarray(spec), rot, cp.asarray(gains), cp.asarray(send), cp.asarray(slot_ids),

@@ -30,7 +30,9 @@ __all__ = [
     "FoldTemplate",
     "GpuError",
     "UnpackTemplate",
+    "cupy_module",
     "kernel_sources",
+    "launch",
     "load_module",
 ]
 
@@ -74,7 +76,7 @@ def kernel_sources() -> list[Path]:
     return sorted(KERNEL_DIR.glob("*.cu"))
 
 
-def _cupy():
+def cupy_module():
     try:
         import cupy
     except ImportError as exc:
@@ -91,7 +93,7 @@ def load_module(name: str, defines: tuple[tuple[str, int], ...] = ()):
     Keyed by the current device too: a loaded module belongs to one CUDA context,
     and the multi-GPU workers (dsp/gpu_workers.py) build engines on several.
     """
-    cp = _cupy()
+    cp = cupy_module()
     return _load_module(name, tuple(defines), cp.cuda.runtime.getDevice())
 
 
@@ -105,7 +107,7 @@ def _load_module(name: str, defines: tuple[tuple[str, int], ...], device: int):
 
 
 def _compile_module(name: str, defines: tuple[tuple[str, int], ...]):
-    cp = _cupy()
+    cp = cupy_module()
     path = KERNEL_DIR / name
     if not path.is_file():
         raise GpuError(f"kernel source {path} is missing; reinstall voltstream")
@@ -118,7 +120,7 @@ def _compile_module(name: str, defines: tuple[tuple[str, int], ...]):
     return module
 
 
-def _launch(kernel, grid, block, args, stream=None, shared_mem: int = 0) -> None:
+def launch(kernel, grid, block, args, stream=None, shared_mem: int = 0) -> None:
     # RawKernel launches on the current stream; make ``stream`` current for it.
     if stream is None:
         kernel(grid, block, args, shared_mem=shared_mem)
@@ -184,7 +186,7 @@ class UnpackOp:
             raise ConfigError("unpack output must be complex64 with room for every frame")
         tiles = -(-self.nfft // t.TILE_T)
         grid = (tiles * nblock, -(-self.ncp // t.TILE_CP))
-        _launch(
+        launch(
             t.kernel,
             grid,
             (t.TILE_T * 8,),
@@ -336,7 +338,7 @@ class PackedUnpackOp:
         args: tuple = (raw, carry, vptr, out) + self.layout_args[:-1]
         args += (np.int32(self.ncp), np.int32(self.nfft), np.int32(self.step), np.int32(nblock),
                  np.int32(self.carry_cap), np.int32(carry_len), np.int64(nsamp_raw))  # fmt: skip
-        _launch(t.frame_kernel, grid, (t.TILE_T * 8,), args, stream)
+        launch(t.frame_kernel, grid, (t.TILE_T * 8,), args, stream)
 
     def carry_tail(self, raw, nsamp_raw: int, carry, carry_len: int, valid, nxt, cut: int,
                    new_len: int, stream=None):  # fmt: skip
@@ -353,7 +355,7 @@ class PackedUnpackOp:
         args: tuple = (raw, carry, vptr, nxt) + self.layout_args
         args += (np.int32(self.carry_cap), np.int32(carry_len), np.int64(nsamp_raw),
                  np.int64(cut), np.int32(new_len))  # fmt: skip
-        _launch(self.t.carry_kernel, (-(-new_len // nt), self.ncp), (nt,), args, stream)
+        launch(self.t.carry_kernel, (-(-new_len // nt), self.ncp), (nt,), args, stream)
 
 
 # --- chirp multiply, in place on the spectra
@@ -382,7 +384,7 @@ class ChirpOp:
             raise ConfigError("chirp spectra must be complex64 with nchan*npol*nblock*nfft bins")
         threads = 256
         blocks = int(min(-(-npairs // threads), 132 * 32))
-        _launch(
+        launch(
             self.t.kernel,
             (blocks,),
             (threads,),
@@ -494,7 +496,7 @@ class FoldOp:
         else:
             nx = -(-nblock // (spb // self.step))
         grid = (nx, self.nchan)
-        _launch(
+        launch(
             t.kernel,
             grid,
             (t.THREADS,),

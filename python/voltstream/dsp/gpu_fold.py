@@ -41,7 +41,7 @@ from voltstream.dsp.cuda import (
     PackedLayout,
     PackedUnpackTemplate,
     UnpackTemplate,
-    _cupy,
+    cupy_module,
 )
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.detect import npol_out
@@ -120,7 +120,7 @@ class _FolderBase:
         nfft: int | None = None,
         chunk_samples: int | None = None,
     ):
-        self.cp = _cupy()
+        self.cp = cupy_module()
         self.obs, self.dm, self.predictor = obs, float(dm), predictor
         self.nbin, self.tsub_s, self.pol_mode, self.basis = int(nbin), tsub_s, pol_mode, basis
         self.npol_out = npol_out(pol_mode)

@@ -35,6 +35,7 @@ __all__ = [
     "quantize4",
     "quantize8",
     "slot_dither",
+    "splitmix64",
     "uniform_dither",
     "unpack4",
 ]
@@ -58,7 +59,7 @@ def uniform_dither(shape, seed) -> np.ndarray:
     return rng.random((*tuple(shape), 2)) - 0.5
 
 
-def _splitmix64(z: np.ndarray) -> np.ndarray:
+def splitmix64(z: np.ndarray) -> np.ndarray:
     """Steele et al.'s SplitMix64 finaliser on uint64 (wrapping), as fengine.cu does it."""
     with np.errstate(over="ignore"):
         z = z + np.uint64(0x9E3779B97F4A7C15)
@@ -77,13 +78,12 @@ def slot_dither(seed: int, slot: int, shape) -> np.ndarray:
     """
     if int(seed) < 0:
         raise ConfigError(f"dither seed {seed} must be a non-negative integer")
-    key = _splitmix64(
-        _splitmix64(np.array(int(seed), dtype=np.uint64))
-        + np.uint64(int(slot) & 0xFFFFFFFFFFFFFFFF)
+    key = splitmix64(
+        splitmix64(np.array(int(seed), dtype=np.uint64)) + np.uint64(int(slot) & 0xFFFFFFFFFFFFFFFF)
     )
     n = int(np.prod(tuple(shape), dtype=np.int64)) * 2
     with np.errstate(over="ignore"):
-        h = _splitmix64(key + np.arange(n, dtype=np.uint64))
+        h = splitmix64(key + np.arange(n, dtype=np.uint64))
     u = (h >> np.uint64(40)).astype(np.float64) * 2.0**-24 - 0.5
     return u.reshape(*tuple(shape), 2)
 

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from voltstream.digitiser import SAMPLE_BITS, pack_samples
-from voltstream.dsp.cuda import GpuError, _cupy, _launch, load_module
-from voltstream.dsp.quantize import _splitmix64
+from voltstream.dsp.cuda import GpuError, cupy_module, launch, load_module
+from voltstream.dsp.quantize import splitmix64
 from voltstream.errors import ConfigError
 from voltstream.fengine.heaps import PACKET_HEADER_LEN, OutputHeap
 from voltstream.fengine.packets import PacketFormat, PacketPool, release_batches
@@ -75,7 +75,7 @@ class FEngineKernels:
         if raw.strides[1] != 1 or raw.strides[0] % 16 or n % 4:
             raise ConfigError("packed input rows must be contiguous and 16-byte aligned")
         args = (raw, np.int64(raw.strides[0]), starts, weights, out)
-        _launch(
+        launch(
             self._fir,
             grid,
             (self.FIR_THREADS,),
@@ -108,7 +108,7 @@ class FEngineKernels:
             np.uint64(0 if dither_key is None else dither_key),
             np.int32(dither_key is not None),
         )
-        _launch(self._post, grid, (32, 8), args, stream)
+        launch(self._post, grid, (32, 8), args, stream)
 
 
 @dataclass
@@ -140,7 +140,7 @@ class GpuFEngine(FEngineReference):
 
     def __init__(self, nchan, taps, spectra_per_heap, *, input_bits: int = 16, **settings):
         super().__init__(nchan, taps, spectra_per_heap, **settings)
-        cp = _cupy()
+        cp = cupy_module()
         try:
             cp.cuda.runtime.getDeviceCount()
         except Exception as exc:  # CUDARuntimeError without a driver or device
@@ -151,7 +151,7 @@ class GpuFEngine(FEngineReference):
         # The kernel's dither hash starts from splitmix64(seed): once, not per call.
         self._dither_key = None
         if self.dither_seed is not None:
-            self._dither_key = int(_splitmix64(np.array(int(self.dither_seed), np.uint64)))
+            self._dither_key = int(splitmix64(np.array(int(self.dither_seed), np.uint64)))
         # copy in, compute, copy out, parameters
         self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(4)]
         # CuPy objects are typed Any: CuPy ships no type information.
@@ -183,7 +183,7 @@ class GpuFEngine(FEngineReference):
         before live data waits on them (a 32768-channel engine's first call takes
         long enough for the capture pool to overflow at 20 Gb/s). Gains, delays and
         the packet format stay; counters and the time line start afresh."""
-        cp = _cupy()
+        cp = cupy_module()
         nbytes = self._bytes(int(block_samples))
         zeros = np.frombuffer(cp.cuda.alloc_pinned_memory(2 * nbytes), np.uint8, 2 * nbytes)
         zeros = zeros.reshape(NPOL, nbytes)
@@ -226,7 +226,7 @@ class GpuFEngine(FEngineReference):
         if fmt.layout != self.layout:
             raise ConfigError("the packet format's heap layout is not this engine's")
         self.flush(copy=True)  # nothing pending may come back in the old form
-        cp = _cupy()
+        cp = cupy_module()
         self.packet_format = fmt
         self.packet_pool = PacketPool(
             self.ASYNC_DEPTH + 1 + int(queued_blocks),
@@ -314,7 +314,7 @@ class GpuFEngine(FEngineReference):
     # --- one call
 
     def _submit(self, raw, n: int, timestamp: int, valid, step: int = 1) -> None:
-        cp = _cupy()
+        cp = cupy_module()
         if step < 1 or n % step:
             raise ConfigError(f"valid_step={step} does not divide the block's {n} samples")
         ok = self._valid_mask(valid, n // step)
@@ -506,7 +506,7 @@ class GpuFEngine(FEngineReference):
         On its own stream and from pinned memory, so the host never waits for it
         (a copy from pageable memory may wait for the copy engine to drain).
         """
-        cp = _cupy()
+        cp = cupy_module()
         param_s, comp_s = self._streams[3], self._streams[1]
         arrays = [np.ascontiguousarray(a) for a in arrays]
         offsets, total = [], 0
@@ -600,7 +600,7 @@ class GpuFEngine(FEngineReference):
         ``ASYNC_DEPTH + 1`` deep: an async caller holds views of one call's heaps
         while the next ``ASYNC_DEPTH`` calls are in flight.
         """
-        cp = _cupy()
+        cp = cupy_module()
         nbytes = int(np.prod(shape))
         i = self._pinned_next
         self._pinned_next = (i + 1) % (self.ASYNC_DEPTH + 1)
@@ -622,7 +622,7 @@ class GpuFEngine(FEngineReference):
         pending.done.synchronize()
         self.timing["host_wait_s"] += time.perf_counter() - t0
         if pending.started is not None:
-            ms = _cupy().cuda.get_elapsed_time(pending.started, pending.computed)
+            ms = cupy_module().cuda.get_elapsed_time(pending.started, pending.computed)
             self.timing["gpu_busy_s"] += ms / 1e3
         self.counters.saturated += pending.host_sat.sum(axis=0).astype(np.int64)
         fmt = self.packet_format
@@ -657,7 +657,7 @@ class GpuFEngine(FEngineReference):
 
     def channelize(self, samples) -> np.ndarray:
         """FIR + FFT of one pol pair with no delay: complex128 ``(2, nspec, nchan)``."""
-        cp = _cupy()
+        cp = cupy_module()
         x = np.asarray(samples)
         nspec = max(0, (x.shape[1] - self.window_len) // self.step + 1)
         raw = self._pack(x)
