@@ -348,3 +348,16 @@ def test_decoder_rejects_and_reports():
         decode_output_heap(decode_packets(packets)[0], wrong)
     with pytest.raises(ConfigError, match="divisor"):
         encode_heap(random_heap(rng, layout, 0), 7, packet_payload=100)
+
+
+def test_the_gpu_engine_shares_settings_not_the_reference_planning():
+    """The GPU engine and the reference share only settings and control
+    (FEngineSettings): each plans its own heaps, so the GPU tests that compare the two
+    catch a planning bug in either instead of inheriting it."""
+    from voltstream.fengine.gpu import GpuFEngine  # imports without a GPU
+    from voltstream.fengine.reference import FEngineReference, FEngineSettings
+
+    assert issubclass(GpuFEngine, FEngineSettings) and issubclass(FEngineReference, FEngineSettings)
+    assert not issubclass(GpuFEngine, FEngineReference)
+    planning = {"process", "_heap", "_channelize", "retained_samples"}
+    assert planning <= set(vars(FEngineReference)) and not planning & set(vars(FEngineSettings))

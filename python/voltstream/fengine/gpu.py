@@ -36,7 +36,7 @@ from voltstream.dsp.quantize import splitmix64
 from voltstream.errors import ConfigError
 from voltstream.fengine.heaps import PACKET_HEADER_LEN, OutputHeap
 from voltstream.fengine.packets import PacketFormat, PacketPool, release_batches
-from voltstream.fengine.reference import NPOL, FEngineCounters, FEngineReference
+from voltstream.fengine.reference import NPOL, FEngineCounters, FEngineSettings
 
 __all__ = ["FEngineKernels", "GpuFEngine", "naive_channelize"]
 
@@ -125,8 +125,10 @@ class _Pending:
     computed: Any = None
 
 
-class GpuFEngine(FEngineReference):
-    """``FEngineReference`` with ``process`` on the GPU; settings and control are shared.
+class GpuFEngine(FEngineSettings):
+    """The F-engine on the GPU: the settings and control of every F-engine
+    (``FEngineSettings``), its own planning and kernels; the same heaps as
+    ``FEngineReference``, which the GPU tests hold it to.
 
     ``input_bits`` is the width of the digitiser samples (8, 10, 12, 16) as they are
     given to ``process_packed``; ``process`` takes integer samples and packs them.
@@ -158,6 +160,9 @@ class GpuFEngine(FEngineReference):
         self._raw: Any = None  # device (2, bytes): packed samples from self._base to self._end
         self._base = 0
         self._end = 0  # time stamp after the last sample given (self._fresh: none yet)
+        self._start = 0  # first sample still kept (history the next slots need)
+        self._slot = 0  # the next heap time slot to plan
+        self._fresh = True  # no block yet: the next one starts the time line
         self._invalid = [np.zeros((0, 2), dtype=np.int64) for _ in range(NPOL)]
         self._pending: list[_Pending] = []
         self._pinned_ring: list[tuple[np.ndarray, np.ndarray]] = []  # ASYNC_DEPTH + 1 deep

@@ -44,7 +44,7 @@ from voltstream.dsp.quantize import apply_gains, quantize, slot_dither, uniform_
 from voltstream.errors import ConfigError
 from voltstream.fengine.heaps import HeapLayout, OutputHeap
 
-__all__ = ["FEngineCounters", "FEngineReference", "postprocess"]
+__all__ = ["FEngineCounters", "FEngineReference", "FEngineSettings", "postprocess"]
 
 NPOL = 2
 
@@ -96,8 +96,15 @@ def postprocess(
     return np.ascontiguousarray(q.transpose(order)), saturated
 
 
-class FEngineReference:
-    """The CPU F-engine for one antenna (two polarisations); see the module docstring."""
+class FEngineSettings:
+    """What every F-engine is configured with and controlled by: the channeliser's
+    shape and weights, the heap layout, the sample rate, delay range, F-engine id and
+    dither, and the gains and delay models that ?gain and ?delays change at run time.
+
+    The CPU reference and the GPU engine both build on this and nothing more: each
+    plans and computes its heaps itself, so a planning bug in one is caught by the
+    tests that compare the two rather than shared by both.
+    """
 
     def __init__(
         self,
@@ -135,16 +142,6 @@ class FEngineReference:
         self.gains = np.ones((NPOL, self.nchan), dtype=np.complex128)
         self.delay_models = [DelayModel(), DelayModel()]
         self.counters = FEngineCounters()
-        self._x = np.zeros((NPOL, 0), dtype=np.float64)
-        self._valid = np.zeros((NPOL, 0), dtype=bool)
-        self._start = 0  # time stamp of self._x[:, 0]
-        self._slot = 0
-        self._fresh = True  # no block yet: the next one starts the time line
-
-    @property
-    def retained_samples(self) -> int:
-        """Samples per pol held between calls: the history the next heaps still need."""
-        return int(self._x.shape[1])
 
     # Control, as ?gain / ?delays would set it; takes effect from the next heap.
     def set_gains(self, gains, pol: int | None = None) -> None:
@@ -173,6 +170,23 @@ class FEngineReference:
         if pol not in (0, 1):
             raise ConfigError(f"polarisation {pol} does not exist: use 0 or 1")
         return int(pol)
+
+
+class FEngineReference(FEngineSettings):
+    """The CPU F-engine for one antenna (two polarisations); see the module docstring."""
+
+    def __init__(self, nchan: int, taps: int, spectra_per_heap: int, **settings) -> None:
+        super().__init__(nchan, taps, spectra_per_heap, **settings)
+        self._x = np.zeros((NPOL, 0), dtype=np.float64)
+        self._valid = np.zeros((NPOL, 0), dtype=bool)
+        self._start = 0  # time stamp of self._x[:, 0]
+        self._slot = 0
+        self._fresh = True  # no block yet: the next one starts the time line
+
+    @property
+    def retained_samples(self) -> int:
+        """Samples per pol held between calls: the history the next heaps still need."""
+        return int(self._x.shape[1])
 
     def process(self, samples, timestamp: int, valid=None) -> list[OutputHeap]:
         """Feeds ``samples`` (2, n) starting at ``timestamp``; returns the heaps now complete.
