@@ -191,10 +191,14 @@ class BlocksOnly(MemReader):
         return super().__getattribute__(name)
 
 
-def lost_packet_polyco_case(nffts: int, nlost: int):
+def lost_packet_polyco_case(nffts: int, nlost: int, seed: int = 20261125):
     """Random 8-bit baseband with `nlost` lost packets of 64 samples, folded with a
-    two-entry polyco of a random spinning pulsar: (obs, dm, dd, raw, valid, pred, tsub)."""
-    rng = np.random.default_rng()
+    two-entry polyco of a random spinning pulsar: (obs, dm, dd, raw, valid, pred, tsub).
+
+    Seeded: unseeded, about one draw in a few hundred put a sample's float32 phase on
+    the other side of a bin edge from the float64 reference's, beyond the archives'
+    2e-5 tolerance (seen once in session 5's GPU runs)."""
+    rng = np.random.default_rng(seed)
     obs = make_obs(4, -16.0, freq=800.0)
     dm = 35.727
     dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz)
