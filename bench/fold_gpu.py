@@ -24,7 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from voltstream.dsp.gpu_fold import STAGES, GpuFolder, NaiveGpuFolder  # noqa: E402
+from voltstream.dsp.gpu_fold import STAGES, GpuFolder  # noqa: E402
+from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder  # noqa: E402
 from voltstream.dsp.gpu_workers import fold_file_multi_gpu  # noqa: E402
 from voltstream.io.polyco import ConstantPeriod  # noqa: E402
 from voltstream.observation import Observation  # noqa: E402

@@ -446,7 +446,7 @@ def _fold_on(device: str, args, reader, predictor, tsub: float):
             workers_per_gpu=args.workers_per_gpu,
             **kw,
         )
-    from voltstream.dsp.gpu_fold import fold_file_gpu
+    from voltstream.pipeline.gpu_file_fold import fold_file_gpu
 
     return fold_file_gpu(reader, args.dm, predictor, args.nbin, tsub, **kw)
 

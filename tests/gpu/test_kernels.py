@@ -14,10 +14,12 @@ from voltstream.dsp import cuda
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.detect import detect
 from voltstream.dsp.fold import Folder
-from voltstream.dsp.gpu_fold import GpuFolder, NaiveGpuFolder, fold_file_gpu, gpu_available
+from voltstream.dsp.gpu_fold import GpuFolder, gpu_available
+from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder
 from voltstream.io.polyco import ConstantPeriod, Polyco, polyco_entries_from_spin
 from voltstream.observation import Observation
 from voltstream.pipeline.fold import fold_file
+from voltstream.pipeline.gpu_file_fold import fold_file_gpu
 
 pytestmark = pytest.mark.gpu
 

@@ -18,12 +18,13 @@ import pytest
 
 from loopback import free_bind, sender
 from voltstream.dsp.fold import profile_snr
-from voltstream.dsp.gpu_fold import fold_file_gpu, gpu_available
+from voltstream.dsp.gpu_fold import gpu_available
 from voltstream.formats import make_format
 from voltstream.io.dada import DadaWriter, open_dada
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.pipeline.capture import run_capture
 from voltstream.pipeline.fold import fold_file
+from voltstream.pipeline.gpu_file_fold import fold_file_gpu
 from voltstream.pipeline.live import fold_live_gpu
 from voltstream.sim.signal import quantize_int8, synthesize
 

@@ -14,10 +14,11 @@ import pytest
 from packed_ref import decode_ref
 from voltstream.dsp import cuda
 from voltstream.dsp.dedisperse import Dedisperser
-from voltstream.dsp.gpu_fold import fold_file_gpu, gpu_available
+from voltstream.dsp.gpu_fold import gpu_available
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.io.vdif import LEVELS_2BIT, open_vdif
 from voltstream.pipeline.fold import fold_file
+from voltstream.pipeline.gpu_file_fold import fold_file_gpu
 from voltstream.sim.packetize import packetize_vdif
 
 from .test_kernels import compare_archives, frame_ref

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from voltstream.dsp.dedisperse import Dedisperser
-from voltstream.dsp.gpu_fold import fold_file_gpu, gpu_available
+from voltstream.dsp.gpu_fold import gpu_available
 from voltstream.dsp.gpu_workers import fold_file_multi_gpu
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.pipeline.fold import fold_file
+from voltstream.pipeline.gpu_file_fold import fold_file_gpu
 
 from .test_kernels import (
     BlocksOnly,

@@ -265,7 +265,8 @@ def fold_file_multi_gpu(
     segment (see :func:`plan_segments`; default: one segment per worker for a
     random-access reader, 4 chunks for one read in order).
     """
-    from voltstream.dsp.gpu_fold import GpuFolder, NaiveGpuFolder, _Plan, gpu_available
+    from voltstream.dsp.gpu_fold import GpuFolder, _Plan, gpu_available
+    from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder
 
     if not gpu_available():
         from voltstream.dsp.cuda import GpuError
