@@ -150,7 +150,7 @@ class HeapOutput:
         if not self.dests and output_file is None:
             raise ConfigError("the F-engine output needs --dest HOST:PORT,... or --output-file")
         if not rate_gbps >= 0:
-            raise ConfigError(f"--rate-gbps {rate_gbps}: give a rate >= 0 (0 = unpaced)")
+            raise ConfigError(f"--rate {rate_gbps}: give a rate in Gb/s >= 0 (0 = unpaced)")
         if int(descriptor_interval) < 1:
             raise ConfigError("descriptor_interval must be at least 1 heap")
         self.rate_gbps = float(rate_gbps)
