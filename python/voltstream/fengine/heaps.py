@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from voltstream.errors import ConfigError, FormatError
+from voltstream.spead_items import header, headers, pointer, pointers
 
 __all__ = [
     "DESCRIPTOR_HEAP_CNT",
@@ -203,7 +204,7 @@ def heap_counter(timestamp: int, samples_per_heap: int, feng_id: int = 0, n_feng
 
 
 def _pointer(item_id: int, value: int, immediate: bool = True) -> int:
-    return (_IMMEDIATE if immediate else 0) | (item_id << 48) | (int(value) & _VALUE_MASK)
+    return pointer(item_id, int(value), immediate)
 
 
 def encode_heap(heap: OutputHeap, heap_cnt: int, packet_payload: int = 8192) -> np.ndarray:
@@ -242,28 +243,21 @@ def packet_headers(heap_cnts, timestamps, frequencies, feng_id: int, size: int, 
     all have ``size`` payload bytes cut into packets of ``per_packet``. Vectorised:
     the F-engine fills the headers of a whole block of heaps at once.
     """
-    cnt = np.asarray(heap_cnts, dtype=np.uint64).reshape(-1)
-    nheaps, npackets = cnt.size, size // per_packet
-    pointers = np.empty((nheaps, npackets, _N_ITEMS), dtype=">u8")
-    offsets = np.arange(npackets, dtype=np.uint64) * np.uint64(per_packet)
-
-    def immediate(item_id, values):
-        v = np.asarray(values, dtype=np.uint64) & np.uint64(_VALUE_MASK)
-        return v | np.uint64(_IMMEDIATE | (item_id << 48))
-
-    pointers[..., 0] = immediate(ITEM_HEAP_CNT, cnt)[:, None]
-    pointers[..., 1] = _pointer(ITEM_HEAP_SIZE, size)
-    pointers[..., 2] = immediate(ITEM_HEAP_OFFSET, offsets)[None, :]
-    pointers[..., 3] = _pointer(ITEM_PAYLOAD_LENGTH, per_packet)
-    pointers[..., 4] = immediate(ITEM_TIMESTAMP, timestamps).reshape(-1)[:, None]
-    pointers[..., 5] = _pointer(ITEM_FENG_ID, feng_id)
-    pointers[..., 6] = immediate(ITEM_FREQUENCY, frequencies).reshape(-1)[:, None]
-    pointers[..., 7] = _pointer(ITEM_FENG_RAW, 0, immediate=False)
-    out = np.empty((nheaps, npackets, PACKET_HEADER_LEN), dtype=np.uint8)
-    out[..., :4] = [SPEAD_MAGIC, SPEAD_VERSION, ITEM_POINTER_WIDTH, HEAP_ADDRESS_WIDTH]
-    out[..., 4:8] = np.frombuffer(np.array(_N_ITEMS, dtype=">u4").tobytes(), dtype=np.uint8)
-    out[..., HEADER_LEN:] = pointers.view(np.uint8).reshape(nheaps, npackets, -1)
-    return out
+    cnt = np.asarray(heap_cnts, dtype=np.uint64).reshape(-1, 1)
+    offsets = np.arange(size // per_packet, dtype=np.uint64) * np.uint64(per_packet)
+    per_heap = lambda values: np.asarray(values, dtype=np.uint64).reshape(-1, 1)  # noqa: E731
+    return headers(
+        [
+            pointers(ITEM_HEAP_CNT, cnt),
+            pointers(ITEM_HEAP_SIZE, size),
+            pointers(ITEM_HEAP_OFFSET, offsets[None, :]),
+            pointers(ITEM_PAYLOAD_LENGTH, per_packet),
+            pointers(ITEM_TIMESTAMP, per_heap(timestamps)),
+            pointers(ITEM_FENG_ID, feng_id),
+            pointers(ITEM_FREQUENCY, per_heap(frequencies)),
+            pointers(ITEM_FENG_RAW, 0, immediate=False),
+        ]
+    )
 
 
 def _parse_packet(packet: bytes) -> tuple[dict[int, int], dict[int, int], bytes]:
@@ -435,12 +429,9 @@ def fengine_descriptors(layout: HeapLayout) -> list[ItemDescriptor]:
     ]
 
 
-def _packet(pointers: list[int], payload: bytes) -> bytes:
-    header = bytes(
-        [SPEAD_MAGIC, SPEAD_VERSION, ITEM_POINTER_WIDTH, HEAP_ADDRESS_WIDTH, 0, 0]
-    ) + len(pointers).to_bytes(2, "big")
-    words = np.array(pointers, dtype=">u8").tobytes()
-    return header + words + payload
+def _packet(items: list[int], payload: bytes) -> bytes:
+    words = np.array(items, dtype=">u8").tobytes()
+    return header(len(items)).tobytes() + words + payload
 
 
 def _heap_packet(heap_cnt: int, items: list[int], payload: bytes) -> bytes:

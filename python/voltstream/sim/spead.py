@@ -20,6 +20,7 @@ import numpy as np
 
 from voltstream.digitiser import SAMPLE_BITS, check_bits, pack_samples, unpack_samples
 from voltstream.errors import ConfigError, FormatError
+from voltstream.spead_items import MAGIC, VERSION, headers, pointers
 
 __all__ = [
     "DIG_ID",
@@ -35,8 +36,6 @@ __all__ = [
     "unpack_samples",
 ]
 
-MAGIC = 0x53
-VERSION = 4
 HEAP_CNT, HEAP_SIZE, HEAP_OFFSET, PAYLOAD_LEN = 0x1, 0x2, 0x3, 0x4
 DIG_TIMESTAMP = 0x1600
 DIG_ID = 0x3101
@@ -52,14 +51,6 @@ def spead_dig_packet_len(samples_per_heap: int = 4096, bits: int = 10) -> int:
     """UDP payload bytes of one digitiser heap packet."""
     check_bits(bits)
     return _HEADER_LEN + samples_per_heap * bits // 8
-
-
-def _pointer(immediate: bool, item_id: int, value, addr_bits: int) -> np.ndarray:
-    value = np.asarray(value, dtype=np.uint64)
-    if np.any(value >= np.uint64(1 << addr_bits)):
-        raise ConfigError(f"item {item_id:#x} value does not fit {addr_bits} bits")
-    head = (int(immediate) << 63) | (item_id << addr_bits)
-    return np.uint64(head) | value
 
 
 def packetize_spead_dig(
@@ -93,22 +84,18 @@ def packetize_spead_dig(
     heap_bytes = samples_per_heap * bits // 8
     ts = timestamp + samples_per_heap * np.arange(n, dtype=np.uint64)
     a = heap_address_bits
-    items = np.stack(
-        np.broadcast_arrays(
-            _pointer(True, HEAP_CNT, ts // np.uint64(samples_per_heap), a),
-            _pointer(True, HEAP_SIZE, heap_bytes, a),
-            _pointer(True, HEAP_OFFSET, 0, a),
-            _pointer(True, PAYLOAD_LEN, heap_bytes, a),
-            _pointer(True, DIG_TIMESTAMP, ts, a),
-            _pointer(True, DIG_ID, digitiser_id, a),
-            _pointer(True, DIG_STATUS, np.broadcast_to(status, (n,)), a),
-            _pointer(False, DIG_RAW_DATA, 0, a),
-        ),
-        axis=1,
-    )
+    columns = [
+        pointers(HEAP_CNT, ts // np.uint64(samples_per_heap), addr_bits=a),
+        pointers(HEAP_SIZE, heap_bytes, addr_bits=a),
+        pointers(HEAP_OFFSET, 0, addr_bits=a),
+        pointers(PAYLOAD_LEN, heap_bytes, addr_bits=a),
+        pointers(DIG_TIMESTAMP, ts, addr_bits=a),
+        pointers(DIG_ID, digitiser_id, addr_bits=a),
+        pointers(DIG_STATUS, np.broadcast_to(status, (n,)), addr_bits=a),
+        pointers(DIG_RAW_DATA, 0, immediate=False, addr_bits=a),
+    ]
     out = np.empty((n, _HEADER_LEN + heap_bytes), dtype=np.uint8)
-    out[:, :8] = [MAGIC, VERSION, 8 - a // 8, a // 8, 0, 0, 0, _N_ITEMS]
-    out[:, 8:_HEADER_LEN] = items.astype(">u8").view(np.uint8).reshape(n, -1)
+    out[:, :_HEADER_LEN] = headers([np.broadcast_to(c, (n,)) for c in columns], a)
     out[:, _HEADER_LEN:] = pack_samples(s, bits).reshape(n, heap_bytes)
     return out
 
