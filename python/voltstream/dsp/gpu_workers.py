@@ -37,6 +37,7 @@ import numpy as np
 
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.errors import ConfigError
+from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
 
 __all__ = ["Segment", "fold_file_multi_gpu", "plan_segments"]
@@ -209,16 +210,7 @@ def _run_sequential(reader, workers, segments, chunk: int, obs, depth: int) -> i
         t.start()
     lost, pos, first = 0, 0, 0
     try:
-        for item in reader.read_blocks(chunk):
-            valid = None
-            if isinstance(item, tuple):
-                item, valid = item
-            blk = np.asarray(item, dtype=np.complex64)
-            if blk.ndim != 3 or blk.shape[1:] != (obs.nchan, obs.npol):
-                raise ConfigError(
-                    f"reader yielded a block shaped {blk.shape}; expected "
-                    f"(nsamp, {obs.nchan}, {obs.npol}) for this observation"
-                )
+        for blk, valid in reader_blocks(reader, chunk, np.complex64):
             n = blk.shape[0]
             if valid is not None:
                 valid = np.asarray(valid, dtype=bool).reshape(n)

@@ -8,7 +8,7 @@ import numpy as np
 
 from voltstream.errors import ConfigError, FormatError
 
-__all__ = ["open_baseband"]
+__all__ = ["open_baseband", "reader_blocks"]
 
 
 def open_baseband(path, chan_bw_mhz: float | None = None, freq_mhz: float | None = None):
@@ -42,3 +42,21 @@ def open_baseband(path, chan_bw_mhz: float | None = None, freq_mhz: float | None
         f"{path}: not a DADA file (no 'HEADER DADA' at the start) and not named .vdif; "
         "voltstream reads DADA files (TFP) and VDIF files"
     )
+
+
+def reader_blocks(reader, nsamp: int, dtype=None):
+    """A reader's blocks as ``(block, valid)``: ``block`` (n, nchan, npol) (cast to
+    ``dtype`` when given), ``valid`` bool (n,) or None; a block of another shape is a
+    ConfigError naming what the observation expects."""
+    obs = reader.obs
+    for item in reader.read_blocks(int(nsamp)):
+        valid = None
+        if isinstance(item, tuple):
+            item, valid = item
+        block = np.asarray(item, dtype=dtype)
+        if block.ndim != 3 or block.shape[1:] != (obs.nchan, obs.npol):
+            raise ConfigError(
+                f"reader yielded a block shaped {block.shape}; expected "
+                f"(nsamp, {obs.nchan}, {obs.npol}) for this observation"
+            )
+        yield block, (None if valid is None else np.asarray(valid, dtype=bool))

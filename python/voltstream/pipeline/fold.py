@@ -23,6 +23,7 @@ from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.detect import detect, npol_out
 from voltstream.dsp.fold import Folder
 from voltstream.errors import ConfigError
+from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
 
 __all__ = ["fold_file"]
@@ -73,18 +74,8 @@ def fold_file(
         block_samples = max(4 * dd.step, 1 << 16)
     lost = 0
     nread = 0
-    for item in reader.read_blocks(int(block_samples)):
-        valid = None
-        if isinstance(item, tuple):
-            item, valid = item
-        block = np.asarray(item)
-        if block.ndim != 3 or block.shape[1:] != (obs.nchan, obs.npol):
-            raise ConfigError(
-                f"reader yielded a block shaped {block.shape}; expected "
-                f"(nsamp, {obs.nchan}, {obs.npol}) for this observation"
-            )
+    for block, valid in reader_blocks(reader, block_samples):
         if valid is not None:
-            valid = np.asarray(valid, dtype=bool)
             nlost = int(np.count_nonzero(~valid))
             if nlost:
                 # Whatever a reader left in lost samples would leak through the

@@ -22,6 +22,7 @@ from voltstream.dsp.cuda import GpuError
 from voltstream.dsp.gpu_fold import GpuFolder
 from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder
 from voltstream.errors import ConfigError
+from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
 
 __all__ = ["fold_file_gpu"]
@@ -84,16 +85,7 @@ def fold_file_gpu(
                 progress(eng.samples_in, eng.samples_out)
     else:
         eng = cls(*args, dtype=np.float32, ndim=2, **kw)
-        for item in reader.read_blocks(eng.plan.chunk):
-            valid = None
-            if isinstance(item, tuple):
-                item, valid = item
-            blk = np.asarray(item, dtype=np.complex64)
-            if blk.ndim != 3 or blk.shape[1:] != (obs.nchan, obs.npol):
-                raise ConfigError(
-                    f"reader yielded a block shaped {blk.shape}; expected "
-                    f"(nsamp, {obs.nchan}, {obs.npol}) for this observation"
-                )
+        for blk, valid in reader_blocks(reader, eng.plan.chunk, np.complex64):
             eng.feed(blk, valid)
             if progress is not None:
                 progress(eng.samples_in, eng.samples_out)
