@@ -221,11 +221,12 @@ def add_rate(g, default: float | None, help: str, alias: str | None = None) -> N
 
 def station(text: str) -> int:
     """--station: a VDIF station id, as a number or as its two-character ASCII code."""
-    if text.isdigit():
-        return int(text)
-    if len(text) == 2 and text.isascii():
-        return (ord(text[0]) << 8) | ord(text[1])
-    raise argparse.ArgumentTypeError(f"{text!r}: give a number or two ASCII characters (Ef)")
+    from voltstream.formats import station_code
+
+    code = station_code(text)
+    if code is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number or two ASCII characters (Ef)")
+    return code
 
 
 def groups(text: str) -> list[str]:

@@ -181,6 +181,16 @@ class StreamFormat:
         return out.reshape(npkt * spp, nchan, npol, 2)
 
 
+def station_code(text: str) -> int | None:
+    """A VDIF/CODIF station id written as its two ASCII characters (``"Ef"``), or as
+    a number; None when ``text`` is neither."""
+    if text.isdigit():
+        return int(text)
+    if len(text) == 2 and text.isascii():
+        return (ord(text[0]) << 8) | ord(text[1])
+    return None
+
+
 def make_format(
     name: str,
     nchan: int | None = None,

@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from voltstream.errors import ConfigError
+from voltstream.formats import station_code
 
 __all__ = ["STREAM_FORMATS", "StreamDescription", "load_stream", "parse_stream", "spead_dig"]
 
@@ -31,8 +32,9 @@ STREAM_FORMATS = ("vdif", "codif", "spead-dig", "spead", "counter", "layout", "y
 
 def _station(value):
     """A station id: a number, or two ASCII characters (``"Ef"``)."""
-    if isinstance(value, str) and len(value) == 2 and value.isascii():
-        return (ord(value[0]) << 8) | ord(value[1])
+    if isinstance(value, str):
+        code = station_code(value)
+        return value if code is None else code  # pydantic then names a bad value
     return value
 
 

@@ -276,7 +276,6 @@ class HeapOutput:
             for item in items:
                 if isinstance(item, PacketBatch):
                     self._emit_batch(item)
-                    item.release()
                 else:
                     self._emit_heap(item)
         finally:
