@@ -1,39 +1,34 @@
 //! `_core.Capture`: a capture engine (socket, packet ring, AF_XDP or DPDK)
 //! assembling packets into chunks (the chunks themselves: chunk.rs).
 //!
-//! Adding a format: one arm in `Capture.__new__` (parse the kwargs into a
-//! [`Format`] variant), the variant's three getters, and one arm in
-//! [`start_capture`]; engines need no change.
+//! `Capture(...)` only converts: each keyword becomes one field of the core
+//! library's `CaptureSpec`, which validates the whole and opens the engine.
+//! Adding a format: one arm in `Capture.__new__` that builds its `FormatSpec`.
 //!
 //! Chunks are exported zero-copy through the buffer protocol. A chunk returns to
 //! the pool on `release()` or when it is garbage collected; `release()` is refused
 //! while an export (a NumPy array, a memoryview) is alive, so no Python object
 //! can ever see a buffer the capture thread is refilling.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
-use voltstream_core::assemble::{AssemblerConfig, ChunkLayout};
+use pyo3::types::PyDict;
 use voltstream_core::capture::{
-    multicast_plan, packet_ring_fanout, CaptureConfig, CaptureGroup, DpdkConfig, DpdkEngine,
-    DpdkInfo, DpdkPort, Engine, GroupSnapshot, PacketRingConfig, PacketRingEngine, Received,
-    SocketConfig, SocketEngine, ThreadsConfig, XdpConfig, XdpEngine, XdpInfo, XdpMode,
+    CaptureGroup, CaptureSpec, DpdkInfo, DpdkPort, EngineChoice, EngineOptions, ThreadsConfig,
+    XdpInfo, XdpMode,
 };
-use voltstream_core::host_counters::HostCounters;
-use voltstream_core::memory::MemoryReport;
-use voltstream_core::stats::{Counters, Snapshot, StreamCounters};
-use voltstream_core::wire::{Endian, FormatSpec, Layout, LayoutCheck, LayoutField, SpeadHeapIndex};
+use voltstream_core::stats::{Counters, Snapshot};
+use voltstream_core::wire::{FormatSpec, SpeadHeapIndex};
 
 use crate::chunk::PyChunk;
 use crate::errors::{py_error, to_py};
+use crate::layout::layout_from_dict;
+use crate::report::{dpdk_dict, host_dict, memory_dict, stats_dict, threads_list, xdp_dict};
 
-/// Slack above the expected packet length, so over-long packets arrive flagged
-/// as truncated rather than silently fitting.
-const PACKET_MARGIN: usize = 64;
 /// Longest uninterrupted wait in `next_chunk` before checking for Ctrl-C.
 const SIGNAL_SLICE: Duration = Duration::from_millis(100);
 
@@ -41,7 +36,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn config_error(msg: String) -> PyErr {
+pub(crate) fn config_error(msg: String) -> PyErr {
     Python::attach(|py| py_error(py, "ConfigError", msg))
 }
 
@@ -49,192 +44,18 @@ pub(crate) fn capture_error(msg: String) -> PyErr {
     Python::attach(|py| py_error(py, "CaptureError", msg))
 }
 
-/// Starts `engine` with the locator of `format`: the one place a new format
-/// meets the (generic) capture thread. One engine is a group of one thread.
-fn start_capture<E: Engine>(
-    engine: E,
-    format: &FormatSpec,
-    config: &CaptureConfig,
-    cpus: &[usize],
-) -> voltstream_core::Result<CaptureGroup> {
-    let owners = vec![0; format.streams()];
-    CaptureGroup::start(vec![engine], format.locator()?, &owners, cpus, config)
-}
-
-/// Reads one `{offset, bytes, endian='big', shift=0, bits=0}` field of a layout.
-fn layout_field(d: &Bound<'_, PyDict>, what: &str) -> PyResult<LayoutField> {
-    let get = |k: &str| d.get_item(k);
-    let need =
-        |k: &str| get(k)?.ok_or_else(|| config_error(format!("layout field '{what}' needs '{k}'")));
-    let endian = match get("endian")?
-        .map(|v| v.extract::<String>())
-        .transpose()?
-        .as_deref()
-    {
-        None | Some("big") => Endian::Big,
-        Some("little") => Endian::Little,
-        Some(o) => {
-            return Err(config_error(format!(
-                "layout field '{what}': endian {o:?}; use 'big' or 'little'"
-            )))
-        }
-    };
-    let opt_u8 =
-        |k: &str| -> PyResult<u8> { Ok(get(k)?.map(|v| v.extract()).transpose()?.unwrap_or(0)) };
-    Ok(LayoutField {
-        offset: need("offset")?.extract()?,
-        bytes: need("bytes")?.extract()?,
-        endian,
-        shift: opt_u8("shift")?,
-        bits: opt_u8("bits")?,
-    })
-}
-
-/// Builds a declarative [`Layout`] from the `layout=` dict of `Capture()`.
-fn layout_from_dict(d: &Bound<'_, PyDict>) -> PyResult<Layout> {
-    let need = |k: &str| {
-        d.get_item(k)?
-            .ok_or_else(|| config_error(format!("format 'layout' needs layout['{k}']")))
-    };
-    let sub = |k: &str| -> PyResult<Option<Bound<'_, PyDict>>> {
-        Ok(d.get_item(k)?
-            .map(|v| v.cast_into::<PyDict>())
-            .transpose()?)
-    };
-    let index = sub("index")?.ok_or_else(|| {
-        config_error("format 'layout' needs layout['index'] = {offset, bytes}".into())
-    })?;
-    let mut checks = Vec::new();
-    if let Some(list) = d.get_item("checks")? {
-        for item in list.try_iter()? {
-            let item = item?.cast_into::<PyDict>()?;
-            let value = item
-                .get_item("value")?
-                .ok_or_else(|| config_error("each layout check needs a 'value'".into()))?;
-            checks.push(LayoutCheck {
-                field: layout_field(&item, "checks")?,
-                value: value.extract()?,
-                foreign: item
-                    .get_item("foreign")?
-                    .map(|v| v.extract())
-                    .transpose()?
-                    .unwrap_or(false),
-            });
-        }
-    }
-    Ok(Layout {
-        packet_len: need("packet_len")?.extract()?,
-        index: layout_field(&index, "index")?,
-        index_step: d
-            .get_item("index_step")?
-            .map(|v| v.extract())
-            .transpose()?
-            .unwrap_or(1),
-        stream: sub("stream")?
-            .map(|f| layout_field(&f, "stream"))
-            .transpose()?,
-        stream_ids: d
-            .get_item("stream_ids")?
-            .map(|v| v.extract())
-            .transpose()?
-            .unwrap_or_default(),
-        checks,
-        payload_offset: need("payload_offset")?.extract()?,
-        payload_len: need("payload_len")?.extract()?,
-    })
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum EngineKind {
-    Socket,
-    PacketRing,
-    Xdp,
-    Dpdk,
-}
-
-impl EngineKind {
-    fn name(self) -> &'static str {
-        match self {
-            EngineKind::Socket => "socket",
-            EngineKind::PacketRing => "packet_ring",
-            EngineKind::Xdp => "xdp",
-            EngineKind::Dpdk => "dpdk",
-        }
-    }
-}
-
-/// The order in which `engine="auto"` tries engines: the first that opens wins.
-/// The packet ring comes first: in bench/capture.py it lost nothing at the
-/// sender's limit where the socket engine lost 44%. It needs CAP_NET_RAW, so
-/// an unprivileged capture falls back to the socket engine, which every host has.
-/// The AF_XDP engine is not tried: it takes over the interface's XDP hook
-/// (one program per interface, one socket per queue), on loopback it can only
-/// run in generic mode, where local UDP-GSO senders' super-frames cannot be
-/// split (the ring splits them), and over a veth its drain rate was below the
-/// ring's (docs/architecture.md, "AF_XDP engine"). Ask for it with engine="xdp".
-/// Nor is the DPDK engine (engine="dpdk", built with the cargo feature `dpdk`):
-/// it takes the whole port and needs its device named.
-const AUTO_ORDER: [EngineKind; 2] = [EngineKind::PacketRing, EngineKind::Socket];
-
-/// An engine behind a gate: while closed, nothing is read and packets wait in
-/// the kernel's queue (used to measure how fast a pre-filled queue drains).
-struct Gated<E> {
-    inner: E,
-    open: Arc<AtomicBool>,
-}
-
-impl<E: Engine> Engine for Gated<E> {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn recv_batch<F: FnMut(Received<'_>)>(
-        &mut self,
-        timeout: Duration,
-        sink: F,
-    ) -> voltstream_core::Result<usize> {
-        if !self.open.load(Ordering::Acquire) {
-            std::thread::sleep(timeout.min(Duration::from_millis(1)));
-            return Ok(0);
-        }
-        self.inner.recv_batch(timeout, sink)
-    }
-
-    fn kernel_drops(&mut self) -> u64 {
-        self.inner.kernel_drops()
-    }
-
-    fn rcvbuf(&self) -> u64 {
-        self.inner.rcvbuf()
-    }
-
-    fn local_addr(&self) -> Option<SocketAddr> {
-        self.inner.local_addr()
-    }
-
-    fn interface(&self) -> Option<&str> {
-        self.inner.interface()
-    }
-}
-
 /// A UDP capture assembling packets into chunks; `engine` picks the backend.
 #[pyclass(module = "voltstream._core", name = "Capture", frozen)]
 pub struct PyCapture {
-    format: FormatSpec,
-    config: CaptureConfig,
-    engines: Vec<EngineKind>,
-    socket: SocketConfig,
-    ring: PacketRingConfig,
-    xdp: XdpConfig,
+    /// Everything about the capture, validated by the core library.
+    spec: CaptureSpec,
+    /// The thread owning each stream (from `spec.validate()`).
+    owners: Vec<usize>,
     /// The AF_XDP engine's settings and counters, once it runs.
     xdp_info: Mutex<Option<Arc<XdpInfo>>>,
-    dpdk: DpdkConfig,
     /// The DPDK engine's settings and counters, once it runs.
     dpdk_info: Mutex<Option<Arc<DpdkInfo>>>,
     gate: Arc<AtomicBool>,
-    /// Capture threads, their CPUs and the thread owning each stream.
-    threads: ThreadsConfig,
-    owners: Vec<usize>,
     running: Mutex<Option<Arc<CaptureGroup>>>,
     /// Thread `next_chunk(thread=None)` looks at first (round robin).
     next_thread: AtomicUsize,
@@ -308,19 +129,6 @@ impl PyCapture {
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        let engines = match engine {
-            "auto" => AUTO_ORDER.to_vec(),
-            "socket" => vec![EngineKind::Socket],
-            "packet_ring" => vec![EngineKind::PacketRing],
-            "xdp" => vec![EngineKind::Xdp],
-            "dpdk" => vec![EngineKind::Dpdk],
-            other => {
-                return Err(config_error(format!(
-                    "unknown capture engine '{other}'; use 'auto', 'socket', 'packet_ring', \
-                     'xdp' or 'dpdk'"
-                )))
-            }
-        };
         let xdp_mode = XdpMode::parse(xdp_mode).map_err(to_py)?;
         let needs = |fmt: &str, what: &str| {
             config_error(format!("format '{fmt}' needs {what}; pass it to Capture()"))
@@ -388,106 +196,41 @@ impl PyCapture {
                 )))
             }
         };
-        format.validate().map_err(to_py)?;
-        if packets_per_chunk % format.packets_per_heap() != 0 {
-            return Err(config_error(format!(
-                "packets_per_chunk ({packets_per_chunk}) must be a multiple of packets_per_heap \
-                 ({}) so that each chunk holds whole heaps",
-                format.packets_per_heap()
-            )));
-        }
-        let assembler = AssemblerConfig {
-            packets_per_chunk,
-            window,
-            resync_chunks,
+        // Each keyword is one field of the core library's CaptureSpec, which
+        // checks them and how they fit together.
+        let mut spec = CaptureSpec::new(format, bind, packets_per_chunk);
+        spec.engine = EngineChoice::parse(engine).map_err(to_py)?;
+        spec.network.interface = interface;
+        spec.network.multicast = groups;
+        spec.network.queue_bytes = rcvbuf;
+        spec.options = EngineOptions {
+            batch,
+            ring_block_size,
+            xdp_queue,
+            xdp_mode,
+            dpdk_port: dpdk_port
+                .map(|p| DpdkPort::parse(&p))
+                .transpose()
+                .map_err(to_py)?,
+            dpdk_eal_args: dpdk_eal_args
+                .map(|a| a.split_whitespace().map(String::from).collect())
+                .unwrap_or_default(),
         };
-        assembler.validate().map_err(to_py)?;
-        let layout = ChunkLayout {
-            streams: format.streams(),
-            packets_per_chunk,
-            payload_len: format.payload_len(),
-        };
-        layout.validate().map_err(to_py)?;
-        if nchunks <= window {
-            return Err(config_error(format!(
-                "nchunks ({nchunks}) must exceed window ({window}): the assembler keeps \
-                 `window` chunks open and consumers need at least one more"
-            )));
-        }
-        let threads = ThreadsConfig {
+        spec.chunks.nchunks = nchunks;
+        spec.chunks.assembler.window = window;
+        spec.chunks.assembler.resync_chunks = resync_chunks;
+        spec.threads = ThreadsConfig {
             threads,
             cpus: cpus.unwrap_or_default(),
             owners: stream_threads.unwrap_or_default(),
         };
-        let owners = threads.owners(format.streams()).map_err(to_py)?;
-        let engines = if threads.threads == 1 {
-            engines
-        } else if engines.contains(&EngineKind::PacketRing) {
-            // Only packet rings are steered by stream id across threads.
-            vec![EngineKind::PacketRing]
-        } else {
-            return Err(config_error(format!(
-                "threads={} needs engine='packet_ring' (or 'auto'): only the packet ring \
-                 steers streams to several threads",
-                threads.threads
-            )));
-        };
-        let max_packet = (format.packet_len() + PACKET_MARGIN).min(65_536);
-        let mut xdp = XdpConfig::new(bind.clone());
-        xdp.interface = interface.clone();
-        xdp.queue = xdp_queue;
-        xdp.mode = xdp_mode;
-        // The UMEM takes the memory the socket engine would give its queue.
-        xdp.frames = XdpConfig::frames_for(rcvbuf, xdp.frame_size);
-        xdp.max_packet = max_packet;
-        xdp.multicast = groups.clone();
-        let mut dpdk = DpdkConfig::new(bind.clone());
-        dpdk.port = match (dpdk_port, &interface) {
-            (Some(p), _) => Some(DpdkPort::parse(&p).map_err(to_py)?),
-            (None, Some(i)) => Some(DpdkPort::AfPacket {
-                interface: i.clone(),
-            }),
-            (None, None) => None,
-        };
-        dpdk.eal_args = dpdk_eal_args
-            .map(|a| a.split_whitespace().map(String::from).collect())
-            .unwrap_or_default();
-        // The receive queue takes the memory the socket engine would give its queue.
-        dpdk.queue_bytes = rcvbuf;
-        dpdk.max_packet = max_packet;
-        let mut ring = PacketRingConfig::new(bind.clone());
-        ring.interface = interface.clone();
-        ring.multicast = groups.clone();
-        ring.block_size = ring_block_size;
-        // The ring takes the memory the socket engine would give its queue.
-        ring.blocks = rcvbuf.div_ceil(ring_block_size.max(1)).max(2);
-        ring.max_packet = max_packet;
-        let mut socket = SocketConfig::new(bind);
-        socket.rcvbuf = rcvbuf;
-        socket.batch = batch;
-        socket.max_packet = max_packet;
-        if let Ok(addr) = socket.bind.parse::<SocketAddr>() {
-            multicast_plan(addr, &groups).map_err(to_py)?; // bad groups fail here, not at start
-        }
-        socket.multicast = groups;
-        socket.interface = interface;
+        let owners = spec.validate().map_err(to_py)?;
         Ok(PyCapture {
-            format,
-            config: CaptureConfig {
-                assembler,
-                nchunks,
-                cpu: None,
-            },
-            engines,
-            socket,
-            ring,
-            xdp,
+            spec,
+            owners,
             xdp_info: Mutex::new(None),
-            dpdk,
             dpdk_info: Mutex::new(None),
             gate: Arc::new(AtomicBool::new(true)),
-            threads,
-            owners,
             running: Mutex::new(None),
             next_thread: AtomicUsize::new(0),
         })
@@ -505,8 +248,10 @@ impl PyCapture {
             ));
         }
         self.gate.store(!paused, Ordering::Release);
-        let cap = py.detach(|| self.open_and_start()).map_err(to_py)?;
-        *running = Some(Arc::new(cap));
+        let started = py.detach(|| self.spec.start(&self.gate)).map_err(to_py)?;
+        *lock(&self.xdp_info) = started.xdp;
+        *lock(&self.dpdk_info) = started.dpdk;
+        *running = Some(Arc::new(started.group));
         Ok(())
     }
 
@@ -618,15 +363,16 @@ impl PyCapture {
         };
         let snap = group.as_ref().map_or_else(
             || Snapshot {
-                counters: Counters::new(self.format.streams()),
+                counters: Counters::new(self.spec.format.streams()),
                 ..Default::default()
             },
             |g| g.total.clone(),
         );
         // Before start: the engine asked for ("auto" until one is chosen).
-        let engine = match (&cap, self.engines.as_slice()) {
+        let candidates = self.spec.engine.candidates(self.spec.threads.threads);
+        let engine = match (&cap, candidates.as_deref()) {
             (Some(c), _) => c.threads()[0].engine_name(),
-            (None, [one]) => one.name(),
+            (None, Ok([one])) => one.name(),
             (None, _) => "auto",
         };
         let d = stats_dict(py, &snap, running, engine)?;
@@ -637,7 +383,7 @@ impl PyCapture {
         d.set_item("multicast", self.groups())?;
         d.set_item(
             "threads",
-            threads_list(py, group.as_ref(), &self.threads, &self.owners)?,
+            threads_list(py, group.as_ref(), &self.spec.threads, &self.owners)?,
         )?;
         if let Some(info) = lock(&self.xdp_info).as_ref() {
             d.set_item("xdp", xdp_dict(py, info)?)?;
@@ -659,34 +405,34 @@ impl PyCapture {
 
     #[getter]
     fn nstreams(&self) -> usize {
-        self.format.streams()
+        self.spec.format.streams()
     }
 
     /// Number of capture threads.
     #[getter]
     fn threads(&self) -> usize {
-        self.threads.threads
+        self.spec.threads.threads
     }
 
     /// For each capture thread, the (global) stream indices its chunks hold.
     #[getter]
     fn thread_streams(&self) -> Vec<Vec<usize>> {
-        voltstream_core::capture::thread_streams(&self.owners, self.threads.threads)
+        voltstream_core::capture::thread_streams(&self.owners, self.spec.threads.threads)
     }
 
     #[getter]
     fn payload_len(&self) -> usize {
-        self.format.payload_len()
+        self.spec.format.payload_len()
     }
 
     #[getter]
     fn packet_len(&self) -> usize {
-        self.format.packet_len()
+        self.spec.format.packet_len()
     }
 
     #[getter]
     fn packets_per_chunk(&self) -> usize {
-        self.config.assembler.packets_per_chunk
+        self.spec.chunks.assembler.packets_per_chunk
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
@@ -710,90 +456,10 @@ impl PyCapture {
 }
 
 impl PyCapture {
-    /// Opens the first engine of `engines` that works. When none does, the
-    /// error is the first (preferred) engine's, so its type and hint survive.
-    fn open_and_start(&self) -> voltstream_core::Result<CaptureGroup> {
-        if self.threads.threads > 1 {
-            return self.start_fanout();
-        }
-        let mut first = None;
-        for kind in &self.engines {
-            let gate = self.gate.clone();
-            let r = match kind {
-                EngineKind::Socket => SocketEngine::bind(&self.socket).and_then(|e| {
-                    let e = Gated {
-                        inner: e,
-                        open: gate,
-                    };
-                    start_capture(e, &self.format, &self.config, &self.threads.cpus)
-                }),
-                EngineKind::PacketRing => PacketRingEngine::open(&self.ring).and_then(|e| {
-                    let e = Gated {
-                        inner: e,
-                        open: gate,
-                    };
-                    start_capture(e, &self.format, &self.config, &self.threads.cpus)
-                }),
-                EngineKind::Xdp => XdpEngine::open(&self.xdp).and_then(|e| {
-                    let info = e.info();
-                    let e = Gated {
-                        inner: e,
-                        open: gate,
-                    };
-                    let cap = start_capture(e, &self.format, &self.config, &self.threads.cpus)?;
-                    *lock(&self.xdp_info) = Some(info);
-                    Ok(cap)
-                }),
-                EngineKind::Dpdk => DpdkEngine::open(&self.dpdk).and_then(|e| {
-                    let info = e.info();
-                    let e = Gated {
-                        inner: e,
-                        open: gate,
-                    };
-                    let cap = start_capture(e, &self.format, &self.config, &self.threads.cpus)?;
-                    *lock(&self.dpdk_info) = Some(info);
-                    Ok(cap)
-                }),
-            };
-            match r {
-                Ok(cap) => return Ok(cap),
-                Err(e) => {
-                    first.get_or_insert(e);
-                }
-            }
-        }
-        Err(first.unwrap_or_else(|| {
-            voltstream_core::Error::Config("no capture engine was selected".into())
-        }))
-    }
-
     /// The multicast groups the capture joins (a group bind host included).
     fn groups(&self) -> Vec<String> {
-        let addr = self.socket.bind.parse::<SocketAddr>().ok();
-        let plan = addr.and_then(|a| multicast_plan(a, &self.socket.multicast).ok().flatten());
-        plan.map_or_else(Vec::new, |p| {
-            p.groups.iter().map(|g| g.to_string()).collect()
-        })
-    }
-
-    /// Packet rings in one fanout group, one capture thread each.
-    fn start_fanout(&self) -> voltstream_core::Result<CaptureGroup> {
-        let locator = self.format.locator()?;
-        let n = self.threads.threads;
-        let engines = packet_ring_fanout(&self.ring, &locator, &self.owners, n)?
-            .into_iter()
-            .map(|e| Gated {
-                inner: e,
-                open: self.gate.clone(),
-            })
-            .collect();
-        CaptureGroup::start(
-            engines,
-            locator,
-            &self.owners,
-            &self.threads.cpus,
-            &self.config,
-        )
+        let groups = self.spec.network.groups().unwrap_or_default();
+        groups.iter().map(|g| g.to_string()).collect()
     }
 
     fn running(&self) -> PyResult<Arc<CaptureGroup>> {
@@ -801,196 +467,6 @@ impl PyCapture {
             .clone()
             .ok_or_else(|| capture_error("the capture is not started; call start() first".into()))
     }
-}
-
-/// How the AF_XDP engine runs, and the kernel's and the XDP program's counters
-/// (as of the capture thread's last read, every few milliseconds).
-fn xdp_dict<'py>(py: Python<'py>, info: &XdpInfo) -> PyResult<Bound<'py, PyDict>> {
-    let c = info.counts();
-    let d = PyDict::new(py);
-    d.set_item("interface", &info.interface)?;
-    d.set_item("queue", info.queue)?;
-    d.set_item("mode", info.mode)?;
-    d.set_item("zero_copy", info.zero_copy)?;
-    d.set_item("multi_buffer", info.multi_buffer)?;
-    d.set_item("huge_pages", info.huge_pages)?;
-    d.set_item("frame_size", info.frame_size)?;
-    d.set_item("frames", info.frames)?;
-    d.set_item("matched", c.matched)?;
-    d.set_item("cut", c.cut)?;
-    d.set_item("no_socket", c.no_socket)?;
-    d.set_item("rx_dropped", c.rx_dropped)?;
-    d.set_item("rx_ring_full", c.rx_ring_full)?;
-    d.set_item("rx_fill_ring_empty_descs", c.rx_fill_ring_empty_descs)?;
-    d.set_item("rx_invalid_descs", c.rx_invalid_descs)?;
-    Ok(d)
-}
-
-/// The kernel's counters outside the capture, as changes since it started, each
-/// group labelled with how far it reaches: context for the capture's own
-/// counters, not its loss. `None` where the kernel has no such counter.
-fn host_dict<'py>(
-    py: Python<'py>,
-    h: &HostCounters,
-    interface: Option<&str>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let udp = PyDict::new(py);
-    udp.set_item("scope", "network namespace")?;
-    udp.set_item("rcvbuf_errors", h.udp_rcvbuf_errors)?;
-    udp.set_item("in_errors", h.udp_in_errors)?;
-    udp.set_item("in_csum_errors", h.udp_in_csum_errors)?;
-    udp.set_item("no_ports", h.udp_no_ports)?;
-    let softnet = PyDict::new(py);
-    softnet.set_item("scope", "host")?;
-    softnet.set_item("dropped", h.softnet_dropped)?;
-    softnet.set_item("time_squeeze", h.softnet_time_squeeze)?;
-    let d = PyDict::new(py);
-    d.set_item("udp", udp)?;
-    d.set_item("softnet", softnet)?;
-    match interface {
-        Some(name) => {
-            let i = PyDict::new(py);
-            i.set_item("scope", "interface")?;
-            i.set_item("name", name)?;
-            i.set_item("rx_dropped", h.if_rx_dropped)?;
-            i.set_item("rx_missed_errors", h.if_rx_missed_errors)?;
-            d.set_item("interface", i)?;
-        }
-        None => d.set_item("interface", py.None())?,
-    }
-    Ok(d)
-}
-
-/// How the chunk pool was placed.
-fn memory_dict<'py>(py: Python<'py>, m: &MemoryReport) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("bytes", m.bytes)?;
-    d.set_item("huge_pages", m.huge_pages)?;
-    d.set_item("locked", m.locked)?;
-    d.set_item("numa_node", m.numa_node)?;
-    d.set_item("warnings", m.warnings.clone())?;
-    Ok(d)
-}
-
-/// How the DPDK engine runs, our frame counters and the port's `rte_eth_stats`
-/// (as of the capture thread's last read, every few milliseconds).
-fn dpdk_dict<'py>(py: Python<'py>, info: &DpdkInfo) -> PyResult<Bound<'py, PyDict>> {
-    let c = info.counts();
-    let d = PyDict::new(py);
-    d.set_item("device", &info.device)?;
-    d.set_item("driver", &info.driver)?;
-    d.set_item("port_id", info.port_id)?;
-    d.set_item("numa_node", info.numa_node)?;
-    d.set_item("pool_numa_node", info.pool_numa_node)?;
-    d.set_item("huge_pages", info.huge_pages)?;
-    d.set_item("mbufs", info.mbufs)?;
-    d.set_item("mbuf_data_room", info.mbuf_data_room)?;
-    d.set_item("rx_descriptors", info.rx_descriptors)?;
-    if let Some(r) = info.af_packet {
-        d.set_item("framesz", r.framesz)?;
-        d.set_item("blocksz", r.blocksz)?;
-        d.set_item("framecnt", r.framecnt)?;
-    }
-    d.set_item("eal_args", info.eal_args.join(" "))?;
-    d.set_item("frames", c.frames)?;
-    d.set_item("other", c.other)?;
-    d.set_item("cut", c.cut)?;
-    d.set_item("joined", c.joined)?;
-    d.set_item("ipackets", c.ipackets)?;
-    d.set_item("imissed", c.imissed)?;
-    d.set_item("ierrors", c.ierrors)?;
-    d.set_item("rx_nombuf", c.rx_nombuf)?;
-    Ok(d)
-}
-
-fn stream_dict<'py>(py: Python<'py>, s: &StreamCounters) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("received", s.received)?;
-    d.set_item("missing", s.missing)?;
-    d.set_item("late", s.late)?;
-    d.set_item("duplicate", s.duplicate)?;
-    d.set_item("dropped", s.dropped)?;
-    d.set_item("bytes", s.bytes)?;
-    d.set_item("invalid", s.invalid)?;
-    Ok(d)
-}
-
-/// One dict per capture thread: where it runs, its streams (global indices)
-/// and its own counters, which add up to the capture's.
-fn threads_list<'py>(
-    py: Python<'py>,
-    group: Option<&GroupSnapshot>,
-    config: &ThreadsConfig,
-    owners: &[usize],
-) -> PyResult<Bound<'py, PyList>> {
-    let list = PyList::empty(py);
-    let streams = voltstream_core::capture::thread_streams(owners, config.threads);
-    for (t, mine) in streams.iter().enumerate() {
-        let th = group.and_then(|g| g.threads.get(t));
-        let empty = Snapshot {
-            counters: Counters::new(mine.len()),
-            ..Default::default()
-        };
-        let snap = th.map_or(&empty, |th| &th.snapshot);
-        let c = &snap.counters;
-        let d = PyDict::new(py);
-        d.set_item("thread", t)?;
-        d.set_item("cpu", config.cpus.get(t).copied())?;
-        d.set_item("tid", th.map(|th| th.tid))?;
-        d.set_item("streams", mine)?;
-        let per = PyList::empty(py);
-        for (k, s) in c.streams.iter().enumerate() {
-            let sd = stream_dict(py, s)?;
-            sd.set_item("stream", mine[k])?;
-            per.append(sd)?;
-        }
-        d.set_item("stream_counters", per)?;
-        d.set_item("totals", stream_dict(py, &c.total())?)?;
-        d.set_item("packets", c.accounted())?;
-        d.set_item("malformed", c.malformed)?;
-        d.set_item("foreign", c.foreign)?;
-        d.set_item("chunks_emitted", c.chunks_emitted)?;
-        d.set_item("chunks_dropped", c.chunks_dropped)?;
-        d.set_item("resyncs", c.resyncs)?;
-        d.set_item("kernel_drops", snap.kernel_drops)?;
-        d.set_item("station", snap.station)?;
-        list.append(d)?;
-    }
-    Ok(list)
-}
-
-fn stats_dict<'py>(
-    py: Python<'py>,
-    snap: &Snapshot,
-    running: bool,
-    engine: &str,
-) -> PyResult<Bound<'py, PyDict>> {
-    let c = &snap.counters;
-    let streams = PyList::empty(py);
-    for (i, s) in c.streams.iter().enumerate() {
-        let d = stream_dict(py, s)?;
-        d.set_item("stream", i)?;
-        streams.append(d)?;
-    }
-    let totals = stream_dict(py, &c.total())?;
-    totals.set_item("malformed", c.malformed)?;
-    totals.set_item("foreign", c.foreign)?;
-    let d = PyDict::new(py);
-    d.set_item("engine", engine)?;
-    d.set_item("running", running)?;
-    d.set_item("streams", streams)?;
-    d.set_item("totals", totals)?;
-    d.set_item("packets", c.accounted())?;
-    d.set_item("malformed", c.malformed)?;
-    d.set_item("foreign", c.foreign)?;
-    d.set_item("chunks_emitted", c.chunks_emitted)?;
-    d.set_item("chunks_dropped", c.chunks_dropped)?;
-    d.set_item("resyncs", c.resyncs)?;
-    d.set_item("kernel_drops", snap.kernel_drops)?;
-    d.set_item("rcvbuf", snap.rcvbuf)?;
-    // VDIF: the station accepted, given or learnt from the first frame.
-    d.set_item("station", snap.station)?;
-    Ok(d)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -6,6 +6,8 @@ use pyo3::prelude::*;
 mod capture;
 mod chunk;
 mod errors;
+mod layout;
+mod report;
 mod send;
 mod wire;
 

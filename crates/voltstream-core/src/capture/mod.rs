@@ -14,6 +14,10 @@
 //! are present, see build.rs), [`DpdkEngine`] (a DPDK port, cargo feature
 //! `dpdk`). Kernel-bypass engines implement the same trait.
 //!
+//! Configuration: [`CaptureSpec`] describes a whole capture (format, network,
+//! engine, chunking, threads), validates it and opens it; each engine's own
+//! config is derived from it, so bindings and tools only build a spec.
+//!
 //! Several threads: [`CaptureGroup`] runs one [`Capture`] per thread over
 //! disjoint stream subsets, each with its own engine (packet rings in one
 //! `PACKET_FANOUT_CBPF` group steered by stream id, [`packet_ring_fanout`]) and
@@ -77,6 +81,7 @@ mod packet_ring;
 mod pin;
 mod runner;
 mod socket;
+mod spec;
 mod steer;
 mod xdp;
 
@@ -98,6 +103,7 @@ pub use packet_ring::{interface_of, PacketRingConfig, PacketRingEngine};
 pub use pin::{affinity, current_tid, pin_current_thread};
 pub use runner::{Capture, CaptureConfig};
 pub use socket::{SocketConfig, SocketEngine};
+pub use spec::{CaptureSpec, EngineChoice, EngineOptions, NetworkSpec, Started};
 pub use steer::contiguous_owners;
 pub use xdp::{XdpConfig, XdpCounts, XdpEngine, XdpInfo, XdpMode, AVAILABLE as XDP_AVAILABLE};
 

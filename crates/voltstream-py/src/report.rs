@@ -1,0 +1,204 @@
+//! The capture's report as Python dicts: counters per stream, per thread and in
+//! total, the host's own counters, the chunk pool's placement, and the AF_XDP and
+//! DPDK engines' settings and counters. Only conversion: every value is computed
+//! in voltstream-core.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use voltstream_core::capture::{DpdkInfo, GroupSnapshot, ThreadsConfig, XdpInfo};
+use voltstream_core::host_counters::HostCounters;
+use voltstream_core::memory::MemoryReport;
+use voltstream_core::stats::{Counters, Snapshot, StreamCounters};
+
+/// How the AF_XDP engine runs, and the kernel's and the XDP program's counters
+/// (as of the capture thread's last read, every few milliseconds).
+pub(crate) fn xdp_dict<'py>(py: Python<'py>, info: &XdpInfo) -> PyResult<Bound<'py, PyDict>> {
+    let c = info.counts();
+    let d = PyDict::new(py);
+    d.set_item("interface", &info.interface)?;
+    d.set_item("queue", info.queue)?;
+    d.set_item("mode", info.mode)?;
+    d.set_item("zero_copy", info.zero_copy)?;
+    d.set_item("multi_buffer", info.multi_buffer)?;
+    d.set_item("huge_pages", info.huge_pages)?;
+    d.set_item("frame_size", info.frame_size)?;
+    d.set_item("frames", info.frames)?;
+    d.set_item("matched", c.matched)?;
+    d.set_item("cut", c.cut)?;
+    d.set_item("no_socket", c.no_socket)?;
+    d.set_item("rx_dropped", c.rx_dropped)?;
+    d.set_item("rx_ring_full", c.rx_ring_full)?;
+    d.set_item("rx_fill_ring_empty_descs", c.rx_fill_ring_empty_descs)?;
+    d.set_item("rx_invalid_descs", c.rx_invalid_descs)?;
+    Ok(d)
+}
+
+/// The kernel's counters outside the capture, as changes since it started, each
+/// group labelled with how far it reaches: context for the capture's own
+/// counters, not its loss. `None` where the kernel has no such counter.
+pub(crate) fn host_dict<'py>(
+    py: Python<'py>,
+    h: &HostCounters,
+    interface: Option<&str>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let udp = PyDict::new(py);
+    udp.set_item("scope", "network namespace")?;
+    udp.set_item("rcvbuf_errors", h.udp_rcvbuf_errors)?;
+    udp.set_item("in_errors", h.udp_in_errors)?;
+    udp.set_item("in_csum_errors", h.udp_in_csum_errors)?;
+    udp.set_item("no_ports", h.udp_no_ports)?;
+    let softnet = PyDict::new(py);
+    softnet.set_item("scope", "host")?;
+    softnet.set_item("dropped", h.softnet_dropped)?;
+    softnet.set_item("time_squeeze", h.softnet_time_squeeze)?;
+    let d = PyDict::new(py);
+    d.set_item("udp", udp)?;
+    d.set_item("softnet", softnet)?;
+    match interface {
+        Some(name) => {
+            let i = PyDict::new(py);
+            i.set_item("scope", "interface")?;
+            i.set_item("name", name)?;
+            i.set_item("rx_dropped", h.if_rx_dropped)?;
+            i.set_item("rx_missed_errors", h.if_rx_missed_errors)?;
+            d.set_item("interface", i)?;
+        }
+        None => d.set_item("interface", py.None())?,
+    }
+    Ok(d)
+}
+
+/// How the chunk pool was placed.
+pub(crate) fn memory_dict<'py>(py: Python<'py>, m: &MemoryReport) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("bytes", m.bytes)?;
+    d.set_item("huge_pages", m.huge_pages)?;
+    d.set_item("locked", m.locked)?;
+    d.set_item("numa_node", m.numa_node)?;
+    d.set_item("warnings", m.warnings.clone())?;
+    Ok(d)
+}
+
+/// How the DPDK engine runs, our frame counters and the port's `rte_eth_stats`
+/// (as of the capture thread's last read, every few milliseconds).
+pub(crate) fn dpdk_dict<'py>(py: Python<'py>, info: &DpdkInfo) -> PyResult<Bound<'py, PyDict>> {
+    let c = info.counts();
+    let d = PyDict::new(py);
+    d.set_item("device", &info.device)?;
+    d.set_item("driver", &info.driver)?;
+    d.set_item("port_id", info.port_id)?;
+    d.set_item("numa_node", info.numa_node)?;
+    d.set_item("pool_numa_node", info.pool_numa_node)?;
+    d.set_item("huge_pages", info.huge_pages)?;
+    d.set_item("mbufs", info.mbufs)?;
+    d.set_item("mbuf_data_room", info.mbuf_data_room)?;
+    d.set_item("rx_descriptors", info.rx_descriptors)?;
+    if let Some(r) = info.af_packet {
+        d.set_item("framesz", r.framesz)?;
+        d.set_item("blocksz", r.blocksz)?;
+        d.set_item("framecnt", r.framecnt)?;
+    }
+    d.set_item("eal_args", info.eal_args.join(" "))?;
+    d.set_item("frames", c.frames)?;
+    d.set_item("other", c.other)?;
+    d.set_item("cut", c.cut)?;
+    d.set_item("joined", c.joined)?;
+    d.set_item("ipackets", c.ipackets)?;
+    d.set_item("imissed", c.imissed)?;
+    d.set_item("ierrors", c.ierrors)?;
+    d.set_item("rx_nombuf", c.rx_nombuf)?;
+    Ok(d)
+}
+
+pub(crate) fn stream_dict<'py>(
+    py: Python<'py>,
+    s: &StreamCounters,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("received", s.received)?;
+    d.set_item("missing", s.missing)?;
+    d.set_item("late", s.late)?;
+    d.set_item("duplicate", s.duplicate)?;
+    d.set_item("dropped", s.dropped)?;
+    d.set_item("bytes", s.bytes)?;
+    d.set_item("invalid", s.invalid)?;
+    Ok(d)
+}
+
+/// One dict per capture thread: where it runs, its streams (global indices)
+/// and its own counters, which add up to the capture's.
+pub(crate) fn threads_list<'py>(
+    py: Python<'py>,
+    group: Option<&GroupSnapshot>,
+    config: &ThreadsConfig,
+    owners: &[usize],
+) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    let streams = voltstream_core::capture::thread_streams(owners, config.threads);
+    for (t, mine) in streams.iter().enumerate() {
+        let th = group.and_then(|g| g.threads.get(t));
+        let empty = Snapshot {
+            counters: Counters::new(mine.len()),
+            ..Default::default()
+        };
+        let snap = th.map_or(&empty, |th| &th.snapshot);
+        let c = &snap.counters;
+        let d = PyDict::new(py);
+        d.set_item("thread", t)?;
+        d.set_item("cpu", config.cpus.get(t).copied())?;
+        d.set_item("tid", th.map(|th| th.tid))?;
+        d.set_item("streams", mine)?;
+        let per = PyList::empty(py);
+        for (k, s) in c.streams.iter().enumerate() {
+            let sd = stream_dict(py, s)?;
+            sd.set_item("stream", mine[k])?;
+            per.append(sd)?;
+        }
+        d.set_item("stream_counters", per)?;
+        d.set_item("totals", stream_dict(py, &c.total())?)?;
+        d.set_item("packets", c.accounted())?;
+        d.set_item("malformed", c.malformed)?;
+        d.set_item("foreign", c.foreign)?;
+        d.set_item("chunks_emitted", c.chunks_emitted)?;
+        d.set_item("chunks_dropped", c.chunks_dropped)?;
+        d.set_item("resyncs", c.resyncs)?;
+        d.set_item("kernel_drops", snap.kernel_drops)?;
+        d.set_item("station", snap.station)?;
+        list.append(d)?;
+    }
+    Ok(list)
+}
+
+pub(crate) fn stats_dict<'py>(
+    py: Python<'py>,
+    snap: &Snapshot,
+    running: bool,
+    engine: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let c = &snap.counters;
+    let streams = PyList::empty(py);
+    for (i, s) in c.streams.iter().enumerate() {
+        let d = stream_dict(py, s)?;
+        d.set_item("stream", i)?;
+        streams.append(d)?;
+    }
+    let totals = stream_dict(py, &c.total())?;
+    totals.set_item("malformed", c.malformed)?;
+    totals.set_item("foreign", c.foreign)?;
+    let d = PyDict::new(py);
+    d.set_item("engine", engine)?;
+    d.set_item("running", running)?;
+    d.set_item("streams", streams)?;
+    d.set_item("totals", totals)?;
+    d.set_item("packets", c.accounted())?;
+    d.set_item("malformed", c.malformed)?;
+    d.set_item("foreign", c.foreign)?;
+    d.set_item("chunks_emitted", c.chunks_emitted)?;
+    d.set_item("chunks_dropped", c.chunks_dropped)?;
+    d.set_item("resyncs", c.resyncs)?;
+    d.set_item("kernel_drops", snap.kernel_drops)?;
+    d.set_item("rcvbuf", snap.rcvbuf)?;
+    // VDIF: the station accepted, given or learnt from the first frame.
+    d.set_item("station", snap.station)?;
+    Ok(d)
+}
