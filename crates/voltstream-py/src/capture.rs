@@ -40,6 +40,15 @@ pub(crate) fn config_error(msg: String) -> PyErr {
     Python::attach(|py| py_error(py, "ConfigError", msg))
 }
 
+/// A keyword that `format` cannot do without.
+fn need<T>(value: Option<T>, format: &str, what: &str) -> PyResult<T> {
+    value.ok_or_else(|| {
+        config_error(format!(
+            "format '{format}' needs {what}; pass it to Capture()"
+        ))
+    })
+}
+
 pub(crate) fn capture_error(msg: String) -> PyErr {
     Python::attach(|py| py_error(py, "CaptureError", msg))
 }
@@ -130,23 +139,21 @@ impl PyCapture {
             })
             .collect::<PyResult<Vec<_>>>()?;
         let xdp_mode = XdpMode::parse(xdp_mode).map_err(to_py)?;
-        let needs = |fmt: &str, what: &str| {
-            config_error(format!("format '{fmt}' needs {what}; pass it to Capture()"))
-        };
         let format = match format {
             "ynao" => FormatSpec::Ynao { subband },
             "vdif" => FormatSpec::Vdif {
-                threads: vdif_threads.ok_or_else(|| needs("vdif", "vdif_threads (e.g. [0])"))?,
-                frame_len: vdif_frame_len
-                    .ok_or_else(|| needs("vdif", "vdif_frame_len (bytes, header included)"))?,
-                frames_per_second: frames_per_second
-                    .ok_or_else(|| needs("vdif", "frames_per_second"))?,
+                threads: need(vdif_threads, "vdif", "vdif_threads (e.g. [0])")?,
+                frame_len: need(
+                    vdif_frame_len,
+                    "vdif",
+                    "vdif_frame_len (bytes, header included)",
+                )?,
+                frames_per_second: need(frames_per_second, "vdif", "frames_per_second")?,
                 station,
                 legacy: vdif_legacy,
             },
             "spead" => {
-                let ids =
-                    digitiser_ids.ok_or_else(|| needs("spead", "digitiser_ids (e.g. [0, 1])"))?;
+                let ids = need(digitiser_ids, "spead", "digitiser_ids (e.g. [0, 1])")?;
                 // Heap index from the heap counter when its step is given,
                 // else from the time stamp item (docs/formats.md).
                 let index = match heap_cnt_step {
@@ -173,22 +180,25 @@ impl PyCapture {
                 spec
             }
             "codif" => FormatSpec::Codif {
-                threads: codif_threads.ok_or_else(|| needs("codif", "codif_threads (e.g. [0])"))?,
-                frame_len: codif_frame_len
-                    .ok_or_else(|| needs("codif", "codif_frame_len (bytes, header included)"))?,
-                frames_per_period: frames_per_period
-                    .ok_or_else(|| needs("codif", "frames_per_period"))?,
+                threads: need(codif_threads, "codif", "codif_threads (e.g. [0])")?,
+                frame_len: need(
+                    codif_frame_len,
+                    "codif",
+                    "codif_frame_len (bytes, header included)",
+                )?,
+                frames_per_period: need(frames_per_period, "codif", "frames_per_period")?,
                 station,
                 group,
             },
             "counter" => FormatSpec::Counter {
                 streams,
-                payload_len: payload_len
-                    .ok_or_else(|| needs("counter", "payload_len (bytes per packet)"))?,
+                payload_len: need(payload_len, "counter", "payload_len (bytes per packet)")?,
             },
-            "layout" => FormatSpec::Layout(layout_from_dict(
-                &layout.ok_or_else(|| needs("layout", "layout={packet_len, index, ...}"))?,
-            )?),
+            "layout" => FormatSpec::Layout(layout_from_dict(&need(
+                layout,
+                "layout",
+                "layout={packet_len, index, ...}",
+            )?)?),
             other => {
                 return Err(config_error(format!(
                     "unknown capture format '{other}'; use 'vdif', 'ynao', 'spead', 'codif', \

@@ -10,26 +10,27 @@ use voltstream_core::host_counters::HostCounters;
 use voltstream_core::memory::MemoryReport;
 use voltstream_core::stats::{Counters, Snapshot, StreamCounters};
 
+/// `d[name] = src.name` for each field named: the dict keys are the core
+/// library's field names, so the report cannot drift from the counters.
+macro_rules! set_fields {
+    ($d:expr, $src:expr, [$($field:ident),+ $(,)?]) => {
+        $( $d.set_item(stringify!($field), &$src.$field)?; )+
+    };
+}
+
 /// How the AF_XDP engine runs, and the kernel's and the XDP program's counters
 /// (as of the capture thread's last read, every few milliseconds).
 pub(crate) fn xdp_dict<'py>(py: Python<'py>, info: &XdpInfo) -> PyResult<Bound<'py, PyDict>> {
     let c = info.counts();
     let d = PyDict::new(py);
-    d.set_item("interface", &info.interface)?;
-    d.set_item("queue", info.queue)?;
-    d.set_item("mode", info.mode)?;
-    d.set_item("zero_copy", info.zero_copy)?;
-    d.set_item("multi_buffer", info.multi_buffer)?;
-    d.set_item("huge_pages", info.huge_pages)?;
-    d.set_item("frame_size", info.frame_size)?;
-    d.set_item("frames", info.frames)?;
-    d.set_item("matched", c.matched)?;
-    d.set_item("cut", c.cut)?;
-    d.set_item("no_socket", c.no_socket)?;
-    d.set_item("rx_dropped", c.rx_dropped)?;
-    d.set_item("rx_ring_full", c.rx_ring_full)?;
-    d.set_item("rx_fill_ring_empty_descs", c.rx_fill_ring_empty_descs)?;
-    d.set_item("rx_invalid_descs", c.rx_invalid_descs)?;
+    set_fields!(
+        d,
+        info,
+        [interface, queue, mode, zero_copy, multi_buffer, huge_pages]
+    );
+    set_fields!(d, info, [frame_size, frames]);
+    set_fields!(d, c, [matched, cut, no_socket, rx_dropped, rx_ring_full]);
+    set_fields!(d, c, [rx_fill_ring_empty_descs, rx_invalid_descs]);
     Ok(d)
 }
 
@@ -71,11 +72,7 @@ pub(crate) fn host_dict<'py>(
 /// How the chunk pool was placed.
 pub(crate) fn memory_dict<'py>(py: Python<'py>, m: &MemoryReport) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("bytes", m.bytes)?;
-    d.set_item("huge_pages", m.huge_pages)?;
-    d.set_item("locked", m.locked)?;
-    d.set_item("numa_node", m.numa_node)?;
-    d.set_item("warnings", m.warnings.clone())?;
+    set_fields!(d, m, [bytes, huge_pages, locked, numa_node, warnings]);
     Ok(d)
 }
 
@@ -84,29 +81,28 @@ pub(crate) fn memory_dict<'py>(py: Python<'py>, m: &MemoryReport) -> PyResult<Bo
 pub(crate) fn dpdk_dict<'py>(py: Python<'py>, info: &DpdkInfo) -> PyResult<Bound<'py, PyDict>> {
     let c = info.counts();
     let d = PyDict::new(py);
-    d.set_item("device", &info.device)?;
-    d.set_item("driver", &info.driver)?;
-    d.set_item("port_id", info.port_id)?;
-    d.set_item("numa_node", info.numa_node)?;
-    d.set_item("pool_numa_node", info.pool_numa_node)?;
-    d.set_item("huge_pages", info.huge_pages)?;
-    d.set_item("mbufs", info.mbufs)?;
-    d.set_item("mbuf_data_room", info.mbuf_data_room)?;
-    d.set_item("rx_descriptors", info.rx_descriptors)?;
+    set_fields!(
+        d,
+        info,
+        [
+            device,
+            driver,
+            port_id,
+            numa_node,
+            pool_numa_node,
+            huge_pages
+        ]
+    );
+    set_fields!(d, info, [mbufs, mbuf_data_room, rx_descriptors]);
     if let Some(r) = info.af_packet {
-        d.set_item("framesz", r.framesz)?;
-        d.set_item("blocksz", r.blocksz)?;
-        d.set_item("framecnt", r.framecnt)?;
+        set_fields!(d, r, [framesz, blocksz, framecnt]);
     }
     d.set_item("eal_args", info.eal_args.join(" "))?;
-    d.set_item("frames", c.frames)?;
-    d.set_item("other", c.other)?;
-    d.set_item("cut", c.cut)?;
-    d.set_item("joined", c.joined)?;
-    d.set_item("ipackets", c.ipackets)?;
-    d.set_item("imissed", c.imissed)?;
-    d.set_item("ierrors", c.ierrors)?;
-    d.set_item("rx_nombuf", c.rx_nombuf)?;
+    set_fields!(
+        d,
+        c,
+        [frames, other, cut, joined, ipackets, imissed, ierrors, rx_nombuf]
+    );
     Ok(d)
 }
 
@@ -115,13 +111,11 @@ pub(crate) fn stream_dict<'py>(
     s: &StreamCounters,
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("received", s.received)?;
-    d.set_item("missing", s.missing)?;
-    d.set_item("late", s.late)?;
-    d.set_item("duplicate", s.duplicate)?;
-    d.set_item("dropped", s.dropped)?;
-    d.set_item("bytes", s.bytes)?;
-    d.set_item("invalid", s.invalid)?;
+    set_fields!(
+        d,
+        s,
+        [received, missing, late, duplicate, dropped, bytes, invalid]
+    );
     Ok(d)
 }
 
@@ -156,14 +150,7 @@ pub(crate) fn threads_list<'py>(
         }
         d.set_item("stream_counters", per)?;
         d.set_item("totals", stream_dict(py, &c.total())?)?;
-        d.set_item("packets", c.accounted())?;
-        d.set_item("malformed", c.malformed)?;
-        d.set_item("foreign", c.foreign)?;
-        d.set_item("chunks_emitted", c.chunks_emitted)?;
-        d.set_item("chunks_dropped", c.chunks_dropped)?;
-        d.set_item("resyncs", c.resyncs)?;
-        d.set_item("kernel_drops", snap.kernel_drops)?;
-        d.set_item("station", snap.station)?;
+        capture_counters(&d, snap)?;
         list.append(d)?;
     }
     Ok(list)
@@ -183,22 +170,27 @@ pub(crate) fn stats_dict<'py>(
         streams.append(d)?;
     }
     let totals = stream_dict(py, &c.total())?;
-    totals.set_item("malformed", c.malformed)?;
-    totals.set_item("foreign", c.foreign)?;
+    set_fields!(totals, c, [malformed, foreign]);
     let d = PyDict::new(py);
     d.set_item("engine", engine)?;
     d.set_item("running", running)?;
     d.set_item("streams", streams)?;
     d.set_item("totals", totals)?;
-    d.set_item("packets", c.accounted())?;
-    d.set_item("malformed", c.malformed)?;
-    d.set_item("foreign", c.foreign)?;
-    d.set_item("chunks_emitted", c.chunks_emitted)?;
-    d.set_item("chunks_dropped", c.chunks_dropped)?;
-    d.set_item("resyncs", c.resyncs)?;
-    d.set_item("kernel_drops", snap.kernel_drops)?;
+    capture_counters(&d, snap)?;
     d.set_item("rcvbuf", snap.rcvbuf)?;
-    // VDIF: the station accepted, given or learnt from the first frame.
-    d.set_item("station", snap.station)?;
     Ok(d)
+}
+
+/// The counters a whole capture and each of its threads report alike.
+fn capture_counters(d: &Bound<'_, PyDict>, snap: &Snapshot) -> PyResult<()> {
+    let c = &snap.counters;
+    d.set_item("packets", c.accounted())?;
+    set_fields!(
+        d,
+        c,
+        [malformed, foreign, chunks_emitted, chunks_dropped, resyncs]
+    );
+    // VDIF: the station accepted, given or learnt from the first frame.
+    set_fields!(d, snap, [kernel_drops, station]);
+    Ok(())
 }
