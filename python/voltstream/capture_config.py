@@ -1,0 +1,179 @@
+"""A capture's configuration as one validated object, section for section the core's.
+
+The Rust core describes a capture with ``capture::CaptureSpec``: a stream format, a
+network section, an engine choice with its options, the chunking and the threads. This
+module is the same shape in Python (pydantic), so a TOML table maps onto it one to one
+and every error names its key (``engine.kind``, ``threads.cpus.1``)::
+
+    [stream]                      # streams.py: one description per format
+    format = "vdif"
+    threads = [0, 1]
+    frame_len = 8032
+    frames_per_second = 25600
+
+    [network]
+    bind = "0.0.0.0:7148"
+    multicast = ["239.1.2.3"]
+    interface = "ens1f0"
+    queue_mb = 256                # kernel memory for unread packets, any engine
+
+    [engine]
+    kind = "packet_ring"          # auto | socket | packet_ring | xdp | dpdk
+
+    [chunks]
+    packets_per_chunk = 256
+
+    [threads]
+    count = 2
+    cpus = [2, 3]
+
+``CaptureSettings.capture_kwargs()`` gives ``_core.Capture``'s keywords, each one
+field of the core spec; the core validates the whole once more (geometry, threads
+against streams, multicast groups) before anything opens. The operations issue's
+pipeline description takes this table as its ``[capture]`` part.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from voltstream.errors import CaptureError, ConfigError
+from voltstream.streams import StreamDescription
+
+__all__ = [
+    "CaptureFile",
+    "CaptureSettings",
+    "ChunkSettings",
+    "EngineSettings",
+    "NetworkSettings",
+    "ThreadSettings",
+    "load_capture_file",
+]
+
+MIB = 1 << 20
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NetworkSettings(_Section):
+    """Where packets come from, and how much kernel memory may queue them."""
+
+    bind: str = Field(description="host:port the traffic is sent to; port 0 picks one")
+    interface: str | None = Field(
+        default=None, description="capture interface (default: the bind's)"
+    )
+    multicast: list[str] = Field(default_factory=list, description="groups to join")
+    queue_mb: float = Field(
+        default=64.0, gt=0, description="MiB for unread packets: socket buffer, ring, UMEM or queue"
+    )
+
+
+class EngineSettings(_Section):
+    """Which engine reads the packets, and the options only one engine reads."""
+
+    kind: Literal["auto", "socket", "packet_ring", "xdp", "dpdk"] = "auto"
+    batch: int = Field(default=64, ge=1, le=1024, description="socket: packets per recvmmsg")
+    ring_block_size: int = Field(
+        default=1 << 20, ge=4096, description="packet ring: bytes per block"
+    )
+    xdp_queue: int = Field(default=0, ge=0, description="AF_XDP: interface queue")
+    xdp_mode: Literal["auto", "native", "drv", "skb", "generic"] = "auto"
+    dpdk_port: str | None = Field(
+        default=None, description="DPDK: PCI address, vdev args or interface"
+    )
+    dpdk_eal_args: str | None = Field(default=None, description="DPDK: extra EAL arguments")
+
+
+class ChunkSettings(_Section):
+    """How packets are assembled into chunks."""
+
+    packets_per_chunk: int = Field(default=256, ge=1, description="packets per stream per chunk")
+    nchunks: int = Field(default=16, ge=2, description="chunks in the pool")
+    window: int = Field(default=4, ge=1, description="chunks open for late packets")
+    resync_chunks: int = Field(default=64, ge=1, description="a jump beyond this resynchronises")
+
+
+class ThreadSettings(_Section):
+    """How the capture is spread over threads (packet ring fanout beyond one)."""
+
+    count: int = Field(default=1, ge=1, description="capture threads")
+    cpus: list[int] | None = Field(default=None, description="one CPU per thread")
+    stream_threads: list[int] | None = Field(default=None, description="thread owning each stream")
+
+
+class CaptureSettings(_Section):
+    """Everything about a capture but the stream format: the core spec's other parts."""
+
+    network: NetworkSettings
+    engine: EngineSettings = EngineSettings()
+    chunks: ChunkSettings = ChunkSettings()
+    threads: ThreadSettings = ThreadSettings()
+
+    def capture_kwargs(self) -> dict[str, Any]:
+        """``_core.Capture`` keywords: one per field of the core's CaptureSpec."""
+        n, e, c, t = self.network, self.engine, self.chunks, self.threads
+        return dict(
+            bind=n.bind,
+            interface=n.interface,
+            multicast=list(n.multicast) or None,
+            rcvbuf=int(n.queue_mb * MIB),
+            engine=e.kind,
+            batch=e.batch,
+            ring_block_size=e.ring_block_size,
+            xdp_queue=e.xdp_queue,
+            xdp_mode=e.xdp_mode,
+            dpdk_port=e.dpdk_port,
+            dpdk_eal_args=e.dpdk_eal_args,
+            packets_per_chunk=c.packets_per_chunk,
+            nchunks=c.nchunks,
+            window=c.window,
+            resync_chunks=c.resync_chunks,
+            threads=t.count,
+            cpus=t.cpus,
+            stream_threads=t.stream_threads,
+        )
+
+    def open(self, stream: Any) -> Any:
+        """A ``_core.Capture`` (not started) of ``stream`` (anything with
+        ``capture_kwargs()``: a stream description or a ``formats`` format); the
+        core's configuration errors stay ConfigError, engine errors CaptureError."""
+        from voltstream import _core
+
+        try:
+            return _core.Capture(**stream.capture_kwargs(), **self.capture_kwargs())
+        except OSError as e:  # CaptureError is an OSError; keep its message
+            raise CaptureError(str(e)) from None
+
+
+class CaptureFile(CaptureSettings):
+    """A whole capture in one file: the stream description and the settings."""
+
+    stream: StreamDescription
+
+    def open_capture(self) -> Any:
+        return self.open(self.stream)
+
+
+def _problems(e: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+
+
+def load_capture_file(path: str | Path) -> CaptureFile:
+    """A validated capture configuration from TOML; ConfigError naming every wrong key."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read the capture configuration {p}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    try:
+        return CaptureFile.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{p}: {_problems(e)}") from None

@@ -1,0 +1,115 @@
+"""The capture configuration object: TOML maps onto the core's CaptureSpec one to one,
+errors name their key, and a configured capture receives real packets on loopback."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from voltstream.capture_config import (
+    CaptureSettings,
+    NetworkSettings,
+    load_capture_file,
+)
+from voltstream.errors import ConfigError
+
+COUNTER_TOML = """
+[stream]
+format = "counter"
+streams = 2
+payload_len = 64
+
+[network]
+bind = "127.0.0.1:0"
+queue_mb = 8
+
+[engine]
+kind = "socket"
+batch = 32
+
+[chunks]
+packets_per_chunk = 16
+nchunks = 6
+window = 2
+"""
+
+
+def write(tmp_path, text):
+    p = tmp_path / "capture.toml"
+    p.write_text(text)
+    return p
+
+
+def test_every_setting_becomes_one_capture_keyword(tmp_path):
+    cfg = load_capture_file(write(tmp_path, COUNTER_TOML))
+    kw = cfg.capture_kwargs()
+    assert kw["engine"] == "socket" and kw["batch"] == 32
+    assert kw["rcvbuf"] == 8 << 20
+    assert (kw["packets_per_chunk"], kw["nchunks"], kw["window"]) == (16, 6, 2)
+    assert kw["threads"] == 1 and kw["multicast"] is None
+    # Defaults are the core's: the packet ring's block, AF_XDP's queue 0.
+    assert kw["ring_block_size"] == 1 << 20 and kw["xdp_queue"] == 0
+
+
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        (('kind = "socket"', 'kind = "rdma"'), "engine.kind"),
+        (("batch = 32", "batch = 0"), "engine.batch"),
+        (("nchunks = 6", "nchunks = 6\nextra = 1"), "chunks.extra"),
+        (("payload_len = 64", "payload_len = -1"), "stream.counter.payload_len"),
+        (('[network]\nbind = "127.0.0.1:0"', "[network]"), "network.bind"),
+    ],
+)
+def test_errors_name_their_key(tmp_path, edit, key):
+    text = COUNTER_TOML.replace(*edit)
+    assert text != COUNTER_TOML
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_capture_file(write(tmp_path, text))
+
+
+def test_toml_syntax_errors_name_the_line(tmp_path):
+    with pytest.raises(ConfigError, match="line 3"):
+        load_capture_file(write(tmp_path, "[stream]\nformat = 'counter'\nstreams = = 2\n"))
+
+
+def test_the_core_checks_how_the_parts_fit(tmp_path):
+    # Each part is valid alone; the core refuses the whole (window >= nchunks).
+    cfg = load_capture_file(write(tmp_path, COUNTER_TOML.replace("window = 2", "window = 6")))
+    with pytest.raises(ConfigError, match="must exceed window"):
+        cfg.open_capture()
+    # Two threads over the socket engine: only the packet ring steers streams.
+    text = COUNTER_TOML + "\n[threads]\ncount = 2\n"
+    with pytest.raises(ConfigError, match="needs engine='packet_ring'"):
+        load_capture_file(write(tmp_path, text)).open_capture()
+
+
+def test_a_configured_capture_receives_packets(tmp_path):
+    cap = load_capture_file(write(tmp_path, COUNTER_TOML)).open_capture()
+    cap.start()
+    try:
+        host, port = cap.address.rsplit(":", 1)
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for i in range(32):
+            for s in range(2):
+                tx.sendto(
+                    i.to_bytes(8, "big") + s.to_bytes(2, "big") + bytes(64), (host, int(port))
+                )
+        deadline = time.monotonic() + 5
+        while cap.stats()["totals"]["received"] < 64 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        cap.stop()
+    assert cap.stats()["totals"]["received"] == 64
+    assert cap.stats()["engine"] == "socket"
+
+
+def test_settings_without_a_stream_open_any_format():
+    from voltstream.streams import parse_stream
+
+    settings = CaptureSettings(network=NetworkSettings(bind="127.0.0.1:0"))
+    stream = parse_stream({"format": "counter", "streams": 1, "payload_len": 32})
+    cap = settings.open(stream)
+    assert (cap.nstreams, cap.payload_len, cap.packets_per_chunk) == (1, 32, 256)
