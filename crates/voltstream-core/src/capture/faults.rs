@@ -412,14 +412,24 @@ impl Injector {
     }
 }
 
-/// The counts of a [`Faults`] engine, readable from the test while the capture
-/// thread owns the engine.
+/// What a [`Faults`] engine injected, readable from the test while the capture
+/// thread owns the engine; updated after every batch.
 #[derive(Clone, Default)]
-pub struct InjectedCounts(Arc<Mutex<Injected>>);
+pub struct FaultReport(Arc<Mutex<(Injected, Vec<(u64, Fault)>)>>);
 
-impl InjectedCounts {
-    pub fn get(&self) -> Injected {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+impl FaultReport {
+    /// Counts of what was injected so far.
+    pub fn injected(&self) -> Injected {
+        self.lock().0
+    }
+
+    /// Every fault applied so far: (input position, fault), in input order.
+    pub fn log(&self) -> Vec<(u64, Fault)> {
+        self.lock().1.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Injected, Vec<(u64, Fault)>)> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -431,7 +441,7 @@ pub struct Faults<E: Engine> {
     inner: E,
     injector: Injector,
     batch: Vec<Delivered>,
-    counts: InjectedCounts,
+    report: FaultReport,
 }
 
 impl<E: Engine> Faults<E> {
@@ -440,18 +450,13 @@ impl<E: Engine> Faults<E> {
             inner,
             injector: plan.injector()?,
             batch: Vec::new(),
-            counts: InjectedCounts::default(),
+            report: FaultReport::default(),
         })
     }
 
-    /// A handle on what was injected so far, updated after every batch.
-    pub fn counts(&self) -> InjectedCounts {
-        self.counts.clone()
-    }
-
-    /// Every fault applied so far: (input position, fault).
-    pub fn log(&self) -> &[(u64, Fault)] {
-        self.injector.log()
+    /// A handle on what was injected, for after the engine moved to its thread.
+    pub fn report(&self) -> FaultReport {
+        self.report.clone()
     }
 }
 
@@ -477,7 +482,10 @@ impl<E: Engine> Engine for Faults<E> {
         for item in batch.drain(..) {
             sink(item.received());
         }
-        *self.counts.0.lock().unwrap_or_else(|e| e.into_inner()) = self.injector.injected();
+        let mut report = self.report.lock();
+        report.0 = self.injector.injected();
+        let new = &self.injector.log()[report.1.len()..];
+        report.1.extend_from_slice(new);
         Ok(delivered)
     }
 
@@ -658,7 +666,7 @@ mod tests {
         feed.kernel_drops(4);
         let plan = FaultPlan::new(9).drop(0.1).reorder(0.2, 4);
         let mut e = Faults::new(inner, plan).unwrap();
-        let counts = e.counts();
+        let report = e.report();
         let (mut got, mut truncated) = (Vec::new(), 0);
         // The first empty batch releases what is held, the second is empty.
         while e
@@ -669,8 +677,8 @@ mod tests {
             .unwrap()
             > 0
         {}
-        let n = counts.get();
-        assert_eq!(e.log().len() as u64, n.dropped + n.delayed);
+        let n = report.injected();
+        assert_eq!(report.log().len() as u64, n.dropped + n.delayed);
         assert!(n.dropped > 10 && n.delayed > 30, "{n:?}");
         assert_eq!(truncated, 1);
         assert_eq!(got.len() as u64, 300 - n.dropped);

@@ -95,7 +95,7 @@ pub use dpdk::{
     af_packet_framesz_for, AfPacketRing, DpdkConfig, DpdkCounts, DpdkEngine, DpdkInfo, DpdkPort,
     AVAILABLE as DPDK_AVAILABLE,
 };
-pub use faults::{Delivered, Fault, FaultPlan, Faults, Injected, InjectedCounts, Injector};
+pub use faults::{Delivered, Fault, FaultPlan, FaultReport, Faults, Injected, Injector};
 pub use group::{
     packet_ring_fanout, thread_streams, CaptureGroup, GroupSnapshot, Subset, ThreadSnapshot,
     ThreadsConfig,
