@@ -37,9 +37,11 @@ use crate::{Error, Result};
 pub enum Fault {
     /// Never delivered.
     Drop,
-    /// Delivered, and a copy of it `delay` packets later (0: right after).
+    /// Delivered, and a copy of it after the next `delay` input packets (0:
+    /// right after).
     Duplicate { delay: usize },
-    /// Delivered after `n` later packets (reordering).
+    /// Delivered after the next `n` input packets (reordering): at most `n`
+    /// packets sent after it arrive before it.
     Delay(usize),
     /// Replaced by a truncation: [`Received::Truncated`], or the packet cut to
     /// the length set by [`FaultPlan::cut_to`] (for packets sent over a socket).
@@ -228,7 +230,6 @@ impl FaultPlan {
             rng: Rng(self.seed ^ 0x9e37_79b9_7f4a_7c15),
             plan: self,
             seen: 0,
-            out: 0,
             held: Vec::new(),
             injected: Injected::default(),
             log: Vec::new(),
@@ -263,9 +264,8 @@ pub struct Injector {
     rng: Rng,
     /// Input packets seen (the next one's position).
     seen: u64,
-    /// Items passed on so far: the clock delayed items wait on.
-    out: u64,
-    /// Delayed items and the value of `out` at which they are due, oldest first.
+    /// Delayed items and the value of `seen` at which they are due, in due
+    /// order (ties in the order they were delayed).
     held: Vec<(u64, Delivered)>,
     injected: Injected,
     log: Vec<(u64, Fault)>,
@@ -283,9 +283,25 @@ impl Injector {
             None if self.plan.between.contains(&position) => self.draw(),
             None => None,
         };
-        let Some(fault) = fault else {
-            return self.emit(Delivered::Packet(packet.to_vec()), out);
-        };
+        match fault {
+            Some(fault) => self.inject(position, fault, packet, out),
+            None => self.emit(Delivered::Packet(packet.to_vec()), out),
+        }
+        // Delays count input packets, so a delayed packet's displacement is
+        // bounded whatever else the plan delays or drops.
+        while self.held.first().is_some_and(|h| h.0 <= self.seen) {
+            let (_, item) = self.held.remove(0);
+            self.emit(item, out);
+        }
+    }
+
+    fn inject(
+        &mut self,
+        position: u64,
+        fault: Fault,
+        packet: &[u8],
+        out: &mut dyn FnMut(Delivered),
+    ) {
         self.log.push((position, fault));
         match fault {
             Fault::Drop => self.injected.dropped += 1,
@@ -395,7 +411,7 @@ impl Injector {
         if n == 0 {
             return self.emit(item, out);
         }
-        let due = self.out + n as u64;
+        let due = self.seen + n as u64;
         // Stay ordered by due time, ties in arrival order.
         let at = self.held.partition_point(|h| h.0 <= due);
         self.held.insert(at, (due, item));
@@ -403,19 +419,17 @@ impl Injector {
 
     fn emit(&mut self, item: Delivered, out: &mut dyn FnMut(Delivered)) {
         out(item);
-        self.out += 1;
         self.injected.delivered += 1;
-        if self.held.first().is_some_and(|h| h.0 <= self.out) {
-            let (_, next) = self.held.remove(0);
-            self.emit(next, out);
-        }
     }
 }
 
 /// What a [`Faults`] engine injected, readable from the test while the capture
 /// thread owns the engine; updated after every batch.
 #[derive(Clone, Default)]
-pub struct FaultReport(Arc<Mutex<(Injected, Vec<(u64, Fault)>)>>);
+pub struct FaultReport(Arc<Mutex<Reported>>);
+
+/// The counts, and the log of faults applied.
+type Reported = (Injected, Vec<(u64, Fault)>);
 
 impl FaultReport {
     /// Counts of what was injected so far.
@@ -428,7 +442,7 @@ impl FaultReport {
         self.lock().1.clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Injected, Vec<(u64, Fault)>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Reported> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -585,14 +599,13 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted, (0..1000).collect::<Vec<_>>());
         assert_eq!(got.len() as u64, 1000 + n.duplicated);
-        // A delayed packet waits for `window` items at most, so few packets
-        // sent after it overtake it (items due at the same moment leave in the
-        // order they were delayed, which can add a few).
+        // A delayed packet waits for `window` input packets at most: no more
+        // packets sent after it overtake it.
         let mut seen = std::collections::BTreeSet::new();
         for &p in &got {
             if seen.insert(p) {
                 let overtaken = seen.range(p + 1..).count();
-                assert!(overtaken <= 2 * 5, "packet {p} overtaken by {overtaken}");
+                assert!(overtaken <= 5, "packet {p} overtaken by {overtaken}");
             }
         }
     }
@@ -621,8 +634,8 @@ mod tests {
             p(0),
             p(3),
             p(4),
-            p(2),
             p(4),
+            p(2),
             vec![0, 0],
             p(6),
             b"x".to_vec(),
