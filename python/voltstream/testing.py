@@ -215,7 +215,9 @@ class FaultPlan:
             out.append(p)
             n.delivered += 1
 
-        def later(delay: int, p: bytes, seen: int) -> None:
+        seen = 0  # input packets so far: the clock delays count on
+
+        def later(delay: int, p: bytes) -> None:
             if delay == 0:
                 emit(p)
             else:
@@ -233,7 +235,7 @@ class FaultPlan:
                 emit(p)
             else:
                 log.append((position, fault))
-                self._inject(fault, p, rng, n, emit, lambda d, q, s=seen: later(d, q, s))
+                self._inject(fault, p, rng, n, emit, later)
             # Delays count input packets, so a delayed packet's displacement is bounded
             # whatever else the plan delays or drops.
             while held and held[0][0] <= seen:
