@@ -18,6 +18,7 @@ import pytest
 from veth_capture import check_chunks as check_saved_chunks
 from voltstream import _core
 from voltstream.errors import ConfigError, VoltstreamError
+from voltstream.testing import Drop, Duplicate, FaultPlan, Foreign, Garbage, Truncate
 
 ENGINES = ["socket", "packet_ring"]
 
@@ -58,7 +59,28 @@ def test_packet_ring_counts_every_kind_of_packet_exactly_on_loopback():
     rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
     ppc, nstreams, plen, nidx = 8, 2, 200, 64
     data = rng.integers(0, 256, (nidx, nstreams, plen), dtype=np.uint8)
-    gap = {(int(rng.integers(1, 30)), 1), (45, 0)}
+    drops = {(int(rng.integers(1, 30)), 1), (45, 0)}
+    half = nidx // 2
+
+    def faulted(indices, faults):
+        """The packets of ``indices`` (both streams), with ``faults`` at (i, s)."""
+        at = {2 * (i - indices[0]) + s: f for (i, s), f in faults.items()}
+        at |= {2 * (i - indices[0]) + s: Drop() for i, s in drops if i in indices}
+        rows = [counter_packet(i, s, data[i, s]) for i in indices for s in range(nstreams)]
+        return FaultPlan(at=at).apply(rows)
+
+    # Indices 0..31 one datagram at a time: every kind of bad packet.
+    first = faulted(range(half), {
+        (3, 0): Duplicate(50),  # the copy comes 25 indices on, behind the window: late
+        (10, 0): Foreign(lambda p: p[:8] + struct.pack(">H", 5) + p[10:]),  # stream 5
+        (20, 0): Truncate(40),  # short: malformed
+        (21, 0): Garbage(lambda p: b"\x07" * (plen + 10 + 100)),  # beyond max_packet
+    })  # fmt: skip
+    # Indices 32..63 through the GSO sender, all of one length.
+    second = faulted(range(half, nidx), {(50, 1): Duplicate()})
+    gap = {(at // 2, at % 2) for at in first.lost}
+    gap |= {(half + at // 2, at % 2) for at in second.lost}
+    assert len(gap) == 4
     cap = _core.Capture(
         "counter",
         "127.0.0.1:0",
@@ -75,31 +97,14 @@ def test_packet_ring_counts_every_kind_of_packet_exactly_on_loopback():
         assert cap.stats()["engine"] == "packet_ring"
         tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         to = dest(cap)
-        sent = 0
-        # Indices 0..31 one datagram at a time, with a copy to another port each.
-        for i in range(32):
-            for s in range(nstreams):
-                if (i, s) not in gap:
-                    p = counter_packet(i, s, data[i, s])
-                    tx.sendto(p, to)
-                    tx.sendto(p, other.getsockname())
-                    sent += 1
-        # Indices 32..63 through the GSO sender: the ring sees super-frames and
-        # must split them back into the datagrams.
-        rows = [
-            counter_packet(i, s, data[i, s])
-            for i in range(32, nidx)
-            for s in range(nstreams)
-            if (i, s) not in gap
-        ]
+        # One datagram at a time, with a copy to another port each.
+        for p in first.packets:
+            tx.sendto(p, to)
+            tx.sendto(p, other.getsockname())
+        # The ring sees super-frames and must split them back into the datagrams.
+        rows = second.packets
         r = _core.Sender(cap.address).send(np.frombuffer(b"".join(rows), np.uint8), plen + 10, 0)
         assert r["packets"] == len(rows)
-        sent += len(rows)
-        tx.sendto(counter_packet(3, 0, data[3, 0]), to)  # behind the window: late
-        tx.sendto(counter_packet(50, 1, data[50, 1]), to)  # duplicate
-        tx.sendto(counter_packet(60, 5, data[60, 0]), to)  # stream 5: foreign
-        tx.sendto(counter_packet(60, 0, data[60, 0])[:40], to)  # short: malformed
-        tx.sendto(b"\x07" * (plen + 10 + 100), to)  # beyond max_packet: malformed
         tx.close()
         cap.stop()
         st = cap.stats()
@@ -107,7 +112,7 @@ def test_packet_ring_counts_every_kind_of_packet_exactly_on_loopback():
     other.close()
 
     assert st["kernel_drops"] == 0
-    assert st["packets"] == sent + 5
+    assert st["packets"] == first.injected.delivered + second.injected.delivered
     for s, sts in enumerate(st["streams"]):
         ngap = sum(1 for g in gap if g[1] == s)
         assert (sts["received"], sts["missing"]) == (nidx - ngap, ngap), s
