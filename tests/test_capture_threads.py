@@ -13,6 +13,7 @@ import pytest
 
 from voltstream import _core
 from voltstream.errors import ConfigError
+from voltstream.testing import Delay, Drop, Duplicate, FaultPlan, Foreign, Truncate
 
 FRAME = 96  # bytes: 32-byte header + 64 data bytes
 FPS = 1000
@@ -69,22 +70,25 @@ def test_threads_own_disjoint_streams_and_count_exactly(nthreads):
     assert cap.thread_streams == [
         [s for s in range(nstreams) if owners[s] == t] for t in range(nthreads)
     ]
-    gap = {(20, 1), (21, 1), (33, 4)}
+    # Frame (i, s) is sent at 5 i + s.
+    faults = {5 * i + s: Drop() for i, s in [(20, 1), (21, 1), (33, 4)]}
+    faults |= {5 * 10 + s: Delay(5) for s in range(nstreams)}  # index 10 after 11
+    faults |= {
+        5 * 40 + 2: Duplicate(),
+        5 * 4 + 3: Duplicate(180),  # the copy comes 36 indices on, behind the window: late
+        5 * 40: Foreign(lambda p: vdif_frame(9, 40, data[40, 0])),  # foreign thread id
+        5 * 41: Truncate(3),  # malformed (too short)
+    }
+    frames = (vdif_frame(VDIF_THREADS[s], i, data[i, s]) for i in range(NIDX) for s in range(5))
+    sent_frames = FaultPlan(at=faults).apply(frames)
+    gap = {(at // 5, at % 5) for at in sent_frames.lost}
+    assert len(gap) == 4
     cap.start()
     host, port = cap.address.rsplit(":", 1)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     dest = (host, int(port))
-    order = list(range(NIDX))
-    order[10], order[11] = order[11], order[10]  # reordered within the window
-    for i in order:
-        for s in range(nstreams):
-            if (i, s) not in gap:
-                tx.sendto(vdif_frame(VDIF_THREADS[s], i, data[i, s]), dest)
-        if i == 40:
-            tx.sendto(vdif_frame(VDIF_THREADS[2], 40, data[40, 2]), dest)  # duplicate
-            tx.sendto(vdif_frame(VDIF_THREADS[3], 4, data[4, 3]), dest)  # late
-            tx.sendto(vdif_frame(9, 40, data[40, 0]), dest)  # foreign thread id
-            tx.sendto(b"\x01\x02\x03", dest)  # malformed (too short)
+    for p in sent_frames.packets:
+        tx.sendto(p, dest)
     time.sleep(0.1)
     st = cap.stats()
     for t, th in enumerate(st["threads"]):  # pinned while running
@@ -111,7 +115,7 @@ def test_threads_own_disjoint_streams_and_count_exactly(nthreads):
         mine = sum(sent[s] + (s in (2, 3)) for s in th["streams"]) + 2 * (t == 0)
         assert th["packets"] == mine
         assert th["chunks_emitted"] == NIDX // PPC
-    assert st["packets"] == sum(sent.values()) + 4
+    assert st["packets"] == sum(sent.values()) + 4 == sent_frames.injected.delivered
     assert [s["received"] for s in st["streams"]] == [sent[s] for s in range(nstreams)]
     assert (st["foreign"], st["malformed"]) == (1, 1)
     assert st["totals"]["missing"] == len(gap)
