@@ -79,7 +79,9 @@ def test_threads_own_disjoint_streams_and_count_exactly(nthreads):
         5 * 40: Foreign(lambda p: vdif_frame(9, 40, data[40, 0])),  # foreign thread id
         5 * 41: Truncate(3),  # malformed (too short)
     }
-    frames = (vdif_frame(VDIF_THREADS[s], i, data[i, s]) for i in range(NIDX) for s in range(5))
+    frames = (
+        vdif_frame(VDIF_THREADS[s], i, data[i, s]) for i in range(NIDX) for s in range(nstreams)
+    )
     sent_frames = FaultPlan(at=faults).apply(frames)
     gap = {(at // 5, at % 5) for at in sent_frames.lost}
     assert len(gap) == 4
