@@ -7,6 +7,7 @@ import struct
 import numpy as np
 import pytest
 
+from chunks import check_chunks, drain
 from voltstream import _core
 from voltstream.errors import CaptureError, ConfigError, VoltstreamError
 from voltstream.testing import Drop, Duplicate, FaultPlan, Foreign, Garbage, Truncate
@@ -54,13 +55,6 @@ class Sender:
 
 def counter_packet(index: int, stream: int, payload: np.ndarray) -> bytes:
     return struct.pack(">QH", index, stream) + payload.tobytes()
-
-
-def drain(cap, timeout=0.2):
-    chunks = []
-    while (ch := cap.next_chunk(timeout)) is not None:
-        chunks.append(ch)
-    return chunks
 
 
 def test_stats_dict_has_every_counter_before_and_after_start():
@@ -124,20 +118,7 @@ def test_counter_capture_counts_every_kind_of_packet_and_delivers_exact_chunks()
     assert s0["dropped"] == s1["dropped"] == st["chunks_dropped"] == 0
     assert st["chunks_emitted"] == nidx // ppc == len(chunks)
 
-    for k, ch in enumerate(chunks):
-        assert (ch.chunk_id, ch.first_index) == (k, k * ppc)
-        assert (ch.nstreams, ch.packets_per_chunk, ch.payload_len) == (nstreams, ppc, plen)
-        got = np.frombuffer(ch, np.uint8).reshape(nstreams, ppc, plen)
-        present = np.frombuffer(ch.present, np.uint8).reshape(nstreams, ppc).astype(bool)
-        want_present = np.array(
-            [[(k * ppc + j, s) not in gap for j in range(ppc)] for s in range(nstreams)]
-        )
-        np.testing.assert_array_equal(present, want_present)
-        want = data[k * ppc : (k + 1) * ppc].transpose(1, 0, 2)
-        np.testing.assert_array_equal(got[present], want[present])
-        assert ch.present_count == want_present.sum()
-        del got
-        ch.release()
+    check_chunks(chunks, data, gap, ppc)
 
 
 def test_chunks_are_dropped_whole_when_the_consumer_holds_them_all():

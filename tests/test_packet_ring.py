@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 
+from chunks import check_chunks, drain
 from veth_capture import check_chunks as check_saved_chunks
 from voltstream import _core
 from voltstream.errors import ConfigError, VoltstreamError
@@ -30,29 +31,6 @@ def counter_packet(index: int, stream: int, payload: np.ndarray) -> bytes:
 def dest(cap):
     host, port = cap.address.rsplit(":", 1)
     return host, int(port)
-
-
-def drain(cap, timeout=0.2):
-    chunks = []
-    while (ch := cap.next_chunk(timeout)) is not None:
-        chunks.append(ch)
-    return chunks
-
-
-def check_chunks(chunks, data, gap, ppc):
-    nstreams, plen = data.shape[1], data.shape[2]
-    for k, ch in enumerate(chunks):
-        assert (ch.chunk_id, ch.first_index) == (k, k * ppc)
-        got = np.frombuffer(ch, np.uint8).reshape(nstreams, ppc, plen)
-        present = np.frombuffer(ch.present, np.uint8).reshape(nstreams, ppc).astype(bool)
-        want_present = np.array(
-            [[(k * ppc + j, s) not in gap for j in range(ppc)] for s in range(nstreams)]
-        )
-        np.testing.assert_array_equal(present, want_present)
-        want = data[k * ppc : (k + 1) * ppc].transpose(1, 0, 2)
-        np.testing.assert_array_equal(got[present], want[present])
-        del got
-        ch.release()
 
 
 def test_packet_ring_counts_every_kind_of_packet_exactly_on_loopback():
