@@ -7,8 +7,6 @@ import json
 import os
 import socket
 import struct
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -16,6 +14,8 @@ import numpy as np
 import pytest
 
 from chunks import check_chunks, drain
+from netns import receiver, run_in, stop_receiver, veth_pair
+from veth_capture import SAVE_CHUNKS
 from veth_capture import check_chunks as check_saved_chunks
 from voltstream import _core
 from voltstream.errors import ConfigError, VoltstreamError
@@ -146,8 +146,9 @@ def test_engine_choice_and_errors():
         ).start()
 
 
-RECEIVER = textwrap.dedent(
-    """
+RECEIVER = (
+    textwrap.dedent(
+        """
     import json, sys
     import numpy as np
     from voltstream import _core
@@ -158,15 +159,12 @@ RECEIVER = textwrap.dedent(
     print(cap.address, flush=True)
     sys.stdin.readline()
     cap.stop()
-    chunks, present = [], []
-    while (ch := cap.next_chunk(0.2)) is not None:
-        chunks.append(np.frombuffer(ch, np.uint8).copy())
-        present.append(np.frombuffer(ch.present, np.uint8).copy())
-        ch.release()
-    np.savez(out, data=np.array(chunks), present=np.array(present))
-    print(json.dumps(cap.stats()), flush=True)
     """
+    )
+    + SAVE_CHUNKS
+    + "print(json.dumps(cap.stats()), flush=True)\n"
 )
+
 
 SENDER = textwrap.dedent(
     """
@@ -195,56 +193,29 @@ SENDER = textwrap.dedent(
 )
 
 
-def sh(*args):
-    subprocess.run(args, check=True, capture_output=True, timeout=10)
+@pytest.fixture
+def veth():
+    """Two namespaces (sender, receiver) joined by a veth with a 9000-byte MTU, so the
+    host's interfaces and routes are never touched; deleting the namespaces deletes
+    the veth."""
+    yield from veth_pair("vs", 200, mtu=9000)
 
 
 @pytest.mark.netns
 @pytest.mark.parametrize("engine", [*ENGINES, "xdp"])
-def test_both_engines_capture_exactly_over_a_veth_between_namespaces(engine, tmp_path):
-    """Two namespaces (sender, receiver) joined by a veth with a 9000-byte MTU, so the
-    host's interfaces and routes are never touched; deleting the namespaces deletes
-    the veth."""
-    tag = f"{os.getpid() % 1000}{int.from_bytes(os.urandom(2), 'little') % 1000}"
-    rx_ns, tx_ns, rx_if, tx_if = f"vs{tag}r", f"vs{tag}t", f"vs{tag}a", f"vs{tag}b"
-    net = f"10.{200 + int(tag) % 50}.{int(tag) % 250}"
+def test_both_engines_capture_exactly_over_a_veth_between_namespaces(engine, veth, tmp_path):
     seed, nidx, plen, ppc = int.from_bytes(os.urandom(4), "little"), 400, 1000, 16
     gap = {(7, 1), (100, 0), (101, 0), (333, 1)}
-    procs = []
-    try:
-        sh("ip", "netns", "add", rx_ns)
-        sh("ip", "netns", "add", tx_ns)
-        sh("ip", "link", "add", rx_if, "netns", rx_ns, "mtu", "9000", "type", "veth",
-           "peer", "name", tx_if, "netns", tx_ns, "mtu", "9000")  # fmt: skip
-        for ns, ifname, host in ((rx_ns, rx_if, 1), (tx_ns, tx_if, 2)):
-            sh("ip", "-n", ns, "addr", "add", f"{net}.{host}/30", "dev", ifname)
-            sh("ip", "-n", ns, "link", "set", ifname, "up")
-        out = tmp_path / "chunks.npz"
-        rx = subprocess.Popen(
-            ["ip", "netns", "exec", rx_ns, sys.executable, "-c", RECEIVER, engine,
-             f"{net}.1:7148", str(ppc), str(plen), "2", str(out)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        procs.append(rx)
+    rx_if, bind = veth["rx_if"], f"{veth['rx']}:7148"
+    out = tmp_path / "chunks.npz"
+    with receiver(veth["rx_ns"], RECEIVER, engine, bind, str(ppc), str(plen), "2", str(out)) as rx:
         addr = rx.stdout.readline().strip()
-        assert addr == f"{net}.1:7148", rx.stderr.read() if not addr else addr
+        assert addr == bind, rx.stderr.read() if not addr else addr
         gaps = ",".join(f"{i}.{s}" for i, s in gap)
-        subprocess.run(
-            ["ip", "netns", "exec", tx_ns, sys.executable, "-c", SENDER, f"{net}.1", "7148",
-             str(seed), str(nidx), str(plen), gaps],
-            check=True, timeout=30, capture_output=True,
-        )  # fmt: skip
+        run_in(veth["tx_ns"], SENDER, veth["rx"], "7148", str(seed), str(nidx), str(plen), gaps,
+               timeout=30)  # fmt: skip
         time.sleep(0.05)
-        stdout, stderr = rx.communicate("stop\n", timeout=30)
-        assert rx.returncode == 0, stderr
-        st = json.loads(stdout.strip().splitlines()[-1])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-        for ns in (rx_ns, tx_ns):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+        st = json.loads(stop_receiver(rx))
     assert st["engine"] == engine
     assert st["kernel_drops"] == 0
     if engine == "xdp":

@@ -13,6 +13,7 @@ import pytest
 
 from netns import veth_pair
 from veth_capture import capture_over_veth
+from veth_capture import check_counters as veth_counters
 from voltstream import _core
 from voltstream.errors import ConfigError, VoltstreamError
 
@@ -25,16 +26,7 @@ def veth():
 
 
 def check_counters(st, passed, *, nidx, gap, plen):
-    assert st["engine"] == "xdp"
-    assert st["kernel_drops"] == 0
-    s0, s1 = st["streams"]
-    ngap = [sum(1 for g in gap if g[1] == s) for s in (0, 1)]
-    assert (s0["received"], s1["received"]) == (nidx - ngap[0], nidx - ngap[1])
-    assert (s0["missing"], s1["missing"]) == tuple(ngap)
-    assert (s0["duplicate"], s1["duplicate"], s0["late"], s1["late"]) == (1, 0, 0, 1)
-    assert (st["foreign"], st["malformed"]) == (1, 3)
-    assert s0["bytes"] == s0["received"] * plen
-    assert st["packets"] == 2 * nidx - len(gap) + 6
+    veth_counters(st, "xdp", nidx=nidx, gap=gap, plen=plen)
     x = st["xdp"]
     assert x["matched"] == st["packets"]
     assert x["no_socket"] == x["cut"] == x["rx_dropped"] == x["rx_ring_full"] == 0

@@ -12,15 +12,29 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 import time
 
 import numpy as np
 
-RECEIVER = textwrap.dedent(
+from netns import receiver, run_in, stop_receiver
+
+# Receiver script lines: every chunk of the stopped capture `cap` (data and presence)
+# into the .npz file `out`, for check_chunks.
+SAVE_CHUNKS = textwrap.dedent(
     """
+    chunks, present = [], []
+    while (ch := cap.next_chunk(0.2)) is not None:
+        chunks.append(np.frombuffer(ch, np.uint8).copy())
+        present.append(np.frombuffer(ch.present, np.uint8).copy())
+        ch.release()
+    np.savez(out, data=np.array(chunks), present=np.array(present))
+    """
+)
+
+RECEIVER = (
+    textwrap.dedent(
+        """
     import json, socket, sys, threading
     import numpy as np
     from voltstream import _core
@@ -45,12 +59,11 @@ RECEIVER = textwrap.dedent(
     print(cap.address, flush=True)
     sys.stdin.readline()
     cap.stop()
-    chunks, present = [], []
-    while (ch := cap.next_chunk(0.2)) is not None:
-        chunks.append(np.frombuffer(ch, np.uint8).copy())
-        present.append(np.frombuffer(ch.present, np.uint8).copy())
-        ch.release()
-    np.savez(out, data=np.array(chunks), present=np.array(present))
+    """
+    )
+    + SAVE_CHUNKS
+    + textwrap.dedent(
+        """
     passed = []
     while True:
         try:
@@ -60,6 +73,7 @@ RECEIVER = textwrap.dedent(
     print(json.dumps({"stats": cap.stats(), "passed": passed, "tcp": sum(tcp_bytes)}),
           flush=True)
     """
+    )
 )
 
 SENDER = textwrap.dedent(
@@ -135,30 +149,31 @@ def capture_over_veth(v, tmp_path, engine_kw: dict, *, plen, nidx, gap, port=714
     chunks and the TCP echo; returns the capture's stats and the other port's datagrams."""
     out = tmp_path / "chunks.npz"
     seed = int.from_bytes(os.urandom(4), "little")
-    rx = subprocess.Popen(
-        ["ip", "netns", "exec", v["rx_ns"], sys.executable, "-c", RECEIVER, f"{v['rx']}:{port}",
-         str(ppc), str(plen), "64", str(out), str(port + 1), json.dumps(engine_kw)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
+    args = (f"{v['rx']}:{port}", str(ppc), str(plen), "64", str(out), str(port + 1))
+    with receiver(v["rx_ns"], RECEIVER, *args, json.dumps(engine_kw)) as rx:
         addr = rx.stdout.readline().strip()
         assert addr == f"{v['rx']}:{port}", rx.stderr.read() if not addr else addr
         gaps = ",".join(f"{i}.{s}" for i, s in gap)
-        r = subprocess.run(
-            ["ip", "netns", "exec", v["tx_ns"], sys.executable, "-c", SENDER, v["rx"], str(port),
-             str(seed), str(nidx), str(plen), gaps, "1" if gso else "0",
-             "1" if cut_probe else "0"],
-            timeout=60, capture_output=True, text=True,
-        )  # fmt: skip
-        assert r.returncode == 0, r.stderr
+        run_in(v["tx_ns"], SENDER, v["rx"], str(port), str(seed), str(nidx), str(plen), gaps,
+               "1" if gso else "0", "1" if cut_probe else "0")  # fmt: skip
         time.sleep(0.05)
-        stdout, stderr = rx.communicate("stop\n", timeout=30)
-        assert rx.returncode == 0, stderr
-    finally:
-        if rx.poll() is None:
-            rx.kill()
-            rx.wait(timeout=10)
-    res = json.loads(stdout.strip().splitlines()[-1])
+        res = json.loads(stop_receiver(rx))
     check_chunks(out, seed, nidx, plen, ppc, gap, json.dumps(res))
     assert res["tcp"] == 100_000
     return res["stats"], res["passed"]
+
+
+def check_counters(st, engine: str, *, nidx: int, gap, plen: int, cut_probe=False) -> None:
+    """Every counter of a capture_over_veth run with ``engine``: the sender's stream less
+    ``gap``, one duplicate, one late, one foreign, and the malformed ones (the truncated,
+    the garbage and the over-long packet, and the cut probe when it was sent)."""
+    assert st["engine"] == engine
+    assert st["kernel_drops"] == 0
+    s0, s1 = st["streams"]
+    ngap = [sum(1 for g in gap if g[1] == s) for s in (0, 1)]
+    assert (s0["received"], s1["received"]) == (nidx - ngap[0], nidx - ngap[1])
+    assert (s0["missing"], s1["missing"]) == tuple(ngap)
+    assert (s0["duplicate"], s1["duplicate"], s0["late"], s1["late"]) == (1, 0, 0, 1)
+    assert (st["foreign"], st["malformed"]) == (1, 3 + cut_probe)
+    assert s0["bytes"] == s0["received"] * plen
+    assert st["packets"] == 2 * nidx - len(gap) + 6 + cut_probe
