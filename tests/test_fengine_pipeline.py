@@ -15,7 +15,8 @@ import time
 import numpy as np
 import pytest
 
-from voltstream import _core
+import fengine_local
+from cli_process import run_cli
 from voltstream import device as device_mod
 from voltstream.cli import main
 from voltstream.errors import ConfigError, FormatError
@@ -271,38 +272,9 @@ class FakeControl:
         self.sensors.append(dict(counters))
 
 
-def send_on_start(packet_sets, rate=0.3):
-    threads = []
-
-    def on_start(addr):
-        def go():
-            sender = _core.Sender(addr)
-            for pk in packet_sets:
-                sender.send(pk, pk.shape[1], rate)
-
-        threads.append(threading.Thread(target=go, daemon=True))
-        threads[0].start()
-
-    return on_start, threads
-
-
 def run_local(eng, out, packet_sets, **kw):
     """run_fengine on 127.0.0.1 with ``packet_sets`` sent as soon as it listens."""
-    on_start, threads = send_on_start(packet_sets)
-    report = run_fengine(
-        "127.0.0.1:0",
-        eng,
-        out,
-        input_bits=BITS,
-        samples_per_heap=SPH,
-        duration_s=20,
-        idle_timeout_s=0.4,
-        chunk_heaps=16,
-        on_start=on_start,
-        **kw,
-    )
-    threads[0].join(5)
-    return report
+    return fengine_local.run_local(eng, out, packet_sets, bits=BITS, samples_per_heap=SPH, **kw)
 
 
 def sim(first, n, **kw):
@@ -421,15 +393,6 @@ def test_an_engine_with_process_packed_gets_the_heap_bytes(tmp_path):
 
 
 # -- the command line --------------------------------------------------------------------
-
-
-def run_cli(*args, timeout=60):
-    return subprocess.run(
-        [sys.executable, "-m", "voltstream.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_fengine_help_teaches(capsys):

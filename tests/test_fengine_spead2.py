@@ -11,7 +11,7 @@ import numpy as np
 import spead2
 import spead2.recv
 
-from voltstream import _core
+from fengine_local import run_local
 from voltstream.fengine import FEngineReference, HeapLayout, OutputHeap
 from voltstream.fengine.engines import make_engine
 from voltstream.fengine.heaps import (
@@ -25,7 +25,6 @@ from voltstream.fengine.output import HeapOutput
 from voltstream.fengine.pipeline import (
     digitiser_packets,
     digitiser_samples,
-    run_fengine,
 )
 
 NCH, TAPS, NSPEC, SPH, BITS, FS = 64, 16, 16, 1024, 10, 1e6
@@ -112,28 +111,8 @@ def run_loopback(packets: np.ndarray, n_substreams: int):
     engine.set_gains(GAIN)
     receivers = [Receiver() for _ in range(n_substreams)]
     output = HeapOutput(engine.layout, [r.address for r in receivers], rate_gbps=0.5)
-    senders = []
-
-    def on_start(address: str) -> None:
-        def send():
-            _core.Sender(address).send(packets, packets.shape[1], 0.2)
-
-        senders.append(threading.Thread(target=send, daemon=True))
-        senders[0].start()
-
-    report = run_fengine(
-        "127.0.0.1:0",
-        engine,
-        output,
-        input_bits=BITS,
-        samples_per_heap=SPH,
-        duration_s=30,
-        idle_timeout_s=0.5,
-        chunk_heaps=32,
-        on_start=on_start,
-    )
-    for t in senders:
-        t.join(5)
+    report = run_local(engine, output, [packets], bits=BITS, samples_per_heap=SPH, rate=0.2,
+                       duration_s=30, idle_timeout_s=0.5, chunk_heaps=32)  # fmt: skip
     return report, [r.join() for r in receivers]
 
 
