@@ -10,7 +10,7 @@ import pytest
 from chunks import check_chunks, drain
 from voltstream import _core
 from voltstream.errors import CaptureError, ConfigError, VoltstreamError
-from voltstream.testing import Drop, Duplicate, FaultPlan, Foreign, Garbage, Truncate
+from voltstream.testing import Delay, Drop, Duplicate, FaultPlan, Foreign, Garbage, Truncate
 
 STREAM_KEYS = {
     "stream", "received", "missing", "late", "duplicate", "dropped", "bytes", "invalid",
@@ -90,10 +90,10 @@ def test_counter_capture_counts_every_kind_of_packet_and_delivers_exact_chunks()
         2 * 61: Garbage(lambda p: p + b"extra"),  # too long: malformed
         2 * 62 + 1: Garbage(lambda p: b"\x01" * (plen + 10 + 200)),  # beyond the buffer
     }
-    plan = FaultPlan(20240611, reorder=0.3, window=16, between=range(2, 2 * nidx), at=faults)
+    plan = FaultPlan(20240611, rates={Delay(16): 0.3}, at=faults, between=range(2, 2 * nidx))
     sent = plan.apply(counter_packet(i, s, data[i, s]) for i in range(nidx) for s in (0, 1))
     gap = {(at // 2, at % 2) for at in sent.lost}
-    assert len(gap) == 6 and sent.injected.delayed > 20
+    assert len(gap) == 6 and sent.count(Delay) > 20
     cap = _core.Capture(
         "counter", "127.0.0.1:0", ppc, nchunks=32, window=3, payload_len=plen, streams=nstreams
     )
@@ -107,7 +107,7 @@ def test_counter_capture_counts_every_kind_of_packet_and_delivers_exact_chunks()
         chunks = drain(cap)
 
     assert st["kernel_drops"] == 0
-    assert st["packets"] == tx.count == sent.injected.delivered
+    assert st["packets"] == tx.count == len(sent.packets)
     s0, s1 = st["streams"]
     for s, st_s in enumerate((s0, s1)):
         ngap = sum(1 for g in gap if g[1] == s)

@@ -14,19 +14,25 @@ delays stay inside the reorder window:
   ``duplicate`` (``late`` if the copy comes after its chunk left the window).
 - ``Delay(n)``: the packet after the next ``n`` packets; nothing (``late`` beyond the
   window).
-- ``Truncate(keep)``: the packet cut short instead; ``malformed``, and ``missing``.
+- ``Truncate(keep)``: the packet cut to ``keep`` bytes instead; ``malformed``, and
+  ``missing``.
 - ``Garbage(make)``: other bytes instead of the packet (random bytes one longer by
   default: malformed for fixed-length formats); ``malformed`` (or what ``make`` makes),
   and ``missing``.
 - ``Foreign(make)``: the packet, then ``make(packet)`` (another station, stream or
   port: the plan cannot know what is foreign to the capture); ``foreign``.
+
+A plan: ``FaultPlan(seed, rates={Drop(): 0.02, Delay(8): 0.05}, at={0: Duplicate()})``.
+Random faults are drawn per packet from ``rates``, each fault standing for its kind
+(``Delay(8)``: delays of 1 to 8 packets; ``Duplicate(8)``: copies 0 to 8 packets on);
+``at`` places faults at input positions.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from voltstream.errors import ConfigError
 
@@ -39,7 +45,6 @@ __all__ = [
     "Faulted",
     "Foreign",
     "Garbage",
-    "Injected",
     "Truncate",
 ]
 
@@ -69,22 +74,24 @@ class Delay:
 @dataclass(frozen=True)
 class Truncate:
     """Replaced by its first ``keep`` bytes (negative: all but the last ``-keep``);
-    ``None``: the plan's ``cut_to``, else half the packet."""
+    ``None``: half the packet."""
 
     keep: int | None = None
 
 
 @dataclass(frozen=True)
 class Garbage:
-    """Replaced by ``make(packet)``; ``None``: the plan's ``make_garbage``, else random
-    bytes one longer than the packet."""
+    """Replaced by ``make(packet)``; ``None``: random bytes one longer than the packet
+    (malformed for formats with a fixed packet length; formats that check a magic number
+    may count random bytes foreign instead)."""
 
     make: Maker | None = None
 
 
 @dataclass(frozen=True)
 class Foreign:
-    """Delivered, then ``make(packet)``; ``None``: the plan's ``make_foreign``."""
+    """Delivered, then ``make(packet)``: a packet of another station, stream or port
+    (the plan cannot know what is foreign to the capture under test)."""
 
     make: Maker | None = None
 
@@ -93,36 +100,21 @@ Fault = Drop | Duplicate | Delay | Truncate | Garbage | Foreign
 
 
 @dataclass
-class Injected:
-    """What a plan did, counted once per fault."""
-
-    packets: int = 0  # input packets seen
-    delivered: int = 0  # packets passed on (with copies and foreign ones)
-    dropped: int = 0
-    duplicated: int = 0
-    delayed: int = 0
-    truncated: int = 0
-    garbage: int = 0
-    foreign: int = 0
-
-    @property
-    def intact(self) -> int:
-        """Input packets that arrive as themselves: what a capture counts ``received``
-        when nothing is late."""
-        return self.packets - self.dropped - self.truncated - self.garbage
-
-
-@dataclass
 class Faulted:
-    """The packets to send, what was injected, and where (input position, fault)."""
+    """What a plan made of a list of packets: the packets to send, in order, and every
+    fault applied, as (input position, fault), ascending."""
 
     packets: list[bytes]
-    injected: Injected
-    log: list[tuple[int, Fault]] = field(default_factory=list)
+    log: list[tuple[int, Fault]]
+    seen: int  # input packets
 
     def positions(self, *kinds: type) -> list[int]:
-        """Input positions of the faults of these kinds, ascending."""
+        """Input positions of the faults of these kinds."""
         return [at for at, f in self.log if isinstance(f, kinds)]
+
+    def count(self, *kinds: type) -> int:
+        """How many faults of these kinds were applied."""
+        return len(self.positions(*kinds))
 
     @property
     def lost(self) -> list[int]:
@@ -130,96 +122,69 @@ class Faulted:
         truncated, replaced by garbage): a capture counts them missing."""
         return self.positions(Drop, Truncate, Garbage)
 
+    @property
+    def intact(self) -> int:
+        """Input packets that arrive as themselves: what a capture counts ``received``
+        when nothing is late."""
+        return self.seen - len(self.lost)
+
 
 class FaultPlan:
-    """Which faults, how often, where: per-packet rates plus faults placed at input
-    positions (``at``, which win over the rates), all drawn from ``seed``."""
+    """Which faults, how often, where: per-packet ``rates`` of faults (each standing for
+    its kind) and faults placed at input positions (``at``, which win over the rates),
+    random ones only ``between`` those positions, all drawn from ``seed``."""
 
-    def __init__(
-        self,
-        seed: int = 0,
-        *,
-        drop: float = 0.0,
-        duplicate: float = 0.0,
-        reorder: float = 0.0,
-        window: int = 0,
-        truncate: float = 0.0,
-        garbage: float = 0.0,
-        foreign: float = 0.0,
-        make_foreign: Maker | None = None,
-        make_garbage: Maker | None = None,
-        cut_to: int | None = None,
-        between: range | None = None,
-        at: dict[int, Fault] | None = None,
-    ):
+    def __init__(self, seed: int = 0, *, rates: Mapping[Fault, float] | None = None,
+                 at: Mapping[int, Fault] | None = None, between: range | None = None):  # fmt: skip
         self.seed = seed
-        # Order fixes how one uniform draw picks a fault: keep it the Rust plan's.
-        self.rates = (drop, duplicate, reorder, truncate, garbage, foreign)
-        self.window = window
-        self.make_foreign = make_foreign
-        self.make_garbage = make_garbage
-        self.cut_to = cut_to
-        self.between = between
+        self.rates = dict(rates or {})
         self.at = dict(at or {})
+        self.between = between
         self._validate()
 
     def _validate(self) -> None:
         def bad(why: str) -> ConfigError:
             return ConfigError(f"fault plan: {why}")
 
-        for p in self.rates:
+        for p in self.rates.values():
             if not 0.0 <= p <= 1.0:
                 raise bad(f"a rate of {p} is not a probability (0 to 1)")
-        if sum(self.rates) > 1.0 + 1e-9:
+        if sum(self.rates.values()) > 1.0 + 1e-9:
             raise bad(
-                f"the rates add up to {sum(self.rates)}: each packet gets at most one "
-                "fault, lower them"
+                f"the rates add up to {sum(self.rates.values())}: each packet gets at most "
+                "one fault, lower them"
             )
-        if self.rates[2] > 0 and self.window < 1:
-            raise bad("reordering needs a window of at least 1 packet")
-        foreign_unmade = [f for f in self.at.values() if isinstance(f, Foreign) and not f.make]
-        if (self.rates[5] > 0 or foreign_unmade) and self.make_foreign is None:
-            raise bad("foreign packets need a maker: pass make_foreign")
+        if Delay(0) in self.rates:
+            raise bad("reordering needs a delay of at least 1 packet: Delay(n), n >= 1")
+        faults = [*self.rates, *self.at.values()]
+        if any(isinstance(f, Foreign) and f.make is None for f in faults):
+            raise bad("foreign packets need a maker: Foreign.make, e.g. Foreign(lambda p: ...)")
 
     def _draw(self, rng: random.Random) -> Fault | None:
-        r, edge, kind = rng.random(), 0.0, None
-        for k, p in enumerate(self.rates):
+        r, edge = rng.random(), 0.0
+        for fault, p in self.rates.items():
             edge += p
             if r < edge:
-                kind = k
-                break
-        if kind is None:
-            return None
-        if kind == 0:
-            return Drop()
-        if kind == 1:
-            return Duplicate(rng.randrange(self.window + 1))
-        if kind == 2:
-            return Delay(1 + rng.randrange(self.window))
-        if kind == 3:
-            return Truncate()
-        if kind == 4:
-            return Garbage()
-        return Foreign()
+                match fault:
+                    case Duplicate(delay):
+                        return Duplicate(rng.randrange(delay + 1))
+                    case Delay(n):
+                        return Delay(1 + rng.randrange(n))
+                return fault
+        return None
 
     def apply(self, packets: Iterable[bytes | bytearray | memoryview]) -> Faulted:
         """The plan applied to ``packets`` (in sending order); packets still delayed at
         the end come last."""
         rng = random.Random(self.seed)
-        n = Injected()
         out: list[bytes] = []
         log: list[tuple[int, Fault]] = []
         held: list[tuple[int, int, bytes]] = []  # (due, order delayed, packet)
-
-        def emit(p: bytes) -> None:
-            out.append(p)
-            n.delivered += 1
-
         seen = 0  # input packets so far: the clock delays count on
 
         def later(delay: int, p: bytes) -> None:
             if delay == 0:
-                emit(p)
+                out.append(p)
             else:
                 held.append((seen + delay, len(log), p))
                 held.sort(key=lambda h: (h[0], h[1]))
@@ -227,56 +192,38 @@ class FaultPlan:
         for position, packet in enumerate(packets):
             p = bytes(packet)
             seen = position + 1
-            n.packets += 1
             fault = self.at.get(position)
             if fault is None and (self.between is None or position in self.between):
                 fault = self._draw(rng)
             if fault is None:
-                emit(p)
+                out.append(p)
             else:
                 log.append((position, fault))
-                self._inject(fault, p, rng, n, emit, later)
+                self._inject(fault, p, rng, out, later)
             # Delays count input packets, so a delayed packet's displacement is bounded
             # whatever else the plan delays or drops.
             while held and held[0][0] <= seen:
-                emit(held.pop(0)[2])
-        for _, _, p in held:
-            emit(p)
-        return Faulted(out, n, log)
+                out.append(held.pop(0)[2])
+        out += [p for _, _, p in held]
+        return Faulted(out, log, seen)
 
-    def _inject(
-        self,
-        fault: Fault,
-        p: bytes,
-        rng: random.Random,
-        n: Injected,
-        emit: Callable[[bytes], None],
-        later: Callable[[int, bytes], None],
-    ) -> None:
+    @staticmethod
+    def _inject(fault: Fault, p: bytes, rng: random.Random, out: list[bytes],
+                later: Callable[[int, bytes], None]) -> None:  # fmt: skip
         match fault:
             case Drop():
-                n.dropped += 1
+                pass
             case Duplicate(delay):
-                n.duplicated += 1
-                emit(p)
+                out.append(p)
                 later(delay, p)
-            case Delay(d):
-                n.delayed += 1
-                later(d, p)
+            case Delay(n):
+                later(n, p)
             case Truncate(keep):
-                n.truncated += 1
-                keep = self.cut_to if keep is None else keep
-                keep = len(p) // 2 if keep is None else keep
-                cut = p[:keep]
+                cut = p[: len(p) // 2 if keep is None else keep]
                 # A truncation that keeps the whole packet would be no fault at all.
-                emit(cut if len(cut) < len(p) else p[:-1])
+                out.append(cut if len(cut) < len(p) else p[:-1])
             case Garbage(make):
-                n.garbage += 1
-                make = make or self.make_garbage
-                emit(make(p) if make else rng.randbytes(len(p) + 1))
+                out.append(make(p) if make else rng.randbytes(len(p) + 1))
             case Foreign(make):
-                n.foreign += 1
-                emit(p)
-                make = make or self.make_foreign
                 assert make is not None  # _validate checked it
-                emit(make(p))
+                out += [p, make(p)]

@@ -351,7 +351,7 @@ fn count_ones(bits: &[u64], lo: usize, hi: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::FaultPlan;
+    use crate::capture::{Fault, FaultPlan};
     use crate::stats::StreamCounters;
     use crate::wire::Located;
 
@@ -774,9 +774,9 @@ mod tests {
             let sent = (start..start + n).flat_map(|i| (0..streams).map(move |s| packet(s, i)));
             let displace = streams * ppc * (window + 1);
             let mut faults = FaultPlan::new(rng.next())
-                .drop(0.10)
-                .duplicate(0.05)
-                .reorder(0.5, displace)
+                .rate(Fault::Drop, 0.10)
+                .rate(Fault::Duplicate { delay: displace }, 0.05)
+                .rate(Fault::Delay(displace), 0.5)
                 .injector()
                 .unwrap();
             let packets: Vec<(usize, u64)> = faults

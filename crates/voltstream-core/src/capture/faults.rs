@@ -46,7 +46,7 @@ pub enum Fault {
     /// Replaced by a truncation: [`Received::Truncated`], or the packet cut to
     /// the length set by [`FaultPlan::cut_to`] (for packets sent over a socket).
     Truncate,
-    /// Replaced by garbage (see [`FaultPlan::garbage_with`]).
+    /// Replaced by garbage (see [`FaultPlan::garbage`]).
     Garbage,
     /// Delivered, followed by a foreign packet made from it (see
     /// [`FaultPlan::foreign`]).
@@ -107,12 +107,22 @@ type Maker = Box<dyn FnMut(&[u8]) -> Vec<u8> + Send>;
 
 /// Which faults, how often, where: random rates per packet plus faults placed
 /// at given input positions, all from one seed.
+///
+/// ```
+/// use voltstream_core::capture::{Fault, FaultPlan};
+/// let plan = FaultPlan::new(7)
+///     .rate(Fault::Drop, 0.02)
+///     .rate(Fault::Delay(8), 0.05) // by 1 to 8 packets
+///     .rate(Fault::Foreign, 0.01)
+///     .foreign(|p| [&p[..8], &9u16.to_be_bytes(), &p[10..]].concat())
+///     .at(0, Fault::Duplicate { delay: 0 });
+/// let sent = plan.injector().unwrap().apply([[0u8; 12], [1; 12]]);
+/// assert_eq!(sent.len(), 3);
+/// ```
 pub struct FaultPlan {
     seed: u64,
-    /// Per-packet probabilities, in [`Fault`] order: drop, duplicate, delay,
-    /// truncate, garbage, foreign.
-    rates: [f64; 6],
-    window: usize,
+    /// Per-packet probability of each kind of fault, with its largest delay.
+    rates: Vec<(Fault, f64)>,
     between: Range<u64>,
     script: BTreeMap<u64, Fault>,
     cut: Option<usize>,
@@ -125,8 +135,7 @@ impl FaultPlan {
     pub fn new(seed: u64) -> Self {
         FaultPlan {
             seed,
-            rates: [0.0; 6],
-            window: 0,
+            rates: Vec::new(),
             between: 0..u64::MAX,
             script: BTreeMap::new(),
             cut: None,
@@ -135,43 +144,21 @@ impl FaultPlan {
         }
     }
 
-    /// Drops each packet with probability `p`.
-    pub fn drop(mut self, p: f64) -> Self {
-        self.rates[0] = p;
+    /// Gives each input packet the probability `p` of `fault` (replacing an
+    /// earlier rate of the same kind). Delays are drawn up to the one given:
+    /// `Fault::Delay(8)` delays by 1 to 8 packets, `Fault::Duplicate { delay: 8 }`
+    /// sends the copy 0 to 8 packets later.
+    pub fn rate(mut self, fault: Fault, p: f64) -> Self {
+        let same = std::mem::discriminant(&fault);
+        self.rates.retain(|r| std::mem::discriminant(&r.0) != same);
+        self.rates.push((fault, p));
         self
     }
 
-    /// Duplicates each packet with probability `p`; the copy comes within the
-    /// reorder window (right after when there is none).
-    pub fn duplicate(mut self, p: f64) -> Self {
-        self.rates[1] = p;
-        self
-    }
-
-    /// Delays each packet with probability `p` by 1 to `window` packets.
-    pub fn reorder(mut self, p: f64, window: usize) -> Self {
-        self.rates[2] = p;
-        self.window = window;
-        self
-    }
-
-    /// Truncates each packet with probability `p`.
-    pub fn truncate(mut self, p: f64) -> Self {
-        self.rates[3] = p;
-        self
-    }
-
-    /// Replaces each packet with garbage with probability `p`.
-    pub fn garbage(mut self, p: f64) -> Self {
-        self.rates[4] = p;
-        self
-    }
-
-    /// Follows each packet with probability `p` by `make(packet)`, a packet of
-    /// another station, stream or format (the plan cannot know what is foreign
-    /// to the capture under test).
-    pub fn foreign(mut self, p: f64, make: impl FnMut(&[u8]) -> Vec<u8> + Send + 'static) -> Self {
-        self.rates[5] = p;
+    /// What a [`Fault::Foreign`] adds after its packet: `make(packet)`, a packet
+    /// of another station, stream or format (the plan cannot know what is
+    /// foreign to the capture under test).
+    pub fn foreign(mut self, make: impl FnMut(&[u8]) -> Vec<u8> + Send + 'static) -> Self {
         self.foreign = Some(Box::new(make));
         self
     }
@@ -190,6 +177,15 @@ impl FaultPlan {
         self
     }
 
+    /// What a [`Fault::Garbage`] puts in its packet's place: `make(packet)`.
+    /// The default, random bytes one longer than the packet, is malformed for
+    /// formats with a fixed packet length; formats that check a magic number
+    /// may count random bytes foreign instead.
+    pub fn garbage(mut self, make: impl FnMut(&[u8]) -> Vec<u8> + Send + 'static) -> Self {
+        self.garbage = Some(Box::new(make));
+        self
+    }
+
     /// Truncation cuts the packet to at most `len` bytes (fewer than it has)
     /// instead of reporting [`Received::Truncated`]: a short datagram, as a
     /// socket would see it.
@@ -198,31 +194,25 @@ impl FaultPlan {
         self
     }
 
-    /// Garbage is `make(packet)`. The default, random bytes one longer than
-    /// the packet, is malformed for formats with a fixed packet length; formats
-    /// that check a magic number may count random bytes foreign instead.
-    pub fn garbage_with(mut self, make: impl FnMut(&[u8]) -> Vec<u8> + Send + 'static) -> Self {
-        self.garbage = Some(Box::new(make));
-        self
-    }
-
     /// Checks the plan and starts applying it.
     pub fn injector(self) -> Result<Injector> {
         let bad = |why: String| Err(Error::Config(format!("fault plan: {why}")));
-        if let Some(p) = self.rates.iter().find(|p| !(0.0..=1.0).contains(*p)) {
+        if let Some((_, p)) = self.rates.iter().find(|r| !(0.0..=1.0).contains(&r.1)) {
             return bad(format!("a rate of {p} is not a probability (0 to 1)"));
         }
-        let sum: f64 = self.rates.iter().sum();
+        let sum: f64 = self.rates.iter().map(|r| r.1).sum();
         if sum > 1.0 + 1e-9 {
             return bad(format!(
                 "the rates add up to {sum}: each packet gets at most one fault, lower them"
             ));
         }
-        if self.rates[2] > 0.0 && self.window == 0 {
-            return bad("reordering needs a window of at least 1 packet".into());
+        if self.rates.iter().any(|r| r.0 == Fault::Delay(0)) {
+            return bad("reordering needs a delay of at least 1 packet".into());
         }
-        let scripted_foreign = self.script.values().any(|f| *f == Fault::Foreign);
-        if scripted_foreign && self.foreign.is_none() {
+        let foreign = |f: &Fault| *f == Fault::Foreign;
+        let wants_foreign =
+            self.script.values().any(foreign) || self.rates.iter().any(|r| foreign(&r.0));
+        if wants_foreign && self.foreign.is_none() {
             return bad("Fault::Foreign needs a maker: call FaultPlan::foreign".into());
         }
         Ok(Injector {
@@ -390,20 +380,16 @@ impl Injector {
     fn draw(&mut self) -> Option<Fault> {
         let r = self.rng.unit();
         let mut edge = 0.0;
-        let kind = self.plan.rates.iter().position(|&p| {
+        let &(fault, _) = self.plan.rates.iter().find(|&&(_, p)| {
             edge += p;
             r < edge
         })?;
-        let window = self.plan.window;
-        Some(match kind {
-            0 => Fault::Drop,
-            1 => Fault::Duplicate {
-                delay: self.rng.below(window + 1),
+        Some(match fault {
+            Fault::Duplicate { delay } => Fault::Duplicate {
+                delay: self.rng.below(delay + 1),
             },
-            2 => Fault::Delay(1 + self.rng.below(window)),
-            3 => Fault::Truncate,
-            4 => Fault::Garbage,
-            _ => Fault::Foreign,
+            Fault::Delay(n) => Fault::Delay(1 + self.rng.below(n)),
+            other => other,
         })
     }
 
@@ -475,10 +461,6 @@ impl<E: Engine> Faults<E> {
 }
 
 impl<E: Engine> Engine for Faults<E> {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
     fn recv_batch<F: FnMut(Received<'_>)>(
         &mut self,
         timeout: Duration,
@@ -503,20 +485,25 @@ impl<E: Engine> Engine for Faults<E> {
         Ok(delivered)
     }
 
-    fn kernel_drops(&mut self) -> u64 {
-        self.inner.kernel_drops()
+    // The rest is the inner engine's: faults change what arrives, not where.
+    fn name(&self) -> &'static str {
+        self.inner.name()
     }
 
-    fn rcvbuf(&self) -> u64 {
-        self.inner.rcvbuf()
+    fn interface(&self) -> Option<&str> {
+        self.inner.interface()
     }
 
     fn local_addr(&self) -> Option<SocketAddr> {
         self.inner.local_addr()
     }
 
-    fn interface(&self) -> Option<&str> {
-        self.inner.interface()
+    fn rcvbuf(&self) -> u64 {
+        self.inner.rcvbuf()
+    }
+
+    fn kernel_drops(&mut self) -> u64 {
+        self.inner.kernel_drops()
     }
 }
 
@@ -535,12 +522,13 @@ mod tests {
 
     fn mixed(seed: u64) -> FaultPlan {
         FaultPlan::new(seed)
-            .drop(0.05)
-            .duplicate(0.05)
-            .reorder(0.1, 6)
-            .truncate(0.05)
-            .garbage(0.05)
-            .foreign(0.05, |p| [p, b"far"].concat())
+            .rate(Fault::Drop, 0.05)
+            .rate(Fault::Duplicate { delay: 6 }, 0.05)
+            .rate(Fault::Delay(6), 0.1)
+            .rate(Fault::Truncate, 0.05)
+            .rate(Fault::Garbage, 0.05)
+            .rate(Fault::Foreign, 0.05)
+            .foreign(|p| [p, b"far"].concat())
     }
 
     #[test]
@@ -586,8 +574,8 @@ mod tests {
     #[test]
     fn delays_stay_inside_the_window_and_lose_nothing() {
         let mut inj = FaultPlan::new(3)
-            .reorder(0.3, 5)
-            .duplicate(0.1)
+            .rate(Fault::Delay(5), 0.3)
+            .rate(Fault::Duplicate { delay: 5 }, 0.1)
             .injector()
             .unwrap();
         let out = inj.apply(packets(1000));
@@ -620,8 +608,8 @@ mod tests {
             .at(6, Fault::Foreign)
             .at(7, Fault::Garbage)
             .cut_to(2)
-            .foreign(0.0, |_| b"x".to_vec())
-            .garbage_with(|_| b"junk".to_vec())
+            .foreign(|_| b"x".to_vec())
+            .garbage(|_| b"junk".to_vec())
             .injector()
             .unwrap();
         let out: Vec<Vec<u8>> = inj
@@ -649,7 +637,7 @@ mod tests {
     #[test]
     fn random_faults_spare_positions_outside_the_range() {
         let mut inj = FaultPlan::new(1)
-            .drop(1.0)
+            .rate(Fault::Drop, 1.0)
             .between(2..5)
             .injector()
             .unwrap();
@@ -662,9 +650,14 @@ mod tests {
     #[test]
     fn bad_plans_are_clear_errors() {
         let e = |plan: FaultPlan| plan.injector().err().unwrap().to_string();
-        assert!(e(FaultPlan::new(0).drop(1.5)).contains("not a probability"));
-        assert!(e(FaultPlan::new(0).drop(0.6).garbage(0.6)).contains("add up to"));
-        assert!(e(FaultPlan::new(0).reorder(0.1, 0)).contains("window"));
+        let drop = |p| FaultPlan::new(0).rate(Fault::Drop, p);
+        assert!(e(drop(1.5)).contains("not a probability"));
+        assert!(e(drop(0.6).rate(Fault::Garbage, 0.6)).contains("add up to"));
+        // A later rate of a kind replaces the earlier one.
+        assert!(drop(0.6).rate(Fault::Drop, 0.3).injector().is_ok());
+        assert!(e(FaultPlan::new(0).rate(Fault::Delay(0), 0.1)).contains("at least 1"));
+        let foreign = FaultPlan::new(0).rate(Fault::Foreign, 0.1);
+        assert!(e(foreign).contains("FaultPlan::foreign"));
         assert!(e(FaultPlan::new(0).at(3, Fault::Foreign)).contains("FaultPlan::foreign"));
     }
 
@@ -677,7 +670,9 @@ mod tests {
         }
         feed.send_truncated();
         feed.kernel_drops(4);
-        let plan = FaultPlan::new(9).drop(0.1).reorder(0.2, 4);
+        let plan = FaultPlan::new(9)
+            .rate(Fault::Drop, 0.1)
+            .rate(Fault::Delay(4), 0.2);
         let mut e = Faults::new(inner, plan).unwrap();
         let report = e.report();
         let (mut got, mut truncated) = (Vec::new(), 0);

@@ -396,7 +396,7 @@ mod tests {
             .at(5 * 50 + 2, Fault::Foreign) // stream 9
             .at(5 * 51, Fault::Truncate) // a 3-byte datagram: malformed
             .cut_to(3)
-            .foreign(0.0, |p| [&p[..8], &9u16.to_be_bytes(), &p[10..]].concat())
+            .foreign(|p| [&p[..8], &9u16.to_be_bytes(), &p[10..]].concat())
             .injector()
             .unwrap();
         let sent =

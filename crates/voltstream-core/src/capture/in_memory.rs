@@ -86,10 +86,6 @@ impl Feeder {
 }
 
 impl Engine for InMemoryEngine {
-    fn name(&self) -> &'static str {
-        "in-memory"
-    }
-
     fn recv_batch<F: FnMut(Received<'_>)>(
         &mut self,
         timeout: Duration,
@@ -118,6 +114,10 @@ impl Engine for InMemoryEngine {
             n += 1;
         }
         Ok(n)
+    }
+
+    fn name(&self) -> &'static str {
+        "in-memory"
     }
 
     fn kernel_drops(&mut self) -> u64 {

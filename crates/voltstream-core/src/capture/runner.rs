@@ -378,7 +378,7 @@ mod tests {
             .at(2 * 100 + 1, Fault::Duplicate { delay: 0 })
             .at(2 * 101, Fault::Truncate) // a 3-byte datagram
             .cut_to(3)
-            .foreign(0.0, foreign)
+            .foreign(foreign)
             .injector()
             .unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -420,12 +420,13 @@ mod tests {
             // packets, 64 positions), so nothing is late; the first and last
             // packets are spared, so the timeline's ends are the clean ones.
             let plan = FaultPlan::new(seed)
-                .drop(0.02)
-                .duplicate(0.02)
-                .reorder(0.05, 8)
-                .truncate(0.01)
-                .garbage(0.01)
-                .foreign(0.01, foreign)
+                .rate(Fault::Delay(8), 0.05)
+                .rate(Fault::Drop, 0.02)
+                .rate(Fault::Truncate, 0.01)
+                .rate(Fault::Duplicate { delay: 8 }, 0.02)
+                .rate(Fault::Garbage, 0.01)
+                .rate(Fault::Foreign, 0.01)
+                .foreign(foreign)
                 .between(1..N - 1);
             let engine = crate::capture::Faults::new(inner, plan).unwrap();
             let report = engine.report();
