@@ -5,6 +5,7 @@ removes."""
 
 import json
 import os
+import pickle
 import socket
 import struct
 import textwrap
@@ -168,27 +169,19 @@ RECEIVER = (
 
 SENDER = textwrap.dedent(
     """
-    import socket, struct, sys, time
-    import numpy as np
-    host, port, seed, nidx, plen, gaps = sys.argv[1:7]
-    port, nidx, plen = int(port), int(nidx), int(plen)
-    gap = {tuple(map(int, g.split("."))) for g in gaps.split(",") if g}
-    data = np.random.default_rng(int(seed)).integers(0, 256, (nidx, 2, plen), dtype=np.uint8)
+    import pickle, socket, sys, time
+    host, port, path = sys.argv[1:4]
+    port = int(port)
+    with open(path, "rb") as f:
+        packets = pickle.load(f)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    pk = lambda i, st, d: struct.pack(">QH", i, st) + d.tobytes()
     s.sendto(b"arp warm-up, to a port nobody captures", (host, port + 1))
     time.sleep(0.2)
-    for i in range(nidx):
-        for st in range(2):
-            if (i, st) not in gap:
-                s.sendto(pk(i, st, data[i, st]), (host, port))
-        if i % 50 == 49:
+    for k, p in enumerate(packets):
+        s.sendto(p, (host, port))
+        if k % 100 == 99:
             time.sleep(0.005)
-    s.sendto(pk(nidx - 1, 0, data[nidx - 1, 0]), (host, port))  # duplicate
-    s.sendto(pk(nidx - 2, 9, data[0, 0]), (host, port))  # foreign stream
-    s.sendto(b"short", (host, port))  # malformed
-    s.sendto(pk(1, 1, data[1, 1]), (host, port))  # late
-    s.sendto(pk(2, 0, data[2, 0]), (host, port + 1))  # another port: never seen
+    s.sendto(packets[4], (host, port + 1))  # another port: never seen
     """
 )
 
@@ -205,15 +198,26 @@ def veth():
 @pytest.mark.parametrize("engine", [*ENGINES, "xdp"])
 def test_both_engines_capture_exactly_over_a_veth_between_namespaces(engine, veth, tmp_path):
     seed, nidx, plen, ppc = int.from_bytes(os.urandom(4), "little"), 400, 1000, 16
-    gap = {(7, 1), (100, 0), (101, 0), (333, 1)}
+    data = np.random.default_rng(seed).integers(0, 256, (nidx, 2, plen), dtype=np.uint8)
+    rows = [counter_packet(i, s, data[i, s]) for i in range(nidx) for s in (0, 1)]
+    # Packet (i, s) is at 2 i + s.
+    faults = {2 * i + s: Drop() for i, s in [(7, 1), (100, 0), (101, 0), (333, 1)]}
+    faults |= {
+        2 * 1 + 1: Duplicate(2 * nidx),  # the copy comes last, behind the window: late
+        2 * (nidx - 1): Duplicate(),
+        2 * (nidx - 2): Foreign(lambda p: p[:8] + struct.pack(">H", 9) + p[10:]),  # stream 9
+        2 * (nidx - 3): Truncate(5),  # malformed
+    }
+    sent = FaultPlan(at=faults).apply(rows)
+    gap = {(at // 2, at % 2) for at in sent.lost}
+    packets = tmp_path / "packets.pickle"
+    packets.write_bytes(pickle.dumps(sent.packets))
     rx_if, bind = veth["rx_if"], f"{veth['rx']}:7148"
     out = tmp_path / "chunks.npz"
     with receiver(veth["rx_ns"], RECEIVER, engine, bind, str(ppc), str(plen), "2", str(out)) as rx:
         addr = rx.stdout.readline().strip()
         assert addr == bind, rx.stderr.read() if not addr else addr
-        gaps = ",".join(f"{i}.{s}" for i, s in gap)
-        run_in(veth["tx_ns"], SENDER, veth["rx"], "7148", str(seed), str(nidx), str(plen), gaps,
-               timeout=30)  # fmt: skip
+        run_in(veth["tx_ns"], SENDER, veth["rx"], "7148", str(packets), timeout=30)
         time.sleep(0.05)
         st = json.loads(stop_receiver(rx))
     assert st["engine"] == engine
@@ -225,8 +229,8 @@ def test_both_engines_capture_exactly_over_a_veth_between_namespaces(engine, vet
         assert (x["interface"], x["mode"], x["multi_buffer"]) == (rx_if, "native", True)
         assert x["matched"] == st["packets"] and x["no_socket"] == x["cut"] == 0
     s0, s1 = st["streams"]
-    assert (s0["received"], s1["received"]) == (nidx - 2, nidx - 2)
-    assert (s0["missing"], s1["missing"]) == (2, 2)
+    assert (s0["received"], s1["received"]) == (nidx - 3, nidx - 2)
+    assert (s0["missing"], s1["missing"]) == (3, 2)
     assert (s0["duplicate"], s1["late"], st["foreign"], st["malformed"]) == (1, 1, 1, 1)
-    assert st["packets"] == 2 * nidx - len(gap) + 4
+    assert st["packets"] == len(sent.packets) == 2 * nidx - 4 + 3
     check_saved_chunks(out, seed, nidx, plen, ppc, gap)
