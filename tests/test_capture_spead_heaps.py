@@ -18,6 +18,7 @@ from chunks import collect
 from loopback import send
 from voltstream import _core
 from voltstream.errors import ConfigError
+from voltstream.testing import Delay, Drop, Duplicate, FaultPlan
 
 TS, DIG_ID, RAW = 0x1600, 0x3101, 0x3300
 HEAP = 4096  # heap payload bytes
@@ -136,11 +137,15 @@ def test_dropped_reordered_and_repeated_packets_of_heaps():
             heaps.append((_make_heap(bits, data, timestamp=heap * SPP, dig_id=dig), heap))
     pk = _packets(heaps, _max_packet(7))
     assert all(len(p) == PPH and all(len(x) == 64 + PART for x in p) for p in pk)
-    # pk[2 * (heap - 40) + stream][part]
-    dropped = pk[2 * 1 + 0].pop(2)  # heap 41, stream 0: its third packet
-    pk[2 * 2 + 1][0], pk[2 * 2 + 1][3] = pk[2 * 2 + 1][3], pk[2 * 2 + 1][0]  # heap 42 reversed
-    order = [p for heap in pk for p in heap]
-    order.insert(len(order) - 2, pk[0][1])  # heap 40 stream 0 part 1 again, later on
+    # Packet `part` of `stream`'s heap `heap` is at (2 (heap - 40) + stream) PPH + part.
+    flat = [p for heap in pk for p in heap]
+    sent = FaultPlan(at={
+        (2 * 1 + 0) * PPH + 2: Drop(),  # heap 41, stream 0: its third packet
+        (2 * 2 + 1) * PPH: Delay(PPH - 1),  # heap 42, stream 1: its first packet last
+        1: Duplicate(len(flat) - 4),  # heap 40 stream 0 part 1 again, before the last two
+    }).apply(flat)  # fmt: skip
+    dropped = flat[(2 * 1 + 0) * PPH + 2]
+    order = sent.packets
     # Not placed: a heap split at another packet size (3 packets with offsets that
     # are not multiples of 1024, heap 44); a heap of another size (heap 45); and a
     # digitiser that is not ours (4 foreign packets).

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from loopback import free_bind, sender
 from voltstream import _core
 from voltstream.errors import ConfigError
 from voltstream.testing import Delay, Drop, Duplicate, FaultPlan, Foreign, Truncate
@@ -195,7 +196,6 @@ def test_run_capture_with_two_threads_merges_both_pols_back_exactly():
     """The pipeline's capture (what `voltstream capture --threads 2` runs): each VDIF
     thread (polarisation) is captured by its own thread, then merged by chunk id into the
     same time-ordered samples that were sent, with one packet of pol 1 lost and zero-filled."""
-    import threading
 
     from voltstream.formats import make_format
     from voltstream.pipeline.capture import run_capture
@@ -206,32 +206,18 @@ def test_run_capture_with_two_threads_merges_both_pols_back_exactly():
     rng = np.random.default_rng(5)
     samples = rng.integers(-100, 100, (spp * nframes, fmt.nchan, 2, 2), dtype=np.int8)
     packets = fmt.packetize(samples, 0, obs)  # frame-major: pol 0, pol 1, pol 0, ...
-    lost = 2 * 50 + 1  # frame 50 of pol 1
+    sent = FaultPlan(at={2 * 50 + 1: Drop()}).apply(packets)  # frame 50 of pol 1
+    assert sent.lost == [2 * 50 + 1]
     got = []
-    addr = {}
-
-    def send():
-        host, port = addr["bind"].rsplit(":", 1)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
-            for k, p in enumerate(packets):
-                if k != lost:
-                    tx.sendto(p.tobytes(), (host, int(port)))
-
-    def on_start():
-        threading.Thread(target=send).start()
-
-    # Port 0 is not known before the capture binds: find a free one first.
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        addr["bind"] = f"127.0.0.1:{s.getsockname()[1]}"
+    bind = free_bind()
     report = run_capture(
         fmt,
-        addr["bind"],
+        bind,
         duration_s=20,
         sink=lambda x, valid: got.append((x.copy(), valid.copy())),
         packets_per_chunk=16,
         idle_timeout_s=0.5,
-        on_start=on_start,
+        on_start=sender(bind, sent.packets),
         engine="packet_ring",
         threads=2,
         cpus=[0, 0],
