@@ -43,6 +43,7 @@ from voltstream.fengine.pipeline import (
     unpack_heaps,
 )
 from voltstream.sim.spead import depacketize_spead_dig, pack_samples, unpack_samples
+from voltstream.testing import Drop, FaultPlan
 
 NCH, TAPS, NSPEC, SPH, BITS, FS = 32, 8, 8, 512, 10, 1e6
 SETTINGS = dict(nchan=NCH, taps=TAPS, spectra_per_heap=NSPEC, sample_rate_hz=FS)
@@ -374,7 +375,7 @@ class PackedEngine(FEngineReference):
 
 def test_an_engine_with_process_packed_gets_the_heap_bytes(tmp_path):
     x, pk = sim(0, 80)
-    pk = np.ascontiguousarray(np.delete(pk, [2 * 30], axis=0))  # pol 0, heap 30
+    pk = FaultPlan(at={2 * 30: Drop()}).apply(pk).rows()  # pol 0, heap 30
     eng = PackedEngine(**SETTINGS, input_bits=BITS)
     out = HeapOutput(eng.layout, [], output_file=tmp_path / "p.spead")
     report = run_local(eng, out, [pk])

@@ -26,6 +26,7 @@ from voltstream.fengine.pipeline import (
     digitiser_packets,
     digitiser_samples,
 )
+from voltstream.testing import Drop, FaultPlan
 
 NCH, TAPS, NSPEC, SPH, BITS, FS = 64, 16, 16, 1024, 10, 1e6
 TONE_CH = 20
@@ -162,9 +163,8 @@ def test_a_dropped_packet_loses_exactly_the_heaps_touching_it():
     x = samples()
     packets = digitiser_packets(x, 0, samples_per_heap=SPH, bits=BITS)
     dropped_heap = 100
-    keep = np.ones(packets.shape[0], dtype=bool)
-    keep[2 * dropped_heap + 1] = False  # pol 1, heap 100
-    report, got = run_loopback(np.ascontiguousarray(packets[keep]), 1)
+    sent = FaultPlan(at={2 * dropped_heap + 1: Drop()}).apply(packets)  # pol 1, heap 100
+    report, got = run_loopback(sent.rows(), 1)
     valid = np.ones(x.shape[1], dtype=bool)
     valid[dropped_heap * SPH : (dropped_heap + 1) * SPH] = False
     expected, counters = reference_heaps(x, 1, valid)

@@ -89,3 +89,12 @@ def test_random_faults_spare_positions_outside_the_range():
 def test_bad_plans_are_clear_errors(kwargs, says):
     with pytest.raises(ConfigError, match=says):
         FaultPlan(**kwargs)
+
+
+def test_rows_are_one_array_for_the_paced_sender():
+    f = FaultPlan(at={1: Drop(), 2: Duplicate()}).apply(numbered(4))
+    rows = f.rows()
+    assert rows.dtype.name == "uint8" and rows.shape == (4, 4)
+    assert [r.tobytes() for r in rows] == [numbered(4)[k] for k in (0, 2, 2, 3)]
+    with pytest.raises(ConfigError, match="one by one"):
+        FaultPlan(at={0: Truncate()}).apply(numbered(2)).rows()

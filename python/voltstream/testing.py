@@ -34,6 +34,8 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from voltstream.errors import ConfigError
 
 __all__ = [
@@ -115,6 +117,16 @@ class Faulted:
     def count(self, *kinds: type) -> int:
         """How many faults of these kinds were applied."""
         return len(self.positions(*kinds))
+
+    def rows(self) -> np.ndarray:
+        """The packets as the rows of one uint8 array, for the paced sender
+        (``_core.Sender``: sendmmsg with GSO), which sends packets of one length."""
+        lengths = sorted({len(p) for p in self.packets})
+        if len(lengths) > 1:
+            raise ConfigError(
+                f"packets of {lengths} bytes cannot be rows of one array: send them one by one"
+            )
+        return np.frombuffer(b"".join(self.packets), np.uint8).reshape(len(self.packets), -1)
 
     @property
     def lost(self) -> list[int]:
