@@ -15,21 +15,20 @@ def free_bind() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-def send(bind: str, packets, skip=(), pace_every: int = 0) -> None:
-    """Sends each packet (bytes-like rows) to ``bind``, leaving out the indices in
-    ``skip``; with ``pace_every``, pauses 2 ms after every that many packets."""
+def send(bind: str, packets, pace_every: int = 0) -> None:
+    """Sends each packet (bytes-like rows) to ``bind``; with ``pace_every``, pauses 2 ms
+    after every that many packets. Faults: voltstream.testing.FaultPlan, before."""
     host, port = bind.rsplit(":", 1)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
         tx.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
         for k, p in enumerate(packets):
-            if k not in skip:
-                tx.sendto(bytes(p), (host, int(port)))
+            tx.sendto(bytes(p), (host, int(port)))
             if pace_every and k % pace_every == pace_every - 1:
                 time.sleep(0.002)
 
 
-def sender(bind: str, packets, skip=(), pace_every: int = 0):
+def sender(bind: str, packets, pace_every: int = 0):
     """An `on_start` callable: sends the packets from a thread of its own."""
     return lambda: threading.Thread(
-        target=send, args=(bind, packets, skip, pace_every), daemon=True
+        target=send, args=(bind, packets, pace_every), daemon=True
     ).start()

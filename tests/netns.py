@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def sh(*args):
@@ -42,3 +45,37 @@ def veth_pair(prefix: str, net_base: int, mtu: int | None = 9000):
     finally:
         for ns in (rx_ns, tx_ns):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+
+
+@contextmanager
+def receiver(ns: str, script: str, *args: str) -> Iterator[subprocess.Popen]:
+    """``python -c script args`` in namespace ``ns``, talking over pipes: the receiver of
+    a veth test. Killed on the way out if it is still running (a failed assertion)."""
+    rx = subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-c", script, *args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        yield rx
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.wait(timeout=10)
+
+
+def stop_receiver(rx: subprocess.Popen) -> str:
+    """Tells the receiver to stop; returns the last line it printed (its report)."""
+    stdout, stderr = rx.communicate("stop\n", timeout=30)
+    assert rx.returncode == 0, stderr
+    return stdout.strip().splitlines()[-1]
+
+
+def run_in(ns: str, script: str, *args: str, timeout: float = 60) -> str:
+    """Runs ``python -c script args`` in namespace ``ns`` to the end (a sender); returns
+    what it printed."""
+    r = subprocess.run(
+        ["ip", "netns", "exec", ns, sys.executable, "-c", script, *args],
+        timeout=timeout, capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return r.stdout

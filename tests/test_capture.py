@@ -7,8 +7,10 @@ import struct
 import numpy as np
 import pytest
 
+from chunks import check_chunks, drain
 from voltstream import _core
 from voltstream.errors import CaptureError, ConfigError, VoltstreamError
+from voltstream.testing import Delay, Drop, Duplicate, FaultPlan, Foreign, Garbage, Truncate
 
 STREAM_KEYS = {
     "stream", "received", "missing", "late", "duplicate", "dropped", "bytes", "invalid",
@@ -55,13 +57,6 @@ def counter_packet(index: int, stream: int, payload: np.ndarray) -> bytes:
     return struct.pack(">QH", index, stream) + payload.tobytes()
 
 
-def drain(cap, timeout=0.2):
-    chunks = []
-    while (ch := cap.next_chunk(timeout)) is not None:
-        chunks.append(ch)
-    return chunks
-
-
 def test_stats_dict_has_every_counter_before_and_after_start():
     cap = _core.Capture("counter", "127.0.0.1:0", 4, payload_len=16, streams=3)
     st = cap.stats()
@@ -83,36 +78,36 @@ def test_counter_capture_counts_every_kind_of_packet_and_delivers_exact_chunks()
     rng = np.random.default_rng(20240611)
     ppc, nstreams, plen, nidx = 8, 2, 96, 80
     data = rng.integers(0, 256, (nidx, nstreams, plen), dtype=np.uint8)
-    gap = {(13, 1), (40, 0), (41, 0)}
+    # Packet (i, s) is sent at 2 i + s, then reordered by at most 16 packets (8 indices,
+    # inside the window of 3 chunks); index 0 stays first since the first packet fixes
+    # where counting starts.
+    faults = {2 * i + s: Drop() for i, s in [(13, 1), (40, 0), (41, 0)]}
+    faults |= {
+        2 * 5: Duplicate(100),  # the copy comes 50 indices on, chunk 0 long flushed: late
+        2 * 70 + 1: Duplicate(),
+        2 * 75: Foreign(lambda p: p[:8] + struct.pack(">H", 7) + p[10:]),  # no stream 7
+        2 * 60: Truncate(50),  # cut short: malformed
+        2 * 61: Garbage(lambda p: p + b"extra"),  # too long: malformed
+        2 * 62 + 1: Garbage(lambda p: b"\x01" * (plen + 10 + 200)),  # beyond the buffer
+    }
+    plan = FaultPlan(20240611, rates={Delay(16): 0.3}, at=faults, between=range(2, 2 * nidx))
+    sent = plan.apply(counter_packet(i, s, data[i, s]) for i in range(nidx) for s in (0, 1))
+    gap = {(at // 2, at % 2) for at in sent.lost}
+    assert len(gap) == 6 and sent.count(Delay) > 20
     cap = _core.Capture(
         "counter", "127.0.0.1:0", ppc, nchunks=32, window=3, payload_len=plen, streams=nstreams
     )
     with cap:
         tx = Sender(cap)
-        # Reorder inside the window (3 chunks): shuffle blocks of 16 indices (2 chunks),
-        # keeping index 0 first since the first packet fixes where counting starts.
-        blocks = [b[rng.permutation(len(b))] for b in np.split(np.arange(nidx), 5)]
-        order = np.concatenate([[0], *[b[b != 0] for b in blocks]])
-        sent_good = 0
-        for i in order:
-            for s in range(nstreams):
-                if (int(i), s) not in gap:
-                    tx.send(counter_packet(int(i), s, data[i, s]))
-                    sent_good += 1
-        # Bad packets, each of one kind, sent after the timeline is established.
-        tx.send(counter_packet(5, 0, data[5, 0]))  # chunk 0 is long flushed: late
-        tx.send(counter_packet(int(order[-1]), 1, data[order[-1], 1]))  # duplicate
-        tx.send(counter_packet(75, 7, data[75, 0]))  # stream 7 is not configured: foreign
-        tx.send(counter_packet(75, 0, data[75, 0])[:50])  # cut short: malformed
-        tx.send(counter_packet(75, 0, data[75, 0]) + b"extra")  # too long: malformed
-        tx.send(b"\x01" * (plen + 10 + 200))  # beyond the receive buffer: malformed
+        for p in sent.packets:
+            tx.send(p)
         tx.close()
         cap.stop()
         st = cap.stats()
         chunks = drain(cap)
 
     assert st["kernel_drops"] == 0
-    assert st["packets"] == tx.count == sent_good + 6
+    assert st["packets"] == tx.count == len(sent.packets)
     s0, s1 = st["streams"]
     for s, st_s in enumerate((s0, s1)):
         ngap = sum(1 for g in gap if g[1] == s)
@@ -123,20 +118,7 @@ def test_counter_capture_counts_every_kind_of_packet_and_delivers_exact_chunks()
     assert s0["dropped"] == s1["dropped"] == st["chunks_dropped"] == 0
     assert st["chunks_emitted"] == nidx // ppc == len(chunks)
 
-    for k, ch in enumerate(chunks):
-        assert (ch.chunk_id, ch.first_index) == (k, k * ppc)
-        assert (ch.nstreams, ch.packets_per_chunk, ch.payload_len) == (nstreams, ppc, plen)
-        got = np.frombuffer(ch, np.uint8).reshape(nstreams, ppc, plen)
-        present = np.frombuffer(ch.present, np.uint8).reshape(nstreams, ppc).astype(bool)
-        want_present = np.array(
-            [[(k * ppc + j, s) not in gap for j in range(ppc)] for s in range(nstreams)]
-        )
-        np.testing.assert_array_equal(present, want_present)
-        want = data[k * ppc : (k + 1) * ppc].transpose(1, 0, 2)
-        np.testing.assert_array_equal(got[present], want[present])
-        assert ch.present_count == want_present.sum()
-        del got
-        ch.release()
+    check_chunks(chunks, data, gap, ppc)
 
 
 def test_chunks_are_dropped_whole_when_the_consumer_holds_them_all():

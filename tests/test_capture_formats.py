@@ -3,34 +3,14 @@ by the NumPy packetizers, placed by the Rust locators, checked byte for byte."""
 
 from __future__ import annotations
 
-import socket
 import struct
 
 import numpy as np
 
+from chunks import collect
+from loopback import send
 from voltstream import _core
 from voltstream.sim.spead import packetize_spead_dig
-
-
-def _send_all(cap, packets) -> None:
-    host, port = cap.address.rsplit(":", 1)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for p in packets:
-            s.sendto(bytes(p), (host, int(port)))
-
-
-def _collect(cap):
-    """Stops the capture and returns {(stream, index): payload bytes} and the stats."""
-    cap.stop()
-    got = {}
-    while (ch := cap.next_chunk(0.2)) is not None:
-        data = np.frombuffer(ch, np.uint8).reshape(ch.nstreams, ch.packets_per_chunk, -1)
-        present = np.frombuffer(ch.present, np.uint8).reshape(ch.nstreams, -1)
-        for s, k in zip(*np.nonzero(present), strict=True):
-            got[(int(s), ch.chunk_id * ch.packets_per_chunk + int(k))] = data[s, k].tobytes()
-        del data
-        ch.release()
-    return got, cap.stats()
 
 
 def test_spead_digitiser_heaps_two_streams():
@@ -46,7 +26,7 @@ def test_spead_digitiser_heaps_two_streams():
         pkts = packetize_spead_dig(
             samples, bits=bits, samples_per_heap=spp, timestamp=40 * spp, digitiser_id=dig
         )
-        _send_all(cap, pkts)
+        send(cap.address, pkts)
         heap = spp * bits // 8
         for k, p in enumerate(pkts):
             sent[(stream, 40 + k)] = bytes(p[-heap:])
@@ -57,8 +37,8 @@ def test_spead_digitiser_heaps_two_streams():
         timestamp=46 * spp,
         digitiser_id=3,
     )
-    _send_all(cap, foreign)
-    got, st = _collect(cap)
+    send(cap.address, foreign)
+    got, st = collect(cap)
     assert got == sent
     assert st["totals"]["received"] == 12 and st["foreign"] == 1 and st["malformed"] == 0
 
@@ -86,8 +66,8 @@ def test_layout_format_describes_a_new_design_without_code():
     packets.append(struct.pack("<HBxI", 0xDEAD, 5, 1020) + bytes(64))  # fails its check
     packets.append(struct.pack("<HBxI", 0xBEEF, 4, 1020) + bytes(64))  # unknown stream
     packets.append(struct.pack("<HBxI", 0xBEEF, 5, 1020) + bytes(10))  # truncated
-    _send_all(cap, packets)
-    got, st = _collect(cap)
+    send(cap.address, packets)
+    got, st = collect(cap)
     assert got == sent
     assert st["totals"]["received"] == 40
     assert st["malformed"] == 2 and st["foreign"] == 1

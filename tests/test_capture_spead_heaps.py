@@ -9,15 +9,16 @@ the chunk bytes against the heap payloads, and each counter.
 
 from __future__ import annotations
 
-import socket
-
 import numpy as np
 import pytest
 import spead2
 import spead2.send
 
+from chunks import collect
+from loopback import send
 from voltstream import _core
 from voltstream.errors import ConfigError
+from voltstream.testing import Delay, Drop, Duplicate, FaultPlan
 
 TS, DIG_ID, RAW = 0x1600, 0x3101, 0x3300
 HEAP = 4096  # heap payload bytes
@@ -81,27 +82,6 @@ def _packets(heaps: list[tuple[spead2.send.Heap, int]], max_packet_size: int) ->
     return out
 
 
-def _send(cap, packets) -> None:
-    host, port = cap.address.rsplit(":", 1)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for p in packets:
-            s.sendto(p, (host, int(port)))
-
-
-def _collect(cap):
-    """Stops the capture; returns {(stream, index): packet payload} and the stats."""
-    cap.stop()
-    got = {}
-    while (ch := cap.next_chunk(0.2)) is not None:
-        data = np.frombuffer(ch, np.uint8).reshape(ch.nstreams, ch.packets_per_chunk, -1)
-        present = np.frombuffer(ch.present, np.uint8).reshape(ch.nstreams, -1)
-        for s, k in zip(*np.nonzero(present), strict=True):
-            got[(int(s), ch.chunk_id * ch.packets_per_chunk + int(k))] = data[s, k].tobytes()
-        del data
-        ch.release()
-    return got, cap.stats()
-
-
 def _parts(stream: int, heap: int) -> dict:
     """Expected chunk slots of one whole heap."""
     d = _heap_bytes(stream, heap).tobytes()
@@ -137,7 +117,7 @@ def test_spead2_udp_stream_heaps_of_four_packets(bits):
             h = _make_heap(bits, _heap_bytes(stream, heap), timestamp=heap * SPP, dig_id=dig)
             tx.send_heap(h, cnt=2 * heap + stream)
             expected |= _parts(stream, heap)
-    got, st = _collect(cap)
+    got, st = collect(cap)
     assert st["kernel_drops"] == 0
     assert got == expected
     assert (st["malformed"], st["foreign"]) == (0, 0)
@@ -157,11 +137,15 @@ def test_dropped_reordered_and_repeated_packets_of_heaps():
             heaps.append((_make_heap(bits, data, timestamp=heap * SPP, dig_id=dig), heap))
     pk = _packets(heaps, _max_packet(7))
     assert all(len(p) == PPH and all(len(x) == 64 + PART for x in p) for p in pk)
-    # pk[2 * (heap - 40) + stream][part]
-    dropped = pk[2 * 1 + 0].pop(2)  # heap 41, stream 0: its third packet
-    pk[2 * 2 + 1][0], pk[2 * 2 + 1][3] = pk[2 * 2 + 1][3], pk[2 * 2 + 1][0]  # heap 42 reversed
-    order = [p for heap in pk for p in heap]
-    order.insert(len(order) - 2, pk[0][1])  # heap 40 stream 0 part 1 again, later on
+    # Packet `part` of `stream`'s heap `heap` is at (2 (heap - 40) + stream) PPH + part.
+    flat = [p for heap in pk for p in heap]
+    sent = FaultPlan(at={
+        (2 * 1 + 0) * PPH + 2: Drop(),  # heap 41, stream 0: its third packet
+        (2 * 2 + 1) * PPH: Delay(PPH - 1),  # heap 42, stream 1: its first packet last
+        1: Duplicate(len(flat) - 4),  # heap 40 stream 0 part 1 again, before the last two
+    }).apply(flat)  # fmt: skip
+    dropped = flat[(2 * 1 + 0) * PPH + 2]
+    order = sent.packets
     # Not placed: a heap split at another packet size (3 packets with offsets that
     # are not multiples of 1024, heap 44); a heap of another size (heap 45); and a
     # digitiser that is not ours (4 foreign packets).
@@ -181,8 +165,8 @@ def test_dropped_reordered_and_repeated_packets_of_heaps():
 
     cap = _capture(bits, ids=list(ids))
     cap.start()
-    _send(cap, order + other_split + other_size + foreign)
-    got, st = _collect(cap)
+    send(cap.address, order + other_split + other_size + foreign)
+    got, st = collect(cap)
 
     expected = {}
     for heap in range(40, 44):
@@ -207,8 +191,8 @@ def test_spead2_default_heaps_put_items_in_the_first_packet_only():
     assert [len(p) for p in pk] == [64 + PART, 40 + 1048, 40 + 1048, 40 + 976]
     cap = _capture(ids=[7])
     cap.start()
-    _send(cap, pk)
-    got, st = _collect(cap)
+    send(cap.address, pk)
+    got, st = collect(cap)
     first = _parts(0, 40)[(0, 40 * PPH)]
     assert got == {(0, 40 * PPH): first}
     assert (st["malformed"], st["streams"][0]["received"]) == (3, 1)
@@ -236,8 +220,8 @@ def test_heap_counter_linear_in_time_places_heaps_without_items():
         packets += _packets([(h, heap * step + 2)], _max_packet(6))[0]
     part = _parts(2, 104)
     expected |= {(0, i): v for (_, i), v in part.items()}
-    _send(cap, packets)
-    got, st = _collect(cap)
+    send(cap.address, packets)
+    got, st = collect(cap)
     assert got == expected
     assert (st["malformed"], st["foreign"]) == (4, 4 * PPH)
     s0, s1 = st["streams"]

@@ -11,8 +11,10 @@ import time
 import numpy as np
 import pytest
 
+from loopback import free_bind, sender
 from voltstream import _core
 from voltstream.errors import ConfigError
+from voltstream.testing import Delay, Drop, Duplicate, FaultPlan, Foreign, Truncate
 
 FRAME = 96  # bytes: 32-byte header + 64 data bytes
 FPS = 1000
@@ -69,22 +71,27 @@ def test_threads_own_disjoint_streams_and_count_exactly(nthreads):
     assert cap.thread_streams == [
         [s for s in range(nstreams) if owners[s] == t] for t in range(nthreads)
     ]
-    gap = {(20, 1), (21, 1), (33, 4)}
+    # Frame (i, s) is sent at 5 i + s.
+    faults = {5 * i + s: Drop() for i, s in [(20, 1), (21, 1), (33, 4)]}
+    faults |= {5 * 10 + s: Delay(5) for s in range(nstreams)}  # index 10 after 11
+    faults |= {
+        5 * 40 + 2: Duplicate(),
+        5 * 4 + 3: Duplicate(180),  # the copy comes 36 indices on, behind the window: late
+        5 * 40: Foreign(lambda p: vdif_frame(9, 40, data[40, 0])),  # foreign thread id
+        5 * 41: Truncate(3),  # malformed (too short)
+    }
+    frames = (
+        vdif_frame(VDIF_THREADS[s], i, data[i, s]) for i in range(NIDX) for s in range(nstreams)
+    )
+    sent_frames = FaultPlan(at=faults).apply(frames)
+    gap = {(at // 5, at % 5) for at in sent_frames.lost}
+    assert len(gap) == 4
     cap.start()
     host, port = cap.address.rsplit(":", 1)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     dest = (host, int(port))
-    order = list(range(NIDX))
-    order[10], order[11] = order[11], order[10]  # reordered within the window
-    for i in order:
-        for s in range(nstreams):
-            if (i, s) not in gap:
-                tx.sendto(vdif_frame(VDIF_THREADS[s], i, data[i, s]), dest)
-        if i == 40:
-            tx.sendto(vdif_frame(VDIF_THREADS[2], 40, data[40, 2]), dest)  # duplicate
-            tx.sendto(vdif_frame(VDIF_THREADS[3], 4, data[4, 3]), dest)  # late
-            tx.sendto(vdif_frame(9, 40, data[40, 0]), dest)  # foreign thread id
-            tx.sendto(b"\x01\x02\x03", dest)  # malformed (too short)
+    for p in sent_frames.packets:
+        tx.sendto(p, dest)
     time.sleep(0.1)
     st = cap.stats()
     for t, th in enumerate(st["threads"]):  # pinned while running
@@ -111,7 +118,7 @@ def test_threads_own_disjoint_streams_and_count_exactly(nthreads):
         mine = sum(sent[s] + (s in (2, 3)) for s in th["streams"]) + 2 * (t == 0)
         assert th["packets"] == mine
         assert th["chunks_emitted"] == NIDX // PPC
-    assert st["packets"] == sum(sent.values()) + 4
+    assert st["packets"] == sum(sent.values()) + 4 == len(sent_frames.packets)
     assert [s["received"] for s in st["streams"]] == [sent[s] for s in range(nstreams)]
     assert (st["foreign"], st["malformed"]) == (1, 1)
     assert st["totals"]["missing"] == len(gap)
@@ -189,7 +196,6 @@ def test_run_capture_with_two_threads_merges_both_pols_back_exactly():
     """The pipeline's capture (what `voltstream capture --threads 2` runs): each VDIF
     thread (polarisation) is captured by its own thread, then merged by chunk id into the
     same time-ordered samples that were sent, with one packet of pol 1 lost and zero-filled."""
-    import threading
 
     from voltstream.formats import make_format
     from voltstream.pipeline.capture import run_capture
@@ -200,32 +206,18 @@ def test_run_capture_with_two_threads_merges_both_pols_back_exactly():
     rng = np.random.default_rng(5)
     samples = rng.integers(-100, 100, (spp * nframes, fmt.nchan, 2, 2), dtype=np.int8)
     packets = fmt.packetize(samples, 0, obs)  # frame-major: pol 0, pol 1, pol 0, ...
-    lost = 2 * 50 + 1  # frame 50 of pol 1
+    sent = FaultPlan(at={2 * 50 + 1: Drop()}).apply(packets)  # frame 50 of pol 1
+    assert sent.lost == [2 * 50 + 1]
     got = []
-    addr = {}
-
-    def send():
-        host, port = addr["bind"].rsplit(":", 1)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
-            for k, p in enumerate(packets):
-                if k != lost:
-                    tx.sendto(p.tobytes(), (host, int(port)))
-
-    def on_start():
-        threading.Thread(target=send).start()
-
-    # Port 0 is not known before the capture binds: find a free one first.
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        addr["bind"] = f"127.0.0.1:{s.getsockname()[1]}"
+    bind = free_bind()
     report = run_capture(
         fmt,
-        addr["bind"],
+        bind,
         duration_s=20,
         sink=lambda x, valid: got.append((x.copy(), valid.copy())),
         packets_per_chunk=16,
         idle_timeout_s=0.5,
-        on_start=on_start,
+        on_start=sender(bind, sent.packets),
         engine="packet_ring",
         threads=2,
         cpus=[0, 0],

@@ -11,18 +11,10 @@ import sys
 import numpy as np
 import pytest
 
+from cli_process import run_cli
 from voltstream.cli import build_parser, main
 
 VERBS = ("simulate", "capture", "fold", "fengine", "demo")
-
-
-def run_cli(*args, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-m", "voltstream.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.mark.parametrize("verb", VERBS)

@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
+from bad_files import random_file, refuses
 from voltstream.errors import FormatError, TruncatedFileError, VoltstreamError
 from voltstream.io import dada
 from voltstream.io.dada import REQUIRED_KEYS, DadaWriter, open_dada
@@ -245,16 +246,11 @@ def test_header_not_dada(tmp_path):
 
 def test_not_a_dada_file(tmp_path):
     # A VDIF-like file: binary 32-byte frame headers then data.
-    path = tmp_path / "x.vdif"
-    path.write_bytes(RNG.integers(0, 256, size=20000, dtype=np.uint8).tobytes())
-    with pytest.raises(FormatError, match="is not a DADA file"):
-        open_dada(path)
+    refuses(open_dada, random_file(tmp_path / "x.vdif", 20000), "is not a DADA file")
     text = tmp_path / "notes.txt"
     text.write_text("just some notes\nnothing else\n" * 300)
-    with pytest.raises(FormatError, match="is not a DADA file"):
-        open_dada(text)
-    with pytest.raises(FormatError, match="cannot read"):
-        open_dada(tmp_path / "absent.dada")
+    refuses(open_dada, text, "is not a DADA file")
+    refuses(open_dada, tmp_path / "absent.dada", "cannot read")
 
 
 def test_truncated_header(tmp_path):

@@ -15,7 +15,8 @@ import time
 import numpy as np
 import pytest
 
-from voltstream import _core
+import fengine_local
+from cli_process import run_cli
 from voltstream import device as device_mod
 from voltstream.cli import main
 from voltstream.errors import ConfigError, FormatError
@@ -42,6 +43,7 @@ from voltstream.fengine.pipeline import (
     unpack_heaps,
 )
 from voltstream.sim.spead import depacketize_spead_dig, pack_samples, unpack_samples
+from voltstream.testing import Drop, FaultPlan
 
 NCH, TAPS, NSPEC, SPH, BITS, FS = 32, 8, 8, 512, 10, 1e6
 SETTINGS = dict(nchan=NCH, taps=TAPS, spectra_per_heap=NSPEC, sample_rate_hz=FS)
@@ -271,38 +273,9 @@ class FakeControl:
         self.sensors.append(dict(counters))
 
 
-def send_on_start(packet_sets, rate=0.3):
-    threads = []
-
-    def on_start(addr):
-        def go():
-            sender = _core.Sender(addr)
-            for pk in packet_sets:
-                sender.send(pk, pk.shape[1], rate)
-
-        threads.append(threading.Thread(target=go, daemon=True))
-        threads[0].start()
-
-    return on_start, threads
-
-
 def run_local(eng, out, packet_sets, **kw):
     """run_fengine on 127.0.0.1 with ``packet_sets`` sent as soon as it listens."""
-    on_start, threads = send_on_start(packet_sets)
-    report = run_fengine(
-        "127.0.0.1:0",
-        eng,
-        out,
-        input_bits=BITS,
-        samples_per_heap=SPH,
-        duration_s=20,
-        idle_timeout_s=0.4,
-        chunk_heaps=16,
-        on_start=on_start,
-        **kw,
-    )
-    threads[0].join(5)
-    return report
+    return fengine_local.run_local(eng, out, packet_sets, bits=BITS, samples_per_heap=SPH, **kw)
 
 
 def sim(first, n, **kw):
@@ -402,7 +375,7 @@ class PackedEngine(FEngineReference):
 
 def test_an_engine_with_process_packed_gets_the_heap_bytes(tmp_path):
     x, pk = sim(0, 80)
-    pk = np.ascontiguousarray(np.delete(pk, [2 * 30], axis=0))  # pol 0, heap 30
+    pk = FaultPlan(at={2 * 30: Drop()}).apply(pk).rows()  # pol 0, heap 30
     eng = PackedEngine(**SETTINGS, input_bits=BITS)
     out = HeapOutput(eng.layout, [], output_file=tmp_path / "p.spead")
     report = run_local(eng, out, [pk])
@@ -421,15 +394,6 @@ def test_an_engine_with_process_packed_gets_the_heap_bytes(tmp_path):
 
 
 # -- the command line --------------------------------------------------------------------
-
-
-def run_cli(*args, timeout=60):
-    return subprocess.run(
-        [sys.executable, "-m", "voltstream.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_fengine_help_teaches(capsys):

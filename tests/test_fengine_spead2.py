@@ -11,7 +11,7 @@ import numpy as np
 import spead2
 import spead2.recv
 
-from voltstream import _core
+from fengine_local import run_local
 from voltstream.fengine import FEngineReference, HeapLayout, OutputHeap
 from voltstream.fengine.engines import make_engine
 from voltstream.fengine.heaps import (
@@ -25,8 +25,8 @@ from voltstream.fengine.output import HeapOutput
 from voltstream.fengine.pipeline import (
     digitiser_packets,
     digitiser_samples,
-    run_fengine,
 )
+from voltstream.testing import Drop, FaultPlan
 
 NCH, TAPS, NSPEC, SPH, BITS, FS = 64, 16, 16, 1024, 10, 1e6
 TONE_CH = 20
@@ -112,28 +112,8 @@ def run_loopback(packets: np.ndarray, n_substreams: int):
     engine.set_gains(GAIN)
     receivers = [Receiver() for _ in range(n_substreams)]
     output = HeapOutput(engine.layout, [r.address for r in receivers], rate_gbps=0.5)
-    senders = []
-
-    def on_start(address: str) -> None:
-        def send():
-            _core.Sender(address).send(packets, packets.shape[1], 0.2)
-
-        senders.append(threading.Thread(target=send, daemon=True))
-        senders[0].start()
-
-    report = run_fengine(
-        "127.0.0.1:0",
-        engine,
-        output,
-        input_bits=BITS,
-        samples_per_heap=SPH,
-        duration_s=30,
-        idle_timeout_s=0.5,
-        chunk_heaps=32,
-        on_start=on_start,
-    )
-    for t in senders:
-        t.join(5)
+    report = run_local(engine, output, [packets], bits=BITS, samples_per_heap=SPH, rate=0.2,
+                       duration_s=30, idle_timeout_s=0.5, chunk_heaps=32)  # fmt: skip
     return report, [r.join() for r in receivers]
 
 
@@ -183,9 +163,8 @@ def test_a_dropped_packet_loses_exactly_the_heaps_touching_it():
     x = samples()
     packets = digitiser_packets(x, 0, samples_per_heap=SPH, bits=BITS)
     dropped_heap = 100
-    keep = np.ones(packets.shape[0], dtype=bool)
-    keep[2 * dropped_heap + 1] = False  # pol 1, heap 100
-    report, got = run_loopback(np.ascontiguousarray(packets[keep]), 1)
+    sent = FaultPlan(at={2 * dropped_heap + 1: Drop()}).apply(packets)  # pol 1, heap 100
+    report, got = run_loopback(sent.rows(), 1)
     valid = np.ones(x.shape[1], dtype=bool)
     valid[dropped_heap * SPH : (dropped_heap + 1) * SPH] = False
     expected, counters = reference_heaps(x, 1, valid)

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from bad_files import refuses
 from packed_ref import decode_ref
 from voltstream.errors import ConfigError, FormatError, TruncatedFileError
 from voltstream.io import vdif
@@ -420,10 +421,8 @@ def test_io_error_reaches_the_consumer(tmp_path, monkeypatch):
 def test_not_a_baseband_file(tmp_path):
     path = tmp_path / "a.bin"
     path.write_bytes(b"\0" * 100)
-    with pytest.raises(FormatError, match="not a DADA file"):
-        open_file_source(path)
-    with pytest.raises(ConfigError, match="no such file"):
-        open_file_source(tmp_path / "none.dada")
+    refuses(open_file_source, path, "not a DADA file")
+    refuses(open_file_source, tmp_path / "none.dada", "no such file", ConfigError)
 
 
 # --- shutdown

@@ -19,6 +19,7 @@ from voltstream.formats import make_format
 from voltstream.pipeline.capture import run_capture
 from voltstream.pipeline.gpu import Handoff, StageConsumer
 from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
+from voltstream.testing import Drop, FaultPlan
 
 
 class Event:
@@ -183,7 +184,7 @@ def test_live_chunks_reach_the_stage_as_sent_with_lost_packets_masked(name, kw):
     first = 3 + 32 * ppc
     packets = fmt.packetize(q if fmt.bits == 8 else x.astype(np.complex64), first * spp, obs)
     lost_time = 40  # packet time 40 of the last stream goes missing
-    lost = {lost_time * fmt.streams + fmt.streams - 1}
+    sent = FaultPlan(at={lost_time * fmt.streams + fmt.streams - 1: Drop()}).apply(packets)
     log = []
     stage = RecordingStage(fmt, ppc, log, polls_to_done=1)
     consumer = StageConsumer(stage, fmt)
@@ -197,7 +198,7 @@ def test_live_chunks_reach_the_stage_as_sent_with_lost_packets_masked(name, kw):
     consumer.handoff.hold = logged_hold
     bind = free_bind()
     report = run_capture(fmt, bind, 20, packets_per_chunk=ppc, idle_timeout_s=0.5,
-                         on_start=sender(bind, packets, lost), consumer=consumer,
+                         on_start=sender(bind, sent.packets), consumer=consumer,
                          engine="socket")  # fmt: skip
     got = np.concatenate(stage.samples)
     valid = np.concatenate(stage.valid)

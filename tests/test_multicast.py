@@ -7,14 +7,12 @@ import json
 import os
 import socket
 import struct
-import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 
-from netns import veth_pair
+from netns import receiver, run_in, stop_receiver, veth_pair
 from voltstream import _core
 from voltstream.errors import ConfigError
 
@@ -91,29 +89,13 @@ def veth():
 
 
 def run_multicast(v, engine, nidx, gap):
-    rx = subprocess.Popen(
-        ["ip", "netns", "exec", v["rx_ns"], sys.executable, "-c", RECEIVER, engine, v["rx_if"],
-         str(PORT), *GROUPS, OTHER],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
+    with receiver(v["rx_ns"], RECEIVER, engine, v["rx_if"], str(PORT), *GROUPS, OTHER) as rx:
         line = rx.stdout.readline()
         assert line, rx.stderr.read()
         started = json.loads(line)
         gaps = ",".join(f"{i}.{s}" for i, s in gap)
-        r = subprocess.run(
-            ["ip", "netns", "exec", v["tx_ns"], sys.executable, "-c", SENDER, v["tx"], str(PORT),
-             str(nidx), *GROUPS, OTHER, NOBODY, gaps],
-            timeout=60, capture_output=True, text=True,
-        )  # fmt: skip
-        assert r.returncode == 0, r.stderr
-        stdout, stderr = rx.communicate("stop\n", timeout=30)
-        assert rx.returncode == 0, stderr
-    finally:
-        if rx.poll() is None:
-            rx.kill()
-            rx.wait(timeout=10)
-    return started, json.loads(stdout.strip().splitlines()[-1])
+        run_in(v["tx_ns"], SENDER, v["tx"], str(PORT), str(nidx), *GROUPS, OTHER, NOBODY, gaps)
+        return started, json.loads(stop_receiver(rx))
 
 
 @pytest.mark.netns

@@ -5,19 +5,22 @@ removes."""
 
 import json
 import os
+import pickle
 import socket
 import struct
-import subprocess
-import sys
 import textwrap
 import time
 
 import numpy as np
 import pytest
 
+from chunks import check_chunks, drain
+from netns import receiver, run_in, stop_receiver, veth_pair
+from veth_capture import SAVE_CHUNKS
 from veth_capture import check_chunks as check_saved_chunks
 from voltstream import _core
 from voltstream.errors import ConfigError, VoltstreamError
+from voltstream.testing import Drop, Duplicate, FaultPlan, Foreign, Garbage, Truncate
 
 ENGINES = ["socket", "packet_ring"]
 
@@ -31,34 +34,32 @@ def dest(cap):
     return host, int(port)
 
 
-def drain(cap, timeout=0.2):
-    chunks = []
-    while (ch := cap.next_chunk(timeout)) is not None:
-        chunks.append(ch)
-    return chunks
-
-
-def check_chunks(chunks, data, gap, ppc):
-    nstreams, plen = data.shape[1], data.shape[2]
-    for k, ch in enumerate(chunks):
-        assert (ch.chunk_id, ch.first_index) == (k, k * ppc)
-        got = np.frombuffer(ch, np.uint8).reshape(nstreams, ppc, plen)
-        present = np.frombuffer(ch.present, np.uint8).reshape(nstreams, ppc).astype(bool)
-        want_present = np.array(
-            [[(k * ppc + j, s) not in gap for j in range(ppc)] for s in range(nstreams)]
-        )
-        np.testing.assert_array_equal(present, want_present)
-        want = data[k * ppc : (k + 1) * ppc].transpose(1, 0, 2)
-        np.testing.assert_array_equal(got[present], want[present])
-        del got
-        ch.release()
-
-
 def test_packet_ring_counts_every_kind_of_packet_exactly_on_loopback():
     rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
     ppc, nstreams, plen, nidx = 8, 2, 200, 64
     data = rng.integers(0, 256, (nidx, nstreams, plen), dtype=np.uint8)
-    gap = {(int(rng.integers(1, 30)), 1), (45, 0)}
+    drops = {(int(rng.integers(1, 30)), 1), (45, 0)}
+    half = nidx // 2
+
+    def faulted(indices, faults):
+        """The packets of ``indices`` (both streams), with ``faults`` at (i, s)."""
+        at = {2 * (i - indices[0]) + s: f for (i, s), f in faults.items()}
+        at |= {2 * (i - indices[0]) + s: Drop() for i, s in drops if i in indices}
+        rows = [counter_packet(i, s, data[i, s]) for i in indices for s in range(nstreams)]
+        return FaultPlan(at=at).apply(rows)
+
+    # Indices 0..31 one datagram at a time: every kind of bad packet.
+    first = faulted(range(half), {
+        (3, 0): Duplicate(50),  # the copy comes 25 indices on, behind the window: late
+        (10, 0): Foreign(lambda p: p[:8] + struct.pack(">H", 5) + p[10:]),  # stream 5
+        (20, 0): Truncate(40),  # short: malformed
+        (21, 0): Garbage(lambda p: b"\x07" * (plen + 10 + 100)),  # beyond max_packet
+    })  # fmt: skip
+    # Indices 32..63 through the GSO sender, all of one length.
+    second = faulted(range(half, nidx), {(50, 1): Duplicate()})
+    gap = {(at // 2, at % 2) for at in first.lost}
+    gap |= {(half + at // 2, at % 2) for at in second.lost}
+    assert len(gap) == 4
     cap = _core.Capture(
         "counter",
         "127.0.0.1:0",
@@ -75,31 +76,14 @@ def test_packet_ring_counts_every_kind_of_packet_exactly_on_loopback():
         assert cap.stats()["engine"] == "packet_ring"
         tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         to = dest(cap)
-        sent = 0
-        # Indices 0..31 one datagram at a time, with a copy to another port each.
-        for i in range(32):
-            for s in range(nstreams):
-                if (i, s) not in gap:
-                    p = counter_packet(i, s, data[i, s])
-                    tx.sendto(p, to)
-                    tx.sendto(p, other.getsockname())
-                    sent += 1
-        # Indices 32..63 through the GSO sender: the ring sees super-frames and
-        # must split them back into the datagrams.
-        rows = [
-            counter_packet(i, s, data[i, s])
-            for i in range(32, nidx)
-            for s in range(nstreams)
-            if (i, s) not in gap
-        ]
+        # One datagram at a time, with a copy to another port each.
+        for p in first.packets:
+            tx.sendto(p, to)
+            tx.sendto(p, other.getsockname())
+        # The ring sees super-frames and must split them back into the datagrams.
+        rows = second.packets
         r = _core.Sender(cap.address).send(np.frombuffer(b"".join(rows), np.uint8), plen + 10, 0)
         assert r["packets"] == len(rows)
-        sent += len(rows)
-        tx.sendto(counter_packet(3, 0, data[3, 0]), to)  # behind the window: late
-        tx.sendto(counter_packet(50, 1, data[50, 1]), to)  # duplicate
-        tx.sendto(counter_packet(60, 5, data[60, 0]), to)  # stream 5: foreign
-        tx.sendto(counter_packet(60, 0, data[60, 0])[:40], to)  # short: malformed
-        tx.sendto(b"\x07" * (plen + 10 + 100), to)  # beyond max_packet: malformed
         tx.close()
         cap.stop()
         st = cap.stats()
@@ -107,7 +91,7 @@ def test_packet_ring_counts_every_kind_of_packet_exactly_on_loopback():
     other.close()
 
     assert st["kernel_drops"] == 0
-    assert st["packets"] == sent + 5
+    assert st["packets"] == len(first.packets) + len(second.packets)
     for s, sts in enumerate(st["streams"]):
         ngap = sum(1 for g in gap if g[1] == s)
         assert (sts["received"], sts["missing"]) == (nidx - ngap, ngap), s
@@ -163,8 +147,9 @@ def test_engine_choice_and_errors():
         ).start()
 
 
-RECEIVER = textwrap.dedent(
-    """
+RECEIVER = (
+    textwrap.dedent(
+        """
     import json, sys
     import numpy as np
     from voltstream import _core
@@ -175,93 +160,66 @@ RECEIVER = textwrap.dedent(
     print(cap.address, flush=True)
     sys.stdin.readline()
     cap.stop()
-    chunks, present = [], []
-    while (ch := cap.next_chunk(0.2)) is not None:
-        chunks.append(np.frombuffer(ch, np.uint8).copy())
-        present.append(np.frombuffer(ch.present, np.uint8).copy())
-        ch.release()
-    np.savez(out, data=np.array(chunks), present=np.array(present))
-    print(json.dumps(cap.stats()), flush=True)
     """
+    )
+    + SAVE_CHUNKS
+    + "print(json.dumps(cap.stats()), flush=True)\n"
 )
+
 
 SENDER = textwrap.dedent(
     """
-    import socket, struct, sys, time
-    import numpy as np
-    host, port, seed, nidx, plen, gaps = sys.argv[1:7]
-    port, nidx, plen = int(port), int(nidx), int(plen)
-    gap = {tuple(map(int, g.split("."))) for g in gaps.split(",") if g}
-    data = np.random.default_rng(int(seed)).integers(0, 256, (nidx, 2, plen), dtype=np.uint8)
+    import pickle, socket, sys, time
+    host, port, path = sys.argv[1:4]
+    port = int(port)
+    with open(path, "rb") as f:
+        packets = pickle.load(f)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    pk = lambda i, st, d: struct.pack(">QH", i, st) + d.tobytes()
     s.sendto(b"arp warm-up, to a port nobody captures", (host, port + 1))
     time.sleep(0.2)
-    for i in range(nidx):
-        for st in range(2):
-            if (i, st) not in gap:
-                s.sendto(pk(i, st, data[i, st]), (host, port))
-        if i % 50 == 49:
+    for k, p in enumerate(packets):
+        s.sendto(p, (host, port))
+        if k % 100 == 99:
             time.sleep(0.005)
-    s.sendto(pk(nidx - 1, 0, data[nidx - 1, 0]), (host, port))  # duplicate
-    s.sendto(pk(nidx - 2, 9, data[0, 0]), (host, port))  # foreign stream
-    s.sendto(b"short", (host, port))  # malformed
-    s.sendto(pk(1, 1, data[1, 1]), (host, port))  # late
-    s.sendto(pk(2, 0, data[2, 0]), (host, port + 1))  # another port: never seen
+    s.sendto(packets[4], (host, port + 1))  # another port: never seen
     """
 )
 
 
-def sh(*args):
-    subprocess.run(args, check=True, capture_output=True, timeout=10)
+@pytest.fixture
+def veth():
+    """Two namespaces (sender, receiver) joined by a veth with a 9000-byte MTU, so the
+    host's interfaces and routes are never touched; deleting the namespaces deletes
+    the veth."""
+    yield from veth_pair("vs", 200, mtu=9000)
 
 
 @pytest.mark.netns
 @pytest.mark.parametrize("engine", [*ENGINES, "xdp"])
-def test_both_engines_capture_exactly_over_a_veth_between_namespaces(engine, tmp_path):
-    """Two namespaces (sender, receiver) joined by a veth with a 9000-byte MTU, so the
-    host's interfaces and routes are never touched; deleting the namespaces deletes
-    the veth."""
-    tag = f"{os.getpid() % 1000}{int.from_bytes(os.urandom(2), 'little') % 1000}"
-    rx_ns, tx_ns, rx_if, tx_if = f"vs{tag}r", f"vs{tag}t", f"vs{tag}a", f"vs{tag}b"
-    net = f"10.{200 + int(tag) % 50}.{int(tag) % 250}"
+def test_both_engines_capture_exactly_over_a_veth_between_namespaces(engine, veth, tmp_path):
     seed, nidx, plen, ppc = int.from_bytes(os.urandom(4), "little"), 400, 1000, 16
-    gap = {(7, 1), (100, 0), (101, 0), (333, 1)}
-    procs = []
-    try:
-        sh("ip", "netns", "add", rx_ns)
-        sh("ip", "netns", "add", tx_ns)
-        sh("ip", "link", "add", rx_if, "netns", rx_ns, "mtu", "9000", "type", "veth",
-           "peer", "name", tx_if, "netns", tx_ns, "mtu", "9000")  # fmt: skip
-        for ns, ifname, host in ((rx_ns, rx_if, 1), (tx_ns, tx_if, 2)):
-            sh("ip", "-n", ns, "addr", "add", f"{net}.{host}/30", "dev", ifname)
-            sh("ip", "-n", ns, "link", "set", ifname, "up")
-        out = tmp_path / "chunks.npz"
-        rx = subprocess.Popen(
-            ["ip", "netns", "exec", rx_ns, sys.executable, "-c", RECEIVER, engine,
-             f"{net}.1:7148", str(ppc), str(plen), "2", str(out)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        procs.append(rx)
+    data = np.random.default_rng(seed).integers(0, 256, (nidx, 2, plen), dtype=np.uint8)
+    rows = [counter_packet(i, s, data[i, s]) for i in range(nidx) for s in (0, 1)]
+    # Packet (i, s) is at 2 i + s.
+    faults = {2 * i + s: Drop() for i, s in [(7, 1), (100, 0), (101, 0), (333, 1)]}
+    faults |= {
+        2 * 1 + 1: Duplicate(2 * nidx),  # the copy comes last, behind the window: late
+        2 * (nidx - 1): Duplicate(),
+        2 * (nidx - 2): Foreign(lambda p: p[:8] + struct.pack(">H", 9) + p[10:]),  # stream 9
+        2 * (nidx - 3): Truncate(5),  # malformed
+    }
+    sent = FaultPlan(at=faults).apply(rows)
+    gap = {(at // 2, at % 2) for at in sent.lost}
+    packets = tmp_path / "packets.pickle"
+    packets.write_bytes(pickle.dumps(sent.packets))
+    rx_if, bind = veth["rx_if"], f"{veth['rx']}:7148"
+    out = tmp_path / "chunks.npz"
+    with receiver(veth["rx_ns"], RECEIVER, engine, bind, str(ppc), str(plen), "2", str(out)) as rx:
         addr = rx.stdout.readline().strip()
-        assert addr == f"{net}.1:7148", rx.stderr.read() if not addr else addr
-        gaps = ",".join(f"{i}.{s}" for i, s in gap)
-        subprocess.run(
-            ["ip", "netns", "exec", tx_ns, sys.executable, "-c", SENDER, f"{net}.1", "7148",
-             str(seed), str(nidx), str(plen), gaps],
-            check=True, timeout=30, capture_output=True,
-        )  # fmt: skip
+        assert addr == bind, rx.stderr.read() if not addr else addr
+        run_in(veth["tx_ns"], SENDER, veth["rx"], "7148", str(packets), timeout=30)
         time.sleep(0.05)
-        stdout, stderr = rx.communicate("stop\n", timeout=30)
-        assert rx.returncode == 0, stderr
-        st = json.loads(stdout.strip().splitlines()[-1])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-        for ns in (rx_ns, tx_ns):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+        st = json.loads(stop_receiver(rx))
     assert st["engine"] == engine
     assert st["kernel_drops"] == 0
     if engine == "xdp":
@@ -271,8 +229,8 @@ def test_both_engines_capture_exactly_over_a_veth_between_namespaces(engine, tmp
         assert (x["interface"], x["mode"], x["multi_buffer"]) == (rx_if, "native", True)
         assert x["matched"] == st["packets"] and x["no_socket"] == x["cut"] == 0
     s0, s1 = st["streams"]
-    assert (s0["received"], s1["received"]) == (nidx - 2, nidx - 2)
-    assert (s0["missing"], s1["missing"]) == (2, 2)
+    assert (s0["received"], s1["received"]) == (nidx - 3, nidx - 2)
+    assert (s0["missing"], s1["missing"]) == (3, 2)
     assert (s0["duplicate"], s1["late"], st["foreign"], st["malformed"]) == (1, 1, 1, 1)
-    assert st["packets"] == 2 * nidx - len(gap) + 4
+    assert st["packets"] == len(sent.packets) == 2 * nidx - 4 + 3
     check_saved_chunks(out, seed, nidx, plen, ppc, gap)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from astropy.io import fits
 
+from bad_files import random_file, refuses
 from voltstream.errors import FormatError
 from voltstream.io.polyco import Polyco
 from voltstream.io.psrfits import read_psrfits, write_psrfits
@@ -222,14 +223,10 @@ def test_bad_archive_values(tmp_path):
 
 
 def test_not_psrfits(tmp_path):
-    junk = tmp_path / "junk.fits"
-    junk.write_bytes(RNG.integers(0, 256, size=5000, dtype=np.uint8).tobytes())
-    with pytest.raises(FormatError, match="not a FITS file"):
-        read_psrfits(junk)
+    refuses(read_psrfits, random_file(tmp_path / "junk.fits", 5000), "not a FITS file")
     plain = tmp_path / "image.fits"
     fits.PrimaryHDU(RNG.normal(size=(4, 4))).writeto(plain)
-    with pytest.raises(FormatError, match="not PSRFITS"):
-        read_psrfits(plain)
+    refuses(read_psrfits, plain, "not PSRFITS")
     search = tmp_path / "search.fits"
     hdr = fits.Header({"FITSTYPE": "PSRFITS", "OBS_MODE": "SEARCH"})
     fits.PrimaryHDU(header=hdr).writeto(search)

@@ -16,6 +16,7 @@ from loopback import free_bind, send
 from voltstream.errors import ConfigError
 from voltstream.sim.packetize import packetize_vdif
 from voltstream.streams import load_stream, parse_stream, spead_dig
+from voltstream.testing import Drop, FaultPlan
 
 COUNTER_TOML = """
 format = "counter"
@@ -120,8 +121,8 @@ def test_digitiser_heaps_with_the_meerkat_defaults(tmp_path):
     from voltstream.fengine.pipeline import digitiser_packets, digitiser_samples
 
     x = digitiser_samples(0, 32, samples_per_heap=4096, bits=10, noise_rms=20.0)
-    packets = list(digitiser_packets(x, 0, samples_per_heap=4096, bits=10, dig_ids=(0, 1)))
-    del packets[9]  # heap 4 of pol 1
+    packets = digitiser_packets(x, 0, samples_per_heap=4096, bits=10, dig_ids=(0, 1))
+    packets = FaultPlan(at={9: Drop()}).apply(packets).packets  # heap 4 of pol 1
     rep, _ = run_capture_cli(tmp_path, ["--format", "spead-dig", "--packets-per-chunk", "8"],
                              packets)  # fmt: skip
     t = rep["totals"]

@@ -1,6 +1,7 @@
 """VDIF as observatories send it, with faults injected, over loopback (issue 11, item
 1): 1, 2 and 4 threads, 2-bit real and 8-bit complex; frames of another station and of
-another thread, invalid frames, a lost, a repeated and a cut frame. Every counter is
+another thread, invalid frames, a lost, a repeated and a cut frame (placed by a
+voltstream.testing.FaultPlan). Every counter is
 exact, per stream, and no frame of another station or thread is ever placed."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from loopback import free_bind, sender
 from voltstream.formats import StreamFormat, make_format
 from voltstream.pipeline.capture import run_capture
 from voltstream.sim.packetize import packetize_vdif
+from voltstream.testing import Drop, Duplicate, FaultPlan, Foreign, Garbage, Truncate
 
 FPS = 1000  # frames per second per thread, as the senders stamp them
 
@@ -42,10 +44,10 @@ def capture_format(threads, station) -> StreamFormat:
                         tuple(threads))  # fmt: skip
 
 
-def invalid(frame) -> np.ndarray:
-    f = np.array(frame, dtype=np.uint8)
+def invalid(frame) -> bytes:
+    f = np.frombuffer(frame, dtype=np.uint8).copy()
     f[3] |= 0x80  # word 0 bit 31: the sender says this frame's data are invalid
-    return f
+    return f.tobytes()
 
 
 @pytest.mark.parametrize(
@@ -59,23 +61,20 @@ def test_every_counter_exact_with_faults(threads, complex_data, nbit, theirs_fir
     ours = stream(threads, complex_data, nbit, ours_id, n, 1)
     theirs = stream(threads, complex_data, nbit, theirs_id, n, 2)
     nt = len(threads)
-    stray = stream([9], complex_data, nbit, ours_id, n // 4, 3)  # our station, thread 9
+    stray = iter(stream([9], complex_data, nbit, ours_id, n // 4, 3))  # our station, thread 9
     lost, repeated, bad, cut = 5 * nt, 7 * nt + nt - 1, 11 * nt, 13 * nt
-    packets = []
-    for k in range(len(ours)):
-        mine = ours[k]
-        if k == bad:
-            mine = invalid(mine)
-        pair = [theirs[k], mine] if theirs_first else [mine, theirs[k]]
-        if k == lost:
-            pair = pair[:1] if theirs_first else pair[1:]
-        if k == cut:
-            pair.append(mine[:-8])  # a frame shorter than its header says: malformed
-        if k == repeated:
-            pair.append(mine)
-        if k % (4 * nt) == 0:
-            pair.append(stray[k // (4 * nt)])
-        packets += pair
+    # Frames of both stations interleaved; ours is at 2k + 1 when theirs come first.
+    mine = [2 * k + theirs_first for k in range(len(ours))]
+    both = [f for k in range(len(ours)) for f in (ours[k], theirs[k])[:: 1 - 2 * theirs_first]]
+    faults = {mine[lost]: Drop(), mine[repeated]: Duplicate(),
+              # Flagged invalid by the sender (counted invalid, not received).
+              mine[bad]: Garbage(invalid),
+              # Shorter than its header says: malformed.
+              mine[cut]: Truncate(-8)}  # fmt: skip
+    for k in range(0, len(ours), 4 * nt):
+        faults.setdefault(mine[k], Foreign(lambda _: next(stray)))
+    sent = FaultPlan(at=faults).apply(both)
+    packets = sent.packets
     # Keep our first frame first when we learn the station ("ours first"), and theirs
     # when theirs come first: the station learnt is whichever valid frame came first.
     bind = free_bind()
@@ -87,19 +86,22 @@ def test_every_counter_exact_with_faults(threads, complex_data, nbit, theirs_fir
     locked = ours_id if given or not theirs_first else theirs_id
     assert report.engine["station"] == locked
     strays = len(range(0, len(ours), 4 * nt))
+    assert sent.count(Foreign) == strays
     if locked == ours_id:
         assert t["foreign"] == n * nt + strays  # every frame of theirs, and thread 9
-        assert t["received"] == n * nt - 2  # less the lost and the invalid one
+        # Less the lost, the cut and the invalid one.
+        assert t["received"] == n * nt - 3 == n * nt - len(sent.lost)
         assert (t["invalid"], t["duplicate"], t["malformed"]) == (1, 1, 1)
-        assert t["missing"] == 2 and t["late"] == 0 and t["dropped"] == 0
+        assert t["missing"] == 3 and t["late"] == 0 and t["dropped"] == 0
         assert per[bad % nt]["invalid"] == 1 and per[lost % nt]["missing"] >= 1
+        assert per[cut % nt]["missing"] >= 1
         assert sum(s["invalid"] for s in per) == 1
     else:  # theirs came first and were taken: ours are foreign, never placed
         assert t["received"] == n * nt and t["missing"] == 0 and t["invalid"] == 0
-        # Ours (less the lost one, plus the repeated, cut and invalid ones as foreign,
-        # the cut one being malformed first) and the stray thread.
+        # Ours (less the lost and the cut one, plus the repeated one; the invalid one
+        # is foreign too), and the stray thread; the cut one is malformed.
         assert t["malformed"] == 1
-        assert t["foreign"] == (n * nt - 1) + 1 + strays
+        assert t["foreign"] == (n * nt - 2) + 1 + strays
     assert report.engine["packets"] == len(packets)
 
 

@@ -28,6 +28,15 @@ def _samples(rng, nsamp, nchan, npol, nbit, complex_data):
     return draw(shape) + 1j * draw(shape) if complex_data else draw(shape)
 
 
+def _dated_frames(x, nbit, spf, start, threads, **kw):
+    """``x`` as VDIF frames of ``threads`` at FPS from ``start`` (seconds, frame) of
+    reference epoch 48, not the default 0: every date field is exercised."""
+    seconds, frame = start
+    return packetize_vdif(x, frames_per_second=FPS, nbit=nbit, samples_per_frame=spf,
+                          start_seconds=seconds, start_frame=frame, ref_epoch=48,
+                          threads=threads, **kw)  # fmt: skip
+
+
 COMBOS = [(8, True), (8, False), (4, True), (4, False), (2, True), (2, False)]
 
 
@@ -35,17 +44,7 @@ COMBOS = [(8, True), (8, False), (4, True), (4, False), (2, True), (2, False)]
 def test_packetize_round_trip_and_rust_agrees(nbit, complex_data):
     rng = np.random.default_rng(nbit + 10 * complex_data)
     x = _samples(rng, 256, 8, 2, nbit, complex_data)
-    pk = packetize_vdif(
-        x,
-        frames_per_second=FPS,
-        nbit=nbit,
-        samples_per_frame=64,
-        start_seconds=77,
-        start_frame=FPS - 2,
-        ref_epoch=48,
-        station=0x5A5A,
-        threads=[9, 4],
-    )
+    pk = _dated_frames(x, nbit, 64, (77, FPS - 2), [9, 4], station=0x5A5A)
     assert pk.flags.c_contiguous and pk.dtype == np.uint8
     payload = 64 * 8 * (2 if complex_data else 1) * nbit // 8
     assert pk.shape == (8, 32 + payload)
@@ -126,16 +125,7 @@ def test_file_reader_round_trip(tmp_path, nbit, complex_data):
     nchan, spf = 4, 32
     x = _samples(rng, 40 * spf, nchan, 2, nbit, complex_data)
     start_sec = 86400 * 3 + 5
-    pk = packetize_vdif(
-        x,
-        frames_per_second=FPS,
-        nbit=nbit,
-        samples_per_frame=spf,
-        start_seconds=start_sec,
-        start_frame=10,
-        ref_epoch=48,
-        threads=[3, 1],
-    )
+    pk = _dated_frames(x, nbit, spf, (start_sec, 10), [3, 1])
     path = _write(tmp_path, pk)
     ndim = 2 if complex_data else 1
     bw = nchan / (1 / (FPS * spf)) / 1e6 / (1 if complex_data else 2)

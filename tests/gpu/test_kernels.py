@@ -200,12 +200,11 @@ def lost_packet_polyco_case(nffts: int, nlost: int, seed: int = 20261125):
     Seeded: unseeded, about one draw in a few hundred put a sample's float32 phase on
     the other side of a bin edge from the float64 reference's, beyond the archives'
     2e-5 tolerance (seen once in session 5's GPU runs)."""
-    rng = np.random.default_rng(seed)
-    obs = make_obs(4, -16.0, freq=800.0)
     dm = 35.727
-    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz)
-    n = nffts * dd.nfft + 3001
-    raw = rng.integers(-128, 128, (n, obs.nchan, obs.npol, 2)).astype(np.int8)
+    rng, obs, dd, raw = random_voltages(
+        4, -16.0, dm, lambda dd, _: nffts * dd.nfft + 3001, freq=800.0, seed=seed
+    )
+    n = len(raw)
     valid = np.ones(n, dtype=bool)
     for s in rng.integers(0, n - 64, nlost):
         valid[s : s + 64] = False
@@ -235,6 +234,16 @@ def make_obs(nchan, bw, freq=1400.0):
     )
 
 
+def random_voltages(nchan, bw, dm, nsamples, freq=1400.0, seed=None):
+    """Random 8-bit complex voltages of ``nsamples(dd)`` samples (it is given the
+    dedisperser, whose FFT length sizes most cases): (rng, obs, dd, raw)."""
+    rng = np.random.default_rng(seed)
+    obs = make_obs(nchan, bw, freq)
+    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz)
+    n = nsamples(dd, rng)
+    return rng, obs, dd, rng.integers(-128, 128, (n, obs.nchan, obs.npol, 2)).astype(np.int8)
+
+
 def compare_archives(g, c):
     assert g.data.shape == c.data.shape
     assert rel_err(g.data, c.data) < 2e-5, rel_err(g.data, c.data)
@@ -244,14 +253,21 @@ def compare_archives(g, c):
     assert g.excluded_samples == c.excluded_samples
 
 
+def compare_lost_packet_fold(g, c, valid):
+    """A GPU fold of data with lost packets (``valid`` false) equals the CPU's, and the
+    lost samples were excluded and weighted down."""
+    compare_archives(g, c)
+    assert g.excluded_samples == int((~valid).sum()) > 0
+    assert np.any(g.weights < 1) and np.all(g.weights <= 1)
+
+
 @pytest.mark.parametrize("dm,bw", [(3.0, 8.0), (26.833, -8.0), (120.0, 8.0), (478.8, -4.0)])
 @pytest.mark.parametrize("variant", ["fused", "naive"])
 def test_fold_file_gpu_matches_cpu(cp, dm, bw, variant):
-    rng = np.random.default_rng()
-    obs = make_obs(8, bw)
-    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz)
-    n = 3 * dd.nfft + int(rng.integers(1000, 5000))
-    raw = rng.integers(-128, 128, (n, obs.nchan, obs.npol, 2)).astype(np.int8)
+    rng, obs, dd, raw = random_voltages(
+        8, bw, dm, lambda dd, rng: 3 * dd.nfft + int(rng.integers(1000, 5000))
+    )
+    n = len(raw)
     period = float(rng.uniform(1e-3, 3e-3))
     pred = ConstantPeriod(period, obs.start_mjd, obs.start_sec)
     tsub = n * obs.tsamp_s / 3.7
@@ -280,9 +296,7 @@ def test_fold_with_lost_packets_and_polyco(cp, mode, basis):
             basis=basis,
             variant=variant,
         )
-        compare_archives(gpu, cpu)
-        assert gpu.excluded_samples == int((~valid).sum()) > 0
-        assert np.any(gpu.weights < 1) and np.all(gpu.weights <= 1)
+        compare_lost_packet_fold(gpu, cpu, valid)
 
 
 def test_streaming_double_buffer_from_pinned(cp):

@@ -27,6 +27,7 @@ from voltstream.pipeline.fold import fold_file
 from voltstream.pipeline.gpu_file_fold import fold_file_gpu
 from voltstream.pipeline.live import fold_live_gpu
 from voltstream.sim.signal import quantize_int8, synthesize
+from voltstream.testing import Drop, FaultPlan
 
 from .test_kernels import compare_archives
 
@@ -69,6 +70,7 @@ def test_live_gpu_fold_equals_the_file_fold_of_the_recorded_packets(tmp_path, na
     q, _ = quantize_int8(x[: npkt * spp])
     packets = fmt.packetize(q, 5 * spp, obs)  # starts mid-chunk: a cut head
     lost = {fmt.streams * 400} if lose else set()  # one packet of stream 0
+    packets = FaultPlan(at={k: Drop() for k in lost}).apply(packets).packets
     pred = ConstantPeriod(PERIOD, obs.start_mjd, obs.start_sec)
     tsub = 0.03
     ppc = 64
@@ -83,12 +85,12 @@ def test_live_gpu_fold_equals_the_file_fold_of_the_recorded_packets(tmp_path, na
 
     with DadaWriter(path, obs) as w:
         rec = run_capture(fmt, bind, 30, sink=sink, packets_per_chunk=ppc, nchunks=512,
-                          idle_timeout_s=0.7, on_start=sender(bind, packets, lost))  # fmt: skip
+                          idle_timeout_s=0.7, on_start=sender(bind, packets))  # fmt: skip
     assert rec.totals["missing"] == len(lost) and rec.lost == len(lost)
 
     bind = free_bind()
     live, report = fold_live_gpu(fmt, bind, 30, obs, DM, pred, 128, tsub, idle_timeout_s=0.7,
-                                 packets_per_chunk=ppc, on_start=sender(bind, packets, lost),
+                                 packets_per_chunk=ppc, on_start=sender(bind, packets),
                                  status=False)  # fmt: skip
     assert report.totals["missing"] == len(lost) and report.lost == len(lost)
     p = report.pipeline

@@ -351,6 +351,7 @@ fn count_ones(bits: &[u64], lo: usize, hi: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::{Fault, FaultPlan};
     use crate::stats::StreamCounters;
     use crate::wire::Located;
 
@@ -768,24 +769,27 @@ mod tests {
             let window = 1 + rng.below(4) as usize;
             let start = rng.below(1000);
             let n = rng.below(120);
-            // Displace (by up to window + 1 chunks), drop and duplicate packets of a
+            // Reorder (by up to window + 1 chunks), drop and duplicate packets of a
             // regular sequence; jumps stay below the resync bound of 8 chunks.
-            let mut keyed: Vec<(u64, (usize, u64))> = Vec::new();
-            for i in start..start + n {
-                for s in 0..streams {
-                    let r = rng.below(100);
-                    if r < 10 {
-                        continue;
-                    }
-                    let key = i * 4 + rng.below(4 * ppc as u64 * (window as u64 + 1));
-                    keyed.push((key, (s, i)));
-                    if r > 94 {
-                        keyed.push((key + rng.below(8 * ppc as u64), (s, i)));
-                    }
-                }
-            }
-            keyed.sort_by_key(|k| k.0);
-            let packets: Vec<(usize, u64)> = keyed.into_iter().map(|k| k.1).collect();
+            let sent = (start..start + n).flat_map(|i| (0..streams).map(move |s| packet(s, i)));
+            let displace = streams * ppc * (window + 1);
+            let mut faults = FaultPlan::new(rng.next())
+                .rate(Fault::Drop, 0.10)
+                .rate(Fault::Duplicate { delay: displace }, 0.05)
+                .rate(Fault::Delay(displace), 0.5)
+                .injector()
+                .unwrap();
+            let packets: Vec<(usize, u64)> = faults
+                .apply(sent)
+                .iter()
+                .map(|d| {
+                    let b = d.bytes().unwrap();
+                    let index = u64::from_be_bytes(b[..8].try_into().unwrap());
+                    (u16::from_be_bytes([b[8], b[9]]) as usize, index)
+                })
+                .collect();
+            let injected = faults.injected();
+            assert_eq!(packets.len() as u64, injected.delivered);
             let mut a = assembler(streams, ppc, window, 64 + n as usize);
             for &(s, i) in &packets {
                 a.push(&packet(s, i));

@@ -343,6 +343,7 @@ impl Drop for CaptureGroup {
 mod tests {
     use super::*;
     use crate::capture::pin::affinity;
+    use crate::capture::{Fault, FaultPlan};
     use crate::wire::FormatSpec;
     use std::net::UdpSocket;
 
@@ -356,8 +357,13 @@ mod tests {
         p
     }
 
+    /// Input packets lost to the faults of `run_group`: the gap and the truncation.
+    fn lost(s: usize, i: u64) -> bool {
+        (i, s) == (37, 3) || (i, s) == (51, 0)
+    }
+
     /// Sends 5 streams x 80 packets with one gap, one late, one duplicate,
-    /// one foreign and one malformed packet to a group of `n` threads, and
+    /// one foreign and one truncated packet to a group of `n` threads, and
     /// checks every counter of every thread.
     fn run_group(n: usize) {
         let locator = FormatSpec::Counter {
@@ -381,19 +387,23 @@ mod tests {
         let mut cfg = CaptureConfig::new(8);
         cfg.nchunks = 32;
         let group = CaptureGroup::start(engines, locator, &owners, &tc.cpus, &cfg).unwrap();
+        // Packet (s, i) is at position 5 * i + s.
+        let mut faults = FaultPlan::new(0)
+            .at(5 * 37 + 3, Fault::Drop) // a gap
+            // A copy of (4, 10) about 40 indices on: behind the window, late.
+            .at(5 * 10 + 4, Fault::Duplicate { delay: 200 })
+            .at(5 * 50 + 1, Fault::Duplicate { delay: 0 })
+            .at(5 * 50 + 2, Fault::Foreign) // stream 9
+            .at(5 * 51, Fault::Truncate) // a 3-byte datagram: malformed
+            .cut_to(3)
+            .foreign(|p| [&p[..8], &9u16.to_be_bytes(), &p[10..]].concat())
+            .injector()
+            .unwrap();
+        let sent =
+            faults.apply((0..80u64).flat_map(|i| (0..STREAMS as u16).map(move |s| packet(s, i))));
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        for i in 0..80u64 {
-            for s in 0..STREAMS as u16 {
-                if (i, s) != (37, 3) {
-                    tx.send_to(&packet(s, i), to).unwrap();
-                }
-            }
-            if i == 50 {
-                tx.send_to(&packet(4, 10), to).unwrap(); // late
-                tx.send_to(&packet(1, 50), to).unwrap(); // duplicate
-                tx.send_to(&packet(9, 50), to).unwrap(); // foreign
-                tx.send_to(&[1, 2, 3], to).unwrap(); // malformed
-            }
+        for d in &sent {
+            tx.send_to(d.bytes().unwrap(), to).unwrap();
         }
         std::thread::sleep(Duration::from_millis(100));
         // While the threads run: each is pinned to its CPU.
@@ -410,7 +420,7 @@ mod tests {
             assert_eq!(th.snapshot.kernel_drops, 0);
             for (k, &s) in th.streams.iter().enumerate() {
                 let sc = &c.streams[k];
-                let want_missing = (s == 3) as u64;
+                let want_missing = (0..80).filter(|&i| lost(s, i)).count() as u64;
                 assert_eq!(sc.received, 80 - want_missing, "thread {t} stream {s}");
                 assert_eq!(sc.missing, want_missing);
                 assert_eq!(sc.late, (s == 4) as u64);
@@ -422,15 +432,19 @@ mod tests {
             let sent_here: u64 = th
                 .streams
                 .iter()
-                .map(|&s| 80 - (s == 3) as u64)
+                .map(|&s| 80 - (0..80).filter(|&i| lost(s, i)).count() as u64)
                 .sum::<u64>()
                 + th.streams.iter().filter(|&&s| s == 4 || s == 1).count() as u64
                 + 2 * (t == 0) as u64;
             assert_eq!(c.accounted(), sent_here, "thread {t}");
         }
         let tot = &g.total.counters;
-        assert_eq!(tot.accounted(), 5 * 80 - 1 + 4);
-        assert_eq!(tot.streams[3].missing, 1);
+        let injected = faults.injected();
+        assert_eq!(tot.accounted(), injected.delivered);
+        assert_eq!(tot.accounted(), 5 * 80 - 1 + 3);
+        assert_eq!((tot.streams[3].missing, tot.streams[0].missing), (1, 1));
+        let want = (injected.foreign, injected.truncated);
+        assert_eq!((tot.foreign, tot.malformed), want);
         assert_eq!((tot.foreign, tot.malformed), (1, 1));
         // Each thread's chunks hold exactly its streams' packets.
         for t in 0..n {
@@ -442,7 +456,7 @@ mod tests {
                     assert_eq!(owner_of(s), t);
                     for j in 0..8 {
                         let i = ch.first_index() + j as u64;
-                        let present = (i, s) != (37, 3);
+                        let present = !lost(s, i);
                         assert_eq!(ch.is_present(k, j), present);
                         if present {
                             assert_eq!(ch.payload(k, j).unwrap(), &packet(s as u16, i)[10..]);

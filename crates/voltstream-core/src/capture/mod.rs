@@ -22,6 +22,10 @@
 //! disjoint stream subsets, each with its own engine (packet rings in one
 //! `PACKET_FANOUT_CBPF` group steered by stream id, [`packet_ring_fanout`]) and
 //! its own CPU ([`CaptureConfig::cpu`]).
+//!
+//! For tests: [`InMemoryEngine`] delivers packets a test feeds it from memory,
+//! and [`Faults`] wraps any engine with a seeded [`FaultPlan`] (drop, duplicate,
+//! reorder, truncate, garbage, foreign) that counts what it injected.
 
 /// The stand-in for an engine this build left out (its native library was
 /// missing, or its cargo feature off): `open` validates the config and then
@@ -75,7 +79,9 @@ macro_rules! unbuilt_engine {
 }
 
 mod dpdk;
+mod faults;
 mod group;
+mod in_memory;
 mod multicast;
 mod packet_ring;
 mod pin;
@@ -94,10 +100,12 @@ pub use dpdk::{
     af_packet_framesz_for, AfPacketRing, DpdkConfig, DpdkCounts, DpdkEngine, DpdkInfo, DpdkPort,
     AVAILABLE as DPDK_AVAILABLE,
 };
+pub use faults::{Delivered, Fault, FaultPlan, FaultReport, Faults, Injected, Injector};
 pub use group::{
     packet_ring_fanout, thread_streams, CaptureGroup, GroupSnapshot, Subset, ThreadSnapshot,
     ThreadsConfig,
 };
+pub use in_memory::{Feeder, InMemoryEngine};
 pub use multicast::{joined_groups, plan as multicast_plan, MulticastPlan, MAX_GROUPS};
 pub use packet_ring::{interface_of, PacketRingConfig, PacketRingEngine};
 pub use pin::{affinity, current_tid, pin_current_thread};

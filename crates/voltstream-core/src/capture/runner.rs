@@ -305,9 +305,11 @@ fn feed<L: Locate, S: crate::assemble::ChunkSink>(a: &mut Assembler<L, S>, p: Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::{SocketConfig, SocketEngine};
+    use crate::capture::{Fault, FaultPlan, InMemoryEngine, SocketConfig, SocketEngine};
     use crate::wire::FormatSpec;
     use std::net::UdpSocket;
+
+    const LEN: usize = 256;
 
     fn packet(stream: u16, index: u64, len: usize) -> Vec<u8> {
         let mut p = index.to_be_bytes().to_vec();
@@ -316,64 +318,40 @@ mod tests {
         p
     }
 
-    #[test]
-    fn loopback_capture_delivers_exact_chunks_and_counts() {
-        const LEN: usize = 256;
-        let engine = SocketEngine::bind(&SocketConfig::new("127.0.0.1:0")).unwrap();
-        let mut cfg = CaptureConfig::new(16);
-        cfg.nchunks = 64;
-        let cap = Capture::start(
-            engine,
-            FormatSpec::Counter {
-                streams: 2,
-                payload_len: LEN,
-            }
-            .locator()
-            .unwrap(),
-            &cfg,
-        )
-        .unwrap();
-        let to = cap.local_addr().unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut sent = 0u64;
-        for i in 0..320u64 {
-            for s in 0..2u16 {
-                if (i, s) == (37, 1) {
-                    continue; // a gap
-                }
-                tx.send_to(&packet(s, i, LEN), to).unwrap();
-                sent += 1;
-            }
-            if i == 100 {
-                tx.send_to(&packet(0, 60, LEN), to).unwrap(); // behind the window
-                tx.send_to(&packet(9, 100, LEN), to).unwrap(); // foreign stream
-                tx.send_to(&[1, 2, 3], to).unwrap(); // truncated
-                tx.send_to(&packet(1, 100, LEN), to).unwrap(); // duplicate
-                sent += 4;
-            }
-            if i % 64 == 0 {
-                std::thread::sleep(Duration::from_millis(2)); // stay under rcvbuf
-            }
+    /// Two streams of `n` packets each, index-major: packet (s, i) is at
+    /// position 2 * i + s.
+    fn two_streams(n: u64) -> Vec<Vec<u8>> {
+        (0..n)
+            .flat_map(|i| (0..2u16).map(move |s| packet(s, i, LEN)))
+            .collect()
+    }
+
+    /// A packet of stream 9, which a 2-stream capture does not have.
+    fn foreign(p: &[u8]) -> Vec<u8> {
+        let mut q = p.to_vec();
+        q[8..10].copy_from_slice(&9u16.to_be_bytes());
+        q
+    }
+
+    fn counter_locator() -> crate::wire::Locator {
+        FormatSpec::Counter {
+            streams: 2,
+            payload_len: LEN,
         }
-        // The bounded sleep lets the thread receive everything before stop drains.
-        std::thread::sleep(Duration::from_millis(50));
-        cap.stop().unwrap();
-        let s = cap.stats();
-        let c = &s.counters;
-        assert_eq!(s.kernel_drops, 0);
-        assert_eq!(c.accounted(), sent);
-        assert_eq!((c.streams[0].received, c.streams[1].received), (320, 319));
-        assert_eq!((c.streams[0].late, c.streams[1].duplicate), (1, 1));
-        assert_eq!((c.foreign, c.malformed), (1, 1));
-        assert_eq!((c.streams[0].missing, c.streams[1].missing), (0, 1));
-        assert_eq!(c.chunks_emitted, 20);
+        .locator()
+        .unwrap()
+    }
+
+    /// Checks every chunk's presence and bytes: present unless `lost(stream, index)`;
+    /// returns the chunk ids.
+    fn check_chunks(cap: &Capture, lost: impl Fn(usize, u64) -> bool) -> Vec<u64> {
         let mut ids = Vec::new();
         while let Some(ch) = cap.next_chunk(Duration::from_millis(10)) {
             for s in 0..2 {
                 for k in 0..16 {
                     let i = ch.first_index() + k as u64;
-                    let present = (i, s) != (37, 1);
-                    assert_eq!(ch.is_present(s, k), present);
+                    let present = !lost(s, i);
+                    assert_eq!(ch.is_present(s, k), present, "stream {s} index {i}");
                     if present {
                         assert_eq!(ch.payload(s, k).unwrap(), &packet(s as u16, i, LEN)[10..]);
                     }
@@ -381,6 +359,117 @@ mod tests {
             }
             ids.push(ch.chunk_id());
         }
+        ids
+    }
+
+    #[test]
+    fn loopback_capture_delivers_exact_chunks_and_counts() {
+        let engine = SocketEngine::bind(&SocketConfig::new("127.0.0.1:0")).unwrap();
+        let mut cfg = CaptureConfig::new(16);
+        cfg.nchunks = 64;
+        let cap = Capture::start(engine, counter_locator(), &cfg).unwrap();
+        let to = cap.local_addr().unwrap();
+        // One of each fault, at known places (packet (s, i) is at 2 * i + s).
+        let mut faults = FaultPlan::new(0)
+            .at(2 * 37 + 1, Fault::Drop) // a gap
+            // A copy of (0, 60) after (1, 100), 81 packets on: behind the window.
+            .at(2 * 60, Fault::Duplicate { delay: 81 })
+            .at(2 * 100, Fault::Foreign) // stream 9
+            .at(2 * 100 + 1, Fault::Duplicate { delay: 0 })
+            .at(2 * 101, Fault::Truncate) // a 3-byte datagram
+            .cut_to(3)
+            .foreign(foreign)
+            .injector()
+            .unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for (k, d) in faults.apply(two_streams(320)).iter().enumerate() {
+            tx.send_to(d.bytes().unwrap(), to).unwrap();
+            if k % 128 == 0 {
+                std::thread::sleep(Duration::from_millis(2)); // stay under rcvbuf
+            }
+        }
+        // The bounded sleep lets the thread receive everything before stop drains.
+        std::thread::sleep(Duration::from_millis(50));
+        cap.stop().unwrap();
+        let n = faults.injected();
+        let s = cap.stats();
+        let c = &s.counters;
+        assert_eq!(s.kernel_drops, 0);
+        assert_eq!(c.accounted(), n.delivered);
+        assert_eq!((c.streams[0].received, c.streams[1].received), (319, 319));
+        assert_eq!((c.streams[0].late, c.streams[1].duplicate), (1, 1));
+        assert_eq!((c.foreign, c.malformed), (1, 1));
+        assert_eq!((c.streams[0].missing, c.streams[1].missing), (1, 1));
+        assert_eq!(c.chunks_emitted, 20);
+        let ids = check_chunks(&cap, |s, i| (s, i) == (1, 37) || (s, i) == (0, 101));
         assert_eq!(ids, (0..20).collect::<Vec<_>>());
+    }
+
+    /// The whole capture thread, fed from memory through random faults: every
+    /// counter equals what the injector says it did, with no network or sleep.
+    #[test]
+    fn random_faults_are_counted_exactly_by_the_capture() {
+        const N: u64 = 640;
+        for seed in 1..4 {
+            let (inner, feed) = InMemoryEngine::new();
+            for p in two_streams(N / 2) {
+                feed.send(p);
+            }
+            feed.kernel_drops(5);
+            // Delays (8 packets) stay far inside the window (2 chunks of 16
+            // packets, 64 positions), so nothing is late; the first and last
+            // packets are spared, so the timeline's ends are the clean ones.
+            let plan = FaultPlan::new(seed)
+                .rate(Fault::Delay(8), 0.05)
+                .rate(Fault::Drop, 0.02)
+                .rate(Fault::Truncate, 0.01)
+                .rate(Fault::Duplicate { delay: 8 }, 0.02)
+                .rate(Fault::Garbage, 0.01)
+                .rate(Fault::Foreign, 0.01)
+                .foreign(foreign)
+                .between(1..N - 1);
+            let engine = crate::capture::Faults::new(inner, plan).unwrap();
+            let report = engine.report();
+            let mut cfg = CaptureConfig::new(16);
+            cfg.nchunks = 64;
+            let cap = Capture::start(engine, counter_locator(), &cfg).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while report.injected().packets < N && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            cap.stop().unwrap();
+            let n = report.injected();
+            assert_eq!(n.packets, N, "seed {seed}");
+            assert!(
+                n.dropped + n.duplicated + n.delayed > 20,
+                "seed {seed}: {n:?}"
+            );
+            let s = cap.stats();
+            let (c, t) = (&s.counters, s.counters.total());
+            assert_eq!(s.kernel_drops, 5);
+            assert_eq!(cap.engine_name(), "in-memory");
+            assert_eq!(c.accounted(), n.delivered, "seed {seed}");
+            assert_eq!(t.received, n.intact(), "seed {seed}");
+            assert_eq!(t.duplicate, n.duplicated, "seed {seed}");
+            assert_eq!(t.late, 0, "seed {seed}");
+            assert_eq!(
+                t.missing,
+                n.dropped + n.truncated + n.garbage,
+                "seed {seed}"
+            );
+            assert_eq!(c.malformed, n.truncated + n.garbage, "seed {seed}");
+            assert_eq!(c.foreign, n.foreign, "seed {seed}");
+            assert_eq!(c.chunks_emitted, 20);
+            // The chunks hold exactly the packets that arrived intact.
+            let lost: Vec<(usize, u64)> = report
+                .log()
+                .iter()
+                .filter(|(_, f)| matches!(f, Fault::Drop | Fault::Truncate | Fault::Garbage))
+                .map(|&(at, _)| ((at % 2) as usize, at / 2))
+                .collect();
+            assert_eq!(lost.len() as u64, t.missing);
+            let ids = check_chunks(&cap, |s, i| lost.contains(&(s, i)));
+            assert_eq!(ids, (0..20).collect::<Vec<_>>(), "seed {seed}");
+        }
     }
 }
