@@ -9,6 +9,7 @@
 //! the draft specification itself was not available to us. No function here
 //! panics on any input.
 
+use super::field::{fields, view, Field};
 use super::WireError;
 
 /// Bytes in the header.
@@ -17,49 +18,72 @@ pub const HEADER_LEN: usize = 64;
 pub const SYNC: u32 = 0xABAD_DEED;
 
 mod field {
-    // Each entry: (64-bit word index, lowest bit, width in bits).
-    pub type Bits = (usize, u32, u32);
-    pub const FRAME: Bits = (0, 0, 32);
-    pub const SECONDS: Bits = (0, 32, 30);
-    pub const COMPLEX: Bits = (0, 62, 1);
-    pub const INVALID: Bits = (0, 63, 1);
-    pub const STATION: Bits = (1, 0, 16);
-    pub const REPRESENTATION: Bits = (1, 22, 4);
-    pub const EPOCH: Bits = (1, 26, 6);
-    pub const DATA_LEN8: Bits = (1, 32, 24);
-    pub const BITS: Bits = (1, 56, 5);
-    pub const VERSION: Bits = (1, 61, 3);
-    pub const GROUP: Bits = (2, 0, 16);
-    pub const THREAD: Bits = (2, 16, 16);
-    pub const NCHAN_M1: Bits = (2, 32, 16);
-    pub const BLOCK_LEN: Bits = (2, 48, 16);
-    pub const PERIOD: Bits = (3, 32, 16);
-    pub const TOTAL_SAMPLES: Bits = (4, 0, 64);
-    pub const SYNC: Bits = (5, 32, 32);
-    pub const EDV: Bits = (6, 32, 8);
+    use crate::wire::field::Field;
+    /// Bits `lo..lo + width` of little-endian 64-bit word `w`.
+    const fn bits(w: usize, lo: u8, width: u8) -> Field {
+        Field::le(8 * w, 8).part(lo, width)
+    }
+    pub const FRAME: Field = bits(0, 0, 32);
+    pub const SECONDS: Field = bits(0, 32, 30);
+    pub const COMPLEX: Field = bits(0, 62, 1);
+    pub const INVALID: Field = bits(0, 63, 1);
+    pub const STATION: Field = bits(1, 0, 16);
+    pub const REPRESENTATION: Field = bits(1, 22, 4);
+    pub const EPOCH: Field = bits(1, 26, 6);
+    pub const DATA_LEN8: Field = bits(1, 32, 24);
+    pub const BITS: Field = bits(1, 56, 5);
+    pub const VERSION: Field = bits(1, 61, 3);
+    pub const GROUP: Field = bits(2, 0, 16);
+    /// Also where capture steering finds the stream (see `Locator`).
+    pub const THREAD: Field = bits(2, 16, 16);
+    pub const NCHAN_M1: Field = bits(2, 32, 16);
+    pub const BLOCK_LEN: Field = bits(2, 48, 16);
+    pub const PERIOD: Field = bits(3, 32, 16);
+    pub const TOTAL_SAMPLES: Field = bits(4, 0, 64);
+    pub const SYNC: Field = bits(5, 32, 32);
+    pub const EDV: Field = bits(6, 32, 8);
 }
 
-/// A read/write view of one CODIF frame held in `T`.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A read/write view of one CODIF frame held in `T`.
+    checked by check_len
+}
+
+fields! {
+    /// Frame number within the current period.
+    pub frame: u32 = field::FRAME;
+    /// Seconds since the reference epoch (a multiple of `period` at frame 0).
+    pub seconds: u32 = field::SECONDS;
+    pub complex: bool = field::COMPLEX;
+    pub invalid: bool = field::INVALID;
+    pub station: u16 = field::STATION;
+    /// Sample representation code (0: offset binary in the reference code).
+    pub representation: u8 = field::REPRESENTATION;
+    /// Reference epoch in half-years since 2000-01-01.
+    pub epoch: u8 = field::EPOCH;
+    /// Bits per sample (per real or imaginary part), as stored.
+    pub bits_per_sample: u8 = field::BITS;
+    pub version: u8 = field::VERSION;
+    pub group: u16 = field::GROUP;
+    pub thread: u16 = field::THREAD;
+    /// Sample block length, as stored.
+    pub block_len: u16 = field::BLOCK_LEN;
+    /// Seconds after which the frame number restarts.
+    pub period: u16 = field::PERIOD;
+    /// Samples per channel in one period.
+    pub total_samples: u64 = field::TOTAL_SAMPLES;
+    pub sync: u32 = field::SYNC;
+    /// Extended data version; 0 = no extended data.
+    pub edv: u8 = field::EDV;
+    data_len8: usize = field::DATA_LEN8;
+    nchan_m1: u32 = field::NCHAN_M1;
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checks; accessors read zeros where it is short.
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps untrusted bytes: the 64-byte header, a non-empty data array,
-    /// and the buffer at least header plus data array (`Truncated` if not).
-    /// Extra bytes after the frame are allowed (a file holds many frames).
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        let p = Packet { buffer };
-        p.check_len()?;
-        Ok(p)
-    }
-
+    /// The checks of [`Self::new_checked`]: the 64-byte header, a non-empty
+    /// data array, and the buffer at least header plus data array
+    /// (`Truncated` if not). Extra bytes after the frame are allowed (a file
+    /// holds many frames).
     pub fn check_len(&self) -> Result<(), WireError> {
         let len = self.buffer.as_ref().len();
         if len < HEADER_LEN {
@@ -74,93 +98,17 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn word(&self, i: usize) -> u64 {
-        match self.buffer.as_ref().get(8 * i..8 * i + 8) {
-            Some(w) => {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(w);
-                u64::from_le_bytes(b)
-            }
-            None => 0,
-        }
-    }
-
-    fn get(&self, (w, lo, width): field::Bits) -> u64 {
-        (self.word(w) >> lo) & (u64::MAX >> (64 - width))
-    }
-
-    /// Frame number within the current period.
-    pub fn frame(&self) -> u32 {
-        self.get(field::FRAME) as u32
-    }
-    /// Seconds since the reference epoch (a multiple of `period` at frame 0).
-    pub fn seconds(&self) -> u32 {
-        self.get(field::SECONDS) as u32
-    }
-    pub fn complex(&self) -> bool {
-        self.get(field::COMPLEX) != 0
-    }
-    pub fn invalid(&self) -> bool {
-        self.get(field::INVALID) != 0
-    }
-    pub fn station(&self) -> u16 {
-        self.get(field::STATION) as u16
-    }
-    /// Sample representation code (0: offset binary in the reference code).
-    pub fn representation(&self) -> u8 {
-        self.get(field::REPRESENTATION) as u8
-    }
-    /// Reference epoch in half-years since 2000-01-01.
-    pub fn epoch(&self) -> u8 {
-        self.get(field::EPOCH) as u8
-    }
     /// Data array bytes, header excluded.
     pub fn data_len(&self) -> usize {
-        self.get(field::DATA_LEN8) as usize * 8
+        self.data_len8() * 8
     }
     /// Whole frame: header plus data array.
     pub fn frame_len(&self) -> usize {
         HEADER_LEN + self.data_len()
     }
-    /// Bits per sample (per real or imaginary part), as stored.
-    pub fn bits_per_sample(&self) -> u8 {
-        self.get(field::BITS) as u8
-    }
-    pub fn version(&self) -> u8 {
-        self.get(field::VERSION) as u8
-    }
-    pub fn group(&self) -> u16 {
-        self.get(field::GROUP) as u16
-    }
-    pub fn thread(&self) -> u16 {
-        self.get(field::THREAD) as u16
-    }
     /// Channels, 1..=65536 (stored minus one).
     pub fn nchan(&self) -> u32 {
-        self.get(field::NCHAN_M1) as u32 + 1
-    }
-    /// Sample block length, as stored.
-    pub fn block_len(&self) -> u16 {
-        self.get(field::BLOCK_LEN) as u16
-    }
-    /// Seconds after which the frame number restarts.
-    pub fn period(&self) -> u16 {
-        self.get(field::PERIOD) as u16
-    }
-    /// Samples per channel in one period.
-    pub fn total_samples(&self) -> u64 {
-        self.get(field::TOTAL_SAMPLES)
-    }
-    pub fn sync(&self) -> u32 {
-        self.get(field::SYNC) as u32
-    }
-    /// Extended data version; 0 = no extended data.
-    pub fn edv(&self) -> u8 {
-        self.get(field::EDV) as u8
+        self.nchan_m1() + 1
     }
     /// The data array; empty if the view is shorter than the frame.
     pub fn payload(&self) -> &[u8] {
@@ -172,12 +120,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    fn set(&mut self, (w, lo, width): field::Bits, v: u64) {
-        let mask = (u64::MAX >> (64 - width)) << lo;
-        let new = (self.word(w) & !mask) | ((v << lo) & mask);
-        if let Some(s) = self.buffer.as_mut().get_mut(8 * w..8 * w + 8) {
-            s.copy_from_slice(&new.to_le_bytes());
-        }
+    fn set(&mut self, f: Field, v: u64) {
+        f.set(self.buffer.as_mut(), v);
     }
 
     pub fn payload_mut(&mut self) -> &mut [u8] {

@@ -9,62 +9,39 @@
 //! instead (and see its note on narrow counters). No function here panics
 //! on any input.
 
+use super::field::{fields, view};
 use super::WireError;
 
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 10;
 
 mod field {
-    use core::ops::Range;
-    pub const INDEX: Range<usize> = 0..8;
-    pub const STREAM: Range<usize> = 8..10;
+    use crate::wire::field::Field;
+    pub const INDEX: Field = Field::be(0, 8);
+    /// Also where capture steering finds the stream (see `Locator`).
+    pub const STREAM: Field = Field::be(8, 2);
 }
 
-/// A read/write view of one counter packet held in `T`.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A read/write view of one counter packet held in `T`.
+    checked by check_len
+}
+
+fields! {
+    /// Packet number on this stream's timeline.
+    pub index: u64 = field::INDEX;
+    pub stream: u16 = field::STREAM;
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checks; accessors read zeros where it is short.
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps untrusted bytes: only the 10-byte header is required (the
-    /// payload length is the capture's business, see [`crate::wire::FormatSpec`]).
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        let p = Packet { buffer };
-        p.check_len()?;
-        Ok(p)
-    }
-
+    /// The checks of [`Self::new_checked`]: only the 10-byte header is
+    /// required (the payload length is the capture's business, see
+    /// [`crate::wire::FormatSpec`]).
     pub fn check_len(&self) -> Result<(), WireError> {
         if self.buffer.as_ref().len() < HEADER_LEN {
             return Err(WireError::Truncated);
         }
         Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// Packet number on this stream's timeline.
-    pub fn index(&self) -> u64 {
-        let mut b = [0u8; 8];
-        if let Some(s) = self.buffer.as_ref().get(field::INDEX) {
-            b.copy_from_slice(s);
-        }
-        u64::from_be_bytes(b)
-    }
-
-    pub fn stream(&self) -> u16 {
-        match self.buffer.as_ref().get(field::STREAM) {
-            Some(s) => u16::from_be_bytes([s[0], s[1]]),
-            None => 0,
-        }
     }
 
     /// Everything after the header; empty if the view is short.
@@ -105,8 +82,8 @@ impl Repr {
             .as_mut()
             .get_mut(..HEADER_LEN)
             .ok_or(WireError::Truncated)?;
-        h[field::INDEX].copy_from_slice(&self.index.to_be_bytes());
-        h[field::STREAM].copy_from_slice(&self.stream.to_be_bytes());
+        field::INDEX.set(h, self.index);
+        field::STREAM.set(h, self.stream as u64);
         Ok(())
     }
 }

@@ -16,6 +16,7 @@
 pub mod codif;
 pub mod counter;
 mod error;
+mod field;
 mod format;
 pub mod layout;
 mod locate;

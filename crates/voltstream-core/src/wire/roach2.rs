@@ -6,6 +6,7 @@
 //! x 2 polarisations x (re, im) int8, time-major (TFP). No function here
 //! panics on any input.
 
+use super::field::{fields, view};
 use super::WireError;
 
 pub const HEADER_LEN: usize = 24;
@@ -18,39 +19,40 @@ pub const NPOL: usize = 2;
 pub const VERSION: u8 = 1;
 
 mod field {
+    use crate::wire::field::Field;
     use core::ops::Range;
-    pub const SEQUENCE: Range<usize> = 0..8;
-    pub const MJD: Range<usize> = 8..12;
-    pub const SECOND: Range<usize> = 12..16;
-    pub const NANOSECOND: Range<usize> = 16..20;
-    pub const VERSION: usize = 20;
-    pub const SUBBAND: usize = 21;
-    pub const NCHAN: Range<usize> = 22..24;
+    pub const SEQUENCE: Field = Field::be(0, 8);
+    pub const MJD: Field = Field::be(8, 4);
+    pub const SECOND: Field = Field::be(12, 4);
+    pub const NANOSECOND: Field = Field::be(16, 4);
+    pub const VERSION: Field = Field::be(20, 1);
+    pub const SUBBAND: Field = Field::be(21, 1);
+    pub const NCHAN: Field = Field::be(22, 2);
     pub const DATA: Range<usize> = super::HEADER_LEN..super::FRAME_LEN;
 }
 
-/// A read/write view of one YNAO frame held in `T`.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A read/write view of one YNAO frame held in `T`.
+    checked by check
+}
+
+fields! {
+    /// Frame number since the stream started.
+    pub sequence: u64 = field::SEQUENCE;
+    pub mjd: u32 = field::MJD;
+    /// Second of the UTC day of the first sample.
+    pub second: u32 = field::SECOND;
+    pub nanosecond: u32 = field::NANOSECOND;
+    pub version: u8 = field::VERSION;
+    pub subband: u8 = field::SUBBAND;
+    pub nchan: u16 = field::NCHAN;
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checks; accessors read zeros where it is short.
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps untrusted bytes: at least one whole frame, version 1, 32
-    /// channels, second < 86400, nanoseconds < 1e9. Extra trailing bytes are
-    /// allowed here; [`crate::wire::FormatSpec`] refuses them for capture.
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        let p = Packet { buffer };
-        p.check()?;
-        Ok(p)
-    }
-
-    /// The checks of [`Self::new_checked`].
+    /// The checks of [`Self::new_checked`]: at least one whole frame,
+    /// version 1, 32 channels, second < 86400, nanoseconds < 1e9. Extra
+    /// trailing bytes are allowed here; [`crate::wire::FormatSpec`] refuses
+    /// them for capture.
     pub fn check(&self) -> Result<(), WireError> {
         if self.buffer.as_ref().len() < FRAME_LEN {
             return Err(WireError::Truncated);
@@ -65,51 +67,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn bytes<const N: usize>(&self, r: core::ops::Range<usize>) -> [u8; N] {
-        let mut out = [0u8; N];
-        if let Some(s) = self.buffer.as_ref().get(r) {
-            if s.len() == N {
-                out.copy_from_slice(s);
-            }
-        }
-        out
-    }
-
-    /// Frame number since the stream started.
-    pub fn sequence(&self) -> u64 {
-        u64::from_be_bytes(self.bytes(field::SEQUENCE))
-    }
-    pub fn mjd(&self) -> u32 {
-        u32::from_be_bytes(self.bytes(field::MJD))
-    }
-    /// Second of the UTC day of the first sample.
-    pub fn second(&self) -> u32 {
-        u32::from_be_bytes(self.bytes(field::SECOND))
-    }
-    pub fn nanosecond(&self) -> u32 {
-        u32::from_be_bytes(self.bytes(field::NANOSECOND))
-    }
-    pub fn version(&self) -> u8 {
-        self.buffer
-            .as_ref()
-            .get(field::VERSION)
-            .copied()
-            .unwrap_or(0)
-    }
-    pub fn subband(&self) -> u8 {
-        self.buffer
-            .as_ref()
-            .get(field::SUBBAND)
-            .copied()
-            .unwrap_or(0)
-    }
-    pub fn nchan(&self) -> u16 {
-        u16::from_be_bytes(self.bytes(field::NCHAN))
-    }
     /// The 8192 data bytes; empty if the view is short.
     pub fn payload(&self) -> &[u8] {
         self.buffer.as_ref().get(field::DATA).unwrap_or(&[])
@@ -155,13 +112,13 @@ impl Repr {
             .as_mut()
             .get_mut(..FRAME_LEN)
             .ok_or(WireError::Truncated)?;
-        h[field::SEQUENCE].copy_from_slice(&self.sequence.to_be_bytes());
-        h[field::MJD].copy_from_slice(&self.mjd.to_be_bytes());
-        h[field::SECOND].copy_from_slice(&self.second.to_be_bytes());
-        h[field::NANOSECOND].copy_from_slice(&self.nanosecond.to_be_bytes());
-        h[field::VERSION] = VERSION;
-        h[field::SUBBAND] = self.subband;
-        h[field::NCHAN].copy_from_slice(&(NCHAN as u16).to_be_bytes());
+        field::SEQUENCE.set(h, self.sequence);
+        field::MJD.set(h, self.mjd as u64);
+        field::SECOND.set(h, self.second as u64);
+        field::NANOSECOND.set(h, self.nanosecond as u64);
+        field::VERSION.set(h, VERSION as u64);
+        field::SUBBAND.set(h, self.subband as u64);
+        field::NCHAN.set(h, NCHAN as u64);
         Ok(())
     }
 }

@@ -5,6 +5,7 @@
 //! counts the header too, in 8-byte units. No function here panics on any
 //! input; `docs/formats.md` gives the exact bit layout and the sample mapping.
 
+use super::field::{fields, view, Field};
 use super::WireError;
 
 /// Bytes in a standard header.
@@ -18,46 +19,56 @@ pub const LEVELS_2BIT: [f32; 4] = [-3.3359, -1.0, 1.0, 3.3359];
 pub const MAX_THREADS: usize = 1024;
 
 mod field {
-    // Each entry: (word index, lowest bit, width in bits).
-    pub type Bits = (usize, u32, u32);
-    pub const INVALID: Bits = (0, 31, 1);
-    pub const LEGACY: Bits = (0, 30, 1);
-    pub const SECONDS: Bits = (0, 0, 30);
-    pub const REF_EPOCH: Bits = (1, 24, 6);
-    pub const FRAME: Bits = (1, 0, 24);
-    pub const VERSION: Bits = (2, 29, 3);
-    pub const LOG2_NCHAN: Bits = (2, 24, 5);
-    pub const FRAME_LEN8: Bits = (2, 0, 24);
-    pub const COMPLEX: Bits = (3, 31, 1);
-    pub const BITS_M1: Bits = (3, 26, 5);
-    pub const THREAD: Bits = (3, 16, 10);
-    pub const STATION: Bits = (3, 0, 16);
-    pub const EDV: Bits = (4, 24, 8);
+    use crate::wire::field::Field;
+    /// Bits `lo..lo + width` of little-endian 32-bit word `w`.
+    const fn bits(w: usize, lo: u8, width: u8) -> Field {
+        Field::le(4 * w, 4).part(lo, width)
+    }
+    pub const INVALID: Field = bits(0, 31, 1);
+    pub const LEGACY: Field = bits(0, 30, 1);
+    pub const SECONDS: Field = bits(0, 0, 30);
+    pub const REF_EPOCH: Field = bits(1, 24, 6);
+    pub const FRAME: Field = bits(1, 0, 24);
+    pub const VERSION: Field = bits(2, 29, 3);
+    pub const LOG2_NCHAN: Field = bits(2, 24, 5);
+    pub const FRAME_LEN8: Field = bits(2, 0, 24);
+    pub const COMPLEX: Field = bits(3, 31, 1);
+    pub const BITS_M1: Field = bits(3, 26, 5);
+    /// Also where capture steering finds the stream (see `Locator`).
+    pub const THREAD: Field = bits(3, 16, 10);
+    pub const STATION: Field = bits(3, 0, 16);
+    pub const EDV: Field = bits(4, 24, 8);
 }
 
-/// A read/write view of one VDIF frame held in `T`.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A read/write view of one VDIF frame held in `T`.
+    checked by check_len
+}
+
+fields! {
+    pub invalid: bool = field::INVALID;
+    pub legacy: bool = field::LEGACY;
+    /// Seconds since the reference epoch.
+    pub seconds: u32 = field::SECONDS;
+    /// Reference epoch in half-years since 2000-01-01.
+    pub ref_epoch: u8 = field::REF_EPOCH;
+    /// Frame number within the second.
+    pub frame: u32 = field::FRAME;
+    pub version: u8 = field::VERSION;
+    pub log2_nchan: u8 = field::LOG2_NCHAN;
+    pub complex: bool = field::COMPLEX;
+    pub thread: u16 = field::THREAD;
+    pub station: u16 = field::STATION;
+    frame_len8: usize = field::FRAME_LEN8;
+    bits_m1: u8 = field::BITS_M1;
+    edv_raw: u8 = field::EDV;
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checks; accessors may then return garbage but
-    /// still never panic (every read is bounds-checked and defaults to zero).
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps untrusted bytes: the header must be complete, its frame length
-    /// at least the header and no longer than the buffer. Extra bytes after
-    /// the frame are allowed (a file holds many frames); see [`Self::frame_len`].
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        let p = Packet { buffer };
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// The checks of [`Self::new_checked`].
+    /// The checks of [`Self::new_checked`]: the header must be complete, its
+    /// frame length at least the header and no longer than the buffer. Extra
+    /// bytes after the frame are allowed (a file holds many frames); see
+    /// [`Self::frame_len`].
     pub fn check_len(&self) -> Result<(), WireError> {
         let len = self.buffer.as_ref().len();
         if len < LEGACY_HEADER_LEN {
@@ -77,47 +88,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
-    /// Consumes the view, returning the buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn word(&self, i: usize) -> u32 {
-        let b = self.buffer.as_ref();
-        match b.get(4 * i..4 * i + 4) {
-            Some(w) => u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
-            None => 0,
-        }
-    }
-
-    fn get(&self, (w, lo, width): field::Bits) -> u32 {
-        (self.word(w) >> lo) & (u32::MAX >> (32 - width))
-    }
-
-    pub fn invalid(&self) -> bool {
-        self.get(field::INVALID) != 0
-    }
-    pub fn legacy(&self) -> bool {
-        self.get(field::LEGACY) != 0
-    }
-    /// Seconds since the reference epoch.
-    pub fn seconds(&self) -> u32 {
-        self.get(field::SECONDS)
-    }
-    /// Reference epoch in half-years since 2000-01-01.
-    pub fn ref_epoch(&self) -> u8 {
-        self.get(field::REF_EPOCH) as u8
-    }
-    /// Frame number within the second.
-    pub fn frame(&self) -> u32 {
-        self.get(field::FRAME)
-    }
-    pub fn version(&self) -> u8 {
-        self.get(field::VERSION) as u8
-    }
-    pub fn log2_nchan(&self) -> u8 {
-        self.get(field::LOG2_NCHAN) as u8
-    }
     /// Channels per sample; saturates for the (nonsensical) log2 values >= 32.
     pub fn nchan(&self) -> u32 {
         1u32.checked_shl(self.log2_nchan() as u32)
@@ -125,35 +95,22 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Frame length in bytes, header included.
     pub fn frame_len(&self) -> usize {
-        self.get(field::FRAME_LEN8) as usize * 8
-    }
-    pub fn complex(&self) -> bool {
-        self.get(field::COMPLEX) != 0
+        self.frame_len8() * 8
     }
     /// Bits per sample (per real or imaginary part), 1..=32.
     pub fn bits_per_sample(&self) -> u8 {
-        self.get(field::BITS_M1) as u8 + 1
-    }
-    pub fn thread(&self) -> u16 {
-        self.get(field::THREAD) as u16
-    }
-    pub fn station(&self) -> u16 {
-        self.get(field::STATION) as u16
+        self.bits_m1() + 1
     }
     /// Extended data version; 0 for legacy headers, which have no word 4.
     pub fn edv(&self) -> u8 {
         if self.legacy() {
             0
         } else {
-            self.get(field::EDV) as u8
+            self.edv_raw()
         }
     }
     pub fn header_len(&self) -> usize {
-        if self.legacy() {
-            LEGACY_HEADER_LEN
-        } else {
-            HEADER_LEN
-        }
+        header_len(self.legacy())
     }
     /// The data array; empty if the view is shorter than its frame length.
     pub fn payload(&self) -> &[u8] {
@@ -165,22 +122,23 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    fn set_word(&mut self, i: usize, v: u32) {
-        if let Some(w) = self.buffer.as_mut().get_mut(4 * i..4 * i + 4) {
-            w.copy_from_slice(&v.to_le_bytes());
-        }
-    }
-
-    fn set(&mut self, (w, lo, width): field::Bits, v: u32) {
-        let mask = (u32::MAX >> (32 - width)) << lo;
-        let old = self.word(w);
-        self.set_word(w, (old & !mask) | ((v << lo) & mask));
+    fn set(&mut self, f: Field, v: u32) {
+        f.set(self.buffer.as_mut(), v as u64);
     }
 
     /// The data array, writable; empty if the view is too short.
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let (h, f) = (self.header_len(), self.frame_len());
         self.buffer.as_mut().get_mut(h..f).unwrap_or(&mut [])
+    }
+}
+
+/// Bytes before the data array of a standard or legacy frame.
+pub const fn header_len(legacy: bool) -> usize {
+    if legacy {
+        LEGACY_HEADER_LEN
+    } else {
+        HEADER_LEN
     }
 }
 
@@ -227,11 +185,7 @@ impl Repr {
     }
 
     pub fn header_len(&self) -> usize {
-        if self.legacy {
-            LEGACY_HEADER_LEN
-        } else {
-            HEADER_LEN
-        }
+        header_len(self.legacy)
     }
 
     /// Checks that every field fits its bit width and the frame length is a
@@ -258,12 +212,11 @@ impl Repr {
     /// The data array is left alone. Fails if a field does not fit.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) -> Result<(), WireError> {
         self.check()?;
-        if p.buffer.as_ref().len() < self.header_len() {
-            return Err(WireError::Truncated);
-        }
-        for w in 0..self.header_len() / 4 {
-            p.set_word(w, 0);
-        }
+        p.buffer
+            .as_mut()
+            .get_mut(..self.header_len())
+            .ok_or(WireError::Truncated)?
+            .fill(0);
         p.set(field::INVALID, self.invalid as u32);
         p.set(field::LEGACY, self.legacy as u32);
         p.set(field::SECONDS, self.seconds);

@@ -1,0 +1,232 @@
+//! One header field, and the plumbing every header view shares.
+//!
+//! [`Field`] is an unsigned integer of 1 to 8 bytes at a byte offset, big- or
+//! little-endian, optionally narrowed to a bit range: the unit both the
+//! built-in formats (their `mod field` tables) and the declarative
+//! [`crate::wire::Layout`] are made of. Two macros turn a format file's
+//! statement of its fields into code: `view!` declares the `Packet<T>` view
+//! (constructors and buffer access), `fields!` its getters. Reads past the
+//! buffer give zero and writes past it do nothing, so a view built with
+//! `new_unchecked` over short bytes still never panics. No function here
+//! panics on any input.
+
+/// Byte order of a multi-byte field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endian {
+    Big,
+    Little,
+}
+
+/// An unsigned integer field: `bytes` bytes at `offset`, in `endian` order,
+/// then `(value >> shift)` keeping the low `bits` bits (`bits == 0`: all
+/// bits above `shift`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    pub offset: usize,
+    pub bytes: u8,
+    pub endian: Endian,
+    pub shift: u8,
+    pub bits: u8,
+}
+
+impl Field {
+    /// A whole big-endian field, the common case.
+    pub const fn be(offset: usize, bytes: u8) -> Field {
+        Field {
+            offset,
+            bytes,
+            endian: Endian::Big,
+            shift: 0,
+            bits: 0,
+        }
+    }
+
+    /// A whole little-endian field.
+    pub const fn le(offset: usize, bytes: u8) -> Field {
+        Field {
+            endian: Endian::Little,
+            ..Field::be(offset, bytes)
+        }
+    }
+
+    /// This field narrowed to `bits` bits from bit `shift` (VDIF and CODIF
+    /// pack several fields into one word).
+    pub const fn part(self, shift: u8, bits: u8) -> Field {
+        Field { shift, bits, ..self }
+    }
+
+    #[inline]
+    pub(super) fn width(&self) -> u32 {
+        if self.bits == 0 {
+            (self.bytes as u32 * 8).saturating_sub(self.shift as u32)
+        } else {
+            self.bits as u32
+        }
+    }
+
+    /// Largest value the field can hold.
+    #[inline]
+    pub fn max(&self) -> u64 {
+        u64::MAX >> (64 - self.width().clamp(1, 64))
+    }
+
+    #[inline]
+    pub(super) fn end(&self) -> usize {
+        self.offset.saturating_add(self.bytes as usize)
+    }
+
+    /// The whole bytes holding the field, as one integer.
+    #[inline]
+    fn raw(&self, src: &[u8]) -> u64 {
+        let mut raw = 0u64;
+        for i in 0..src.len().min(8) {
+            let b = match self.endian {
+                Endian::Big => src[i],
+                Endian::Little => src[src.len() - 1 - i],
+            };
+            raw = (raw << 8) | b as u64;
+        }
+        raw
+    }
+
+    /// Reads the field; `None` if the packet is too short. Meaningful only
+    /// for a validated field, but never panics.
+    #[inline]
+    pub fn read(&self, packet: &[u8]) -> Option<u64> {
+        let src = packet.get(self.offset..self.end())?;
+        Some(self.raw(src).checked_shr(self.shift as u32).unwrap_or(0) & self.max())
+    }
+
+    /// Reads the field, or 0 where the packet is too short (what a view
+    /// built with `new_unchecked` over short bytes reads).
+    #[inline]
+    pub fn get(&self, packet: &[u8]) -> u64 {
+        self.read(packet).unwrap_or(0)
+    }
+
+    /// Writes the low bits of `value` into the field, keeping the other bits
+    /// of its bytes; does nothing where the packet is too short.
+    #[inline]
+    pub fn set(&self, packet: &mut [u8], value: u64) {
+        let Some(dst) = packet.get_mut(self.offset..self.end()) else {
+            return;
+        };
+        let shift = self.shift as u32;
+        let mask = self.max().checked_shl(shift).unwrap_or(0);
+        let old = self.raw(dst);
+        let mut raw = (old & !mask) | (value.checked_shl(shift).unwrap_or(0) & mask);
+        let n = dst.len().min(8);
+        for i in 0..n {
+            let at = match self.endian {
+                Endian::Big => n - 1 - i,
+                Endian::Little => i,
+            };
+            dst[at] = raw as u8;
+            raw >>= 8;
+        }
+    }
+}
+
+/// What a getter returns, from a field's (already narrowed) value; a field
+/// is declared no wider than its type, so the casts keep every bit.
+pub(crate) trait FromField {
+    fn from_field(v: u64) -> Self;
+}
+
+macro_rules! from_field {
+    ($($t:ty),*) => {$(
+        impl FromField for $t {
+            #[inline(always)]
+            fn from_field(v: u64) -> Self {
+                v as $t
+            }
+        }
+    )*};
+}
+from_field!(u8, u16, u32, u64, usize);
+
+impl FromField for bool {
+    #[inline(always)]
+    fn from_field(v: u64) -> Self {
+        v != 0
+    }
+}
+
+/// Declares a format's `Packet<T>` view: the struct, `new_unchecked`,
+/// `new_checked` (which runs the named check method the file writes) and
+/// `into_inner`.
+macro_rules! view {
+    ($(#[$doc:meta])* checked by $check:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct Packet<T: AsRef<[u8]>> {
+            buffer: T,
+        }
+
+        impl<T: AsRef<[u8]>> Packet<T> {
+            /// Wraps a buffer without checks; accessors may then read garbage
+            /// but never panic (reads past the end give zero).
+            #[inline]
+            pub fn new_unchecked(buffer: T) -> Self {
+                Packet { buffer }
+            }
+
+            /// Wraps untrusted bytes: `Ok` only when
+            #[doc = concat!("[`Self::", stringify!($check), "`]")]
+            /// passes, and then no accessor can read past the frame.
+            #[inline]
+            pub fn new_checked(buffer: T) -> Result<Self, $crate::wire::WireError> {
+                let p = Packet { buffer };
+                p.$check()?;
+                Ok(p)
+            }
+
+            /// Consumes the view, returning the buffer.
+            #[inline]
+            pub fn into_inner(self) -> T {
+                self.buffer
+            }
+        }
+    };
+}
+
+/// Getters on `Packet<T>`, one per line of `name: type = field`, where
+/// `field` is a [`Field`] (a `mod field` constant). `pub` ones are the
+/// view's API; private ones hold a stored form (length in 8-byte units,
+/// count minus one) that a hand-written getter turns into the meaning.
+macro_rules! fields {
+    ($($(#[$doc:meta])* $vis:vis $name:ident: $ty:ty = $field:expr;)*) => {
+        impl<T: AsRef<[u8]>> Packet<T> {
+            $(
+                $(#[$doc])*
+                #[inline]
+                $vis fn $name(&self) -> $ty {
+                    $crate::wire::field::FromField::from_field($field.get(self.buffer.as_ref()))
+                }
+            )*
+        }
+    };
+}
+
+pub(crate) use {fields, view};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_keeps_other_bits_and_round_trips() {
+        let mut b = [0xffu8; 9];
+        let f = Field::le(1, 4).part(16, 10);
+        f.set(&mut b, 0x2a5);
+        assert_eq!(f.get(&b), 0x2a5);
+        assert_eq!(b, [0xff, 0xff, 0xff, 0xa5, 0xfe, 0xff, 0xff, 0xff, 0xff]);
+        let g = Field::be(1, 8);
+        g.set(&mut b, 0x0102_0304_0506_0708);
+        assert_eq!(&b[1..], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(Field::le(1, 8).part(0, 64).get(&b), 0x0807_0605_0403_0201);
+        // Past the end: reads zero, writes nothing.
+        Field::be(8, 2).set(&mut b, 0);
+        assert_eq!((Field::be(8, 2).get(&b), b[8]), (0, 8));
+    }
+}
