@@ -52,7 +52,11 @@ impl Field {
     /// This field narrowed to `bits` bits from bit `shift` (VDIF and CODIF
     /// pack several fields into one word).
     pub const fn part(self, shift: u8, bits: u8) -> Field {
-        Field { shift, bits, ..self }
+        Field {
+            shift,
+            bits,
+            ..self
+        }
     }
 
     #[inline]

@@ -1,0 +1,59 @@
+//! One SPEAD item pointer: an immediate value or an address into the heap.
+
+use super::field;
+
+/// One item pointer: an immediate value, or an address into the heap payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Item {
+    pub immediate: bool,
+    pub id: u64,
+    /// The value (immediate) or the byte address in the heap (not immediate).
+    pub value: u64,
+}
+
+impl Item {
+    pub const fn immediate(id: u64, value: u64) -> Item {
+        Item {
+            immediate: true,
+            id,
+            value,
+        }
+    }
+
+    pub const fn address(id: u64, value: u64) -> Item {
+        Item {
+            immediate: false,
+            id,
+            value,
+        }
+    }
+
+    pub(super) fn decode(raw: u64, addr_bits: u32) -> Item {
+        let value_mask = mask(addr_bits);
+        Item {
+            immediate: raw >> field::IMMEDIATE_BIT != 0,
+            id: (raw >> addr_bits) & mask(field::IMMEDIATE_BIT - addr_bits),
+            value: raw & value_mask,
+        }
+    }
+
+    /// The 64-bit pointer, or `None` if the id or value does not fit.
+    pub(super) fn encode(&self, addr_bits: u32) -> Option<u64> {
+        let id_bits = field::IMMEDIATE_BIT - addr_bits;
+        if self.id > mask(id_bits) || self.value > mask(addr_bits) {
+            return None;
+        }
+        Some(
+            ((self.immediate as u64) << field::IMMEDIATE_BIT) | (self.id << addr_bits) | self.value,
+        )
+    }
+}
+
+/// Low `bits` bits set (`bits` <= 64).
+const fn mask(bits: u32) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
