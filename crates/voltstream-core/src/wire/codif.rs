@@ -8,9 +8,13 @@
 //! reference implementation (DiFX `codifio`), as `docs/formats.md` explains:
 //! the draft specification itself was not available to us. No function here
 //! panics on any input.
+//!
+//! Owns the header view ([`Packet`], [`Repr`]) and the capture rules
+//! ([`Locator`]).
 
 use super::field::{fields, view, Field};
-use super::WireError;
+use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
+use crate::Error;
 
 /// Bytes in the header.
 pub const HEADER_LEN: usize = 64;
@@ -234,6 +238,118 @@ impl Repr {
         p.set(field::SYNC, self.sync as u64);
         p.set(field::EDV, self.edv as u64);
         Ok(())
+    }
+}
+
+/// The capture rules for CODIF frames: one stream per configured thread, the
+/// index (seconds / period) * frames per period + frame number.
+#[derive(Debug, Clone)]
+pub struct Locator {
+    threads: Box<[u16]>,
+    frame_len: usize,
+    fpp: u32,
+    station: Option<u16>,
+    group: Option<u16>,
+}
+
+impl Locator {
+    /// Validates the values (`Error::Config` says what to change).
+    pub fn new(
+        threads: &[u16],
+        frame_len: usize,
+        frames_per_period: u32,
+        station: Option<u16>,
+        group: Option<u16>,
+    ) -> crate::Result<Locator> {
+        if threads.is_empty() {
+            return Err(Error::Config(
+                "CODIF format needs at least one thread id (e.g. threads = [0, 1])".into(),
+            ));
+        }
+        for (i, &t) in threads.iter().enumerate() {
+            if threads[..i].contains(&t) {
+                return Err(Error::Config(format!(
+                    "CODIF thread id {t} is listed twice; list each thread once"
+                )));
+            }
+        }
+        let data = frame_len.saturating_sub(HEADER_LEN);
+        if data == 0 || data % 8 != 0 || data / 8 >= 1 << 24 {
+            return Err(Error::Config(format!(
+                "CODIF frame length {frame_len} bytes is invalid: it must be the \
+                 64-byte header plus a data array of a positive multiple of 8 bytes \
+                 (below 134217728)"
+            )));
+        }
+        if frames_per_period == 0 {
+            return Err(Error::Config(
+                "CODIF frames per period is 0; use the number of frames each thread \
+                 sends per period"
+                    .into(),
+            ));
+        }
+        Ok(Locator {
+            threads: threads.into(),
+            frame_len,
+            fpp: frames_per_period,
+            station,
+            group,
+        })
+    }
+}
+
+impl Locate for Locator {
+    fn streams(&self) -> usize {
+        self.threads.len()
+    }
+
+    fn payload_len(&self) -> usize {
+        self.frame_len - HEADER_LEN
+    }
+
+    fn station(&self) -> Option<u16> {
+        self.station
+    }
+
+    fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError> {
+        let p = Packet::new_checked(packet)?;
+        if p.frame_len() != self.frame_len || packet.len() != self.frame_len || p.sync() != SYNC {
+            return Err(WireError::Malformed);
+        }
+        if self.station.is_some_and(|s| s != p.station())
+            || self.group.is_some_and(|g| g != p.group())
+        {
+            return Err(WireError::Foreign);
+        }
+        let stream = self
+            .threads
+            .iter()
+            .position(|&t| t == p.thread())
+            .ok_or(WireError::Foreign)?;
+        if p.invalid() {
+            return Err(WireError::Invalid { stream });
+        }
+        let period = p.period() as u32;
+        if period == 0 || p.seconds() % period != 0 || p.frame() >= self.fpp {
+            return Err(WireError::Malformed);
+        }
+        let index = (p.seconds() / period) as u64 * self.fpp as u64 + p.frame() as u64;
+        let payload = packet.get(HEADER_LEN..).ok_or(WireError::Truncated)?;
+        Ok(Located {
+            stream,
+            index,
+            payload,
+        })
+    }
+}
+
+impl StreamKeyed for Locator {
+    fn stream_key(&self) -> Option<StreamKey> {
+        Some(StreamKey {
+            field: field::THREAD,
+            ids: self.threads.iter().map(|&t| t as u64).collect(),
+            min_packet_len: self.frame_len,
+        })
     }
 }
 

@@ -8,9 +8,13 @@
 //! 16-bit counter; describe such a design with [`crate::wire::layout`]
 //! instead (and see its note on narrow counters). No function here panics
 //! on any input.
+//!
+//! Owns the header view ([`Packet`], [`Repr`]) and the capture rules
+//! ([`Locator`]).
 
 use super::field::{fields, view};
-use super::WireError;
+use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
+use crate::Error;
 
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 10;
@@ -85,6 +89,74 @@ impl Repr {
         field::INDEX.set(h, self.index);
         field::STREAM.set(h, self.stream as u64);
         Ok(())
+    }
+}
+
+/// The capture rules for counter packets: stream ids `0..streams`, the
+/// index the counter itself, a fixed payload length.
+#[derive(Debug, Clone)]
+pub struct Locator {
+    streams: usize,
+    payload_len: usize,
+}
+
+impl Locator {
+    /// Validates the values (`Error::Config` says what to change).
+    pub fn new(streams: usize, payload_len: usize) -> crate::Result<Locator> {
+        if streams == 0 || streams > u16::MAX as usize + 1 {
+            return Err(Error::Config(format!(
+                "counter format needs 1..=65536 streams, got {streams}"
+            )));
+        }
+        if payload_len == 0 {
+            return Err(Error::Config(
+                "counter format needs payload_len > 0 (bytes after the 10-byte header)".into(),
+            ));
+        }
+        Ok(Locator {
+            streams,
+            payload_len,
+        })
+    }
+}
+
+impl Locate for Locator {
+    fn streams(&self) -> usize {
+        self.streams
+    }
+
+    fn payload_len(&self) -> usize {
+        self.payload_len
+    }
+
+    fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError> {
+        let p = Packet::new_checked(packet)?;
+        let payload = p.payload();
+        if payload.len() < self.payload_len {
+            return Err(WireError::Truncated);
+        }
+        if payload.len() > self.payload_len {
+            return Err(WireError::Malformed);
+        }
+        let stream = p.stream() as usize;
+        if stream >= self.streams {
+            return Err(WireError::Foreign);
+        }
+        Ok(Located {
+            stream,
+            index: p.index(),
+            payload: packet.get(HEADER_LEN..).ok_or(WireError::Truncated)?,
+        })
+    }
+}
+
+impl StreamKeyed for Locator {
+    fn stream_key(&self) -> Option<StreamKey> {
+        Some(StreamKey {
+            field: field::STREAM,
+            ids: (0..self.streams as u64).collect(),
+            min_packet_len: HEADER_LEN + self.payload_len,
+        })
     }
 }
 

@@ -9,7 +9,7 @@
 //! messages that say what to change; [`Layout::locate`] then reads a few
 //! integers per packet, allocation-free. No function here panics on any input.
 
-use super::{Located, WireError};
+use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
 use crate::{Error, Result};
 
 pub use super::field::{Endian, Field};
@@ -185,6 +185,30 @@ impl Layout {
             stream,
             index: raw / step,
             payload,
+        })
+    }
+}
+
+impl Locate for Layout {
+    fn streams(&self) -> usize {
+        Layout::streams(self)
+    }
+
+    fn payload_len(&self) -> usize {
+        self.payload_len
+    }
+
+    fn locate<'a>(&self, packet: &'a [u8]) -> core::result::Result<Located<'a>, WireError> {
+        Layout::locate(self, packet)
+    }
+}
+
+impl StreamKeyed for Layout {
+    fn stream_key(&self) -> Option<StreamKey> {
+        Some(StreamKey {
+            field: self.stream?,
+            ids: self.stream_ids.clone(),
+            min_packet_len: self.packet_len,
         })
     }
 }

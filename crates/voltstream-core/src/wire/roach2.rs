@@ -5,9 +5,12 @@
 //! of day, nanoseconds, version, subband, nchan) then 64 spectra x 32 channels
 //! x 2 polarisations x (re, im) int8, time-major (TFP). No function here
 //! panics on any input.
+//!
+//! Owns the header view ([`Packet`], [`Repr`]) and the capture rules
+//! ([`Locator`]).
 
 use super::field::{fields, view};
-use super::WireError;
+use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
 
 pub const HEADER_LEN: usize = 24;
 pub const DATA_LEN: usize = 8192;
@@ -127,6 +130,46 @@ impl Repr {
 /// data array; the real part is there, the imaginary part one byte later.
 pub const fn data_offset(t: usize, c: usize, p: usize) -> usize {
     ((t * NCHAN + c) * NPOL + p) * 2
+}
+
+/// The capture rules for YNAO frames: one stream, the index the sequence
+/// counter, exactly one frame per packet.
+#[derive(Debug, Clone)]
+pub struct Locator {
+    /// Accept only this subband id; `None` accepts any.
+    pub subband: Option<u8>,
+}
+
+impl Locate for Locator {
+    fn streams(&self) -> usize {
+        1
+    }
+
+    fn payload_len(&self) -> usize {
+        DATA_LEN
+    }
+
+    fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError> {
+        let p = Packet::new_checked(packet)?;
+        if packet.len() != FRAME_LEN {
+            return Err(WireError::Malformed);
+        }
+        if self.subband.is_some_and(|s| s != p.subband()) {
+            return Err(WireError::Foreign);
+        }
+        Ok(Located {
+            stream: 0,
+            index: p.sequence(),
+            payload: packet.get(HEADER_LEN..).ok_or(WireError::Truncated)?,
+        })
+    }
+}
+
+impl StreamKeyed for Locator {
+    /// One stream: nothing to steer by.
+    fn stream_key(&self) -> Option<StreamKey> {
+        None
+    }
 }
 
 #[cfg(test)]

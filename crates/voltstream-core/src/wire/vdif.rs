@@ -4,9 +4,15 @@
 //! legacy bit is set) followed by the data array. The header's frame length
 //! counts the header too, in 8-byte units. No function here panics on any
 //! input; `docs/formats.md` gives the exact bit layout and the sample mapping.
+//!
+//! Owns the header view ([`Packet`], [`Repr`]), the sample decoder
+//! ([`decode`]) and the capture rules ([`Locator`]).
 
 use super::field::{fields, view, Field};
-use super::WireError;
+use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
+use crate::Error;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// Bytes in a standard header.
 pub const HEADER_LEN: usize = 32;
@@ -269,6 +275,168 @@ pub fn decode(payload: &[u8], bits: u8, out: &mut [f32]) -> Result<usize, WireEr
         }
     }
     Ok(n)
+}
+
+/// `Locator::table` entry of a thread that is not one of ours.
+const NO_STREAM: u16 = u16::MAX;
+/// `Locator::learned` before any frame fixed the station (station ids are 16 bits).
+const NO_STATION: u32 = u32::MAX;
+
+/// The capture rules for VDIF frames: one stream per configured thread, the
+/// index seconds * frames per second + frame number, one station.
+#[derive(Debug, Clone)]
+pub struct Locator {
+    /// Stream of each thread id ([`NO_STREAM`] where not ours): one lookup
+    /// per frame, whatever the number of threads.
+    table: Box<[u16]>,
+    streams: usize,
+    frame_len: usize,
+    fps: u32,
+    /// The station given; with none, the first valid frame of a configured
+    /// thread fixes it in `learned` (shared by the clones of this locator),
+    /// and frames of any other station are foreign from then on.
+    station: Option<u16>,
+    learned: Arc<AtomicU32>,
+    legacy: bool,
+}
+
+impl Locator {
+    /// Validates the values (`Error::Config` says what to change) and builds
+    /// the thread table, the one allocation.
+    pub fn new(
+        threads: &[u16],
+        frame_len: usize,
+        frames_per_second: u32,
+        station: Option<u16>,
+        legacy: bool,
+    ) -> crate::Result<Locator> {
+        let header = header_len(legacy);
+        if threads.is_empty() {
+            return Err(Error::Config(
+                "VDIF format needs at least one thread id (e.g. threads = [0, 1])".into(),
+            ));
+        }
+        for (i, &t) in threads.iter().enumerate() {
+            if t as usize >= MAX_THREADS {
+                return Err(Error::Config(format!(
+                    "VDIF thread id {t} does not fit the 10-bit field; use 0..=1023"
+                )));
+            }
+            if threads[..i].contains(&t) {
+                return Err(Error::Config(format!(
+                    "VDIF thread id {t} is listed twice; list each thread once"
+                )));
+            }
+        }
+        if frame_len <= header || frame_len % 8 != 0 || frame_len / 8 >= 1 << 24 {
+            return Err(Error::Config(format!(
+                "VDIF frame length {frame_len} bytes is invalid: it must include the \
+                 {header}-byte header, be a multiple of 8 and below 134217728"
+            )));
+        }
+        if frames_per_second == 0 || frames_per_second >= 1 << 24 {
+            return Err(Error::Config(format!(
+                "VDIF frames per second {frames_per_second} is invalid: use 1..=16777215"
+            )));
+        }
+        let mut table = vec![NO_STREAM; MAX_THREADS].into_boxed_slice();
+        for (i, &t) in threads.iter().enumerate() {
+            table[t as usize] = i as u16;
+        }
+        Ok(Locator {
+            table,
+            streams: threads.len(),
+            frame_len,
+            fps: frames_per_second,
+            station,
+            learned: Arc::new(AtomicU32::new(NO_STATION)),
+            legacy,
+        })
+    }
+
+    fn learned_station(&self) -> Option<u16> {
+        let v = self.learned.load(Ordering::Relaxed);
+        (v != NO_STATION).then_some(v as u16)
+    }
+}
+
+impl Locate for Locator {
+    fn streams(&self) -> usize {
+        self.streams
+    }
+
+    fn payload_len(&self) -> usize {
+        self.frame_len - header_len(self.legacy)
+    }
+
+    fn station(&self) -> Option<u16> {
+        self.station.or_else(|| self.learned_station())
+    }
+
+    fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError> {
+        let p = Packet::new_checked(packet)?;
+        // A header of the other kind would shift the payload: not this layout.
+        if p.legacy() != self.legacy
+            || p.frame_len() != self.frame_len
+            || packet.len() != self.frame_len
+        {
+            return Err(WireError::Malformed);
+        }
+        let want = self.station();
+        if want.is_some_and(|s| s != p.station()) {
+            return Err(WireError::Foreign);
+        }
+        let stream = match self.table.get(p.thread() as usize) {
+            Some(&s) if s != NO_STREAM => s as usize,
+            _ => return Err(WireError::Foreign),
+        };
+        if p.invalid() {
+            return Err(WireError::Invalid { stream });
+        }
+        if p.frame() >= self.fps {
+            return Err(WireError::Malformed);
+        }
+        if want.is_none() {
+            // The first valid frame of ours fixes the station; a frame of
+            // another station that raced it here is foreign.
+            let this = p.station() as u32;
+            if let Err(won) = self.learned.compare_exchange(
+                NO_STATION,
+                this,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                if won != this {
+                    return Err(WireError::Foreign);
+                }
+            }
+        }
+        let index = p.seconds() as u64 * self.fps as u64 + p.frame() as u64;
+        let payload = packet
+            .get(header_len(self.legacy)..)
+            .ok_or(WireError::Truncated)?;
+        Ok(Located {
+            stream,
+            index,
+            payload,
+        })
+    }
+}
+
+impl StreamKeyed for Locator {
+    fn stream_key(&self) -> Option<StreamKey> {
+        let mut ids = vec![0u64; self.streams];
+        for (thread, &s) in self.table.iter().enumerate() {
+            if let Some(id) = ids.get_mut(s as usize) {
+                *id = thread as u64;
+            }
+        }
+        Some(StreamKey {
+            field: field::THREAD,
+            ids,
+            min_packet_len: self.frame_len,
+        })
+    }
 }
 
 #[cfg(test)]

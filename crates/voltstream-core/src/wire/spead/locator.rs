@@ -1,8 +1,9 @@
 //! The SPEAD capture rules: where a packet of a heap goes ([`HeapMap`], the
 //! format's [`crate::wire::Locate`]).
 
-use super::heap_packet;
-use crate::wire::{Located, WireError};
+use super::{heap_packet, HEAP_CNT, PAYLOAD_LEN};
+use crate::wire::{Locate, Located, StreamKey, StreamKeyed, WireError};
+use crate::Error;
 
 /// Where a packet's heap index (its heap's place in time) and stream come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +42,95 @@ pub struct HeapMap {
 }
 
 impl HeapMap {
+    /// Checks the values, saying what is wrong and what to use instead
+    /// (`FormatSpec::validate` of a SPEAD format).
+    pub fn validate(&self) -> crate::Result<()> {
+        let HeapMap {
+            heap_address_bits,
+            ids: digitiser_ids,
+            samples_per_heap,
+            heap_bytes,
+            packets_per_heap,
+            timestamp_id,
+            id_item: digitiser_id_item,
+            index: heap_index,
+        } = self;
+        let bits = *heap_address_bits as u32;
+        if bits % 8 != 0 || !(8..=56).contains(&bits) {
+            return Err(Error::Config(format!(
+                "SPEAD heap address bits {bits} is not a SPEAD-64-XX flavour; use a \
+                 multiple of 8 from 8 to 56 (48 for SPEAD-64-48)"
+            )));
+        }
+        let max_id = (1u64 << (63 - bits)) - 1;
+        let max_value = (1u64 << bits) - 1;
+        for (what, id) in [
+            ("timestamp", timestamp_id),
+            ("digitiser id", digitiser_id_item),
+        ] {
+            if *id > max_id || (HEAP_CNT..=PAYLOAD_LEN).contains(id) {
+                return Err(Error::Config(format!(
+                    "SPEAD {what} item id {id:#x} is invalid: it must fit {} bits and \
+                     not be a standard item (0x1..=0x4)",
+                    63 - bits
+                )));
+            }
+        }
+        if timestamp_id == digitiser_id_item {
+            return Err(Error::Config(
+                "SPEAD timestamp and digitiser id items must differ (0x1600, 0x3101)".into(),
+            ));
+        }
+        if digitiser_ids.is_empty() {
+            return Err(Error::Config(
+                "SPEAD format needs at least one digitiser id (e.g. digitiser_ids = \
+                 [0, 1] for two polarisations)"
+                    .into(),
+            ));
+        }
+        for (i, &d) in digitiser_ids.iter().enumerate() {
+            if d > max_value {
+                return Err(Error::Config(format!(
+                    "SPEAD digitiser id {d} does not fit {bits} bits"
+                )));
+            }
+            if digitiser_ids[..i].contains(&d) {
+                return Err(Error::Config(format!(
+                    "SPEAD digitiser id {d} is listed twice; list each digitiser once"
+                )));
+            }
+        }
+        if *samples_per_heap == 0 || *heap_bytes == 0 || *heap_bytes as u64 > max_value {
+            return Err(Error::Config(format!(
+                "SPEAD samples per heap ({samples_per_heap}) and heap bytes \
+                 ({heap_bytes}) must be positive (MeerKAT: 4096 samples, 5120 bytes \
+                 at 10 bits)"
+            )));
+        }
+        if *packets_per_heap == 0 || heap_bytes % packets_per_heap != 0 {
+            return Err(Error::Config(format!(
+                "SPEAD heap of {heap_bytes} bytes does not split into {packets_per_heap}                          packets of equal payload; packets per heap must divide the heap size"
+            )));
+        }
+        if let HeapIndex::HeapCnt { step } = heap_index {
+            if *step == 0 {
+                return Err(Error::Config(
+                    "SPEAD heap counter step is 0; use the number of heap counters per \
+                     heap time (e.g. the number of F-engines)"
+                        .into(),
+                ));
+            }
+            if let Some(&d) = digitiser_ids.iter().find(|&&d| d >= *step) {
+                return Err(Error::Config(format!(
+                    "SPEAD heap counter step {step} leaves no room for stream id {d}: \
+                     heap_cnt = heap index * step + id needs every id below step (e.g. \
+                     step = number of F-engines)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Payload bytes of each packet.
     pub fn packet_payload(&self) -> usize {
         self.heap_bytes / self.packets_per_heap.max(1)
@@ -104,5 +194,27 @@ impl HeapMap {
             index,
             payload: h.payload,
         })
+    }
+}
+
+impl Locate for HeapMap {
+    fn streams(&self) -> usize {
+        self.ids.len()
+    }
+
+    fn payload_len(&self) -> usize {
+        self.packet_payload()
+    }
+
+    fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError> {
+        HeapMap::locate(self, packet)
+    }
+}
+
+impl StreamKeyed for HeapMap {
+    /// The stream id is an item (or a heap counter residue) whose place in
+    /// the packet varies: nothing to steer by.
+    fn stream_key(&self) -> Option<StreamKey> {
+        None
     }
 }
