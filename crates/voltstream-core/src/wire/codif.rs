@@ -21,31 +21,9 @@ pub const HEADER_LEN: usize = 64;
 /// The sync word the reference implementation writes into word 5.
 pub const SYNC: u32 = 0xABAD_DEED;
 
-mod field {
-    use crate::wire::field::Field;
-    /// Bits `lo..lo + width` of little-endian 64-bit word `w`.
-    const fn bits(w: usize, lo: u8, width: u8) -> Field {
-        Field::le(8 * w, 8).part(lo, width)
-    }
-    pub const FRAME: Field = bits(0, 0, 32);
-    pub const SECONDS: Field = bits(0, 32, 30);
-    pub const COMPLEX: Field = bits(0, 62, 1);
-    pub const INVALID: Field = bits(0, 63, 1);
-    pub const STATION: Field = bits(1, 0, 16);
-    pub const REPRESENTATION: Field = bits(1, 22, 4);
-    pub const EPOCH: Field = bits(1, 26, 6);
-    pub const DATA_LEN8: Field = bits(1, 32, 24);
-    pub const BITS: Field = bits(1, 56, 5);
-    pub const VERSION: Field = bits(1, 61, 3);
-    pub const GROUP: Field = bits(2, 0, 16);
-    /// Also where capture steering finds the stream (see `Locator`).
-    pub const THREAD: Field = bits(2, 16, 16);
-    pub const NCHAN_M1: Field = bits(2, 32, 16);
-    pub const BLOCK_LEN: Field = bits(2, 48, 16);
-    pub const PERIOD: Field = bits(3, 32, 16);
-    pub const TOTAL_SAMPLES: Field = bits(4, 0, 64);
-    pub const SYNC: Field = bits(5, 32, 32);
-    pub const EDV: Field = bits(6, 32, 8);
+/// Bits `lo..lo + width` of little-endian 64-bit word `w`.
+const fn bits(w: usize, lo: u8, width: u8) -> Field {
+    Field::le(8 * w, 8).part(lo, width)
 }
 
 view! {
@@ -55,32 +33,33 @@ view! {
 
 fields! {
     /// Frame number within the current period.
-    pub frame: u32 = field::FRAME;
+    pub frame: u32 bits(0, 0, 32),
     /// Seconds since the reference epoch (a multiple of `period` at frame 0).
-    pub seconds: u32 = field::SECONDS;
-    pub complex: bool = field::COMPLEX;
-    pub invalid: bool = field::INVALID;
-    pub station: u16 = field::STATION;
+    pub seconds: u32 bits(0, 32, 30),
+    pub complex: bool bits(0, 62, 1),
+    pub invalid: bool bits(0, 63, 1),
+    pub station: u16 bits(1, 0, 16),
     /// Sample representation code (0: offset binary in the reference code).
-    pub representation: u8 = field::REPRESENTATION;
+    pub representation: u8 bits(1, 22, 4),
     /// Reference epoch in half-years since 2000-01-01.
-    pub epoch: u8 = field::EPOCH;
+    pub epoch: u8 bits(1, 26, 6),
+    data_len8: usize bits(1, 32, 24),
     /// Bits per sample (per real or imaginary part), as stored.
-    pub bits_per_sample: u8 = field::BITS;
-    pub version: u8 = field::VERSION;
-    pub group: u16 = field::GROUP;
-    pub thread: u16 = field::THREAD;
+    pub bits_per_sample: u8 bits(1, 56, 5),
+    pub version: u8 bits(1, 61, 3),
+    pub group: u16 bits(2, 0, 16),
+    /// Also where capture steering finds the stream (see [`Locator`]).
+    pub thread: u16 bits(2, 16, 16),
+    nchan_m1: u32 bits(2, 32, 16),
     /// Sample block length, as stored.
-    pub block_len: u16 = field::BLOCK_LEN;
+    pub block_len: u16 bits(2, 48, 16),
     /// Seconds after which the frame number restarts.
-    pub period: u16 = field::PERIOD;
+    pub period: u16 bits(3, 32, 16),
     /// Samples per channel in one period.
-    pub total_samples: u64 = field::TOTAL_SAMPLES;
-    pub sync: u32 = field::SYNC;
+    pub total_samples: u64 bits(4, 0, 64),
+    pub sync: u32 bits(5, 32, 32),
     /// Extended data version; 0 = no extended data.
-    pub edv: u8 = field::EDV;
-    data_len8: usize = field::DATA_LEN8;
-    nchan_m1: u32 = field::NCHAN_M1;
+    pub edv: u8 bits(6, 32, 8),
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
@@ -124,10 +103,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    fn set(&mut self, f: Field, v: u64) {
-        f.set(self.buffer.as_mut(), v);
-    }
-
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = self.frame_len();
         self.buffer
@@ -203,11 +178,7 @@ impl Repr {
             && self.data_len > 0
             && self.data_len / 8 < 1 << 24
             && (1..=1 << 16).contains(&self.nchan);
-        if ok {
-            Ok(())
-        } else {
-            Err(WireError::Malformed)
-        }
+        ok.then_some(()).ok_or(WireError::Malformed)
     }
 
     /// Writes the header (data array untouched); `p` must hold the header.
@@ -219,24 +190,26 @@ impl Repr {
             .get_mut(..HEADER_LEN)
             .ok_or(WireError::Truncated)?;
         h.fill(0);
-        p.set(field::FRAME, self.frame as u64);
-        p.set(field::SECONDS, self.seconds as u64);
-        p.set(field::COMPLEX, self.complex as u64);
-        p.set(field::INVALID, self.invalid as u64);
-        p.set(field::STATION, self.station as u64);
-        p.set(field::REPRESENTATION, self.representation as u64);
-        p.set(field::EPOCH, self.epoch as u64);
-        p.set(field::DATA_LEN8, (self.data_len / 8) as u64);
-        p.set(field::BITS, self.bits_per_sample as u64);
-        p.set(field::VERSION, self.version as u64);
-        p.set(field::GROUP, self.group as u64);
-        p.set(field::THREAD, self.thread as u64);
-        p.set(field::NCHAN_M1, (self.nchan - 1) as u64);
-        p.set(field::BLOCK_LEN, self.block_len as u64);
-        p.set(field::PERIOD, self.period as u64);
-        p.set(field::TOTAL_SAMPLES, self.total_samples);
-        p.set(field::SYNC, self.sync as u64);
-        p.set(field::EDV, self.edv as u64);
+        p.store(Stored {
+            frame: self.frame,
+            seconds: self.seconds,
+            complex: self.complex,
+            invalid: self.invalid,
+            station: self.station,
+            representation: self.representation,
+            epoch: self.epoch,
+            data_len8: self.data_len / 8,
+            bits_per_sample: self.bits_per_sample,
+            version: self.version,
+            group: self.group,
+            thread: self.thread,
+            nchan_m1: self.nchan - 1,
+            block_len: self.block_len,
+            period: self.period,
+            total_samples: self.total_samples,
+            sync: self.sync,
+            edv: self.edv,
+        });
         Ok(())
     }
 }
@@ -346,7 +319,7 @@ impl Locate for Locator {
 impl StreamKeyed for Locator {
     fn stream_key(&self) -> Option<StreamKey> {
         Some(StreamKey {
-            field: field::THREAD,
+            field: field::thread,
             ids: self.threads.iter().map(|&t| t as u64).collect(),
             min_packet_len: self.frame_len,
         })

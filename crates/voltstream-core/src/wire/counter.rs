@@ -12,19 +12,12 @@
 //! Owns the header view ([`Packet`], [`Repr`]) and the capture rules
 //! ([`Locator`]).
 
-use super::field::{fields, view};
+use super::field::{fields, view, Field};
 use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
 use crate::Error;
 
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 10;
-
-mod field {
-    use crate::wire::field::Field;
-    pub const INDEX: Field = Field::be(0, 8);
-    /// Also where capture steering finds the stream (see `Locator`).
-    pub const STREAM: Field = Field::be(8, 2);
-}
 
 view! {
     /// A read/write view of one counter packet held in `T`.
@@ -33,8 +26,9 @@ view! {
 
 fields! {
     /// Packet number on this stream's timeline.
-    pub index: u64 = field::INDEX;
-    pub stream: u16 = field::STREAM;
+    pub index: u64 Field::be(0, 8),
+    /// Also where capture steering finds the stream (see [`Locator`]).
+    pub stream: u16 Field::be(8, 2),
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
@@ -81,13 +75,11 @@ impl Repr {
 
     /// Writes the header; the payload is left alone.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) -> Result<(), WireError> {
-        let h = p
-            .buffer
-            .as_mut()
-            .get_mut(..HEADER_LEN)
-            .ok_or(WireError::Truncated)?;
-        field::INDEX.set(h, self.index);
-        field::STREAM.set(h, self.stream as u64);
+        p.check_len()?;
+        p.store(Stored {
+            index: self.index,
+            stream: self.stream,
+        });
         Ok(())
     }
 }
@@ -153,7 +145,7 @@ impl Locate for Locator {
 impl StreamKeyed for Locator {
     fn stream_key(&self) -> Option<StreamKey> {
         Some(StreamKey {
-            field: field::STREAM,
+            field: field::stream,
             ids: (0..self.streams as u64).collect(),
             min_packet_len: HEADER_LEN + self.payload_len,
         })

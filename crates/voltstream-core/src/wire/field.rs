@@ -131,28 +131,37 @@ impl Field {
     }
 }
 
-/// What a getter returns, from a field's (already narrowed) value; a field
+/// A getter's type, to and from a field's (already narrowed) value; a field
 /// is declared no wider than its type, so the casts keep every bit.
-pub(crate) trait FromField {
+pub(crate) trait FieldValue {
     fn from_field(v: u64) -> Self;
+    fn into_field(self) -> u64;
 }
 
-macro_rules! from_field {
+macro_rules! field_value {
     ($($t:ty),*) => {$(
-        impl FromField for $t {
+        impl FieldValue for $t {
             #[inline(always)]
             fn from_field(v: u64) -> Self {
                 v as $t
             }
+            #[inline(always)]
+            fn into_field(self) -> u64 {
+                self as u64
+            }
         }
     )*};
 }
-from_field!(u8, u16, u32, u64, usize);
+field_value!(u8, u16, u32, u64, usize);
 
-impl FromField for bool {
+impl FieldValue for bool {
     #[inline(always)]
     fn from_field(v: u64) -> Self {
         v != 0
+    }
+    #[inline(always)]
+    fn into_field(self) -> u64 {
+        self as u64
     }
 }
 
@@ -194,20 +203,49 @@ macro_rules! view {
     };
 }
 
-/// Getters on `Packet<T>`, one per line of `name: type = field`, where
-/// `field` is a [`Field`] (a `mod field` constant). `pub` ones are the
-/// view's API; private ones hold a stored form (length in 8-byte units,
-/// count minus one) that a hand-written getter turns into the meaning.
+/// A format's header fields, one a line: `name: type location`, where the
+/// location is a [`Field`] expression (the file's own shorthand, such as
+/// VDIF's `bits(word, lo, width)`). From that one list it makes:
+/// - `mod field`, a [`Field`] constant per field under the field's name
+///   (where `Repr::emit` writes it and capture steering finds it);
+/// - a getter per field on `Packet<T>`: `pub` ones are the view's API,
+///   private ones hold a stored form (length in 8-byte units, count minus
+///   one) that a hand-written getter turns into the meaning;
+/// - `Stored`, every field as stored, and `Packet::store`, which writes them
+///   all, so `Repr::emit` states values, not offsets.
 macro_rules! fields {
-    ($($(#[$doc:meta])* $vis:vis $name:ident: $ty:ty = $field:expr;)*) => {
+    ($($(#[$doc:meta])* $vis:vis $name:ident: $ty:ident $at:expr,)*) => {
+        /// Where each header field is, named as its getter.
+        #[allow(non_upper_case_globals, unused_imports)]
+        mod field {
+            use super::*;
+            $(pub const $name: $crate::wire::field::Field = $at;)*
+        }
+
+        /// Every header field as stored (see [`Packet::store`]).
+        #[derive(Debug, Clone, Copy)]
+        struct Stored {
+            $($name: $ty,)*
+        }
+
         impl<T: AsRef<[u8]>> Packet<T> {
             $(
                 $(#[$doc])*
                 #[inline]
+                #[allow(dead_code)]
                 $vis fn $name(&self) -> $ty {
-                    $crate::wire::field::FromField::from_field($field.get(self.buffer.as_ref()))
+                    $crate::wire::field::FieldValue::from_field(field::$name.get(self.buffer.as_ref()))
                 }
             )*
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+            /// Writes every header field (other bits of their bytes kept);
+            /// fields past the end of the buffer are not written.
+            fn store(&mut self, s: Stored) {
+                let b = self.buffer.as_mut();
+                $(field::$name.set(b, $crate::wire::field::FieldValue::into_field(s.$name));)*
+            }
         }
     };
 }

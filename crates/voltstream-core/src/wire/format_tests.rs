@@ -576,34 +576,35 @@ fn new_format_validation_messages() {
         s
     };
     let set = |s: &mut FormatSpec, k: &str| {
-        if let FormatSpec::Spead {
-            heap_address_bits,
-            digitiser_ids,
-            samples_per_heap,
-            heap_bytes,
-            packets_per_heap,
-            heap_index,
-            timestamp_id,
-            digitiser_id_item,
+        let FormatSpec::Spead {
+            heap_address_bits: bits,
+            digitiser_ids: ids,
+            samples_per_heap: spp,
+            heap_bytes: bytes,
+            packets_per_heap: pph,
+            heap_index: index,
+            timestamp_id: ts,
+            digitiser_id_item: id_item,
         } = s
-        {
-            match k {
-                "bits44" => *heap_address_bits = 44,
-                "bits64" => *heap_address_bits = 64,
-                "noids" => digitiser_ids.clear(),
-                "dupids" => *digitiser_ids = vec![3, 3],
-                "bigid" => *digitiser_ids = vec![1 << 48],
-                "spp0" => *samples_per_heap = 0,
-                "bytes0" => *heap_bytes = 0,
-                "ts_std" => *timestamp_id = spead::HEAP_SIZE,
-                "ts_wide" => *timestamp_id = 1 << 15,
-                "same" => *digitiser_id_item = *timestamp_id,
-                "pph0" => *packets_per_heap = 0,
-                "pph3" => *packets_per_heap = 3,
-                "step0" => *heap_index = spead::HeapIndex::HeapCnt { step: 0 },
-                "step1" => *heap_index = spead::HeapIndex::HeapCnt { step: 1 },
-                _ => unreachable!(),
-            }
+        else {
+            unreachable!()
+        };
+        match k {
+            "bits44" => *bits = 44,
+            "bits64" => *bits = 64,
+            "noids" => ids.clear(),
+            "dupids" => *ids = vec![3, 3],
+            "bigid" => *ids = vec![1 << 48],
+            "spp0" => *spp = 0,
+            "bytes0" => *bytes = 0,
+            "ts_std" => *ts = spead::HEAP_SIZE,
+            "ts_wide" => *ts = 1 << 15,
+            "same" => *id_item = *ts,
+            "pph0" => *pph = 0,
+            "pph3" => *pph = 3,
+            "step0" => *index = spead::HeapIndex::HeapCnt { step: 0 },
+            "step1" => *index = spead::HeapIndex::HeapCnt { step: 1 },
+            _ => unreachable!(),
         }
     };
     let mut bad: Vec<FormatSpec> = [

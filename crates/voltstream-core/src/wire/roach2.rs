@@ -9,7 +9,7 @@
 //! Owns the header view ([`Packet`], [`Repr`]) and the capture rules
 //! ([`Locator`]).
 
-use super::field::{fields, view};
+use super::field::{fields, view, Field};
 use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
 
 pub const HEADER_LEN: usize = 24;
@@ -21,18 +21,8 @@ pub const NCHAN: usize = 32;
 pub const NPOL: usize = 2;
 pub const VERSION: u8 = 1;
 
-mod field {
-    use crate::wire::field::Field;
-    use core::ops::Range;
-    pub const SEQUENCE: Field = Field::be(0, 8);
-    pub const MJD: Field = Field::be(8, 4);
-    pub const SECOND: Field = Field::be(12, 4);
-    pub const NANOSECOND: Field = Field::be(16, 4);
-    pub const VERSION: Field = Field::be(20, 1);
-    pub const SUBBAND: Field = Field::be(21, 1);
-    pub const NCHAN: Field = Field::be(22, 2);
-    pub const DATA: Range<usize> = super::HEADER_LEN..super::FRAME_LEN;
-}
+/// Where the data array is.
+const DATA: core::ops::Range<usize> = HEADER_LEN..FRAME_LEN;
 
 view! {
     /// A read/write view of one YNAO frame held in `T`.
@@ -41,14 +31,14 @@ view! {
 
 fields! {
     /// Frame number since the stream started.
-    pub sequence: u64 = field::SEQUENCE;
-    pub mjd: u32 = field::MJD;
+    pub sequence: u64 Field::be(0, 8),
+    pub mjd: u32 Field::be(8, 4),
     /// Second of the UTC day of the first sample.
-    pub second: u32 = field::SECOND;
-    pub nanosecond: u32 = field::NANOSECOND;
-    pub version: u8 = field::VERSION;
-    pub subband: u8 = field::SUBBAND;
-    pub nchan: u16 = field::NCHAN;
+    pub second: u32 Field::be(12, 4),
+    pub nanosecond: u32 Field::be(16, 4),
+    pub version: u8 Field::be(20, 1),
+    pub subband: u8 Field::be(21, 1),
+    pub nchan: u16 Field::be(22, 2),
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
@@ -72,13 +62,13 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// The 8192 data bytes; empty if the view is short.
     pub fn payload(&self) -> &[u8] {
-        self.buffer.as_ref().get(field::DATA).unwrap_or(&[])
+        self.buffer.as_ref().get(DATA).unwrap_or(&[])
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        self.buffer.as_mut().get_mut(field::DATA).unwrap_or(&mut [])
+        self.buffer.as_mut().get_mut(DATA).unwrap_or(&mut [])
     }
 }
 
@@ -110,18 +100,18 @@ impl Repr {
         if self.second >= 86_400 || self.nanosecond >= 1_000_000_000 {
             return Err(WireError::Malformed);
         }
-        let h = p
-            .buffer
-            .as_mut()
-            .get_mut(..FRAME_LEN)
-            .ok_or(WireError::Truncated)?;
-        field::SEQUENCE.set(h, self.sequence);
-        field::MJD.set(h, self.mjd as u64);
-        field::SECOND.set(h, self.second as u64);
-        field::NANOSECOND.set(h, self.nanosecond as u64);
-        field::VERSION.set(h, VERSION as u64);
-        field::SUBBAND.set(h, self.subband as u64);
-        field::NCHAN.set(h, NCHAN as u64);
+        if p.buffer.as_ref().len() < FRAME_LEN {
+            return Err(WireError::Truncated);
+        }
+        p.store(Stored {
+            sequence: self.sequence,
+            mjd: self.mjd,
+            second: self.second,
+            nanosecond: self.nanosecond,
+            version: VERSION,
+            subband: self.subband,
+            nchan: NCHAN as u16,
+        });
         Ok(())
     }
 }

@@ -24,27 +24,14 @@ pub const LEVELS_2BIT: [f32; 4] = [-3.3359, -1.0, 1.0, 3.3359];
 /// Largest thread id the 10-bit field can hold, plus one.
 pub const MAX_THREADS: usize = 1024;
 
-mod field {
-    use crate::wire::field::Field;
-    /// Bits `lo..lo + width` of little-endian 32-bit word `w`.
-    const fn bits(w: usize, lo: u8, width: u8) -> Field {
-        Field::le(4 * w, 4).part(lo, width)
-    }
-    pub const INVALID: Field = bits(0, 31, 1);
-    pub const LEGACY: Field = bits(0, 30, 1);
-    pub const SECONDS: Field = bits(0, 0, 30);
-    pub const REF_EPOCH: Field = bits(1, 24, 6);
-    pub const FRAME: Field = bits(1, 0, 24);
-    pub const VERSION: Field = bits(2, 29, 3);
-    pub const LOG2_NCHAN: Field = bits(2, 24, 5);
-    pub const FRAME_LEN8: Field = bits(2, 0, 24);
-    pub const COMPLEX: Field = bits(3, 31, 1);
-    pub const BITS_M1: Field = bits(3, 26, 5);
-    /// Also where capture steering finds the stream (see `Locator`).
-    pub const THREAD: Field = bits(3, 16, 10);
-    pub const STATION: Field = bits(3, 0, 16);
-    pub const EDV: Field = bits(4, 24, 8);
+/// Bits `lo..lo + width` of little-endian 32-bit word `w`.
+const fn bits(w: usize, lo: u8, width: u8) -> Field {
+    Field::le(4 * w, 4).part(lo, width)
 }
+
+/// Only standard headers have word 4: written apart from [`Stored`], so
+/// that emitting a legacy header leaves the data array alone.
+const EDV: Field = bits(4, 24, 8);
 
 view! {
     /// A read/write view of one VDIF frame held in `T`.
@@ -52,22 +39,22 @@ view! {
 }
 
 fields! {
-    pub invalid: bool = field::INVALID;
-    pub legacy: bool = field::LEGACY;
+    pub invalid: bool bits(0, 31, 1),
+    pub legacy: bool bits(0, 30, 1),
     /// Seconds since the reference epoch.
-    pub seconds: u32 = field::SECONDS;
+    pub seconds: u32 bits(0, 0, 30),
     /// Reference epoch in half-years since 2000-01-01.
-    pub ref_epoch: u8 = field::REF_EPOCH;
+    pub ref_epoch: u8 bits(1, 24, 6),
     /// Frame number within the second.
-    pub frame: u32 = field::FRAME;
-    pub version: u8 = field::VERSION;
-    pub log2_nchan: u8 = field::LOG2_NCHAN;
-    pub complex: bool = field::COMPLEX;
-    pub thread: u16 = field::THREAD;
-    pub station: u16 = field::STATION;
-    frame_len8: usize = field::FRAME_LEN8;
-    bits_m1: u8 = field::BITS_M1;
-    edv_raw: u8 = field::EDV;
+    pub frame: u32 bits(1, 0, 24),
+    pub version: u8 bits(2, 29, 3),
+    pub log2_nchan: u8 bits(2, 24, 5),
+    frame_len8: usize bits(2, 0, 24),
+    pub complex: bool bits(3, 31, 1),
+    bits_m1: u8 bits(3, 26, 5),
+    /// Also where capture steering finds the stream (see [`Locator`]).
+    pub thread: u16 bits(3, 16, 10),
+    pub station: u16 bits(3, 0, 16),
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
@@ -112,7 +99,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if self.legacy() {
             0
         } else {
-            self.edv_raw()
+            EDV.get(self.buffer.as_ref()) as u8
         }
     }
     pub fn header_len(&self) -> usize {
@@ -128,10 +115,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    fn set(&mut self, f: Field, v: u32) {
-        f.set(self.buffer.as_mut(), v as u64);
-    }
-
     /// The data array, writable; empty if the view is too short.
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let (h, f) = (self.header_len(), self.frame_len());
@@ -207,11 +190,7 @@ impl Repr {
             && self.frame_len / 8 < 1 << 24
             && (1..=32).contains(&self.bits_per_sample)
             && (self.thread as usize) < MAX_THREADS;
-        if ok {
-            Ok(())
-        } else {
-            Err(WireError::Malformed)
-        }
+        ok.then_some(()).ok_or(WireError::Malformed)
     }
 
     /// Writes the header into `p`, whose buffer must hold at least the header.
@@ -223,20 +202,22 @@ impl Repr {
             .get_mut(..self.header_len())
             .ok_or(WireError::Truncated)?
             .fill(0);
-        p.set(field::INVALID, self.invalid as u32);
-        p.set(field::LEGACY, self.legacy as u32);
-        p.set(field::SECONDS, self.seconds);
-        p.set(field::REF_EPOCH, self.ref_epoch as u32);
-        p.set(field::FRAME, self.frame);
-        p.set(field::VERSION, self.version as u32);
-        p.set(field::LOG2_NCHAN, self.log2_nchan as u32);
-        p.set(field::FRAME_LEN8, (self.frame_len / 8) as u32);
-        p.set(field::COMPLEX, self.complex as u32);
-        p.set(field::BITS_M1, self.bits_per_sample as u32 - 1);
-        p.set(field::THREAD, self.thread as u32);
-        p.set(field::STATION, self.station as u32);
+        p.store(Stored {
+            invalid: self.invalid,
+            legacy: self.legacy,
+            seconds: self.seconds,
+            ref_epoch: self.ref_epoch,
+            frame: self.frame,
+            version: self.version,
+            log2_nchan: self.log2_nchan,
+            frame_len8: self.frame_len / 8,
+            complex: self.complex,
+            bits_m1: self.bits_per_sample - 1,
+            thread: self.thread,
+            station: self.station,
+        });
         if !self.legacy {
-            p.set(field::EDV, self.edv as u32);
+            EDV.set(p.buffer.as_mut(), self.edv as u64);
         }
         Ok(())
     }
@@ -411,14 +392,12 @@ impl Locate for Locator {
                 }
             }
         }
-        let index = p.seconds() as u64 * self.fps as u64 + p.frame() as u64;
-        let payload = packet
-            .get(header_len(self.legacy)..)
-            .ok_or(WireError::Truncated)?;
         Ok(Located {
             stream,
-            index,
-            payload,
+            index: p.seconds() as u64 * self.fps as u64 + p.frame() as u64,
+            payload: packet
+                .get(header_len(self.legacy)..)
+                .ok_or(WireError::Truncated)?,
         })
     }
 }
@@ -432,7 +411,7 @@ impl StreamKeyed for Locator {
             }
         }
         Some(StreamKey {
-            field: field::THREAD,
+            field: field::thread,
             ids,
             min_packet_len: self.frame_len,
         })
@@ -511,8 +490,7 @@ mod tests {
         // Frame length 0 and equal to the header are impossible frames.
         for len8 in [0u32, 4] {
             let mut b = buf.clone();
-            let mut p = Packet::new_unchecked(&mut b[..]);
-            p.set(field::FRAME_LEN8, len8);
+            field::frame_len8.set(&mut b, len8 as u64);
             assert_eq!(
                 Packet::new_checked(&b[..]).err(),
                 Some(WireError::Malformed)

@@ -4,6 +4,13 @@
 use super::{Packet, HEAP_CNT, HEAP_OFFSET, HEAP_SIZE, PAYLOAD_LEN};
 use crate::wire::WireError;
 
+/// MeerKAT digitiser items: ADC sample count of the heap's first sample, the
+/// digitiser id, its status word, and the raw (packed) sample data.
+pub const DIG_TIMESTAMP: u64 = 0x1600;
+pub const DIG_ID: u64 = 0x3101;
+pub const DIG_STATUS: u64 = 0x3102;
+pub const DIG_RAW_DATA: u64 = 0x3300;
+
 /// Most item pointers [`heap_packet`] (and so [`digitiser`]) accepts in one
 /// packet (MeerKAT digitiser heaps carry eight); it bounds the capture's
 /// receive buffer.

@@ -1,6 +1,12 @@
 //! One SPEAD item pointer: an immediate value or an address into the heap.
 
-use super::field;
+use super::IMMEDIATE_BIT;
+
+/// Standard item ids (SPEAD specification, section "reserved items").
+pub const HEAP_CNT: u64 = 0x1;
+pub const HEAP_SIZE: u64 = 0x2;
+pub const HEAP_OFFSET: u64 = 0x3;
+pub const PAYLOAD_LEN: u64 = 0x4;
 
 /// One item pointer: an immediate value, or an address into the heap payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,21 +37,19 @@ impl Item {
     pub(super) fn decode(raw: u64, addr_bits: u32) -> Item {
         let value_mask = mask(addr_bits);
         Item {
-            immediate: raw >> field::IMMEDIATE_BIT != 0,
-            id: (raw >> addr_bits) & mask(field::IMMEDIATE_BIT - addr_bits),
+            immediate: raw >> IMMEDIATE_BIT != 0,
+            id: (raw >> addr_bits) & mask(IMMEDIATE_BIT - addr_bits),
             value: raw & value_mask,
         }
     }
 
     /// The 64-bit pointer, or `None` if the id or value does not fit.
     pub(super) fn encode(&self, addr_bits: u32) -> Option<u64> {
-        let id_bits = field::IMMEDIATE_BIT - addr_bits;
+        let id_bits = IMMEDIATE_BIT - addr_bits;
         if self.id > mask(id_bits) || self.value > mask(addr_bits) {
             return None;
         }
-        Some(
-            ((self.immediate as u64) << field::IMMEDIATE_BIT) | (self.id << addr_bits) | self.value,
-        )
+        Some(((self.immediate as u64) << IMMEDIATE_BIT) | (self.id << addr_bits) | self.value)
     }
 }
 

@@ -24,30 +24,8 @@ pub const VERSION: u8 = 4;
 /// Heap address bits of the usual flavour, SPEAD-64-48 (MeerKAT, spead2's default).
 pub const DEFAULT_HEAP_ADDRESS_BITS: u8 = 48;
 
-/// Standard item ids (SPEAD specification, section "reserved items").
-pub const HEAP_CNT: u64 = 0x1;
-pub const HEAP_SIZE: u64 = 0x2;
-pub const HEAP_OFFSET: u64 = 0x3;
-pub const PAYLOAD_LEN: u64 = 0x4;
-/// MeerKAT digitiser items: ADC sample count of the heap's first sample, the
-/// digitiser id, its status word, and the raw (packed) sample data.
-pub const DIG_TIMESTAMP: u64 = 0x1600;
-pub const DIG_ID: u64 = 0x3101;
-pub const DIG_STATUS: u64 = 0x3102;
-pub const DIG_RAW_DATA: u64 = 0x3300;
-
-mod field {
-    use crate::wire::field::Field;
-    pub const MAGIC: Field = Field::be(0, 1);
-    pub const VERSION: Field = Field::be(1, 1);
-    /// Bytes of an item pointer that hold the immediate flag and the id.
-    pub const ID_WIDTH: Field = Field::be(2, 1);
-    /// Bytes of an item pointer that hold the value or heap address.
-    pub const ADDR_WIDTH: Field = Field::be(3, 1);
-    pub const RESERVED: Field = Field::be(4, 2);
-    pub const N_ITEMS: Field = Field::be(6, 2);
-    pub const IMMEDIATE_BIT: u32 = 63;
-}
+/// The item pointer bit that marks an immediate value.
+const IMMEDIATE_BIT: u32 = 63;
 
 mod heap;
 mod item;
@@ -56,7 +34,8 @@ mod packet;
 mod samples;
 
 pub use heap::{digitiser, heap_packet, Digitiser, HeapPacket, MAX_DIGITISER_ITEMS};
-pub use item::Item;
+pub use heap::{DIG_ID, DIG_RAW_DATA, DIG_STATUS, DIG_TIMESTAMP};
+pub use item::{Item, HEAP_CNT, HEAP_OFFSET, HEAP_SIZE, PAYLOAD_LEN};
 pub use locator::{HeapIndex, HeapMap};
 pub use packet::{Packet, Repr};
 pub use samples::{packed_len, unpack_signed};

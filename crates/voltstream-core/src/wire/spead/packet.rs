@@ -1,10 +1,9 @@
 //! The SPEAD packet header view and its parsed [`Repr`].
 
-use super::field;
 use super::{
     Item, HEADER_LEN, HEAP_CNT, HEAP_OFFSET, HEAP_SIZE, ITEM_LEN, MAGIC, PAYLOAD_LEN, VERSION,
 };
-use crate::wire::field::{fields, view};
+use crate::wire::field::{fields, view, Field};
 use crate::wire::WireError;
 
 /// Whether a packet's slice of its heap lies inside the heap (when sized).
@@ -30,11 +29,14 @@ view! {
 }
 
 fields! {
-    pub magic: u8 = field::MAGIC;
-    pub version: u8 = field::VERSION;
-    pub n_items: usize = field::N_ITEMS;
-    id_width: usize = field::ID_WIDTH;
-    addr_width: usize = field::ADDR_WIDTH;
+    pub magic: u8 Field::be(0, 1),
+    pub version: u8 Field::be(1, 1),
+    /// Bytes of an item pointer that hold the immediate flag and the id.
+    id_width: usize Field::be(2, 1),
+    /// Bytes of an item pointer that hold the value or heap address.
+    addr_width: usize Field::be(3, 1),
+    reserved: u16 Field::be(4, 2),
+    pub n_items: usize Field::be(6, 2),
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
@@ -242,11 +244,7 @@ impl Repr {
                 .iter()
                 .all(|i| !(HEAP_CNT..=PAYLOAD_LEN).contains(&i.id) && i.encode(bits).is_some())
             && fits(self.heap_offset, self.payload_len, self.heap_size);
-        if ok {
-            Ok(())
-        } else {
-            Err(WireError::Malformed)
-        }
+        ok.then_some(()).ok_or(WireError::Malformed)
     }
 
     /// Writes the header and item pointers (standard items first: heap
@@ -259,13 +257,15 @@ impl Repr {
             return Err(WireError::Truncated);
         }
         let bits = self.heap_address_bits as u32;
+        p.store(Stored {
+            magic: MAGIC,
+            version: VERSION,
+            id_width: ITEM_LEN - bits as usize / 8,
+            addr_width: bits as usize / 8,
+            reserved: 0,
+            n_items: self.n_items(),
+        });
         let b = p.buffer.as_mut();
-        field::MAGIC.set(b, MAGIC as u64);
-        field::VERSION.set(b, VERSION as u64);
-        field::ADDR_WIDTH.set(b, (bits / 8) as u64);
-        field::ID_WIDTH.set(b, (ITEM_LEN - bits as usize / 8) as u64);
-        field::RESERVED.set(b, 0);
-        field::N_ITEMS.set(b, self.n_items() as u64);
         let standard = [
             Some(Item::immediate(HEAP_CNT, self.heap_cnt)),
             self.heap_size.map(|s| Item::immediate(HEAP_SIZE, s)),
