@@ -194,9 +194,7 @@ mod tests {
         }
         .emit(&mut Packet::new_unchecked(&mut valid[..]))
         .unwrap();
-        let mut bytes = Vec::new();
-        for i in 0..100_000 {
-            rng.fill_like(&mut bytes, &valid, i);
+        for (_, bytes) in rng.cases(&valid, 100_000) {
             if let Ok(p) = Packet::new_checked(&bytes[..]) {
                 let r = Repr::parse(&p).unwrap();
                 let mut again = bytes.clone();

@@ -227,9 +227,7 @@ fn no_panic_on_random_input() {
     let valid = vdif_frame(5, 3, 10);
     let l = vdif_spec().locator().unwrap();
     let y = FormatSpec::Ynao { subband: Some(1) }.locator().unwrap();
-    let mut bytes = Vec::new();
-    for i in 0..50_000 {
-        rng.fill_like(&mut bytes, &valid, i);
+    for (_, bytes) in rng.cases(&valid, 50_000) {
         if let Ok(loc) = l.locate(&bytes) {
             assert_eq!(loc.payload.len(), l.payload_len());
             assert!(loc.stream < 2);
@@ -677,13 +675,11 @@ fn new_formats_no_panic_on_random_input() {
             [&5u64.to_be_bytes()[..], &[0, 2], &[1; 30]].concat(),
         ),
     ];
-    let mut bytes = Vec::new();
     for (spec, valid) in cases {
         let l = spec.locator().unwrap();
         assert!(l.locate(&valid).is_ok(), "{spec:?}");
         let mut accepted = 0;
-        for i in 0..40_000 {
-            rng.fill_like(&mut bytes, &valid, i);
+        for (_, bytes) in rng.cases(&valid, 40_000) {
             if let Ok(loc) = l.locate(&bytes) {
                 accepted += 1;
                 assert_eq!(loc.payload.len(), l.payload_len());

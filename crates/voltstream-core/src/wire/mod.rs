@@ -56,6 +56,20 @@ pub(crate) mod testutil {
             (self.next() % n.max(1) as u64) as usize
         }
 
+        /// `n` cases made by [`Self::fill_like`] from `valid`, with their
+        /// iteration numbers: the input of every no-panic test.
+        pub fn cases<'a>(
+            &'a mut self,
+            valid: &'a [u8],
+            n: usize,
+        ) -> impl Iterator<Item = (usize, Vec<u8>)> + 'a {
+            (0..n).map(move |i| {
+                let mut bytes = Vec::new();
+                self.fill_like(&mut bytes, valid, i);
+                (i, bytes)
+            })
+        }
+
         /// Fills `out` with a case for iteration `i`: alternately pure noise
         /// of random length, and `valid` with a few bytes changed, often in
         /// the header, and its length cut or grown.

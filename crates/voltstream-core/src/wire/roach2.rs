@@ -252,9 +252,7 @@ mod tests {
             .emit(&mut Packet::new_unchecked(&mut valid[..]))
             .unwrap();
         let mut accepted = 0;
-        let mut bytes = Vec::new();
-        for i in 0..200_000 {
-            rng.fill_like(&mut bytes, &valid, i);
+        for (_, bytes) in rng.cases(&valid, 200_000) {
             if let Ok(p) = Packet::new_checked(&bytes[..]) {
                 accepted += 1;
                 let r = Repr::parse(&p).unwrap();

@@ -325,10 +325,8 @@ fn no_panic_on_random_input() {
     let mut rng = XorShift(0x0bad_5eed_d00d_f00d);
     let valid = packet(&dig_repr(4096 * 3, 2, 96));
     let mut accepted = 0;
-    let mut bytes = Vec::new();
     let mut out = [0i16; 128];
-    for i in 0..200_000 {
-        rng.fill_like(&mut bytes, &valid, i);
+    for (i, bytes) in rng.cases(&valid, 200_000) {
         if let Ok(p) = Packet::new_checked(&bytes[..]) {
             accepted += 1;
             let r = Repr::parse(&p).unwrap();
