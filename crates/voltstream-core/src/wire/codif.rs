@@ -12,7 +12,7 @@
 //! Owns the header view ([`Packet`], [`Repr`]) and the capture rules
 //! ([`Locator`]).
 
-use super::field::{fields, view, Field};
+use super::field::{check_frame, fields, view, Field};
 use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
 use crate::Error;
 
@@ -68,17 +68,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// (`Truncated` if not). Extra bytes after the frame are allowed (a file
     /// holds many frames).
     pub fn check_len(&self) -> Result<(), WireError> {
-        let len = self.buffer.as_ref().len();
-        if len < HEADER_LEN {
-            return Err(WireError::Truncated);
-        }
-        if self.data_len() == 0 {
-            return Err(WireError::Malformed);
-        }
-        if len < self.frame_len() {
-            return Err(WireError::Truncated);
-        }
-        Ok(())
+        check_frame(self.buffer.as_ref().len(), HEADER_LEN, self.frame_len())
     }
 
     /// Data array bytes, header excluded.
@@ -138,14 +128,42 @@ pub struct Repr {
     pub edv: u8,
 }
 
+/// The smallest frame `emit` accepts: version 1, one channel, an 8-byte
+/// data array, the reference sync word, everything else zero. Set the fields
+/// that matter and take the rest from here.
+impl Default for Repr {
+    fn default() -> Repr {
+        Repr {
+            invalid: false,
+            complex: false,
+            seconds: 0,
+            frame: 0,
+            epoch: 0,
+            representation: 0,
+            station: 0,
+            version: 1,
+            bits_per_sample: 0,
+            data_len: 8,
+            group: 0,
+            thread: 0,
+            nchan: 1,
+            block_len: 0,
+            period: 0,
+            total_samples: 0,
+            sync: SYNC,
+            edv: 0,
+        }
+    }
+}
+
 impl Repr {
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr, WireError> {
         p.check_len()?;
         Ok(Repr {
-            invalid: p.invalid(),
-            complex: p.complex(),
-            seconds: p.seconds(),
             frame: p.frame(),
+            seconds: p.seconds(),
+            complex: p.complex(),
+            invalid: p.invalid(),
             epoch: p.epoch(),
             representation: p.representation(),
             station: p.station(),
@@ -332,10 +350,10 @@ mod tests {
 
     fn sample_repr() -> Repr {
         Repr {
-            invalid: false,
-            complex: true,
-            seconds: 0x2345_6789,
             frame: 0xfedc_ba98,
+            seconds: 0x2345_6789,
+            complex: true,
+            invalid: false,
             epoch: 49,
             representation: 1,
             station: 0x4b41,
@@ -393,30 +411,24 @@ mod tests {
             Packet::new_checked(&empty[..]).err(),
             Some(WireError::Malformed)
         );
-        let bad = [
-            Repr {
-                seconds: 1 << 30,
-                ..r
-            },
-            Repr { epoch: 64, ..r },
-            Repr {
-                representation: 16,
-                ..r
-            },
-            Repr { version: 8, ..r },
-            Repr {
-                bits_per_sample: 32,
-                ..r
-            },
-            Repr { data_len: 0, ..r },
-            Repr { data_len: 12, ..r },
-            Repr {
-                data_len: 8 << 24,
-                ..r
-            },
-            Repr { nchan: 0, ..r },
-            Repr { nchan: 65537, ..r },
+        // Each a field that does not fit its bits, or an impossible length.
+        let edits: [fn(&mut Repr); 10] = [
+            |x| x.seconds = 1 << 30,
+            |x| x.epoch = 64,
+            |x| x.representation = 16,
+            |x| x.version = 8,
+            |x| x.bits_per_sample = 32,
+            |x| x.data_len = 0,
+            |x| x.data_len = 12,
+            |x| x.data_len = 8 << 24,
+            |x| x.nchan = 0,
+            |x| x.nchan = 65537,
         ];
+        let bad = edits.map(|edit| {
+            let mut x = r;
+            edit(&mut x);
+            x
+        });
         for x in bad {
             let mut out = [0u8; 128];
             assert_eq!(

@@ -36,10 +36,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// required (the payload length is the capture's business, see
     /// [`crate::wire::FormatSpec`]).
     pub fn check_len(&self) -> Result<(), WireError> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            return Err(WireError::Truncated);
-        }
-        Ok(())
+        let whole = self.buffer.as_ref().len() >= HEADER_LEN;
+        whole.then_some(()).ok_or(WireError::Truncated)
     }
 
     /// Everything after the header; empty if the view is short.

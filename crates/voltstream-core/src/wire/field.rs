@@ -10,6 +10,8 @@
 //! `new_unchecked` over short bytes still never panics. No function here
 //! panics on any input.
 
+use super::WireError;
+
 /// Byte order of a multi-byte field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endian {
@@ -128,6 +130,24 @@ impl Field {
             dst[at] = raw as u8;
             raw >>= 8;
         }
+    }
+}
+
+/// The length checks of a frame that states its own length: `Truncated`
+/// where the buffer is shorter than the header, `Malformed` where the frame
+/// stated is no longer than the header, `Truncated` where the buffer is
+/// shorter than that frame. Extra bytes after the frame are allowed (a file
+/// holds many frames).
+#[inline]
+pub(crate) fn check_frame(len: usize, header: usize, frame: usize) -> Result<(), WireError> {
+    if len < header {
+        Err(WireError::Truncated)
+    } else if frame <= header {
+        Err(WireError::Malformed)
+    } else if len < frame {
+        Err(WireError::Truncated)
+    } else {
+        Ok(())
     }
 }
 

@@ -237,19 +237,7 @@ fn no_panic_on_random_input() {
 }
 
 fn dig_packet(timestamp: u64, id: u64, len: usize) -> Vec<u8> {
-    let r = spead::Repr {
-        heap_address_bits: 48,
-        heap_cnt: timestamp / 4096,
-        heap_size: Some(len as u64),
-        heap_offset: 0,
-        payload_len: len as u64,
-        items: vec![
-            spead::Item::immediate(spead::DIG_TIMESTAMP, timestamp),
-            spead::Item::immediate(spead::DIG_ID, id),
-            spead::Item::immediate(spead::DIG_STATUS, 0),
-            spead::Item::address(spead::DIG_RAW_DATA, 0),
-        ],
-    };
+    let r = spead::Repr::digitiser(timestamp, 4096, id, len as u64);
     let mut b = vec![0x5au8; r.packet_len()];
     r.emit(&mut spead::Packet::new_unchecked(&mut b[..]))
         .unwrap();
@@ -449,25 +437,16 @@ fn spead_multi_packet_heaps_by_heap_counter() {
 }
 
 fn codif_frame(thread: u16, seconds: u32, frame: u32) -> Vec<u8> {
+    // Only what the locator reads; the rest is the smallest valid frame's.
     let r = codif::Repr {
-        invalid: false,
-        complex: true,
         seconds,
         frame,
-        epoch: 48,
-        representation: 0,
         station: 0x4b41,
-        version: 1,
-        bits_per_sample: 16,
         data_len: 1024,
         group: 2,
         thread,
-        nchan: 8,
-        block_len: 1,
         period: 27,
-        total_samples: 32_000_000,
-        sync: codif::SYNC,
-        edv: 0,
+        ..Default::default()
     };
     let mut b = vec![3u8; r.frame_len()];
     r.emit(&mut codif::Packet::new_unchecked(&mut b[..]))

@@ -8,7 +8,7 @@
 //! Owns the header view ([`Packet`], [`Repr`]), the sample decoder
 //! ([`decode`]) and the capture rules ([`Locator`]).
 
-use super::field::{fields, view, Field};
+use super::field::{check_frame, fields, view, Field};
 use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
 use crate::Error;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -63,22 +63,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// bytes after the frame are allowed (a file holds many frames); see
     /// [`Self::frame_len`].
     pub fn check_len(&self) -> Result<(), WireError> {
-        let len = self.buffer.as_ref().len();
-        if len < LEGACY_HEADER_LEN {
-            return Err(WireError::Truncated);
-        }
-        let hlen = self.header_len();
-        if len < hlen {
-            return Err(WireError::Truncated);
-        }
-        let flen = self.frame_len();
-        if flen <= hlen {
-            return Err(WireError::Malformed);
-        }
-        if len < flen {
-            return Err(WireError::Truncated);
-        }
-        Ok(())
+        check_frame(
+            self.buffer.as_ref().len(),
+            self.header_len(),
+            self.frame_len(),
+        )
     }
 
     /// Channels per sample; saturates for the (nonsensical) log2 values >= 32.

@@ -3,6 +3,7 @@
 use super::{
     Item, HEADER_LEN, HEAP_CNT, HEAP_OFFSET, HEAP_SIZE, ITEM_LEN, MAGIC, PAYLOAD_LEN, VERSION,
 };
+use super::{DIG_ID, DIG_RAW_DATA, DIG_STATUS, DIG_TIMESTAMP};
 use crate::wire::field::{fields, view, Field};
 use crate::wire::WireError;
 
@@ -195,6 +196,26 @@ pub struct Repr {
 }
 
 impl Repr {
+    /// The header of a MeerKAT digitiser heap sent as one packet (SPEAD-64-48):
+    /// `len` payload bytes, heap counter `timestamp / samples_per_heap`, and
+    /// the time stamp, digitiser id, status (0) and raw data items, in the
+    /// order the digitisers send them.
+    pub fn digitiser(timestamp: u64, samples_per_heap: u64, digitiser_id: u64, len: u64) -> Repr {
+        Repr {
+            heap_address_bits: super::DEFAULT_HEAP_ADDRESS_BITS,
+            heap_cnt: timestamp.checked_div(samples_per_heap).unwrap_or(0),
+            heap_size: Some(len),
+            heap_offset: 0,
+            payload_len: len,
+            items: vec![
+                Item::immediate(DIG_TIMESTAMP, timestamp),
+                Item::immediate(DIG_ID, digitiser_id),
+                Item::immediate(DIG_STATUS, 0),
+                Item::address(DIG_RAW_DATA, 0),
+            ],
+        }
+    }
+
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr, WireError> {
         p.check()?;
         let s = p.standard()?;

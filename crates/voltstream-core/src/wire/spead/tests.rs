@@ -5,19 +5,7 @@ use crate::wire::testutil::XorShift;
 use crate::wire::WireError;
 
 fn dig_repr(timestamp: u64, id: u64, len: u64) -> Repr {
-    Repr {
-        heap_address_bits: 48,
-        heap_cnt: timestamp / 4096,
-        heap_size: Some(len),
-        heap_offset: 0,
-        payload_len: len,
-        items: vec![
-            Item::immediate(DIG_TIMESTAMP, timestamp),
-            Item::immediate(DIG_ID, id),
-            Item::immediate(DIG_STATUS, 0),
-            Item::address(DIG_RAW_DATA, 0),
-        ],
-    }
+    Repr::digitiser(timestamp, 4096, id, len)
 }
 
 fn packet(r: &Repr) -> Vec<u8> {
