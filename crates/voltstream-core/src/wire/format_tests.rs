@@ -455,8 +455,9 @@ fn codif_frame(thread: u16, seconds: u32, frame: u32) -> Vec<u8> {
 }
 
 fn codif_spec() -> FormatSpec {
+    let threads = vec![9, 1];
     FormatSpec::Codif {
-        threads: vec![9, 1],
+        threads,
         frame_len: 1088,
         frames_per_period: 1000,
         station: Some(0x4b41),
@@ -464,25 +465,37 @@ fn codif_spec() -> FormatSpec {
     }
 }
 
+/// Where `l` puts `packet` (stream, index), its payload checked to be all
+/// the bytes after a `header`-byte header.
+fn placed(
+    l: &Locator,
+    packet: &[u8],
+    header: usize,
+) -> core::result::Result<(usize, u64), WireError> {
+    let loc = l.locate(packet)?;
+    assert_eq!(loc.payload, &packet[header..]);
+    Ok((loc.stream, loc.index))
+}
+
 #[test]
 fn codif_locate() {
     let l = codif_spec().locator().unwrap();
     assert_eq!((l.streams(), l.payload_len()), (2, 1024));
     let f = codif_frame(1, 27 * 5, 999);
-    let loc = l.locate(&f).unwrap();
-    assert_eq!((loc.stream, loc.index), (1, 5 * 1000 + 999));
-    assert_eq!(loc.payload, &f[64..]);
-    assert_eq!(l.locate(&codif_frame(9, 0, 0)).unwrap().stream, 0);
-    assert_eq!(l.locate(&codif_frame(2, 0, 0)), Err(WireError::Foreign));
-    assert_eq!(l.locate(&codif_frame(1, 28, 0)), Err(WireError::Malformed));
-    assert_eq!(
-        l.locate(&codif_frame(1, 27, 1000)),
-        Err(WireError::Malformed)
-    );
-    assert_eq!(l.locate(&f[..1087]), Err(WireError::Truncated));
+    assert_eq!(placed(&l, &f, 64), Ok((1, 5 * 1000 + 999)));
+    assert_eq!(placed(&l, &codif_frame(9, 0, 0), 64), Ok((0, 0)));
     let mut long = f.clone();
     long.push(0);
-    assert_eq!(l.locate(&long), Err(WireError::Malformed));
+    for (packet, want) in [
+        (codif_frame(2, 0, 0), WireError::Foreign),
+        // Seconds not a multiple of the period; frame number past the period.
+        (codif_frame(1, 28, 0), WireError::Malformed),
+        (codif_frame(1, 27, 1000), WireError::Malformed),
+        (f[..1087].to_vec(), WireError::Truncated),
+        (long, WireError::Malformed),
+    ] {
+        assert_eq!(l.locate(&packet), Err(want));
+    }
     let corrupt = |byte: usize, bit: u8| {
         let mut c = f.clone();
         c[byte] ^= 1 << bit;
