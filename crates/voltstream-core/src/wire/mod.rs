@@ -6,11 +6,14 @@
 //! parser's unit tests feed it 200k random and mutated frames on stable.
 //! Each format follows the same shape (after smoltcp's `wire`): a `Packet<T>`
 //! view with `new_checked`/`new_unchecked`, field offsets in a private
-//! `mod field`, and a parsed `Repr` with `parse` and `emit`.
+//! `mod field`, and a parsed `Repr` with `parse` and `emit`; the view and its
+//! fields are stated through the `view!` and `fields!` macros of `field.rs`.
 //!
 //! [`Locate`] is what the assembler needs from a format: which stream a packet
 //! belongs to, its position on that stream's packet timeline, and its payload.
-//! [`FormatSpec`] describes a capture's format and builds its [`Locator`].
+//! Each format's file holds its own locator beside its view (`vdif::Locator`,
+//! `spead::HeapMap`, ...). [`FormatSpec`] describes a capture's format and
+//! builds its [`Locator`], which dispatches each packet to the format's code.
 #![deny(unsafe_code)]
 
 pub mod codif;
