@@ -61,7 +61,7 @@ impl Field {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn width(&self) -> u32 {
         if self.bits == 0 {
             (self.bytes as u32 * 8).saturating_sub(self.shift as u32)
@@ -71,33 +71,44 @@ impl Field {
     }
 
     /// Largest value the field can hold.
-    #[inline]
+    #[inline(always)]
     pub fn max(&self) -> u64 {
         u64::MAX >> (64 - self.width().clamp(1, 64))
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn end(&self) -> usize {
         self.offset.saturating_add(self.bytes as usize)
     }
 
-    /// The whole bytes holding the field, as one integer.
-    #[inline]
+    /// The whole bytes holding the field, as one integer (of a field wider
+    /// than 8 bytes, which only an unvalidated layout has: its first 8
+    /// bytes big-endian, its last 8 little-endian). Through a padded array,
+    /// so that a constant width compiles to one load.
+    #[inline(always)]
     fn raw(&self, src: &[u8]) -> u64 {
-        let mut raw = 0u64;
-        for i in 0..src.len().min(8) {
-            let b = match self.endian {
-                Endian::Big => src[i],
-                Endian::Little => src[src.len() - 1 - i],
-            };
-            raw = (raw << 8) | b as u64;
+        let mut b = [0u8; 8];
+        match self.endian {
+            Endian::Big => {
+                let s = &src[..src.len().min(8)];
+                b[8 - s.len()..].copy_from_slice(s);
+                u64::from_be_bytes(b)
+            }
+            Endian::Little => {
+                let s = &src[src.len().saturating_sub(8)..];
+                b[..s.len()].copy_from_slice(s);
+                u64::from_le_bytes(b)
+            }
         }
-        raw
     }
+
+    // Always inlined, here and above: with a constant field (every format's
+    // `mod field`) a read folds into one load (and a byte swap where the
+    // order differs from the machine's), as a hand-written accessor would.
 
     /// Reads the field; `None` if the packet is too short. Meaningful only
     /// for a validated field, but never panics.
-    #[inline]
+    #[inline(always)]
     pub fn read(&self, packet: &[u8]) -> Option<u64> {
         let src = packet.get(self.offset..self.end())?;
         Some(self.raw(src).checked_shr(self.shift as u32).unwrap_or(0) & self.max())
@@ -105,30 +116,31 @@ impl Field {
 
     /// Reads the field, or 0 where the packet is too short (what a view
     /// built with `new_unchecked` over short bytes reads).
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, packet: &[u8]) -> u64 {
         self.read(packet).unwrap_or(0)
     }
 
     /// Writes the low bits of `value` into the field, keeping the other bits
     /// of its bytes; does nothing where the packet is too short.
-    #[inline]
+    #[inline(always)]
     pub fn set(&self, packet: &mut [u8], value: u64) {
         let Some(dst) = packet.get_mut(self.offset..self.end()) else {
             return;
         };
         let shift = self.shift as u32;
         let mask = self.max().checked_shl(shift).unwrap_or(0);
-        let old = self.raw(dst);
-        let mut raw = (old & !mask) | (value.checked_shl(shift).unwrap_or(0) & mask);
-        let n = dst.len().min(8);
-        for i in 0..n {
-            let at = match self.endian {
-                Endian::Big => n - 1 - i,
-                Endian::Little => i,
-            };
-            dst[at] = raw as u8;
-            raw >>= 8;
+        let new = (self.raw(dst) & !mask) | (value.checked_shl(shift).unwrap_or(0) & mask);
+        match self.endian {
+            Endian::Big => {
+                let n = dst.len().min(8);
+                dst[..n].copy_from_slice(&new.to_be_bytes()[8 - n..]);
+            }
+            Endian::Little => {
+                let at = dst.len().saturating_sub(8);
+                let n = dst.len() - at;
+                dst[at..].copy_from_slice(&new.to_le_bytes()[..n]);
+            }
         }
     }
 }

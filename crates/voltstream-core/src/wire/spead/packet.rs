@@ -49,6 +49,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// the heap size is given, `heap_offset + payload_len <= heap_size`.
     /// Bytes after the payload are allowed here; the capture locator refuses
     /// them.
+    #[inline]
     pub fn check(&self) -> Result<(), WireError> {
         let b = self.buffer.as_ref();
         if b.len() < HEADER_LEN {
@@ -76,6 +77,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     /// One pass over the item pointers for the standard items.
+    #[inline]
     fn standard(&self) -> Result<Standard, WireError> {
         let mut found = [None::<u64>; 4];
         for it in self.items() {
@@ -110,19 +112,26 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// Item pointer `i`, if the buffer holds it.
     pub fn item(&self, i: usize) -> Option<Item> {
+        let raw = self.raw_item(i)?;
+        Some(Item::decode(raw, self.heap_address_bits() as u32))
+    }
+
+    /// The 64 bits of item pointer `i`, if the buffer holds them.
+    #[inline]
+    fn raw_item(&self, i: usize) -> Option<u64> {
         let at = HEADER_LEN.checked_add(i.checked_mul(ITEM_LEN)?)?;
         let w = self.buffer.as_ref().get(at..at.checked_add(ITEM_LEN)?)?;
         let mut raw = [0u8; 8];
         raw.copy_from_slice(w);
-        Some(Item::decode(
-            u64::from_be_bytes(raw),
-            self.heap_address_bits() as u32,
-        ))
+        Some(u64::from_be_bytes(raw))
     }
 
     /// The item pointers in packet order (those the buffer holds).
     pub fn items(&self) -> impl Iterator<Item = Item> + '_ {
-        (0..self.n_items()).map_while(|i| self.item(i))
+        // The flavour once per packet, not once per pointer: the capture
+        // path walks every pointer twice.
+        let bits = self.heap_address_bits() as u32;
+        (0..self.n_items()).map_while(move |i| Some(Item::decode(self.raw_item(i)?, bits)))
     }
 
     /// The first item pointer with this id.
