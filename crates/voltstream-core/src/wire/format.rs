@@ -1,7 +1,10 @@
-//! Which packet format a capture expects, and the [`Locate`] it builds.
+//! Which packet format a capture expects, and the `Locate` it builds: the
+//! registry of formats.
 //!
-//! [`FormatSpec`] is the user-facing description (validated once, with
-//! messages that say what to change); [`FormatSpec::locator`] turns it into a
+//! [`FormatSpec`] is the user-facing description, one variant per format;
+//! [`FormatSpec::locator`] hands its values to that format's own locator
+//! (`vdif::Locator`, `spead::HeapMap`, ..., in the format's file), which
+//! validates them with messages that say what to change, and wraps it in a
 //! [`Locator`], the allocation-free per-packet classifier the assembler calls.
 
 use super::locator::Locator;
