@@ -145,7 +145,7 @@ impl StreamKeyed for Locator {
         Some(StreamKey {
             field: field::stream,
             ids: (0..self.streams as u64).collect(),
-            min_packet_len: HEADER_LEN + self.payload_len,
+            min_packet_len: HEADER_LEN.saturating_add(self.payload_len),
         })
     }
 }
