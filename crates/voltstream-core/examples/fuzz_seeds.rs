@@ -41,14 +41,11 @@ fn vdif_frame(thread: u16, frame: u32, frame_len: usize, legacy: bool) -> Vec<u8
 
 fn codif_frame(thread: u16, frame: u32, data_len: usize) -> Vec<u8> {
     let r = codif::Repr {
-        invalid: false,
         complex: true,
         seconds: 27 * 100,
         frame,
         epoch: 48,
-        representation: 0,
         station: 0x4b41,
-        version: 1,
         bits_per_sample: 16,
         data_len,
         group: 2,
@@ -57,8 +54,7 @@ fn codif_frame(thread: u16, frame: u32, data_len: usize) -> Vec<u8> {
         block_len: 1,
         period: 27,
         total_samples: 32_000,
-        sync: codif::SYNC,
-        edv: 0,
+        ..Default::default()
     };
     let mut b = vec![3u8; r.frame_len()];
     r.emit(&mut codif::Packet::new_unchecked(&mut b[..]))
@@ -67,19 +63,7 @@ fn codif_frame(thread: u16, frame: u32, data_len: usize) -> Vec<u8> {
 }
 
 fn spead_heap(timestamp: u64, id: u64, len: usize) -> Vec<u8> {
-    let r = spead::Repr {
-        heap_address_bits: 48,
-        heap_cnt: timestamp / 64,
-        heap_size: Some(len as u64),
-        heap_offset: 0,
-        payload_len: len as u64,
-        items: vec![
-            spead::Item::immediate(spead::DIG_TIMESTAMP, timestamp),
-            spead::Item::immediate(spead::DIG_ID, id),
-            spead::Item::immediate(spead::DIG_STATUS, 0),
-            spead::Item::address(spead::DIG_RAW_DATA, 0),
-        ],
-    };
+    let r = spead::Repr::digitiser(timestamp, 64, id, len as u64);
     let mut b = vec![0x5au8; r.packet_len()];
     r.emit(&mut spead::Packet::new_unchecked(&mut b[..]))
         .expect("a valid SPEAD header");

@@ -8,159 +8,80 @@
 //! reference implementation (DiFX `codifio`), as `docs/formats.md` explains:
 //! the draft specification itself was not available to us. No function here
 //! panics on any input.
+//!
+//! Owns the header view ([`Packet`], [`Repr`]) and the capture rules
+//! ([`Locator`]).
 
-use super::WireError;
+use super::field::{check_frame, fields, view, Field};
+use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
+use crate::Error;
 
 /// Bytes in the header.
 pub const HEADER_LEN: usize = 64;
 /// The sync word the reference implementation writes into word 5.
 pub const SYNC: u32 = 0xABAD_DEED;
 
-mod field {
-    // Each entry: (64-bit word index, lowest bit, width in bits).
-    pub type Bits = (usize, u32, u32);
-    pub const FRAME: Bits = (0, 0, 32);
-    pub const SECONDS: Bits = (0, 32, 30);
-    pub const COMPLEX: Bits = (0, 62, 1);
-    pub const INVALID: Bits = (0, 63, 1);
-    pub const STATION: Bits = (1, 0, 16);
-    pub const REPRESENTATION: Bits = (1, 22, 4);
-    pub const EPOCH: Bits = (1, 26, 6);
-    pub const DATA_LEN8: Bits = (1, 32, 24);
-    pub const BITS: Bits = (1, 56, 5);
-    pub const VERSION: Bits = (1, 61, 3);
-    pub const GROUP: Bits = (2, 0, 16);
-    pub const THREAD: Bits = (2, 16, 16);
-    pub const NCHAN_M1: Bits = (2, 32, 16);
-    pub const BLOCK_LEN: Bits = (2, 48, 16);
-    pub const PERIOD: Bits = (3, 32, 16);
-    pub const TOTAL_SAMPLES: Bits = (4, 0, 64);
-    pub const SYNC: Bits = (5, 32, 32);
-    pub const EDV: Bits = (6, 32, 8);
+/// Bits `lo..lo + width` of little-endian 64-bit word `w`.
+const fn bits(w: usize, lo: u8, width: u8) -> Field {
+    Field::le(8 * w, 8).part(lo, width)
 }
 
-/// A read/write view of one CODIF frame held in `T`.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A read/write view of one CODIF frame held in `T`.
+    checked by check_len
+}
+
+fields! {
+    /// Frame number within the current period.
+    pub frame: u32 bits(0, 0, 32),
+    /// Seconds since the reference epoch (a multiple of `period` at frame 0).
+    pub seconds: u32 bits(0, 32, 30),
+    pub complex: bool bits(0, 62, 1),
+    pub invalid: bool bits(0, 63, 1),
+    pub station: u16 bits(1, 0, 16),
+    /// Sample representation code (0: offset binary in the reference code).
+    pub representation: u8 bits(1, 22, 4),
+    /// Reference epoch in half-years since 2000-01-01.
+    pub epoch: u8 bits(1, 26, 6),
+    data_len8: usize bits(1, 32, 24),
+    /// Bits per sample (per real or imaginary part), as stored.
+    pub bits_per_sample: u8 bits(1, 56, 5),
+    pub version: u8 bits(1, 61, 3),
+    pub group: u16 bits(2, 0, 16),
+    /// Also where capture steering finds the stream (see [`Locator`]).
+    pub thread: u16 bits(2, 16, 16),
+    nchan_m1: u32 bits(2, 32, 16),
+    /// Sample block length, as stored.
+    pub block_len: u16 bits(2, 48, 16),
+    /// Seconds after which the frame number restarts.
+    pub period: u16 bits(3, 32, 16),
+    /// Samples per channel in one period.
+    pub total_samples: u64 bits(4, 0, 64),
+    pub sync: u32 bits(5, 32, 32),
+    /// Extended data version; 0 = no extended data.
+    pub edv: u8 bits(6, 32, 8),
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checks; accessors read zeros where it is short.
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps untrusted bytes: the 64-byte header, a non-empty data array,
-    /// and the buffer at least header plus data array (`Truncated` if not).
-    /// Extra bytes after the frame are allowed (a file holds many frames).
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        let p = Packet { buffer };
-        p.check_len()?;
-        Ok(p)
-    }
-
+    /// The checks of [`Self::new_checked`]: the 64-byte header, a non-empty
+    /// data array, and the buffer at least header plus data array
+    /// (`Truncated` if not). Extra bytes after the frame are allowed (a file
+    /// holds many frames).
     pub fn check_len(&self) -> Result<(), WireError> {
-        let len = self.buffer.as_ref().len();
-        if len < HEADER_LEN {
-            return Err(WireError::Truncated);
-        }
-        if self.data_len() == 0 {
-            return Err(WireError::Malformed);
-        }
-        if len < self.frame_len() {
-            return Err(WireError::Truncated);
-        }
-        Ok(())
+        check_frame(self.buffer.as_ref().len(), HEADER_LEN, self.frame_len())
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn word(&self, i: usize) -> u64 {
-        match self.buffer.as_ref().get(8 * i..8 * i + 8) {
-            Some(w) => {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(w);
-                u64::from_le_bytes(b)
-            }
-            None => 0,
-        }
-    }
-
-    fn get(&self, (w, lo, width): field::Bits) -> u64 {
-        (self.word(w) >> lo) & (u64::MAX >> (64 - width))
-    }
-
-    /// Frame number within the current period.
-    pub fn frame(&self) -> u32 {
-        self.get(field::FRAME) as u32
-    }
-    /// Seconds since the reference epoch (a multiple of `period` at frame 0).
-    pub fn seconds(&self) -> u32 {
-        self.get(field::SECONDS) as u32
-    }
-    pub fn complex(&self) -> bool {
-        self.get(field::COMPLEX) != 0
-    }
-    pub fn invalid(&self) -> bool {
-        self.get(field::INVALID) != 0
-    }
-    pub fn station(&self) -> u16 {
-        self.get(field::STATION) as u16
-    }
-    /// Sample representation code (0: offset binary in the reference code).
-    pub fn representation(&self) -> u8 {
-        self.get(field::REPRESENTATION) as u8
-    }
-    /// Reference epoch in half-years since 2000-01-01.
-    pub fn epoch(&self) -> u8 {
-        self.get(field::EPOCH) as u8
-    }
     /// Data array bytes, header excluded.
     pub fn data_len(&self) -> usize {
-        self.get(field::DATA_LEN8) as usize * 8
+        self.data_len8() * 8
     }
     /// Whole frame: header plus data array.
     pub fn frame_len(&self) -> usize {
         HEADER_LEN + self.data_len()
     }
-    /// Bits per sample (per real or imaginary part), as stored.
-    pub fn bits_per_sample(&self) -> u8 {
-        self.get(field::BITS) as u8
-    }
-    pub fn version(&self) -> u8 {
-        self.get(field::VERSION) as u8
-    }
-    pub fn group(&self) -> u16 {
-        self.get(field::GROUP) as u16
-    }
-    pub fn thread(&self) -> u16 {
-        self.get(field::THREAD) as u16
-    }
     /// Channels, 1..=65536 (stored minus one).
     pub fn nchan(&self) -> u32 {
-        self.get(field::NCHAN_M1) as u32 + 1
-    }
-    /// Sample block length, as stored.
-    pub fn block_len(&self) -> u16 {
-        self.get(field::BLOCK_LEN) as u16
-    }
-    /// Seconds after which the frame number restarts.
-    pub fn period(&self) -> u16 {
-        self.get(field::PERIOD) as u16
-    }
-    /// Samples per channel in one period.
-    pub fn total_samples(&self) -> u64 {
-        self.get(field::TOTAL_SAMPLES)
-    }
-    pub fn sync(&self) -> u32 {
-        self.get(field::SYNC) as u32
-    }
-    /// Extended data version; 0 = no extended data.
-    pub fn edv(&self) -> u8 {
-        self.get(field::EDV) as u8
+        self.nchan_m1() + 1
     }
     /// The data array; empty if the view is shorter than the frame.
     pub fn payload(&self) -> &[u8] {
@@ -172,14 +93,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    fn set(&mut self, (w, lo, width): field::Bits, v: u64) {
-        let mask = (u64::MAX >> (64 - width)) << lo;
-        let new = (self.word(w) & !mask) | ((v << lo) & mask);
-        if let Some(s) = self.buffer.as_mut().get_mut(8 * w..8 * w + 8) {
-            s.copy_from_slice(&new.to_le_bytes());
-        }
-    }
-
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = self.frame_len();
         self.buffer
@@ -215,14 +128,42 @@ pub struct Repr {
     pub edv: u8,
 }
 
+/// The smallest frame `emit` accepts: version 1, one channel, an 8-byte
+/// data array, the reference sync word, everything else zero. Set the fields
+/// that matter and take the rest from here.
+impl Default for Repr {
+    fn default() -> Repr {
+        Repr {
+            invalid: false,
+            complex: false,
+            seconds: 0,
+            frame: 0,
+            epoch: 0,
+            representation: 0,
+            station: 0,
+            version: 1,
+            bits_per_sample: 0,
+            data_len: 8,
+            group: 0,
+            thread: 0,
+            nchan: 1,
+            block_len: 0,
+            period: 0,
+            total_samples: 0,
+            sync: SYNC,
+            edv: 0,
+        }
+    }
+}
+
 impl Repr {
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr, WireError> {
         p.check_len()?;
         Ok(Repr {
-            invalid: p.invalid(),
-            complex: p.complex(),
-            seconds: p.seconds(),
             frame: p.frame(),
+            seconds: p.seconds(),
+            complex: p.complex(),
+            invalid: p.invalid(),
             epoch: p.epoch(),
             representation: p.representation(),
             station: p.station(),
@@ -255,11 +196,7 @@ impl Repr {
             && self.data_len > 0
             && self.data_len / 8 < 1 << 24
             && (1..=1 << 16).contains(&self.nchan);
-        if ok {
-            Ok(())
-        } else {
-            Err(WireError::Malformed)
-        }
+        ok.then_some(()).ok_or(WireError::Malformed)
     }
 
     /// Writes the header (data array untouched); `p` must hold the header.
@@ -271,25 +208,139 @@ impl Repr {
             .get_mut(..HEADER_LEN)
             .ok_or(WireError::Truncated)?;
         h.fill(0);
-        p.set(field::FRAME, self.frame as u64);
-        p.set(field::SECONDS, self.seconds as u64);
-        p.set(field::COMPLEX, self.complex as u64);
-        p.set(field::INVALID, self.invalid as u64);
-        p.set(field::STATION, self.station as u64);
-        p.set(field::REPRESENTATION, self.representation as u64);
-        p.set(field::EPOCH, self.epoch as u64);
-        p.set(field::DATA_LEN8, (self.data_len / 8) as u64);
-        p.set(field::BITS, self.bits_per_sample as u64);
-        p.set(field::VERSION, self.version as u64);
-        p.set(field::GROUP, self.group as u64);
-        p.set(field::THREAD, self.thread as u64);
-        p.set(field::NCHAN_M1, (self.nchan - 1) as u64);
-        p.set(field::BLOCK_LEN, self.block_len as u64);
-        p.set(field::PERIOD, self.period as u64);
-        p.set(field::TOTAL_SAMPLES, self.total_samples);
-        p.set(field::SYNC, self.sync as u64);
-        p.set(field::EDV, self.edv as u64);
+        p.store(Stored {
+            frame: self.frame,
+            seconds: self.seconds,
+            complex: self.complex,
+            invalid: self.invalid,
+            station: self.station,
+            representation: self.representation,
+            epoch: self.epoch,
+            data_len8: self.data_len / 8,
+            bits_per_sample: self.bits_per_sample,
+            version: self.version,
+            group: self.group,
+            thread: self.thread,
+            nchan_m1: self.nchan - 1,
+            block_len: self.block_len,
+            period: self.period,
+            total_samples: self.total_samples,
+            sync: self.sync,
+            edv: self.edv,
+        });
         Ok(())
+    }
+}
+
+/// The capture rules for CODIF frames: one stream per configured thread, the
+/// index (seconds / period) * frames per period + frame number.
+#[derive(Debug, Clone)]
+pub struct Locator {
+    threads: Box<[u16]>,
+    frame_len: usize,
+    fpp: u32,
+    station: Option<u16>,
+    group: Option<u16>,
+}
+
+impl Locator {
+    /// Validates the values (`Error::Config` says what to change).
+    pub fn new(
+        threads: &[u16],
+        frame_len: usize,
+        frames_per_period: u32,
+        station: Option<u16>,
+        group: Option<u16>,
+    ) -> crate::Result<Locator> {
+        if threads.is_empty() {
+            return Err(Error::Config(
+                "CODIF format needs at least one thread id (e.g. threads = [0, 1])".into(),
+            ));
+        }
+        for (i, &t) in threads.iter().enumerate() {
+            if threads[..i].contains(&t) {
+                return Err(Error::Config(format!(
+                    "CODIF thread id {t} is listed twice; list each thread once"
+                )));
+            }
+        }
+        let data = frame_len.saturating_sub(HEADER_LEN);
+        if data == 0 || data % 8 != 0 || data / 8 >= 1 << 24 {
+            return Err(Error::Config(format!(
+                "CODIF frame length {frame_len} bytes is invalid: it must be the \
+                 64-byte header plus a data array of a positive multiple of 8 bytes \
+                 (below 134217728)"
+            )));
+        }
+        if frames_per_period == 0 {
+            return Err(Error::Config(
+                "CODIF frames per period is 0; use the number of frames each thread \
+                 sends per period"
+                    .into(),
+            ));
+        }
+        Ok(Locator {
+            threads: threads.into(),
+            frame_len,
+            fpp: frames_per_period,
+            station,
+            group,
+        })
+    }
+}
+
+impl Locate for Locator {
+    fn streams(&self) -> usize {
+        self.threads.len()
+    }
+
+    fn payload_len(&self) -> usize {
+        self.frame_len - HEADER_LEN
+    }
+
+    fn station(&self) -> Option<u16> {
+        self.station
+    }
+
+    fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError> {
+        let p = Packet::new_checked(packet)?;
+        if p.frame_len() != self.frame_len || packet.len() != self.frame_len || p.sync() != SYNC {
+            return Err(WireError::Malformed);
+        }
+        if self.station.is_some_and(|s| s != p.station())
+            || self.group.is_some_and(|g| g != p.group())
+        {
+            return Err(WireError::Foreign);
+        }
+        let stream = self
+            .threads
+            .iter()
+            .position(|&t| t == p.thread())
+            .ok_or(WireError::Foreign)?;
+        if p.invalid() {
+            return Err(WireError::Invalid { stream });
+        }
+        let period = p.period() as u32;
+        if period == 0 || p.seconds() % period != 0 || p.frame() >= self.fpp {
+            return Err(WireError::Malformed);
+        }
+        let index = (p.seconds() / period) as u64 * self.fpp as u64 + p.frame() as u64;
+        let payload = packet.get(HEADER_LEN..).ok_or(WireError::Truncated)?;
+        Ok(Located {
+            stream,
+            index,
+            payload,
+        })
+    }
+}
+
+impl StreamKeyed for Locator {
+    fn stream_key(&self) -> Option<StreamKey> {
+        Some(StreamKey {
+            field: field::thread,
+            ids: self.threads.iter().map(|&t| t as u64).collect(),
+            min_packet_len: self.frame_len,
+        })
     }
 }
 
@@ -299,10 +350,10 @@ mod tests {
 
     fn sample_repr() -> Repr {
         Repr {
-            invalid: false,
-            complex: true,
-            seconds: 0x2345_6789,
             frame: 0xfedc_ba98,
+            seconds: 0x2345_6789,
+            complex: true,
+            invalid: false,
             epoch: 49,
             representation: 1,
             station: 0x4b41,
@@ -360,30 +411,24 @@ mod tests {
             Packet::new_checked(&empty[..]).err(),
             Some(WireError::Malformed)
         );
-        let bad = [
-            Repr {
-                seconds: 1 << 30,
-                ..r
-            },
-            Repr { epoch: 64, ..r },
-            Repr {
-                representation: 16,
-                ..r
-            },
-            Repr { version: 8, ..r },
-            Repr {
-                bits_per_sample: 32,
-                ..r
-            },
-            Repr { data_len: 0, ..r },
-            Repr { data_len: 12, ..r },
-            Repr {
-                data_len: 8 << 24,
-                ..r
-            },
-            Repr { nchan: 0, ..r },
-            Repr { nchan: 65537, ..r },
+        // Each a field that does not fit its bits, or an impossible length.
+        let edits: [fn(&mut Repr); 10] = [
+            |x| x.seconds = 1 << 30,
+            |x| x.epoch = 64,
+            |x| x.representation = 16,
+            |x| x.version = 8,
+            |x| x.bits_per_sample = 32,
+            |x| x.data_len = 0,
+            |x| x.data_len = 12,
+            |x| x.data_len = 8 << 24,
+            |x| x.nchan = 0,
+            |x| x.nchan = 65537,
         ];
+        let bad = edits.map(|edit| {
+            let mut x = r;
+            edit(&mut x);
+            x
+        });
         for x in bad {
             let mut out = [0u8; 128];
             assert_eq!(
@@ -408,9 +453,7 @@ mod tests {
         let mut valid = vec![0u8; r.frame_len()];
         r.emit(&mut Packet::new_unchecked(&mut valid[..])).unwrap();
         let mut accepted = 0;
-        let mut bytes = Vec::new();
-        for i in 0..200_000 {
-            rng.fill_like(&mut bytes, &valid, i);
+        for (_, bytes) in rng.cases(&valid, 200_000) {
             if let Ok(p) = Packet::new_checked(&bytes[..]) {
                 accepted += 1;
                 let r = Repr::parse(&p).unwrap();

@@ -8,63 +8,36 @@
 //! 16-bit counter; describe such a design with [`crate::wire::layout`]
 //! instead (and see its note on narrow counters). No function here panics
 //! on any input.
+//!
+//! Owns the header view ([`Packet`], [`Repr`]) and the capture rules
+//! ([`Locator`]).
 
-use super::WireError;
+use super::field::{fields, view, Field};
+use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
+use crate::Error;
 
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 10;
 
-mod field {
-    use core::ops::Range;
-    pub const INDEX: Range<usize> = 0..8;
-    pub const STREAM: Range<usize> = 8..10;
+view! {
+    /// A read/write view of one counter packet held in `T`.
+    checked by check_len
 }
 
-/// A read/write view of one counter packet held in `T`.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+fields! {
+    /// Packet number on this stream's timeline.
+    pub index: u64 Field::be(0, 8),
+    /// Also where capture steering finds the stream (see [`Locator`]).
+    pub stream: u16 Field::be(8, 2),
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checks; accessors read zeros where it is short.
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps untrusted bytes: only the 10-byte header is required (the
-    /// payload length is the capture's business, see [`crate::wire::FormatSpec`]).
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        let p = Packet { buffer };
-        p.check_len()?;
-        Ok(p)
-    }
-
+    /// The checks of [`Self::new_checked`]: only the 10-byte header is
+    /// required (the payload length is the capture's business, see
+    /// [`crate::wire::FormatSpec`]).
     pub fn check_len(&self) -> Result<(), WireError> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            return Err(WireError::Truncated);
-        }
-        Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// Packet number on this stream's timeline.
-    pub fn index(&self) -> u64 {
-        let mut b = [0u8; 8];
-        if let Some(s) = self.buffer.as_ref().get(field::INDEX) {
-            b.copy_from_slice(s);
-        }
-        u64::from_be_bytes(b)
-    }
-
-    pub fn stream(&self) -> u16 {
-        match self.buffer.as_ref().get(field::STREAM) {
-            Some(s) => u16::from_be_bytes([s[0], s[1]]),
-            None => 0,
-        }
+        let whole = self.buffer.as_ref().len() >= HEADER_LEN;
+        whole.then_some(()).ok_or(WireError::Truncated)
     }
 
     /// Everything after the header; empty if the view is short.
@@ -100,14 +73,80 @@ impl Repr {
 
     /// Writes the header; the payload is left alone.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) -> Result<(), WireError> {
-        let h = p
-            .buffer
-            .as_mut()
-            .get_mut(..HEADER_LEN)
-            .ok_or(WireError::Truncated)?;
-        h[field::INDEX].copy_from_slice(&self.index.to_be_bytes());
-        h[field::STREAM].copy_from_slice(&self.stream.to_be_bytes());
+        p.check_len()?;
+        p.store(Stored {
+            index: self.index,
+            stream: self.stream,
+        });
         Ok(())
+    }
+}
+
+/// The capture rules for counter packets: stream ids `0..streams`, the
+/// index the counter itself, a fixed payload length.
+#[derive(Debug, Clone)]
+pub struct Locator {
+    streams: usize,
+    payload_len: usize,
+}
+
+impl Locator {
+    /// Validates the values (`Error::Config` says what to change).
+    pub fn new(streams: usize, payload_len: usize) -> crate::Result<Locator> {
+        if streams == 0 || streams > u16::MAX as usize + 1 {
+            return Err(Error::Config(format!(
+                "counter format needs 1..=65536 streams, got {streams}"
+            )));
+        }
+        if payload_len == 0 {
+            return Err(Error::Config(
+                "counter format needs payload_len > 0 (bytes after the 10-byte header)".into(),
+            ));
+        }
+        Ok(Locator {
+            streams,
+            payload_len,
+        })
+    }
+}
+
+impl Locate for Locator {
+    fn streams(&self) -> usize {
+        self.streams
+    }
+
+    fn payload_len(&self) -> usize {
+        self.payload_len
+    }
+
+    fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError> {
+        let p = Packet::new_checked(packet)?;
+        let payload = p.payload();
+        if payload.len() < self.payload_len {
+            return Err(WireError::Truncated);
+        }
+        if payload.len() > self.payload_len {
+            return Err(WireError::Malformed);
+        }
+        let stream = p.stream() as usize;
+        if stream >= self.streams {
+            return Err(WireError::Foreign);
+        }
+        Ok(Located {
+            stream,
+            index: p.index(),
+            payload: packet.get(HEADER_LEN..).ok_or(WireError::Truncated)?,
+        })
+    }
+}
+
+impl StreamKeyed for Locator {
+    fn stream_key(&self) -> Option<StreamKey> {
+        Some(StreamKey {
+            field: field::stream,
+            ids: (0..self.streams as u64).collect(),
+            min_packet_len: HEADER_LEN.saturating_add(self.payload_len),
+        })
     }
 }
 
@@ -153,9 +192,7 @@ mod tests {
         }
         .emit(&mut Packet::new_unchecked(&mut valid[..]))
         .unwrap();
-        let mut bytes = Vec::new();
-        for i in 0..100_000 {
-            rng.fill_like(&mut bytes, &valid, i);
+        for (_, bytes) in rng.cases(&valid, 100_000) {
             if let Ok(p) = Packet::new_checked(&bytes[..]) {
                 let r = Repr::parse(&p).unwrap();
                 let mut again = bytes.clone();

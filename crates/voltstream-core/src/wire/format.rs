@@ -1,10 +1,13 @@
-//! Which packet format a capture expects, and the [`Locate`] it builds.
+//! Which packet format a capture expects, and the `Locate` it builds: the
+//! registry of formats.
 //!
-//! [`FormatSpec`] is the user-facing description (validated once, with
-//! messages that say what to change); [`FormatSpec::locator`] turns it into a
+//! [`FormatSpec`] is the user-facing description, one variant per format;
+//! [`FormatSpec::locator`] hands its values to that format's own locator
+//! (`vdif::Locator`, `spead::HeapMap`, ..., in the format's file), which
+//! validates them with messages that say what to change, and wraps it in a
 //! [`Locator`], the allocation-free per-packet classifier the assembler calls.
 
-use super::locator::{vdif_header_len, Locator};
+use super::locator::Locator;
 use super::{codif, counter, layout, roach2, spead, vdif};
 use crate::{Error, Result};
 
@@ -78,192 +81,10 @@ fn config(msg: String) -> Error {
 }
 
 impl FormatSpec {
-    /// Checks the values, saying what is wrong and what to use instead.
+    /// Checks the values, saying what is wrong and what to use instead (each
+    /// format's locator checks its own).
     pub fn validate(&self) -> Result<()> {
-        match self {
-            FormatSpec::Ynao { .. } => Ok(()),
-            FormatSpec::Spead {
-                heap_address_bits,
-                digitiser_ids,
-                samples_per_heap,
-                heap_bytes,
-                packets_per_heap,
-                heap_index,
-                timestamp_id,
-                digitiser_id_item,
-            } => {
-                let bits = *heap_address_bits as u32;
-                if bits % 8 != 0 || !(8..=56).contains(&bits) {
-                    return Err(config(format!(
-                        "SPEAD heap address bits {bits} is not a SPEAD-64-XX flavour; use a \
-                         multiple of 8 from 8 to 56 (48 for SPEAD-64-48)"
-                    )));
-                }
-                let max_id = (1u64 << (63 - bits)) - 1;
-                let max_value = (1u64 << bits) - 1;
-                for (what, id) in [
-                    ("timestamp", timestamp_id),
-                    ("digitiser id", digitiser_id_item),
-                ] {
-                    if *id > max_id || (spead::HEAP_CNT..=spead::PAYLOAD_LEN).contains(id) {
-                        return Err(config(format!(
-                            "SPEAD {what} item id {id:#x} is invalid: it must fit {} bits and \
-                             not be a standard item (0x1..=0x4)",
-                            63 - bits
-                        )));
-                    }
-                }
-                if timestamp_id == digitiser_id_item {
-                    return Err(config(
-                        "SPEAD timestamp and digitiser id items must differ (0x1600, 0x3101)"
-                            .into(),
-                    ));
-                }
-                if digitiser_ids.is_empty() {
-                    return Err(config(
-                        "SPEAD format needs at least one digitiser id (e.g. digitiser_ids = \
-                         [0, 1] for two polarisations)"
-                            .into(),
-                    ));
-                }
-                for (i, &d) in digitiser_ids.iter().enumerate() {
-                    if d > max_value {
-                        return Err(config(format!(
-                            "SPEAD digitiser id {d} does not fit {bits} bits"
-                        )));
-                    }
-                    if digitiser_ids[..i].contains(&d) {
-                        return Err(config(format!(
-                            "SPEAD digitiser id {d} is listed twice; list each digitiser once"
-                        )));
-                    }
-                }
-                if *samples_per_heap == 0 || *heap_bytes == 0 || *heap_bytes as u64 > max_value {
-                    return Err(config(format!(
-                        "SPEAD samples per heap ({samples_per_heap}) and heap bytes \
-                         ({heap_bytes}) must be positive (MeerKAT: 4096 samples, 5120 bytes \
-                         at 10 bits)"
-                    )));
-                }
-                if *packets_per_heap == 0 || heap_bytes % packets_per_heap != 0 {
-                    return Err(config(format!(
-                        "SPEAD heap of {heap_bytes} bytes does not split into {packets_per_heap}                          packets of equal payload; packets per heap must divide the heap size"
-                    )));
-                }
-                if let spead::HeapIndex::HeapCnt { step } = heap_index {
-                    if *step == 0 {
-                        return Err(config(
-                            "SPEAD heap counter step is 0; use the number of heap counters per \
-                             heap time (e.g. the number of F-engines)"
-                                .into(),
-                        ));
-                    }
-                    if let Some(&d) = digitiser_ids.iter().find(|&&d| d >= *step) {
-                        return Err(config(format!(
-                            "SPEAD heap counter step {step} leaves no room for stream id {d}: \
-                             heap_cnt = heap index * step + id needs every id below step (e.g. \
-                             step = number of F-engines)"
-                        )));
-                    }
-                }
-                Ok(())
-            }
-            FormatSpec::Codif {
-                threads,
-                frame_len,
-                frames_per_period,
-                ..
-            } => {
-                if threads.is_empty() {
-                    return Err(config(
-                        "CODIF format needs at least one thread id (e.g. threads = [0, 1])".into(),
-                    ));
-                }
-                for (i, &t) in threads.iter().enumerate() {
-                    if threads[..i].contains(&t) {
-                        return Err(config(format!(
-                            "CODIF thread id {t} is listed twice; list each thread once"
-                        )));
-                    }
-                }
-                let data = frame_len.saturating_sub(codif::HEADER_LEN);
-                if data == 0 || data % 8 != 0 || data / 8 >= 1 << 24 {
-                    return Err(config(format!(
-                        "CODIF frame length {frame_len} bytes is invalid: it must be the \
-                         64-byte header plus a data array of a positive multiple of 8 bytes \
-                         (below 134217728)"
-                    )));
-                }
-                if *frames_per_period == 0 {
-                    return Err(config(
-                        "CODIF frames per period is 0; use the number of frames each thread \
-                         sends per period"
-                            .into(),
-                    ));
-                }
-                Ok(())
-            }
-            FormatSpec::Counter {
-                streams,
-                payload_len,
-            } => {
-                if *streams == 0 || *streams > u16::MAX as usize + 1 {
-                    return Err(config(format!(
-                        "counter format needs 1..=65536 streams, got {streams}"
-                    )));
-                }
-                if *payload_len == 0 {
-                    return Err(config(
-                        "counter format needs payload_len > 0 (bytes after the 10-byte header)"
-                            .into(),
-                    ));
-                }
-                Ok(())
-            }
-            FormatSpec::Layout(l) => l.validate(),
-            FormatSpec::Vdif {
-                threads,
-                frame_len,
-                frames_per_second,
-                legacy,
-                ..
-            } => {
-                let header = if *legacy {
-                    vdif::LEGACY_HEADER_LEN
-                } else {
-                    vdif::HEADER_LEN
-                };
-                if threads.is_empty() {
-                    return Err(Error::Config(
-                        "VDIF format needs at least one thread id (e.g. threads = [0, 1])".into(),
-                    ));
-                }
-                for (i, &t) in threads.iter().enumerate() {
-                    if t as usize >= vdif::MAX_THREADS {
-                        return Err(Error::Config(format!(
-                            "VDIF thread id {t} does not fit the 10-bit field; use 0..=1023"
-                        )));
-                    }
-                    if threads[..i].contains(&t) {
-                        return Err(Error::Config(format!(
-                            "VDIF thread id {t} is listed twice; list each thread once"
-                        )));
-                    }
-                }
-                if *frame_len <= header || frame_len % 8 != 0 || frame_len / 8 >= 1 << 24 {
-                    return Err(Error::Config(format!(
-                        "VDIF frame length {frame_len} bytes is invalid: it must include the \
-                         {header}-byte header, be a multiple of 8 and below 134217728"
-                    )));
-                }
-                if *frames_per_second == 0 || *frames_per_second >= 1 << 24 {
-                    return Err(Error::Config(format!(
-                        "VDIF frames per second {frames_per_second} is invalid: use 1..=16777215"
-                    )));
-                }
-                Ok(())
-            }
-        }
+        self.locator().map(drop)
     }
 
     /// Number of streams a capture with this format has.
@@ -369,7 +190,7 @@ impl FormatSpec {
         match self {
             FormatSpec::Vdif {
                 frame_len, legacy, ..
-            } => frame_len.saturating_sub(vdif_header_len(*legacy)),
+            } => frame_len.saturating_sub(vdif::header_len(*legacy)),
             FormatSpec::Ynao { .. } => roach2::DATA_LEN,
             FormatSpec::Spead {
                 heap_bytes,
@@ -382,11 +203,60 @@ impl FormatSpec {
         }
     }
 
-    /// Validates and builds the per-packet classifier. Allocates once (a
-    /// thread-id table); `locate` itself never allocates.
+    /// Validates and builds the per-packet classifier: the registry of
+    /// formats, each arm the format's own locator. Allocates once (a
+    /// thread-id table, the id lists); `locate` itself never allocates.
     pub fn locator(&self) -> Result<Locator> {
-        self.validate()?;
-        Ok(Locator::new(self))
+        Ok(match self {
+            FormatSpec::Vdif {
+                threads,
+                frame_len,
+                frames_per_second,
+                station,
+                legacy,
+            } => vdif::Locator::new(threads, *frame_len, *frames_per_second, *station, *legacy)?
+                .into(),
+            FormatSpec::Ynao { subband } => roach2::Locator { subband: *subband }.into(),
+            FormatSpec::Spead {
+                heap_address_bits,
+                digitiser_ids,
+                samples_per_heap,
+                heap_bytes,
+                packets_per_heap,
+                heap_index,
+                timestamp_id,
+                digitiser_id_item,
+            } => {
+                let map = spead::HeapMap {
+                    heap_address_bits: *heap_address_bits,
+                    ids: digitiser_ids.clone().into_boxed_slice(),
+                    samples_per_heap: *samples_per_heap,
+                    heap_bytes: *heap_bytes,
+                    packets_per_heap: *packets_per_heap,
+                    timestamp_id: *timestamp_id,
+                    id_item: *digitiser_id_item,
+                    index: *heap_index,
+                };
+                map.validate()?;
+                map.into()
+            }
+            FormatSpec::Codif {
+                threads,
+                frame_len,
+                frames_per_period,
+                station,
+                group,
+            } => codif::Locator::new(threads, *frame_len, *frames_per_period, *station, *group)?
+                .into(),
+            FormatSpec::Counter {
+                streams,
+                payload_len,
+            } => counter::Locator::new(*streams, *payload_len)?.into(),
+            FormatSpec::Layout(l) => {
+                l.validate()?;
+                l.clone().into()
+            }
+        })
     }
 }
 

@@ -227,9 +227,7 @@ fn no_panic_on_random_input() {
     let valid = vdif_frame(5, 3, 10);
     let l = vdif_spec().locator().unwrap();
     let y = FormatSpec::Ynao { subband: Some(1) }.locator().unwrap();
-    let mut bytes = Vec::new();
-    for i in 0..50_000 {
-        rng.fill_like(&mut bytes, &valid, i);
+    for (_, bytes) in rng.cases(&valid, 50_000) {
         if let Ok(loc) = l.locate(&bytes) {
             assert_eq!(loc.payload.len(), l.payload_len());
             assert!(loc.stream < 2);
@@ -239,19 +237,7 @@ fn no_panic_on_random_input() {
 }
 
 fn dig_packet(timestamp: u64, id: u64, len: usize) -> Vec<u8> {
-    let r = spead::Repr {
-        heap_address_bits: 48,
-        heap_cnt: timestamp / 4096,
-        heap_size: Some(len as u64),
-        heap_offset: 0,
-        payload_len: len as u64,
-        items: vec![
-            spead::Item::immediate(spead::DIG_TIMESTAMP, timestamp),
-            spead::Item::immediate(spead::DIG_ID, id),
-            spead::Item::immediate(spead::DIG_STATUS, 0),
-            spead::Item::address(spead::DIG_RAW_DATA, 0),
-        ],
-    };
+    let r = spead::Repr::digitiser(timestamp, 4096, id, len as u64);
     let mut b = vec![0x5au8; r.packet_len()];
     r.emit(&mut spead::Packet::new_unchecked(&mut b[..]))
         .unwrap();
@@ -451,25 +437,16 @@ fn spead_multi_packet_heaps_by_heap_counter() {
 }
 
 fn codif_frame(thread: u16, seconds: u32, frame: u32) -> Vec<u8> {
+    // Only what the locator reads; the rest is the smallest valid frame's.
     let r = codif::Repr {
-        invalid: false,
-        complex: true,
         seconds,
         frame,
-        epoch: 48,
-        representation: 0,
         station: 0x4b41,
-        version: 1,
-        bits_per_sample: 16,
         data_len: 1024,
         group: 2,
         thread,
-        nchan: 8,
-        block_len: 1,
         period: 27,
-        total_samples: 32_000_000,
-        sync: codif::SYNC,
-        edv: 0,
+        ..Default::default()
     };
     let mut b = vec![3u8; r.frame_len()];
     r.emit(&mut codif::Packet::new_unchecked(&mut b[..]))
@@ -478,8 +455,9 @@ fn codif_frame(thread: u16, seconds: u32, frame: u32) -> Vec<u8> {
 }
 
 fn codif_spec() -> FormatSpec {
+    let threads = vec![9, 1];
     FormatSpec::Codif {
-        threads: vec![9, 1],
+        threads,
         frame_len: 1088,
         frames_per_period: 1000,
         station: Some(0x4b41),
@@ -487,25 +465,37 @@ fn codif_spec() -> FormatSpec {
     }
 }
 
+/// Where `l` puts `packet` (stream, index), its payload checked to be all
+/// the bytes after a `header`-byte header.
+fn placed(
+    l: &Locator,
+    packet: &[u8],
+    header: usize,
+) -> core::result::Result<(usize, u64), WireError> {
+    let loc = l.locate(packet)?;
+    assert_eq!(loc.payload, &packet[header..]);
+    Ok((loc.stream, loc.index))
+}
+
 #[test]
 fn codif_locate() {
     let l = codif_spec().locator().unwrap();
     assert_eq!((l.streams(), l.payload_len()), (2, 1024));
     let f = codif_frame(1, 27 * 5, 999);
-    let loc = l.locate(&f).unwrap();
-    assert_eq!((loc.stream, loc.index), (1, 5 * 1000 + 999));
-    assert_eq!(loc.payload, &f[64..]);
-    assert_eq!(l.locate(&codif_frame(9, 0, 0)).unwrap().stream, 0);
-    assert_eq!(l.locate(&codif_frame(2, 0, 0)), Err(WireError::Foreign));
-    assert_eq!(l.locate(&codif_frame(1, 28, 0)), Err(WireError::Malformed));
-    assert_eq!(
-        l.locate(&codif_frame(1, 27, 1000)),
-        Err(WireError::Malformed)
-    );
-    assert_eq!(l.locate(&f[..1087]), Err(WireError::Truncated));
+    assert_eq!(placed(&l, &f, 64), Ok((1, 5 * 1000 + 999)));
+    assert_eq!(placed(&l, &codif_frame(9, 0, 0), 64), Ok((0, 0)));
     let mut long = f.clone();
     long.push(0);
-    assert_eq!(l.locate(&long), Err(WireError::Malformed));
+    for (packet, want) in [
+        (codif_frame(2, 0, 0), WireError::Foreign),
+        // Seconds not a multiple of the period; frame number past the period.
+        (codif_frame(1, 28, 0), WireError::Malformed),
+        (codif_frame(1, 27, 1000), WireError::Malformed),
+        (f[..1087].to_vec(), WireError::Truncated),
+        (long, WireError::Malformed),
+    ] {
+        assert_eq!(l.locate(&packet), Err(want));
+    }
     let corrupt = |byte: usize, bit: u8| {
         let mut c = f.clone();
         c[byte] ^= 1 << bit;
@@ -576,34 +566,35 @@ fn new_format_validation_messages() {
         s
     };
     let set = |s: &mut FormatSpec, k: &str| {
-        if let FormatSpec::Spead {
-            heap_address_bits,
-            digitiser_ids,
-            samples_per_heap,
-            heap_bytes,
-            packets_per_heap,
-            heap_index,
-            timestamp_id,
-            digitiser_id_item,
+        let FormatSpec::Spead {
+            heap_address_bits: bits,
+            digitiser_ids: ids,
+            samples_per_heap: spp,
+            heap_bytes: bytes,
+            packets_per_heap: pph,
+            heap_index: index,
+            timestamp_id: ts,
+            digitiser_id_item: id_item,
         } = s
-        {
-            match k {
-                "bits44" => *heap_address_bits = 44,
-                "bits64" => *heap_address_bits = 64,
-                "noids" => digitiser_ids.clear(),
-                "dupids" => *digitiser_ids = vec![3, 3],
-                "bigid" => *digitiser_ids = vec![1 << 48],
-                "spp0" => *samples_per_heap = 0,
-                "bytes0" => *heap_bytes = 0,
-                "ts_std" => *timestamp_id = spead::HEAP_SIZE,
-                "ts_wide" => *timestamp_id = 1 << 15,
-                "same" => *digitiser_id_item = *timestamp_id,
-                "pph0" => *packets_per_heap = 0,
-                "pph3" => *packets_per_heap = 3,
-                "step0" => *heap_index = spead::HeapIndex::HeapCnt { step: 0 },
-                "step1" => *heap_index = spead::HeapIndex::HeapCnt { step: 1 },
-                _ => unreachable!(),
-            }
+        else {
+            unreachable!()
+        };
+        match k {
+            "bits44" => *bits = 44,
+            "bits64" => *bits = 64,
+            "noids" => ids.clear(),
+            "dupids" => *ids = vec![3, 3],
+            "bigid" => *ids = vec![1 << 48],
+            "spp0" => *spp = 0,
+            "bytes0" => *bytes = 0,
+            "ts_std" => *ts = spead::HEAP_SIZE,
+            "ts_wide" => *ts = 1 << 15,
+            "same" => *id_item = *ts,
+            "pph0" => *pph = 0,
+            "pph3" => *pph = 3,
+            "step0" => *index = spead::HeapIndex::HeapCnt { step: 0 },
+            "step1" => *index = spead::HeapIndex::HeapCnt { step: 1 },
+            _ => unreachable!(),
         }
     };
     let mut bad: Vec<FormatSpec> = [
@@ -676,13 +667,11 @@ fn new_formats_no_panic_on_random_input() {
             [&5u64.to_be_bytes()[..], &[0, 2], &[1; 30]].concat(),
         ),
     ];
-    let mut bytes = Vec::new();
     for (spec, valid) in cases {
         let l = spec.locator().unwrap();
         assert!(l.locate(&valid).is_ok(), "{spec:?}");
         let mut accepted = 0;
-        for i in 0..40_000 {
-            rng.fill_like(&mut bytes, &valid, i);
+        for (_, bytes) in rng.cases(&valid, 40_000) {
             if let Ok(loc) = l.locate(&bytes) {
                 accepted += 1;
                 assert_eq!(loc.payload.len(), l.payload_len());

@@ -9,80 +9,14 @@
 //! messages that say what to change; [`Layout::locate`] then reads a few
 //! integers per packet, allocation-free. No function here panics on any input.
 
-use super::{Located, WireError};
+use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
 use crate::{Error, Result};
 
-/// Byte order of a multi-byte field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endian {
-    Big,
-    Little,
-}
+pub use super::field::{Endian, Field};
 
-/// An unsigned integer field: `bytes` bytes at `offset`, in `endian` order,
-/// then `(value >> shift)` keeping the low `bits` bits (`bits == 0`: all
-/// bits above `shift`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Field {
-    pub offset: usize,
-    pub bytes: u8,
-    pub endian: Endian,
-    pub shift: u8,
-    pub bits: u8,
-}
-
+/// Layout-only: a table's fields come from the user, so they are checked once
+/// with messages (the built-in formats' fields are constants).
 impl Field {
-    /// A whole big-endian field, the common case.
-    pub const fn be(offset: usize, bytes: u8) -> Field {
-        Field {
-            offset,
-            bytes,
-            endian: Endian::Big,
-            shift: 0,
-            bits: 0,
-        }
-    }
-
-    /// A whole little-endian field.
-    pub const fn le(offset: usize, bytes: u8) -> Field {
-        Field {
-            endian: Endian::Little,
-            ..Field::be(offset, bytes)
-        }
-    }
-
-    fn width(&self) -> u32 {
-        if self.bits == 0 {
-            (self.bytes as u32 * 8).saturating_sub(self.shift as u32)
-        } else {
-            self.bits as u32
-        }
-    }
-
-    /// Largest value the field can hold.
-    pub fn max(&self) -> u64 {
-        u64::MAX >> (64 - self.width().clamp(1, 64))
-    }
-
-    fn end(&self) -> usize {
-        self.offset.saturating_add(self.bytes as usize)
-    }
-
-    /// Reads the field; `None` if the packet is too short. Meaningful only
-    /// for a validated field, but never panics.
-    pub fn read(&self, packet: &[u8]) -> Option<u64> {
-        let src = packet.get(self.offset..self.end())?;
-        let mut raw = 0u64;
-        for i in 0..src.len().min(8) {
-            let b = match self.endian {
-                Endian::Big => src[i],
-                Endian::Little => src[src.len() - 1 - i],
-            };
-            raw = (raw << 8) | b as u64;
-        }
-        Some(raw.checked_shr(self.shift as u32).unwrap_or(0) & self.max())
-    }
-
     fn validate(&self, what: &str, packet_len: usize) -> Result<()> {
         if !(1..=8).contains(&self.bytes) {
             return Err(Error::Config(format!(
@@ -251,6 +185,30 @@ impl Layout {
             stream,
             index: raw / step,
             payload,
+        })
+    }
+}
+
+impl Locate for Layout {
+    fn streams(&self) -> usize {
+        Layout::streams(self)
+    }
+
+    fn payload_len(&self) -> usize {
+        self.payload_len
+    }
+
+    fn locate<'a>(&self, packet: &'a [u8]) -> core::result::Result<Located<'a>, WireError> {
+        Layout::locate(self, packet)
+    }
+}
+
+impl StreamKeyed for Layout {
+    fn stream_key(&self) -> Option<StreamKey> {
+        Some(StreamKey {
+            field: self.stream?,
+            ids: self.stream_ids.clone(),
+            min_packet_len: self.packet_len,
         })
     }
 }

@@ -6,16 +6,20 @@
 //! parser's unit tests feed it 200k random and mutated frames on stable.
 //! Each format follows the same shape (after smoltcp's `wire`): a `Packet<T>`
 //! view with `new_checked`/`new_unchecked`, field offsets in a private
-//! `mod field`, and a parsed `Repr` with `parse` and `emit`.
+//! `mod field`, and a parsed `Repr` with `parse` and `emit`; the view and its
+//! fields are stated through the `view!` and `fields!` macros of `field.rs`.
 //!
 //! [`Locate`] is what the assembler needs from a format: which stream a packet
 //! belongs to, its position on that stream's packet timeline, and its payload.
-//! [`FormatSpec`] describes a capture's format and builds its [`Locator`].
+//! Each format's file holds its own locator beside its view (`vdif::Locator`,
+//! `spead::HeapMap`, ...). [`FormatSpec`] describes a capture's format and
+//! builds its [`Locator`], which dispatches each packet to the format's code.
 #![deny(unsafe_code)]
 
 pub mod codif;
 pub mod counter;
 mod error;
+mod field;
 mod format;
 pub mod layout;
 mod locate;
@@ -53,6 +57,20 @@ pub(crate) mod testutil {
 
         pub fn below(&mut self, n: usize) -> usize {
             (self.next() % n.max(1) as u64) as usize
+        }
+
+        /// `n` cases made by [`Self::fill_like`] from `valid`, with their
+        /// iteration numbers: the input of every no-panic test.
+        pub fn cases<'a>(
+            &'a mut self,
+            valid: &'a [u8],
+            n: usize,
+        ) -> impl Iterator<Item = (usize, Vec<u8>)> + 'a {
+            (0..n).map(move |i| {
+                let mut bytes = Vec::new();
+                self.fill_like(&mut bytes, valid, i);
+                (i, bytes)
+            })
         }
 
         /// Fills `out` with a case for iteration `i`: alternately pure noise

@@ -5,8 +5,12 @@
 //! of day, nanoseconds, version, subband, nchan) then 64 spectra x 32 channels
 //! x 2 polarisations x (re, im) int8, time-major (TFP). No function here
 //! panics on any input.
+//!
+//! Owns the header view ([`Packet`], [`Repr`]) and the capture rules
+//! ([`Locator`]).
 
-use super::WireError;
+use super::field::{fields, view, Field};
+use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
 
 pub const HEADER_LEN: usize = 24;
 pub const DATA_LEN: usize = 8192;
@@ -17,40 +21,31 @@ pub const NCHAN: usize = 32;
 pub const NPOL: usize = 2;
 pub const VERSION: u8 = 1;
 
-mod field {
-    use core::ops::Range;
-    pub const SEQUENCE: Range<usize> = 0..8;
-    pub const MJD: Range<usize> = 8..12;
-    pub const SECOND: Range<usize> = 12..16;
-    pub const NANOSECOND: Range<usize> = 16..20;
-    pub const VERSION: usize = 20;
-    pub const SUBBAND: usize = 21;
-    pub const NCHAN: Range<usize> = 22..24;
-    pub const DATA: Range<usize> = super::HEADER_LEN..super::FRAME_LEN;
+/// Where the data array is.
+const DATA: core::ops::Range<usize> = HEADER_LEN..FRAME_LEN;
+
+view! {
+    /// A read/write view of one YNAO frame held in `T`.
+    checked by check
 }
 
-/// A read/write view of one YNAO frame held in `T`.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+fields! {
+    /// Frame number since the stream started.
+    pub sequence: u64 Field::be(0, 8),
+    pub mjd: u32 Field::be(8, 4),
+    /// Second of the UTC day of the first sample.
+    pub second: u32 Field::be(12, 4),
+    pub nanosecond: u32 Field::be(16, 4),
+    pub version: u8 Field::be(20, 1),
+    pub subband: u8 Field::be(21, 1),
+    pub nchan: u16 Field::be(22, 2),
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checks; accessors read zeros where it is short.
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps untrusted bytes: at least one whole frame, version 1, 32
-    /// channels, second < 86400, nanoseconds < 1e9. Extra trailing bytes are
-    /// allowed here; [`crate::wire::FormatSpec`] refuses them for capture.
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        let p = Packet { buffer };
-        p.check()?;
-        Ok(p)
-    }
-
-    /// The checks of [`Self::new_checked`].
+    /// The checks of [`Self::new_checked`]: at least one whole frame,
+    /// version 1, 32 channels, second < 86400, nanoseconds < 1e9. Extra
+    /// trailing bytes are allowed here; [`crate::wire::FormatSpec`] refuses
+    /// them for capture.
     pub fn check(&self) -> Result<(), WireError> {
         if self.buffer.as_ref().len() < FRAME_LEN {
             return Err(WireError::Truncated);
@@ -65,60 +60,15 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn bytes<const N: usize>(&self, r: core::ops::Range<usize>) -> [u8; N] {
-        let mut out = [0u8; N];
-        if let Some(s) = self.buffer.as_ref().get(r) {
-            if s.len() == N {
-                out.copy_from_slice(s);
-            }
-        }
-        out
-    }
-
-    /// Frame number since the stream started.
-    pub fn sequence(&self) -> u64 {
-        u64::from_be_bytes(self.bytes(field::SEQUENCE))
-    }
-    pub fn mjd(&self) -> u32 {
-        u32::from_be_bytes(self.bytes(field::MJD))
-    }
-    /// Second of the UTC day of the first sample.
-    pub fn second(&self) -> u32 {
-        u32::from_be_bytes(self.bytes(field::SECOND))
-    }
-    pub fn nanosecond(&self) -> u32 {
-        u32::from_be_bytes(self.bytes(field::NANOSECOND))
-    }
-    pub fn version(&self) -> u8 {
-        self.buffer
-            .as_ref()
-            .get(field::VERSION)
-            .copied()
-            .unwrap_or(0)
-    }
-    pub fn subband(&self) -> u8 {
-        self.buffer
-            .as_ref()
-            .get(field::SUBBAND)
-            .copied()
-            .unwrap_or(0)
-    }
-    pub fn nchan(&self) -> u16 {
-        u16::from_be_bytes(self.bytes(field::NCHAN))
-    }
     /// The 8192 data bytes; empty if the view is short.
     pub fn payload(&self) -> &[u8] {
-        self.buffer.as_ref().get(field::DATA).unwrap_or(&[])
+        self.buffer.as_ref().get(DATA).unwrap_or(&[])
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        self.buffer.as_mut().get_mut(field::DATA).unwrap_or(&mut [])
+        self.buffer.as_mut().get_mut(DATA).unwrap_or(&mut [])
     }
 }
 
@@ -150,18 +100,18 @@ impl Repr {
         if self.second >= 86_400 || self.nanosecond >= 1_000_000_000 {
             return Err(WireError::Malformed);
         }
-        let h = p
-            .buffer
-            .as_mut()
-            .get_mut(..FRAME_LEN)
-            .ok_or(WireError::Truncated)?;
-        h[field::SEQUENCE].copy_from_slice(&self.sequence.to_be_bytes());
-        h[field::MJD].copy_from_slice(&self.mjd.to_be_bytes());
-        h[field::SECOND].copy_from_slice(&self.second.to_be_bytes());
-        h[field::NANOSECOND].copy_from_slice(&self.nanosecond.to_be_bytes());
-        h[field::VERSION] = VERSION;
-        h[field::SUBBAND] = self.subband;
-        h[field::NCHAN].copy_from_slice(&(NCHAN as u16).to_be_bytes());
+        if p.buffer.as_ref().len() < FRAME_LEN {
+            return Err(WireError::Truncated);
+        }
+        p.store(Stored {
+            sequence: self.sequence,
+            mjd: self.mjd,
+            second: self.second,
+            nanosecond: self.nanosecond,
+            version: VERSION,
+            subband: self.subband,
+            nchan: NCHAN as u16,
+        });
         Ok(())
     }
 }
@@ -170,6 +120,46 @@ impl Repr {
 /// data array; the real part is there, the imaginary part one byte later.
 pub const fn data_offset(t: usize, c: usize, p: usize) -> usize {
     ((t * NCHAN + c) * NPOL + p) * 2
+}
+
+/// The capture rules for YNAO frames: one stream, the index the sequence
+/// counter, exactly one frame per packet.
+#[derive(Debug, Clone)]
+pub struct Locator {
+    /// Accept only this subband id; `None` accepts any.
+    pub subband: Option<u8>,
+}
+
+impl Locate for Locator {
+    fn streams(&self) -> usize {
+        1
+    }
+
+    fn payload_len(&self) -> usize {
+        DATA_LEN
+    }
+
+    fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError> {
+        let p = Packet::new_checked(packet)?;
+        if packet.len() != FRAME_LEN {
+            return Err(WireError::Malformed);
+        }
+        if self.subband.is_some_and(|s| s != p.subband()) {
+            return Err(WireError::Foreign);
+        }
+        Ok(Located {
+            stream: 0,
+            index: p.sequence(),
+            payload: packet.get(HEADER_LEN..).ok_or(WireError::Truncated)?,
+        })
+    }
+}
+
+impl StreamKeyed for Locator {
+    /// One stream: nothing to steer by.
+    fn stream_key(&self) -> Option<StreamKey> {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -262,9 +252,7 @@ mod tests {
             .emit(&mut Packet::new_unchecked(&mut valid[..]))
             .unwrap();
         let mut accepted = 0;
-        let mut bytes = Vec::new();
-        for i in 0..200_000 {
-            rng.fill_like(&mut bytes, &valid, i);
+        for (_, bytes) in rng.cases(&valid, 200_000) {
             if let Ok(p) = Packet::new_checked(&bytes[..]) {
                 accepted += 1;
                 let r = Repr::parse(&p).unwrap();

@@ -4,8 +4,15 @@
 //! legacy bit is set) followed by the data array. The header's frame length
 //! counts the header too, in 8-byte units. No function here panics on any
 //! input; `docs/formats.md` gives the exact bit layout and the sample mapping.
+//!
+//! Owns the header view ([`Packet`], [`Repr`]), the sample decoder
+//! ([`decode`]) and the capture rules ([`Locator`]).
 
-use super::WireError;
+use super::field::{check_frame, fields, view, Field};
+use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
+use crate::Error;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// Bytes in a standard header.
 pub const HEADER_LEN: usize = 32;
@@ -17,107 +24,52 @@ pub const LEVELS_2BIT: [f32; 4] = [-3.3359, -1.0, 1.0, 3.3359];
 /// Largest thread id the 10-bit field can hold, plus one.
 pub const MAX_THREADS: usize = 1024;
 
-mod field {
-    // Each entry: (word index, lowest bit, width in bits).
-    pub type Bits = (usize, u32, u32);
-    pub const INVALID: Bits = (0, 31, 1);
-    pub const LEGACY: Bits = (0, 30, 1);
-    pub const SECONDS: Bits = (0, 0, 30);
-    pub const REF_EPOCH: Bits = (1, 24, 6);
-    pub const FRAME: Bits = (1, 0, 24);
-    pub const VERSION: Bits = (2, 29, 3);
-    pub const LOG2_NCHAN: Bits = (2, 24, 5);
-    pub const FRAME_LEN8: Bits = (2, 0, 24);
-    pub const COMPLEX: Bits = (3, 31, 1);
-    pub const BITS_M1: Bits = (3, 26, 5);
-    pub const THREAD: Bits = (3, 16, 10);
-    pub const STATION: Bits = (3, 0, 16);
-    pub const EDV: Bits = (4, 24, 8);
+/// Bits `lo..lo + width` of little-endian 32-bit word `w`.
+const fn bits(w: usize, lo: u8, width: u8) -> Field {
+    Field::le(4 * w, 4).part(lo, width)
 }
 
-/// A read/write view of one VDIF frame held in `T`.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+/// Only standard headers have word 4: written apart from [`Stored`], so
+/// that emitting a legacy header leaves the data array alone.
+const EDV: Field = bits(4, 24, 8);
+
+view! {
+    /// A read/write view of one VDIF frame held in `T`.
+    checked by check_len
+}
+
+fields! {
+    pub invalid: bool bits(0, 31, 1),
+    pub legacy: bool bits(0, 30, 1),
+    /// Seconds since the reference epoch.
+    pub seconds: u32 bits(0, 0, 30),
+    /// Reference epoch in half-years since 2000-01-01.
+    pub ref_epoch: u8 bits(1, 24, 6),
+    /// Frame number within the second.
+    pub frame: u32 bits(1, 0, 24),
+    pub version: u8 bits(2, 29, 3),
+    pub log2_nchan: u8 bits(2, 24, 5),
+    frame_len8: usize bits(2, 0, 24),
+    pub complex: bool bits(3, 31, 1),
+    bits_m1: u8 bits(3, 26, 5),
+    /// Also where capture steering finds the stream (see [`Locator`]).
+    pub thread: u16 bits(3, 16, 10),
+    pub station: u16 bits(3, 0, 16),
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checks; accessors may then return garbage but
-    /// still never panic (every read is bounds-checked and defaults to zero).
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps untrusted bytes: the header must be complete, its frame length
-    /// at least the header and no longer than the buffer. Extra bytes after
-    /// the frame are allowed (a file holds many frames); see [`Self::frame_len`].
-    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        let p = Packet { buffer };
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// The checks of [`Self::new_checked`].
+    /// The checks of [`Self::new_checked`]: the header must be complete, its
+    /// frame length at least the header and no longer than the buffer. Extra
+    /// bytes after the frame are allowed (a file holds many frames); see
+    /// [`Self::frame_len`].
     pub fn check_len(&self) -> Result<(), WireError> {
-        let len = self.buffer.as_ref().len();
-        if len < LEGACY_HEADER_LEN {
-            return Err(WireError::Truncated);
-        }
-        let hlen = self.header_len();
-        if len < hlen {
-            return Err(WireError::Truncated);
-        }
-        let flen = self.frame_len();
-        if flen <= hlen {
-            return Err(WireError::Malformed);
-        }
-        if len < flen {
-            return Err(WireError::Truncated);
-        }
-        Ok(())
+        check_frame(
+            self.buffer.as_ref().len(),
+            self.header_len(),
+            self.frame_len(),
+        )
     }
 
-    /// Consumes the view, returning the buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn word(&self, i: usize) -> u32 {
-        let b = self.buffer.as_ref();
-        match b.get(4 * i..4 * i + 4) {
-            Some(w) => u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
-            None => 0,
-        }
-    }
-
-    fn get(&self, (w, lo, width): field::Bits) -> u32 {
-        (self.word(w) >> lo) & (u32::MAX >> (32 - width))
-    }
-
-    pub fn invalid(&self) -> bool {
-        self.get(field::INVALID) != 0
-    }
-    pub fn legacy(&self) -> bool {
-        self.get(field::LEGACY) != 0
-    }
-    /// Seconds since the reference epoch.
-    pub fn seconds(&self) -> u32 {
-        self.get(field::SECONDS)
-    }
-    /// Reference epoch in half-years since 2000-01-01.
-    pub fn ref_epoch(&self) -> u8 {
-        self.get(field::REF_EPOCH) as u8
-    }
-    /// Frame number within the second.
-    pub fn frame(&self) -> u32 {
-        self.get(field::FRAME)
-    }
-    pub fn version(&self) -> u8 {
-        self.get(field::VERSION) as u8
-    }
-    pub fn log2_nchan(&self) -> u8 {
-        self.get(field::LOG2_NCHAN) as u8
-    }
     /// Channels per sample; saturates for the (nonsensical) log2 values >= 32.
     pub fn nchan(&self) -> u32 {
         1u32.checked_shl(self.log2_nchan() as u32)
@@ -125,35 +77,22 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Frame length in bytes, header included.
     pub fn frame_len(&self) -> usize {
-        self.get(field::FRAME_LEN8) as usize * 8
-    }
-    pub fn complex(&self) -> bool {
-        self.get(field::COMPLEX) != 0
+        self.frame_len8() * 8
     }
     /// Bits per sample (per real or imaginary part), 1..=32.
     pub fn bits_per_sample(&self) -> u8 {
-        self.get(field::BITS_M1) as u8 + 1
-    }
-    pub fn thread(&self) -> u16 {
-        self.get(field::THREAD) as u16
-    }
-    pub fn station(&self) -> u16 {
-        self.get(field::STATION) as u16
+        self.bits_m1() + 1
     }
     /// Extended data version; 0 for legacy headers, which have no word 4.
     pub fn edv(&self) -> u8 {
         if self.legacy() {
             0
         } else {
-            self.get(field::EDV) as u8
+            EDV.get(self.buffer.as_ref()) as u8
         }
     }
     pub fn header_len(&self) -> usize {
-        if self.legacy() {
-            LEGACY_HEADER_LEN
-        } else {
-            HEADER_LEN
-        }
+        header_len(self.legacy())
     }
     /// The data array; empty if the view is shorter than its frame length.
     pub fn payload(&self) -> &[u8] {
@@ -165,22 +104,19 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    fn set_word(&mut self, i: usize, v: u32) {
-        if let Some(w) = self.buffer.as_mut().get_mut(4 * i..4 * i + 4) {
-            w.copy_from_slice(&v.to_le_bytes());
-        }
-    }
-
-    fn set(&mut self, (w, lo, width): field::Bits, v: u32) {
-        let mask = (u32::MAX >> (32 - width)) << lo;
-        let old = self.word(w);
-        self.set_word(w, (old & !mask) | ((v << lo) & mask));
-    }
-
     /// The data array, writable; empty if the view is too short.
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let (h, f) = (self.header_len(), self.frame_len());
         self.buffer.as_mut().get_mut(h..f).unwrap_or(&mut [])
+    }
+}
+
+/// Bytes before the data array of a standard or legacy frame.
+pub const fn header_len(legacy: bool) -> usize {
+    if legacy {
+        LEGACY_HEADER_LEN
+    } else {
+        HEADER_LEN
     }
 }
 
@@ -227,11 +163,7 @@ impl Repr {
     }
 
     pub fn header_len(&self) -> usize {
-        if self.legacy {
-            LEGACY_HEADER_LEN
-        } else {
-            HEADER_LEN
-        }
+        header_len(self.legacy)
     }
 
     /// Checks that every field fits its bit width and the frame length is a
@@ -247,37 +179,34 @@ impl Repr {
             && self.frame_len / 8 < 1 << 24
             && (1..=32).contains(&self.bits_per_sample)
             && (self.thread as usize) < MAX_THREADS;
-        if ok {
-            Ok(())
-        } else {
-            Err(WireError::Malformed)
-        }
+        ok.then_some(()).ok_or(WireError::Malformed)
     }
 
     /// Writes the header into `p`, whose buffer must hold at least the header.
     /// The data array is left alone. Fails if a field does not fit.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) -> Result<(), WireError> {
         self.check()?;
-        if p.buffer.as_ref().len() < self.header_len() {
-            return Err(WireError::Truncated);
-        }
-        for w in 0..self.header_len() / 4 {
-            p.set_word(w, 0);
-        }
-        p.set(field::INVALID, self.invalid as u32);
-        p.set(field::LEGACY, self.legacy as u32);
-        p.set(field::SECONDS, self.seconds);
-        p.set(field::REF_EPOCH, self.ref_epoch as u32);
-        p.set(field::FRAME, self.frame);
-        p.set(field::VERSION, self.version as u32);
-        p.set(field::LOG2_NCHAN, self.log2_nchan as u32);
-        p.set(field::FRAME_LEN8, (self.frame_len / 8) as u32);
-        p.set(field::COMPLEX, self.complex as u32);
-        p.set(field::BITS_M1, self.bits_per_sample as u32 - 1);
-        p.set(field::THREAD, self.thread as u32);
-        p.set(field::STATION, self.station as u32);
+        p.buffer
+            .as_mut()
+            .get_mut(..self.header_len())
+            .ok_or(WireError::Truncated)?
+            .fill(0);
+        p.store(Stored {
+            invalid: self.invalid,
+            legacy: self.legacy,
+            seconds: self.seconds,
+            ref_epoch: self.ref_epoch,
+            frame: self.frame,
+            version: self.version,
+            log2_nchan: self.log2_nchan,
+            frame_len8: self.frame_len / 8,
+            complex: self.complex,
+            bits_m1: self.bits_per_sample - 1,
+            thread: self.thread,
+            station: self.station,
+        });
         if !self.legacy {
-            p.set(field::EDV, self.edv as u32);
+            EDV.set(p.buffer.as_mut(), self.edv as u64);
         }
         Ok(())
     }
@@ -316,6 +245,166 @@ pub fn decode(payload: &[u8], bits: u8, out: &mut [f32]) -> Result<usize, WireEr
         }
     }
     Ok(n)
+}
+
+/// `Locator::table` entry of a thread that is not one of ours.
+const NO_STREAM: u16 = u16::MAX;
+/// `Locator::learned` before any frame fixed the station (station ids are 16 bits).
+const NO_STATION: u32 = u32::MAX;
+
+/// The capture rules for VDIF frames: one stream per configured thread, the
+/// index seconds * frames per second + frame number, one station.
+#[derive(Debug, Clone)]
+pub struct Locator {
+    /// Stream of each thread id ([`NO_STREAM`] where not ours): one lookup
+    /// per frame, whatever the number of threads.
+    table: Box<[u16]>,
+    streams: usize,
+    frame_len: usize,
+    fps: u32,
+    /// The station given; with none, the first valid frame of a configured
+    /// thread fixes it in `learned` (shared by the clones of this locator),
+    /// and frames of any other station are foreign from then on.
+    station: Option<u16>,
+    learned: Arc<AtomicU32>,
+    legacy: bool,
+}
+
+impl Locator {
+    /// Validates the values (`Error::Config` says what to change) and builds
+    /// the thread table, the one allocation.
+    pub fn new(
+        threads: &[u16],
+        frame_len: usize,
+        frames_per_second: u32,
+        station: Option<u16>,
+        legacy: bool,
+    ) -> crate::Result<Locator> {
+        let header = header_len(legacy);
+        if threads.is_empty() {
+            return Err(Error::Config(
+                "VDIF format needs at least one thread id (e.g. threads = [0, 1])".into(),
+            ));
+        }
+        for (i, &t) in threads.iter().enumerate() {
+            if t as usize >= MAX_THREADS {
+                return Err(Error::Config(format!(
+                    "VDIF thread id {t} does not fit the 10-bit field; use 0..=1023"
+                )));
+            }
+            if threads[..i].contains(&t) {
+                return Err(Error::Config(format!(
+                    "VDIF thread id {t} is listed twice; list each thread once"
+                )));
+            }
+        }
+        if frame_len <= header || frame_len % 8 != 0 || frame_len / 8 >= 1 << 24 {
+            return Err(Error::Config(format!(
+                "VDIF frame length {frame_len} bytes is invalid: it must include the \
+                 {header}-byte header, be a multiple of 8 and below 134217728"
+            )));
+        }
+        if frames_per_second == 0 || frames_per_second >= 1 << 24 {
+            return Err(Error::Config(format!(
+                "VDIF frames per second {frames_per_second} is invalid: use 1..=16777215"
+            )));
+        }
+        let mut table = vec![NO_STREAM; MAX_THREADS].into_boxed_slice();
+        for (i, &t) in threads.iter().enumerate() {
+            table[t as usize] = i as u16;
+        }
+        Ok(Locator {
+            table,
+            streams: threads.len(),
+            frame_len,
+            fps: frames_per_second,
+            station,
+            learned: Arc::new(AtomicU32::new(NO_STATION)),
+            legacy,
+        })
+    }
+
+    fn learned_station(&self) -> Option<u16> {
+        let v = self.learned.load(Ordering::Relaxed);
+        (v != NO_STATION).then_some(v as u16)
+    }
+}
+
+impl Locate for Locator {
+    fn streams(&self) -> usize {
+        self.streams
+    }
+
+    fn payload_len(&self) -> usize {
+        self.frame_len - header_len(self.legacy)
+    }
+
+    fn station(&self) -> Option<u16> {
+        self.station.or_else(|| self.learned_station())
+    }
+
+    fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError> {
+        let p = Packet::new_checked(packet)?;
+        // A header of the other kind would shift the payload: not this layout.
+        if p.legacy() != self.legacy
+            || p.frame_len() != self.frame_len
+            || packet.len() != self.frame_len
+        {
+            return Err(WireError::Malformed);
+        }
+        let want = self.station();
+        if want.is_some_and(|s| s != p.station()) {
+            return Err(WireError::Foreign);
+        }
+        let stream = match self.table.get(p.thread() as usize) {
+            Some(&s) if s != NO_STREAM => s as usize,
+            _ => return Err(WireError::Foreign),
+        };
+        if p.invalid() {
+            return Err(WireError::Invalid { stream });
+        }
+        if p.frame() >= self.fps {
+            return Err(WireError::Malformed);
+        }
+        if want.is_none() {
+            // The first valid frame of ours fixes the station; a frame of
+            // another station that raced it here is foreign.
+            let this = p.station() as u32;
+            if let Err(won) = self.learned.compare_exchange(
+                NO_STATION,
+                this,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                if won != this {
+                    return Err(WireError::Foreign);
+                }
+            }
+        }
+        Ok(Located {
+            stream,
+            index: p.seconds() as u64 * self.fps as u64 + p.frame() as u64,
+            payload: packet
+                .get(header_len(self.legacy)..)
+                .ok_or(WireError::Truncated)?,
+        })
+    }
+}
+
+impl StreamKeyed for Locator {
+    fn stream_key(&self) -> Option<StreamKey> {
+        let mut ids = vec![0u64; self.streams];
+        for (thread, &s) in self.table.iter().enumerate() {
+            if let Some(id) = ids.get_mut(s as usize) {
+                *id = thread as u64;
+            }
+        }
+        Some(StreamKey {
+            field: field::thread,
+            ids,
+            min_packet_len: self.frame_len,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -390,8 +479,7 @@ mod tests {
         // Frame length 0 and equal to the header are impossible frames.
         for len8 in [0u32, 4] {
             let mut b = buf.clone();
-            let mut p = Packet::new_unchecked(&mut b[..]);
-            p.set(field::FRAME_LEN8, len8);
+            field::frame_len8.set(&mut b, len8 as u64);
             assert_eq!(
                 Packet::new_checked(&b[..]).err(),
                 Some(WireError::Malformed)
@@ -474,9 +562,7 @@ mod tests {
             .unwrap();
         let mut out = [0f32; 512];
         let mut accepted = 0;
-        let mut bytes = Vec::new();
-        for i in 0..200_000 {
-            rng.fill_like(&mut bytes, &valid, i);
+        for (_, bytes) in rng.cases(&valid, 200_000) {
             if let Ok(p) = Packet::new_checked(&bytes[..]) {
                 accepted += 1;
                 let r = Repr::parse(&p).unwrap();
