@@ -61,7 +61,7 @@ def median_time(fn, repeat: int) -> float:
 
 def engine_pinned(cp, eng, pinned, block: int, nblocks: int) -> float:
     """Seconds for ``nblocks`` blocks through process_packed_async, both copies included."""
-    t = eng._end if eng._end is not None else 0
+    t = eng.slots.end
     for i in range(4):  # warm-up: FFT plans, the three pinned output buffers
         eng.process_packed_async(pinned[i % 2], t)
         t += block

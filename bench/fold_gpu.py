@@ -97,7 +97,7 @@ def packed_row(cp, obs, dm, pred, big, nbit: int, args) -> dict:
     """Fused engine fed VDIF-framed packed bytes (2-bit levels / 4-bit offset) from pinned
     memory; with the copy-alone limit of those bytes and of complex64 (the host-decoded path).
     """
-    from voltstream.dsp.cuda import PackedLayout
+    from voltstream.dsp.packed import PackedLayout
 
     enc = "vdif2" if nbit == 2 else "offset"
     layout = PackedLayout.vdif_frames(nbit, enc, obs.nchan, obs.npol, 2, spf=512)
@@ -132,7 +132,7 @@ def packed_row(cp, obs, dm, pred, big, nbit: int, args) -> dict:
 
 def fold_variant_row(cp, obs, dm, pred, on_dev, min_blocks: int, args) -> dict:
     """The fused engine on GPU-resident data with detect_fold built for ``min_blocks``."""
-    from voltstream.dsp.cuda import FoldTemplate
+    from voltstream.dsp.fold_kernels import FoldTemplate
 
     old, FoldTemplate.MIN_BLOCKS = FoldTemplate.MIN_BLOCKS, min_blocks
     try:

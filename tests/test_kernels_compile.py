@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voltstream.dsp import cuda
+from voltstream.dsp import cuda, fold_kernels
 from voltstream.dsp.dedisperse import Dedisperser, StreamingOverlapSave
 from voltstream.dsp.gpu_fold import _Plan, _ValidCarry, gpu_available, output_valid
 from voltstream.observation import Observation
@@ -116,6 +116,6 @@ def test_output_valid_rule():
 
 def test_templates_reject_bad_parameters():
     with pytest.raises(Exception, match="unpack reads"):
-        cuda.UnpackTemplate(np.uint8, 2)
+        fold_kernels.UnpackTemplate(np.uint8, 2)
     with pytest.raises(Exception, match="2 polarisations"):
-        cuda.FoldTemplate(1, "IQUV")
+        fold_kernels.FoldTemplate(1, "IQUV")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from voltstream.dsp.packed import PackedLayout
 from voltstream.errors import ConfigError
 from voltstream.observation import Observation
 
@@ -100,11 +101,9 @@ class StreamFormat:
             "station": self.station,
         }
 
-    def chunk_layout(self, packets_per_chunk: int):
+    def chunk_layout(self, packets_per_chunk: int) -> PackedLayout:
         """Where sample (s, chan, pol, re/im) sits in a capture chunk's bytes, laid out
         [stream][packet][payload]: the GPU unpack kernel reads chunks as they are."""
-        from voltstream.dsp.cuda import PackedLayout
-
         values_per_byte = 8 // self.bits
         frame = self.payload_len * values_per_byte  # values per packet
         if self.name == "ynao":  # one stream: (spectrum, chan, pol, re/im) int8 per packet

@@ -32,17 +32,17 @@ from typing import Any
 import numpy as np
 
 from voltstream.device import gpu_available
-from voltstream.dsp.cuda import (
-    ChirpTemplate,
-    FoldTemplate,
-    PackedLayout,
-    PackedUnpackTemplate,
-    UnpackTemplate,
-    cupy_module,
-)
+from voltstream.dsp.cuda import cupy_module
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.detect import npol_out
 from voltstream.dsp.fold import Folder
+from voltstream.dsp.fold_kernels import (
+    ChirpTemplate,
+    FoldTemplate,
+    PackedUnpackTemplate,
+    UnpackTemplate,
+)
+from voltstream.dsp.packed import PackedLayout
 from voltstream.errors import ConfigError
 from voltstream.observation import FoldedArchive, Observation
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from voltstream.dsp.packed import PackedLayout
 from voltstream.errors import ConfigError, FormatError, TruncatedFileError
 from voltstream.observation import Observation
 
@@ -436,10 +437,8 @@ class VdifFile:
         t = self._table.reshape(-1)
         return bool((t == np.arange(t.size)).all())
 
-    def packed_layout(self):
+    def packed_layout(self) -> PackedLayout:
         """Where each sample's bits sit in :meth:`read_packed`'s bytes (GPU unpack)."""
-        from voltstream.dsp.cuda import PackedLayout
-
         o = self.obs
         enc = "vdif2" if self._nbit == 2 else "offset"
         return PackedLayout.vdif_frames(

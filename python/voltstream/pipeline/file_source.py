@@ -96,7 +96,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voltstream.dsp.cuda import PackedLayout
+from voltstream.dsp.packed import PackedLayout
 from voltstream.errors import ConfigError, FormatError, TruncatedFileError, VoltstreamError
 from voltstream.io.baseband import open_baseband
 
