@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from voltstream.cli_options import (
     add_capture_threads,
@@ -133,7 +134,7 @@ skipped/sent, saturation per pol, send errors.
 """
 
 
-def _add_fengine_parser(verbs) -> None:
+def _add_fengine_parser(verbs: Any) -> None:
     p = verbs.add_parser(
         "fengine",
         help="run the F-engine: digitiser SPEAD heaps in, channelised SPEAD heaps out",

@@ -9,6 +9,7 @@ capture engine takes for each format.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,7 @@ class StreamFormat:
     def data_rate_gbps(self) -> float:
         return 8 * self.packet_len * self.packets_per_second * self.streams / 1e9
 
-    def observation(self, **kw) -> Observation:
+    def observation(self, **kw: Any) -> Observation:
         return Observation(
             nchan=self.nchan,
             npol=self.npol,

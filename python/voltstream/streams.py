@@ -15,9 +15,10 @@ needs the sample geometry of the YNAO and VDIF formats (``--format ynao|vdif``).
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
@@ -30,7 +31,7 @@ __all__ = ["STREAM_FORMATS", "StreamDescription", "load_stream", "parse_stream",
 STREAM_FORMATS = ("vdif", "codif", "spead-dig", "spead", "counter", "layout", "ynao")
 
 
-def _station(value):
+def _station(value: Any) -> Any:
     """A station id: a number, or two ASCII characters (``"Ef"``)."""
     if isinstance(value, str):
         code = station_code(value)
@@ -68,7 +69,7 @@ class _FrameStream(_Stream):
 
     @field_validator("station", mode="before")
     @classmethod
-    def station_from_text(cls, value):
+    def station_from_text(cls, value: Any) -> Any:
         return _station(value)
 
     @property
@@ -251,7 +252,7 @@ StreamDescription = Annotated[
 _ADAPTER = TypeAdapter(StreamDescription)
 
 
-def parse_stream(data: dict, source: str = "stream description"):
+def parse_stream(data: dict, source: str = "stream description") -> StreamDescription:
     """A validated description from a dict (a parsed TOML file); ConfigError naming
     every wrong key."""
     fmt = data.get("format") if isinstance(data, dict) else None
@@ -267,7 +268,7 @@ def parse_stream(data: dict, source: str = "stream description"):
         raise ConfigError(f"{source}: {problems}") from None
 
 
-def load_stream(path):
+def load_stream(path: str | os.PathLike[str]) -> StreamDescription:
     """A validated description from a TOML file."""
     p = Path(path)
     try:
@@ -279,6 +280,6 @@ def load_stream(path):
     return parse_stream(data, str(p))
 
 
-def spead_dig(**overrides) -> SpeadStream:
+def spead_dig(**overrides: Any) -> SpeadStream:
     """The MeerKAT digitiser stream with its defaults (``--format spead-dig``)."""
     return SpeadStream(format="spead-dig", **overrides)

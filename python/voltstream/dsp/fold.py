@@ -22,7 +22,10 @@ lost samples (``valid`` False) and partial coverage lower it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.dsp.dedisperse import dispersion_delay_s
 from voltstream.errors import ConfigError
@@ -40,14 +43,14 @@ class Folder:
         nchan: int,
         npol_out: int,
         tsamp_s: float,
-        chan_freqs_mhz,
+        chan_freqs_mhz: npt.ArrayLike,
         f_ref_mhz: float,
         dm: float,
-        predictor,
+        predictor: Any,
         tsub_s: float | None,
         start_mjd: int,
         start_sec: float,
-    ):
+    ) -> None:
         if nbin < 2:
             raise ConfigError(f"nbin must be at least 2, got {nbin}")
         if tsamp_s <= 0:
@@ -91,7 +94,9 @@ class Folder:
         )
         self._offered = np.concatenate([self._offered, np.zeros((extra, self.nchan), np.int64)])
 
-    def add(self, detected: np.ndarray, first_sample: int, valid=None) -> None:
+    def add(
+        self, detected: np.ndarray, first_sample: int, valid: npt.ArrayLike | None = None
+    ) -> None:
         """Fold (nchan, npol_out, nsamp) samples starting at stream sample ``first_sample``.
 
         ``valid``: None, or bool (nsamp,) or (nchan, nsamp); False samples are

@@ -55,7 +55,7 @@ class _ValidCarry:
     """The reference's lost-sample rule, on the host: output k is valid only when
     inputs k .. k+overlap were all present (StreamingOverlapSave)."""
 
-    def __init__(self, overlap: int):
+    def __init__(self, overlap: int) -> None:
         self.overlap = overlap
         self.carry = np.ones(0, dtype=bool)
 
@@ -69,7 +69,7 @@ class _ValidCarry:
         return out
 
 
-def _lost_mask(valid, n: int) -> np.ndarray | None:
+def _lost_mask(valid: np.ndarray | None, n: int) -> np.ndarray | None:
     """Boolean mask of lost samples, or None when every sample is valid."""
     if valid is None:
         return None
@@ -86,7 +86,9 @@ def output_valid(vbuf: np.ndarray, nout: int, overlap: int) -> np.ndarray:
 class _Plan:
     """Overlap-save arithmetic shared by both engines (host side, no GPU)."""
 
-    def __init__(self, obs: Observation, dm: float, nfft: int | None, chunk_samples: int | None):
+    def __init__(
+        self, obs: Observation, dm: float, nfft: int | None, chunk_samples: int | None
+    ) -> None:
         self.dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=nfft)
         self.nfft, self.step = self.dd.nfft, self.dd.step
         self.head, self.overlap = self.dd.discard_head, self.dd.overlap
@@ -109,14 +111,14 @@ class _FolderBase:
         self,
         obs: Observation,
         dm: float,
-        predictor,
+        predictor: Any,
         nbin: int,
         tsub_s: float | None,
         pol_mode: str = "AA+BB",
         basis: str = "linear",
         nfft: int | None = None,
         chunk_samples: int | None = None,
-    ):
+    ) -> None:
         self.cp = cupy_module()
         self.obs, self.dm, self.predictor = obs, float(dm), predictor
         self.nbin, self.tsub_s, self.pol_mode, self.basis = int(nbin), tsub_s, pol_mode, basis
@@ -185,7 +187,9 @@ class _FolderBase:
         # Whole turns off per channel: the GPU then interpolates small numbers.
         out[...] = ph - np.floor(ph[:, :1])
 
-    def _finish_archive(self, acc, hits, offered, variant: str) -> FoldedArchive:
+    def _finish_archive(
+        self, acc: np.ndarray, hits: np.ndarray, offered: np.ndarray, variant: str
+    ) -> FoldedArchive:
         if self.samples_out == 0:
             raise ConfigError(
                 f"input of {self.samples_in} samples is shorter than one dedispersion FFT "
@@ -224,14 +228,14 @@ class GpuFolder(_FolderBase):
 
     def __init__(
         self,
-        *args,
-        dtype=np.int8,
+        *args: Any,
+        dtype: Any = np.int8,
         ndim: int = 2,
         packed: PackedLayout | None = None,
         profile: bool = False,
         raw_bytes: int | None = None,
-        **kw,
-    ):
+        **kw: Any,
+    ) -> None:
         super().__init__(*args, **kw)
         cp, p, obs = self.cp, self.plan, self.obs
         self.packed = packed
@@ -301,7 +305,7 @@ class GpuFolder(_FolderBase):
         self.blocks_fed = 0
         self._copy_done = [cp.cuda.Event(disable_timing=True) for _ in range(64)]
 
-    def _pinned(self, shape, dtype):
+    def _pinned(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         import cupyx
 
         return cupyx.empty_pinned(shape, dtype=dtype)
@@ -335,7 +339,7 @@ class GpuFolder(_FolderBase):
             self._grow(int(duration_s / self.tsub_s) + 2)
         self.synchronize()
 
-    def _fft_plan(self, nblock: int):
+    def _fft_plan(self, nblock: int) -> Any:
         plan = self.plans.get(nblock)
         if plan is None:
             from cupy.cuda import cufft
@@ -344,7 +348,7 @@ class GpuFolder(_FolderBase):
             self.plans[nblock] = plan
         return plan
 
-    def _raw_view(self, block) -> tuple[int, Any]:
+    def _raw_view(self, block: np.ndarray) -> tuple[int, Any]:
         n = block.shape[0]
         if n > self.plan.chunk:
             raise ConfigError(f"chunk of {n} samples exceeds the engine's {self.plan.chunk}")
@@ -357,7 +361,9 @@ class GpuFolder(_FolderBase):
             raise ConfigError(f"chunk shaped {block.shape}, expected {want}")
         return n, block
 
-    def feed(self, block: np.ndarray, valid=None, pinned: bool = False) -> None:
+    def feed(
+        self, block: np.ndarray, valid: np.ndarray | None = None, pinned: bool = False
+    ) -> None:
         """Queue one host chunk (time-major raw samples).
 
         Samples marked lost in `valid` are zeroed before the FFT, as the reference
@@ -401,7 +407,7 @@ class GpuFolder(_FolderBase):
         self.dev_raw[slot].data.copy_from_host_async(src.ctypes.data, src.nbytes, self.copy_stream)
         self._stage("h2d", t0, self.copy_stream)
 
-    def feed_device(self, raw_dev, valid=None) -> None:
+    def feed_device(self, raw_dev: Any, valid: np.ndarray | None = None) -> None:
         """Queue one chunk already on the GPU (flat or shaped, the engine's dtype)."""
         n = raw_dev.size // (self.ncp * self.ndim)
         if n > self.plan.chunk:
@@ -411,7 +417,9 @@ class GpuFolder(_FolderBase):
             raw_dev.reshape(n, -1)[self.cp.asarray(lost)] = 0
         self._process(None, n, valid, raw=raw_dev.reshape(-1))
 
-    def feed_packed(self, data: np.ndarray, n: int, valid=None, pinned: bool = False) -> None:
+    def feed_packed(
+        self, data: np.ndarray, n: int, valid: np.ndarray | None = None, pinned: bool = False
+    ) -> None:
         """Queue ``n`` samples as packed bytes in the engine's :class:`PackedLayout`.
 
         Lost samples (``valid`` False) are zeroed by the unpack kernel from a mask
@@ -436,7 +444,7 @@ class GpuFolder(_FolderBase):
         self._upload_mask(slot, lost, n)
         self._process(slot, n, valid)
 
-    def feed_block(self, parts, n: int, skip: int = 0, valid=None):
+    def feed_block(self, parts: Any, n: int, skip: int = 0, valid: np.ndarray | None = None) -> Any:
         """Queue ``n`` packed samples straight from page-locked host memory.
 
         ``parts`` are (host address, nbytes, offset) runs copied to those byte offsets
@@ -492,7 +500,7 @@ class GpuFolder(_FolderBase):
             self._upload_mask(slot, np.ones(m, dtype=bool), m)
             self._process(slot, m, np.zeros(m, dtype=bool))
 
-    def _upload_mask(self, slot: int, lost, n: int) -> None:
+    def _upload_mask(self, slot: int, lost: np.ndarray | None, n: int) -> None:
         """The packed kernels' per-sample mask of the slot (None when nothing was lost)."""
         self.inmask[slot] = None
         if lost is not None:
@@ -502,14 +510,14 @@ class GpuFolder(_FolderBase):
                 self.pin_inmask[slot].ctypes.data, n, self.copy_stream
             )
 
-    def _mark(self, stream):
+    def _mark(self, stream: Any) -> Any:
         if not self.profile:
             return None
         ev = self.cp.cuda.Event()
         ev.record(stream)
         return ev
 
-    def _stage(self, name, start, stream):
+    def _stage(self, name: Any, start: Any, stream: Any) -> None:
         if start is None:
             return
         end = self.cp.cuda.Event()
@@ -517,7 +525,7 @@ class GpuFolder(_FolderBase):
         end.synchronize()
         self.stage_ms[name] += self.cp.cuda.get_elapsed_time(start, end)
 
-    def _process(self, slot, n, valid, raw=None):
+    def _process(self, slot: int | None, n: int, valid: np.ndarray | None, raw: Any = None) -> None:
         p = self.plan
         nblock = p.blocks(self.carry_len, n)
         nout = nblock * p.step
@@ -556,6 +564,7 @@ class GpuFolder(_FolderBase):
         self._busy_q.append(pair)
         per_sample = self.ncp * self.ndim
         if raw is None:
+            assert slot is not None  # without ``raw`` the data sit in a slot
             raw = self.dev_raw[slot]
         if self.packed is not None:
             with cs:
@@ -586,7 +595,15 @@ class GpuFolder(_FolderBase):
         self.carry_len = new_len
         self._advance(n, nout)
 
-    def _fold(self, frames, nblock, knots_d, first, out_valid, kslot) -> None:
+    def _fold(
+        self,
+        frames: Any,
+        nblock: Any,
+        knots_d: Any,
+        first: Any,
+        out_valid: np.ndarray | None,
+        kslot: Any,
+    ) -> None:
         """detect + fold of the frames (on the compute stream), then mark the slot free."""
         cs = self.compute_stream
         if nblock:
@@ -613,7 +630,7 @@ class GpuFolder(_FolderBase):
         ev.record(cs)
         self.consumed[kslot] = ev
 
-    def _spectra(self, frames, nblock) -> None:
+    def _spectra(self, frames: Any, nblock: int) -> None:
         """FFT, chirp multiply, inverse FFT of the unpacked frames, in place."""
         cs = self.compute_stream
         plan = self._fft_plan(nblock)
@@ -627,7 +644,17 @@ class GpuFolder(_FolderBase):
         plan.fft(frames, frames, 1)
         self._stage("ifft", t0, cs)
 
-    def _process_packed(self, raw, n, slot, nblock, knots_d, first, out_valid, kslot) -> None:
+    def _process_packed(
+        self,
+        raw: Any,
+        n: Any,
+        slot: Any,
+        nblock: Any,
+        knots_d: Any,
+        first: Any,
+        out_valid: np.ndarray | None,
+        kslot: Any,
+    ) -> None:
         """The packed twin of the framing part of :meth:`_process` (compute stream current)."""
         p, cs = self.plan, self.compute_stream
         frames = self.frames[: self.ncp * nblock * p.nfft].reshape(self.ncp * nblock, p.nfft)

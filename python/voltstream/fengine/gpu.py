@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.digitiser import pack_samples
 from voltstream.dsp.cuda import GpuError, cupy_module
@@ -157,7 +158,7 @@ class GpuFEngine(FEngineControl):
         self.slots.reset()
         self.last_copy = None
 
-    def emit_packets(self, fmt, queued_blocks: int = 4) -> None:
+    def emit_packets(self, fmt: Any, queued_blocks: int = 4) -> None:
         """From now on, return each call's heaps as one ``PacketBatch`` laid out by
         ``fmt`` (``voltstream.fengine.packets``): the payloads are copied from the GPU
         straight into their packets in page-locked memory, the host writes only the
@@ -177,7 +178,9 @@ class GpuFEngine(FEngineControl):
 
     # --- input
 
-    def process(self, samples, timestamp: int, valid=None) -> list[OutputHeap]:
+    def process(
+        self, samples: npt.ArrayLike, timestamp: int, valid: npt.ArrayLike | None = None
+    ) -> list[OutputHeap]:
         """As ``FEngineReference.process``: integer samples ``(2, n)``; heaps now complete."""
         x = np.asarray(samples)
         if x.ndim != 2 or x.shape[0] != NPOL or np.iscomplexobj(x):
@@ -203,12 +206,16 @@ class GpuFEngine(FEngineControl):
             raw = np.stack([pack_samples(x[p], bits) for p in range(NPOL)])
         return np.ascontiguousarray(raw)
 
-    def process_packed(self, raw, timestamp: int, valid=None) -> list[OutputHeap]:
+    def process_packed(
+        self, raw: Any, timestamp: int, valid: npt.ArrayLike | None = None
+    ) -> list[OutputHeap]:
         """Packed big-endian samples ``(2, nbytes)`` uint8 (host or device); heaps now complete."""
         self._submit(raw, self._samples_in(raw), int(timestamp), valid)
         return self.flush()
 
-    def process_packed_async(self, raw, timestamp: int, valid=None, valid_step: int = 1) -> list:
+    def process_packed_async(
+        self, raw: Any, timestamp: int, valid: npt.ArrayLike | None = None, valid_step: int = 1
+    ) -> list:
         """Like ``process_packed`` but returns the heaps of an earlier call.
 
         The copy in, the kernels and the copy out of this call overlap with the
@@ -241,7 +248,7 @@ class GpuFEngine(FEngineControl):
             heaps.extend(self._collect(self._pending.pop(0), copy=copy))
         return heaps
 
-    def _samples_in(self, raw) -> int:
+    def _samples_in(self, raw: Any) -> int:
         if raw.ndim != 2 or raw.shape[0] != NPOL or raw.dtype != np.uint8:
             raise ConfigError(
                 f"packed input must be uint8 (2 polarisations, nbytes), got {raw.dtype} {raw.shape}"
@@ -255,7 +262,9 @@ class GpuFEngine(FEngineControl):
 
     # --- one call
 
-    def _submit(self, raw, n: int, timestamp: int, valid, step: int = 1) -> None:
+    def _submit(
+        self, raw: Any, n: int, timestamp: int, valid: npt.ArrayLike | None, step: int = 1
+    ) -> None:
         cp = cupy_module()
         if step < 1 or n % step:
             raise ConfigError(f"valid_step={step} does not divide the block's {n} samples")
@@ -278,7 +287,7 @@ class GpuFEngine(FEngineControl):
             self._launch_slots(cp, *prepared)
         self._trim()
 
-    def _valid_mask(self, valid, n: int):
+    def _valid_mask(self, valid: npt.ArrayLike | None, n: int) -> np.ndarray | None:
         if valid is None:
             return None
         v = np.asarray(valid, dtype=bool)
@@ -292,7 +301,7 @@ class GpuFEngine(FEngineControl):
     def _bytes(self, samples: int) -> int:
         return samples * self.input_bits // 8
 
-    def _append(self, cp, raw, old_end: int, gap: int, n: int) -> None:
+    def _append(self, cp: Any, raw: npt.ArrayLike, old_end: int, gap: int, n: int) -> None:
         """Device buffer = retained history + zeroed gap + the new block (+ padding).
 
         Three engine-owned buffers in turn: the block is copied straight from the
@@ -339,7 +348,7 @@ class GpuFEngine(FEngineControl):
                 buf[:, col : hist + new] = raw
         self._raw = buf
 
-    def _prepare_slots(self):
+    def _prepare_slots(self) -> tuple[list[int], list[Any]] | None:
         """Plans the slots the input now completes, counts them, uploads their parameters.
 
         Returns what ``_launch_slots`` needs, or None when no heap is to be computed.
@@ -375,7 +384,7 @@ class GpuFEngine(FEngineControl):
         )
         return sent, params
 
-    def _launch_slots(self, cp, sent, params) -> None:
+    def _launch_slots(self, cp: Any, sent: Any, params: Any) -> None:
         """Kernels and copy out for the planned slots; queues their heaps."""
         comp_s, out_s = self._streams[1:3]
         n, nspec, layout = self.plan.step, self.layout.spectra_per_heap, self.layout
@@ -423,7 +432,7 @@ class GpuFEngine(FEngineControl):
             )
         )
 
-    def _upload(self, *arrays):
+    def _upload(self, *arrays: Any) -> list[Any]:
         """Small per-call arrays to the GPU in one copy from pinned memory.
 
         On its own stream and from pinned memory, so the host never waits for it
@@ -431,9 +440,9 @@ class GpuFEngine(FEngineControl):
         """
         cp = cupy_module()
         param_s, comp_s = self._streams[3], self._streams[1]
-        arrays = [np.ascontiguousarray(a) for a in arrays]
+        contiguous = [np.ascontiguousarray(a) for a in arrays]
         offsets, total = [], 0
-        for a in arrays:
+        for a in contiguous:
             offsets.append(total)
             total += (a.nbytes + 255) // 256 * 256
         i = self._param_next
@@ -443,7 +452,7 @@ class GpuFEngine(FEngineControl):
             host = self._param_ring[i] = np.frombuffer(
                 cp.cuda.alloc_pinned_memory(2 * total), dtype=np.uint8
             )
-        for a, off in zip(arrays, offsets, strict=True):
+        for a, off in zip(contiguous, offsets, strict=True):
             host[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
         with param_s:
             dev = cp.empty(total, dtype=cp.uint8)
@@ -451,7 +460,7 @@ class GpuFEngine(FEngineControl):
         comp_s.wait_event(param_s.record())
         views = [
             dev[off : off + a.nbytes].view(a.dtype).reshape(a.shape)
-            for a, off in zip(arrays, offsets, strict=True)
+            for a, off in zip(contiguous, offsets, strict=True)
         ]
         return [dev, *views]
 
@@ -465,7 +474,7 @@ class GpuFEngine(FEngineControl):
 
     # --- output
 
-    def _pinned(self, shape):
+    def _pinned(self, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """Pinned host buffers for one call's payloads: a ring, grown as needed.
 
         ``ASYNC_DEPTH + 1`` deep: an async caller holds views of one call's heaps
@@ -526,7 +535,7 @@ class GpuFEngine(FEngineControl):
 
     # --- for tests and benchmarks
 
-    def channelize(self, samples) -> np.ndarray:
+    def channelize(self, samples: npt.ArrayLike) -> np.ndarray:
         """FIR + FFT of one pol pair with no delay: complex128 ``(2, nspec, nchan)``."""
         cp = cupy_module()
         x = np.asarray(samples)
@@ -542,8 +551,14 @@ class GpuFEngine(FEngineControl):
 
 
 def naive_channelize(
-    cp, raw_dev, bits: int, weights_dev, nchan: int, gains_dev, spectra_per_heap: int
-):
+    cp: Any,
+    raw_dev: Any,
+    bits: int,
+    weights_dev: Any,
+    nchan: int,
+    gains_dev: Any,
+    spectra_per_heap: int,
+) -> Any:
     """The straightforward CuPy F-engine (benchmark baseline): whole-array CuPy steps.
 
     Unpack (bit arithmetic on the whole array), FIR as a sum of ``taps`` shifted

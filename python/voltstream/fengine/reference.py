@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.dsp.delay import DelayModel, apply_fine_delay
 from voltstream.dsp.pfb import pfb_fir
@@ -61,13 +62,13 @@ class FEngineCounters:
 
 
 def postprocess(
-    spectra,
-    chan_freqs_hz,
-    residual_delay_s,
-    phase_rad,
-    gains,
+    spectra: npt.ArrayLike,
+    chan_freqs_hz: np.ndarray,
+    residual_delay_s: npt.ArrayLike,
+    phase_rad: npt.ArrayLike,
+    gains: np.ndarray,
     bits: int = 8,
-    dither=None,
+    dither: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fine delay, gains, quantisation and transpose of one heap's spectra.
 
@@ -142,7 +143,7 @@ class FEngineControl:
         return self.plan.nchan
 
     # Control, as ?gain / ?delays would set it; takes effect from the next heap.
-    def set_gains(self, gains: Any, pol: int | None = None) -> None:
+    def set_gains(self, gains: npt.ArrayLike, pol: int | None = None) -> None:
         """Complex gains: scalar or ``(nchan,)`` for one pol (or both), or ``(2, nchan)``."""
         g = np.asarray(gains, dtype=np.complex128)
         if not np.all(np.isfinite(g)):
@@ -190,7 +191,9 @@ class FEngineReference(FEngineControl):
         """Samples per pol held between calls: the history the next heaps still need."""
         return int(self._x.shape[1])
 
-    def process(self, samples, timestamp: int, valid=None) -> list[OutputHeap]:
+    def process(
+        self, samples: npt.ArrayLike, timestamp: int, valid: npt.ArrayLike | None = None
+    ) -> list[OutputHeap]:
         """Feeds ``samples`` (2, n) starting at ``timestamp``; returns the heaps now complete.
 
         ``valid`` is None (all valid), bool ``(n,)`` (both pols) or bool ``(2, n)``.

@@ -13,15 +13,22 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from voltstream.errors import CaptureError, ConfigError
 from voltstream.formats import StreamFormat
+from voltstream.pipeline.interfaces import ChunkSource, Consumer
 from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
+
+if TYPE_CHECKING:  # the compiled extension is imported when a capture opens
+    from voltstream import _core
 
 COUNTER_NAMES = (
     "received", "missing", "late", "duplicate", "invalid", "malformed", "foreign", "dropped",
@@ -219,7 +226,7 @@ def open_capture(
     threads: int = 1,
     cpus: list[int] | None = None,
     engine_options: dict | None = None,
-):
+) -> _core.Capture:
     """A `_core.Capture` for `fmt` (not started); engine errors become CaptureError."""
     from voltstream import _core
 
@@ -246,12 +253,12 @@ def run_capture(
     fmt: StreamFormat,
     bind: str,
     duration_s: float,
-    sink=None,
+    sink: Any = None,
     packets_per_chunk: int = 256,
     nchunks: int = 16,
     window: int = 4,
     idle_timeout_s: float | None = None,
-    on_start=None,
+    on_start: Any = None,
     resync_chunks: int = 64,
     engine: str = "auto",
     multicast: list[str] | None = None,
@@ -259,7 +266,7 @@ def run_capture(
     threads: int = 1,
     cpus: list[int] | None = None,
     engine_options: dict | None = None,
-    consumer=None,
+    consumer: Any = None,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
@@ -302,14 +309,26 @@ class CaptureRun:
     capture is stopped, its flushed chunks drained, and the consumer finished. Every
     chunk goes back to the pool whatever happens (`release_all`, `consumer.close`)."""
 
-    def __init__(self, cap, timeline: ChunkTimeline, consumer, capture_cpus=None):
+    def __init__(
+        self,
+        cap: ChunkSource,
+        timeline: ChunkTimeline,
+        consumer: Consumer,
+        capture_cpus: list[int] | None = None,
+    ) -> None:
         self.cap, self.timeline, self.consumer = cap, timeline, consumer
         self.capture_cpus = capture_cpus
         self.seconds = 0.0
         self.interrupted = False
 
-    def loop(self, duration_s=None, idle_timeout_s=None, on_start=None, stop_event=None,
-             catch_interrupt: bool = False) -> None:  # fmt: skip
+    def loop(
+        self,
+        duration_s: float | None = None,
+        idle_timeout_s: float | None = None,
+        on_start: Callable[[], None] | None = None,
+        stop_event: threading.Event | None = None,
+        catch_interrupt: bool = False,
+    ) -> None:
         cap, timeline, consumer = self.cap, self.timeline, self.consumer
         cap.start()
         t0 = time.monotonic()
@@ -336,7 +355,7 @@ class CaptureRun:
             cap.stop()
             self.seconds = time.monotonic() - t0
 
-    def _run(self, t0, duration_s, idle_timeout_s, stop_event) -> None:
+    def _run(self, t0: Any, duration_s: Any, idle_timeout_s: Any, stop_event: Any) -> None:
         cap, last_data, packets_seen = self.cap, None, 0
         while True:
             now = time.monotonic()
@@ -360,7 +379,7 @@ class CaptureRun:
             self.timeline.add(chunk)
 
 
-def _leave_cpus(cpus) -> None:
+def _leave_cpus(cpus: Any) -> None:
     """Keeps the calling (consumer) thread off the CPUs the capture threads were pinned
     to, when others are allowed: a consumer sharing a capture core stalls the ring's
     drain and the kernel drops packets (seen on the GPU machine at 14 Gb/s)."""
@@ -374,11 +393,11 @@ def _leave_cpus(cpus) -> None:
 class CountingSink:
     """Capture alone: every block is counted and goes straight back to the pool."""
 
-    def __init__(self, fmt: StreamFormat, report: CaptureReport):
+    def __init__(self, fmt: StreamFormat, report: CaptureReport) -> None:
         self.fmt, self.report = fmt, report
         self.bytes_per_sample = fmt.nchan * fmt.npol * 2
 
-    def take(self, item) -> None:
+    def take(self, item: Any) -> None:
         packets = item.packets
         if isinstance(item, Block):
             item.release()
@@ -397,11 +416,11 @@ class CountingSink:
 class TfpSink(CountingSink):
     """Blocks to int8 TFP samples (absent packets zero) for `sink(samples, valid)`."""
 
-    def __init__(self, fmt: StreamFormat, sink, report: CaptureReport):
+    def __init__(self, fmt: StreamFormat, sink: Any, report: CaptureReport) -> None:
         super().__init__(fmt, report)
         self.sink = sink
 
-    def take(self, item) -> None:
+    def take(self, item: Any) -> None:
         spp = self.fmt.samples_per_packet
         if isinstance(item, Gap):
             n = item.packets * spp

@@ -16,6 +16,7 @@ excluded from the profiles when any input sample in its dedispersion span
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -25,14 +26,15 @@ from voltstream.dsp.fold import Folder
 from voltstream.errors import ConfigError
 from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
+from voltstream.pipeline.interfaces import BlockSource
 
 __all__ = ["fold_file"]
 
 
 def fold_file(
-    reader,
+    reader: BlockSource,
     dm: float,
-    predictor,
+    predictor: Any,
     nbin: int,
     tsub_s: float | None,
     pol_mode: str = "AA+BB",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ class _Noise:
     filling). The split is fixed, so the samples depend only on the seed.
     """
 
-    def __init__(self, seed: int, nchan: int):
+    def __init__(self, seed: int, nchan: int) -> None:
         gens = np.random.default_rng(seed).spawn(2 if nchan > 1 else 1)
         self.parts = list(zip(gens, np.array_split(np.arange(nchan), len(gens)), strict=True))
         self.pool = ThreadPoolExecutor(len(gens)) if len(gens) > 1 else None
@@ -60,7 +61,7 @@ class _Noise:
     def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
         out = np.empty(shape + (2,), dtype=np.float32)
 
-        def fill(part):
+        def fill(part: Any) -> None:
             rng, chans = part
             sub = out[chans[0] : chans[-1] + 1]
             rng.standard_normal(out=sub, dtype=np.float32)
@@ -157,7 +158,17 @@ def _reblock(pieces: Iterator[np.ndarray], total: int, block_samples: int) -> It
         produced += n
 
 
-def _pieces(obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, amplitude, seed):
+def _pieces(
+    obs: Any,
+    signal: Any,
+    dm: Any,
+    period_s: Any,
+    duty: Any,
+    pulse_phase: Any,
+    tone_mhz: Any,
+    amplitude: Any,
+    seed: Any,
+) -> Iterator[np.ndarray]:
     """Endless (nchan, npol, n) complex64 pieces of the signal."""
     noise = _Noise(seed, obs.nchan)
     try:
@@ -168,7 +179,17 @@ def _pieces(obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, amplitude, s
         noise.close()
 
 
-def _signal_pieces(noise, obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, amplitude):
+def _signal_pieces(
+    noise: Any,
+    obs: Any,
+    signal: Any,
+    dm: Any,
+    period_s: Any,
+    duty: Any,
+    pulse_phase: Any,
+    tone_mhz: Any,
+    amplitude: Any,
+) -> Iterator[np.ndarray]:
     nchan, npol = obs.nchan, obs.npol
     freqs = obs.chan_freqs_mhz
     if signal == "noise":
@@ -208,7 +229,7 @@ def _signal_pieces(noise, obs, signal, dm, period_s, duty, pulse_phase, tone_mhz
             yield out
 
 
-def synthesize(obs: Observation, duration_s: float, **kwargs) -> np.ndarray:
+def synthesize(obs: Observation, duration_s: float, **kwargs: Any) -> np.ndarray:
     """The whole signal of :func:`synthesize_blocks` as one complex64 (nsamp, nchan, npol)."""
     blocks = list(synthesize_blocks(obs, duration_s, **kwargs))
     return np.concatenate(blocks, axis=0)
