@@ -36,7 +36,9 @@ def test_kernel_compiles_with_nvrtc(path):
     ck = _check_script()
     nvrtc = ck.Nvrtc(ck.find_nvrtc())
     ok, log, ptx = nvrtc.compile(
-        path.read_text(), path.name, [*cuda.NVRTC_OPTIONS, "--gpu-architecture=compute_90"]
+        cuda.kernel_source(path.name),
+        path.name,
+        [*cuda.NVRTC_OPTIONS, "--gpu-architecture=compute_90"],
     )
     assert ok, log
     assert ptx > 0
@@ -54,7 +56,7 @@ def test_every_variant_compiles(defines):
     name = "unpack.cu" if "SAMPLE_KIND" in defines else "fold.cu"
     opts = [*cuda.NVRTC_OPTIONS, "--gpu-architecture=compute_90"]
     opts += [f"-D{k}={v}" for k, v in defines.items()]
-    ok, log, _ = nvrtc.compile((cuda.KERNEL_DIR / name).read_text(), name, opts)
+    ok, log, _ = nvrtc.compile(cuda.kernel_source(name), name, opts)
     assert ok, log
 
 

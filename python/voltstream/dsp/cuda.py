@@ -15,6 +15,7 @@ without it.
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ __all__ = [
     "Operation",
     "Template",
     "cupy_module",
+    "kernel_source",
     "kernel_sources",
     "load_module",
 ]
@@ -71,8 +73,22 @@ class GpuError(VoltstreamError, RuntimeError):
 
 
 def kernel_sources() -> list[Path]:
-    """Every CUDA source of the package, sorted by name."""
+    """Every CUDA source of the package, sorted by name (``*.cuh`` are included by them)."""
     return sorted(KERNEL_DIR.glob("*.cu"))
+
+
+_INCLUDE = re.compile(r'^#include "([A-Za-z0-9_]+\.cuh)"$', re.M)
+
+
+def kernel_source(name: str) -> str:
+    """The text of ``kernels/<name>`` with its ``#include "x.cuh"`` lines replaced by
+    those headers: what NVRTC compiles here and in CI, and what CuPy's kernel cache
+    keys on (it hashes the source it is given, so an included file it never saw
+    could change without a rebuild)."""
+    path = KERNEL_DIR / name
+    if not path.is_file():
+        raise GpuError(f"kernel source {path} is missing; reinstall voltstream")
+    return _INCLUDE.sub(lambda m: (KERNEL_DIR / m.group(1)).read_text(), path.read_text())
 
 
 def cupy_module() -> Any:
@@ -107,11 +123,8 @@ def _load_module(name: str, defines: tuple[tuple[str, int], ...], device: int) -
 
 def _compile_module(name: str, defines: tuple[tuple[str, int], ...]) -> Any:
     cp = cupy_module()
-    path = KERNEL_DIR / name
-    if not path.is_file():
-        raise GpuError(f"kernel source {path} is missing; reinstall voltstream")
     options = NVRTC_OPTIONS + tuple(f"-D{k}={int(v)}" for k, v in defines)
-    module = cp.RawModule(code=path.read_text(), options=options)
+    module = cp.RawModule(code=kernel_source(name), options=options)
     try:
         module.compile()
     except Exception as exc:  # CuPy raises its own CompileException with the log
