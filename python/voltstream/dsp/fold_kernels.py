@@ -29,6 +29,24 @@ __all__ = [
 SAMPLE_KINDS = {("int8", 2): 0, ("int16", 2): 1, ("float32", 2): 2, ("int8", 1): 3, ("int16", 1): 4}
 
 
+class _FramingOp(Operation):
+    """What both unpacks share (kernels/frame_tile.cuh): overlap-save frames of
+    ``nfft`` samples, ``step`` apart, from a carry followed by this chunk's samples."""
+
+    def __init__(self, template: Template, nfft: int, step: int) -> None:
+        if not 0 < step <= nfft:
+            raise ConfigError(f"unpack needs 0 < step <= nfft, got step {step}, nfft {nfft}")
+        super().__init__(template)
+        self.nfft, self.step = nfft, step
+
+    def _check_frames(
+        self, carry_len: int, nsamp_raw: int, nblock: int, out: Any, ncp: int
+    ) -> None:
+        if carry_len + nsamp_raw < (nblock - 1) * self.step + self.nfft:
+            raise ConfigError("unpack was asked for more frames than the samples can fill")
+        self.check(out=(out, Buffer(np.complex64, min_size=ncp * nblock * self.nfft)))
+
+
 # --- unpack: (time, chan, pol[, re/im]) -> overlap-save frames (chan, pol, block, nfft)
 
 
@@ -52,17 +70,17 @@ class UnpackTemplate(Template):
         super().__init__({"SAMPLE_KIND": self.kind, "TILE_T": self.TILE_T, "TILE_CP": self.TILE_CP})
 
     def instantiate(self, ncp: int, nfft: int, step: int) -> UnpackOp:
-        if not (0 < step <= nfft) or ncp < 1:
-            raise ConfigError(f"unpack needs 0 < step <= nfft and ncp >= 1, got {step}, {nfft}")
         return UnpackOp(self, ncp, nfft, step)
 
 
-class UnpackOp(Operation):
+class UnpackOp(_FramingOp):
     t: UnpackTemplate
 
     def __init__(self, template: UnpackTemplate, ncp: int, nfft: int, step: int) -> None:
-        super().__init__(template)
-        self.ncp, self.nfft, self.step = ncp, nfft, step
+        if ncp < 1:
+            raise ConfigError(f"unpack needs at least one (chan, pol) pair, got ncp={ncp}")
+        super().__init__(template, nfft, step)
+        self.ncp = ncp
 
     def __call__(
         self, raw: Any, carry: Any, carry_len: int, out: Any, nblock: int, stream: Any = None
@@ -70,13 +88,8 @@ class UnpackOp(Operation):
         """Frame ``carry[:carry_len]`` followed by ``raw`` into ``out`` (ncp, >= nblock, nfft)."""
         t = self.t
         nsamp_raw = raw.size // (self.ncp * t.ndim)
-        if carry_len + nsamp_raw < (nblock - 1) * self.step + self.nfft:
-            raise ConfigError("unpack was asked for more frames than the samples can fill")
-        self.check(
-            raw=(raw, Buffer(t.dtype)),
-            carry=(carry, Buffer(t.dtype)),
-            out=(out, Buffer(np.complex64, min_size=self.ncp * nblock * self.nfft)),
-        )
+        self._check_frames(carry_len, nsamp_raw, nblock, out, self.ncp)
+        self.check(raw=(raw, Buffer(t.dtype)), carry=(carry, Buffer(t.dtype)))
         tiles = -(-self.nfft // t.TILE_T)
         grid = (tiles * nblock, -(-self.ncp // t.TILE_CP))
         args: tuple[Any, ...] = (raw, carry, out, np.int32(self.ncp), np.int32(self.nfft))
@@ -110,12 +123,10 @@ class PackedUnpackTemplate(Template):
         )
 
     def instantiate(self, nfft: int, step: int, carry_cap: int) -> PackedUnpackOp:
-        if not (0 < step <= nfft) or carry_cap < 1:
-            raise ConfigError(f"unpack needs 0 < step <= nfft and a carry, got {step}, {nfft}")
         return PackedUnpackOp(self, nfft, step, carry_cap)
 
 
-class PackedUnpackOp(Operation):
+class PackedUnpackOp(_FramingOp):
     """Frames ``carry[:carry_len]`` (decoded, (ncp, carry_cap)) then ``raw`` (bytes)."""
 
     t: PackedUnpackTemplate
@@ -123,8 +134,10 @@ class PackedUnpackOp(Operation):
     def __init__(
         self, template: PackedUnpackTemplate, nfft: int, step: int, carry_cap: int
     ) -> None:
-        super().__init__(template)
-        self.nfft, self.step, self.carry_cap = nfft, step, carry_cap
+        if carry_cap < 1:
+            raise ConfigError(f"the packed unpack needs a carry, got carry_cap={carry_cap}")
+        super().__init__(template, nfft, step)
+        self.carry_cap = carry_cap
         L = template.layout
         self.ncp = L.nchan * L.npol
         self.layout_args = (
@@ -148,22 +161,11 @@ class PackedUnpackOp(Operation):
         )
         return valid if valid is not None else 0
 
-    def __call__(
-        self,
-        raw: Any,
-        nsamp_raw: int,
-        carry: Any,
-        carry_len: int,
-        valid: Any,
-        out: Any,
-        nblock: int,
-        stream: Any = None,
-    ) -> None:
+    def __call__(self, raw: Any, nsamp_raw: int, carry: Any, carry_len: int, valid: Any,
+                 out: Any, nblock: int, stream: Any = None) -> None:  # fmt: skip
         if carry_len > self.carry_cap:
             raise ConfigError(f"carry of {carry_len} samples exceeds its {self.carry_cap}")
-        if carry_len + nsamp_raw < (nblock - 1) * self.step + self.nfft:
-            raise ConfigError("unpack was asked for more frames than the samples can fill")
-        self.check(out=(out, Buffer(np.complex64, min_size=self.ncp * nblock * self.nfft)))
+        self._check_frames(carry_len, nsamp_raw, nblock, out, self.ncp)
         vptr = self._common(raw, carry, valid, nsamp_raw)
         t = self.t
         grid = (-(-self.nfft // t.TILE_T) * nblock, -(-self.ncp // t.TILE_CP))
@@ -172,18 +174,8 @@ class PackedUnpackOp(Operation):
                  np.int32(self.carry_cap), np.int32(carry_len), np.int64(nsamp_raw))  # fmt: skip
         self.launch("unpack_packed_frame", grid, (t.TILE_T * 8,), args, stream)
 
-    def carry_tail(
-        self,
-        raw: Any,
-        nsamp_raw: int,
-        carry: Any,
-        carry_len: int,
-        valid: Any,
-        nxt: Any,
-        cut: int,
-        new_len: int,
-        stream: Any = None,
-    ) -> None:
+    def carry_tail(self, raw: Any, nsamp_raw: int, carry: Any, carry_len: int, valid: Any,
+                   nxt: Any, cut: int, new_len: int, stream: Any = None) -> None:  # fmt: skip
         """``nxt`` = stream samples ``cut .. cut + new_len`` of carry + raw, decoded."""
         if new_len > self.carry_cap or cut + new_len > carry_len + nsamp_raw:
             raise ConfigError(f"carry of {new_len} samples from {cut} does not fit or exceeds "

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -81,6 +81,16 @@ def output_valid(vbuf: np.ndarray, nout: int, overlap: int) -> np.ndarray:
     """Validity of ``nout`` outputs from the input validity ``vbuf`` (carry + block)."""
     bad = np.concatenate([[0], np.cumsum(~vbuf[: nout + overlap])])
     return (bad[overlap + 1 : overlap + 1 + nout] - bad[:nout]) == 0
+
+
+class _FoldJob(NamedTuple):
+    """What the fold of one chunk needs, fixed before its kernels are queued: its phase
+    knots on the GPU, its first output sample, the outputs' validity, its slot."""
+
+    knots_d: Any
+    first: int
+    out_valid: np.ndarray | None
+    kslot: int
 
 
 class _Plan:
@@ -562,13 +572,14 @@ class GpuFolder(_FolderBase):
         self._busy_next = (self._busy_next + 1) % len(self._busy_ring)
         pair[0].record(cs)
         self._busy_q.append(pair)
+        job = _FoldJob(knots_d, first, out_valid, kslot)
         per_sample = self.ncp * self.ndim
         if raw is None:
             assert slot is not None  # without ``raw`` the data sit in a slot
             raw = self.dev_raw[slot]
         if self.packed is not None:
             with cs:
-                self._process_packed(raw, n, slot, nblock, knots_d, first, out_valid, kslot)
+                self._process_packed(raw, n, slot, nblock, job)
             return self._advance(n, nout)
         raw = raw[: n * per_sample]
         frames = self.frames[: self.ncp * nblock * p.nfft].reshape(self.ncp * nblock, p.nfft)
@@ -591,36 +602,29 @@ class GpuFolder(_FolderBase):
                 nxt[: keep * per_sample] = carry[cut * per_sample : self.carry_len * per_sample]
                 nxt[keep * per_sample : (keep + n) * per_sample] = raw[: n * per_sample]
                 new_len = keep + n
-            self._fold(frames, nblock, knots_d, first, out_valid, kslot)
+            self._fold(frames, nblock, job)
         self.carry_len = new_len
         self._advance(n, nout)
 
-    def _fold(
-        self,
-        frames: Any,
-        nblock: Any,
-        knots_d: Any,
-        first: Any,
-        out_valid: np.ndarray | None,
-        kslot: Any,
-    ) -> None:
+    def _fold(self, frames: Any, nblock: int, job: _FoldJob) -> None:
         """detect + fold of the frames (on the compute stream), then mark the slot free."""
         cs = self.compute_stream
+        kslot = job.kslot
         if nblock:
             t0 = self._mark(cs)
             self.fold_op(
                 frames,
                 nblock,
-                knots_d,
+                job.knots_d,
                 self.delay,
                 self.acc,
                 self.hits,
                 self.offered,
-                first,
+                job.first,
                 self.obs.tsamp_s,
                 self.tsub_s,
                 valid=None
-                if out_valid is None
+                if job.out_valid is None
                 else self.dev_valid[kslot][: nblock * self.plan.step],
             )
             self._stage("fold", t0, cs)
@@ -645,15 +649,7 @@ class GpuFolder(_FolderBase):
         self._stage("ifft", t0, cs)
 
     def _process_packed(
-        self,
-        raw: Any,
-        n: Any,
-        slot: Any,
-        nblock: Any,
-        knots_d: Any,
-        first: Any,
-        out_valid: np.ndarray | None,
-        kslot: Any,
+        self, raw: Any, n: int, slot: int | None, nblock: int, job: _FoldJob
     ) -> None:
         """The packed twin of the framing part of :meth:`_process` (compute stream current)."""
         p, cs = self.plan, self.compute_stream
@@ -668,7 +664,7 @@ class GpuFolder(_FolderBase):
         cut = nblock * p.step
         new_len = self.carry_len + n - cut
         self.unpack_packed.carry_tail(raw, n, carry, self.carry_len, mask, nxt, cut, new_len)
-        self._fold(frames, nblock, knots_d, first, out_valid, kslot)
+        self._fold(frames, nblock, job)
         self.carry_len = new_len
 
     def _advance(self, n: int, nout: int) -> None:

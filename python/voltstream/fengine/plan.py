@@ -57,38 +57,23 @@ class FEnginePlan:
     chan_freqs_hz: np.ndarray  # baseband centre of each channel
 
     @classmethod
-    def make(
-        cls,
-        nchan: int,
-        taps: int,
-        spectra_per_heap: int,
-        *,
-        n_substreams: int = 1,
-        bits: int = 8,
-        sample_rate_hz: float = 1712e6,
-        max_delay_samples: int = 0,
-        window: str = "hann",
-    ) -> FEnginePlan:
+    def make(cls, nchan: int, taps: int, spectra_per_heap: int, *, n_substreams: int = 1,
+             bits: int = 8, sample_rate_hz: float = 1712e6, max_delay_samples: int = 0,
+             window: str = "hann") -> FEnginePlan:  # fmt: skip
         """The plan for these settings, validated (a ConfigError says what to change)."""
         nchan, taps = check_pfb_shape(nchan, taps)
         layout = HeapLayout(nchan, int(spectra_per_heap), int(n_substreams), int(bits))
         if not float(sample_rate_hz) > 0:
             raise ConfigError(f"sample_rate_hz={sample_rate_hz} must be positive")
-        if int(max_delay_samples) != max_delay_samples or max_delay_samples < 0:
+        max_delay = max_delay_samples
+        if int(max_delay) != max_delay or max_delay < 0:
             raise ConfigError(
-                f"max_delay_samples={max_delay_samples}: give a whole number of samples >= 0, "
+                f"max_delay_samples={max_delay}: give a whole number of samples >= 0, "
                 "at least the largest coarse delay the delay models will ask for"
             )
         fs = float(sample_rate_hz)
-        return cls(
-            nchan,
-            taps,
-            layout,
-            fs,
-            int(max_delay_samples),
-            pfb_weights(nchan, taps, window),
-            channel_frequencies(nchan, fs),
-        )
+        weights = pfb_weights(nchan, taps, window)
+        return cls(nchan, taps, layout, fs, int(max_delay), weights, channel_frequencies(nchan, fs))
 
     @property
     def step(self) -> int:

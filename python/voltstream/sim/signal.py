@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -131,7 +132,8 @@ def synthesize_blocks(
             )
     total = int(round(duration_s / obs.tsamp_s))
     # Validation above runs at call time; the samples are made lazily.
-    pieces = _pieces(obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, pulse_amplitude, seed)
+    sig = _Signal(signal, dm, period_s, duty, pulse_phase, tone_mhz, pulse_amplitude)
+    pieces = _pieces(obs, sig, seed)
     return _reblock(pieces, total, block_samples)
 
 
@@ -158,38 +160,31 @@ def _reblock(pieces: Iterator[np.ndarray], total: int, block_samples: int) -> It
         produced += n
 
 
-def _pieces(
-    obs: Any,
-    signal: Any,
-    dm: Any,
-    period_s: Any,
-    duty: Any,
-    pulse_phase: Any,
-    tone_mhz: Any,
-    amplitude: Any,
-    seed: Any,
-) -> Iterator[np.ndarray]:
+@dataclass(frozen=True)
+class _Signal:
+    """What ``synthesize_blocks`` was asked to make (validated there)."""
+
+    kind: str  # one of SIGNALS
+    dm: float
+    period_s: float
+    duty: float
+    pulse_phase: float
+    tone_mhz: float | None
+    amplitude: float
+
+
+def _pieces(obs: Observation, sig: _Signal, seed: int) -> Iterator[np.ndarray]:
     """Endless (nchan, npol, n) complex64 pieces of the signal."""
     noise = _Noise(seed, obs.nchan)
     try:
-        yield from _signal_pieces(
-            noise, obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, amplitude
-        )
+        yield from _signal_pieces(noise, obs, sig)
     finally:
         noise.close()
 
 
-def _signal_pieces(
-    noise: Any,
-    obs: Any,
-    signal: Any,
-    dm: Any,
-    period_s: Any,
-    duty: Any,
-    pulse_phase: Any,
-    tone_mhz: Any,
-    amplitude: Any,
-) -> Iterator[np.ndarray]:
+def _signal_pieces(noise: _Noise, obs: Observation, sig: _Signal) -> Iterator[np.ndarray]:
+    signal, dm, period_s, duty = sig.kind, sig.dm, sig.period_s, sig.duty
+    pulse_phase, tone_mhz, amplitude = sig.pulse_phase, sig.tone_mhz, sig.amplitude
     nchan, npol = obs.nchan, obs.npol
     freqs = obs.chan_freqs_mhz
     if signal == "noise":

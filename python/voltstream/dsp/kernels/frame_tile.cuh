@@ -9,6 +9,13 @@
 // frame) coalesced. A thread block makes TILE_T samples of TILE_CP pairs of one
 // frame: grid ((nfft / TILE_T rounded up) * nblock, ncp / TILE_CP rounded up).
 
+#ifndef TILE_T
+#define TILE_T 32  // time samples per tile (a multiple of 32)
+#endif
+#ifndef TILE_CP
+#define TILE_CP 32  // (chan, pol) pairs per tile
+#endif
+
 template <typename Sample>
 __device__ __forceinline__ void frame_tile(float2 *__restrict__ out, int ncp, int nfft, int step,
                                            int nblock, Sample sample)

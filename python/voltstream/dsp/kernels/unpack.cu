@@ -15,12 +15,6 @@
 #ifndef SAMPLE_KIND
 #define SAMPLE_KIND 0
 #endif
-#ifndef TILE_T
-#define TILE_T 32
-#endif
-#ifndef TILE_CP
-#define TILE_CP 32
-#endif
 
 #if SAMPLE_KIND == 0
 typedef char2 sample_t;

@@ -34,12 +34,6 @@
 #ifndef NDIM
 #define NDIM 2
 #endif
-#ifndef TILE_T
-#define TILE_T 32
-#endif
-#ifndef TILE_CP
-#define TILE_CP 32
-#endif
 
 #if NBIT != 2 && NBIT != 4 && NBIT != 8
 #error "NBIT must be 2, 4 or 8"
