@@ -172,6 +172,14 @@ class LoopReader:
         return self.buf[idx]
 
 
+def table(header: list[str], rows: list[list]) -> None:
+    """A markdown table (docs/benchmarks.md pastes them), numbers right-aligned."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---:|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunk", type=int, default=1 << 20, help="time samples per chunk")
@@ -377,49 +385,54 @@ def main(argv=None) -> int:
         f"\nDM {dm}, fused, chunk size sweep (same data; copy alone = the chunks' H2D "
         "copies back to back; no-overlap bound = 1/(1/copy + 1/compute)):\n"
     )
-    print("| chunk | copy alone | fused on GPU | fused + pinned H2D | no-overlap bound |")
-    print("|---:|---:|---:|---:|---:|")
-    for r in sweep:
-        print(
-            f"| 2^{int(r['chunk']).bit_length() - 1} | {r['copy_only_gsps']:.1f} "
-            f"| {r['fused_device_gsps']:.1f} | {r['fused_pinned_gsps']:.1f} "
-            f"| {r['no_overlap_bound_gsps']:.1f} |"
-        )
+    table(
+        ["chunk", "copy alone", "fused on GPU", "fused + pinned H2D", "no-overlap bound"],
+        [
+            [f"2^{int(r['chunk']).bit_length() - 1}", f"{r['copy_only_gsps']:.1f}",
+             f"{r['fused_device_gsps']:.1f}", f"{r['fused_pinned_gsps']:.1f}",
+             f"{r['no_overlap_bound_gsps']:.1f}"]
+            for r in sweep
+        ],
+    )  # fmt: skip
     print(
         f"\nfold_file_multi_gpu on GPU 0, DM {dm}, pinned reader, chunk {args.chunk}, "
         "whole call (engine set-up, fill and drain, merge) timed:\n"
     )
-    print("| workers | G samples/s | RTF |")
-    print("|---:|---:|---:|")
-    for w in wrows:
-        print(f"| {w['workers']} on 1 GPU | {w['gsps']:.1f} | {w['rtf']:.0f} |")
+    table(
+        ["workers", "G samples/s", "RTF"],
+        [[f"{w['workers']} on 1 GPU", f"{w['gsps']:.1f}", f"{w['rtf']:.0f}"] for w in wrows],
+    )
     if grows:
         print(f"\nfold_file_multi_gpu, one worker per GPU, DM {dm}, whole call timed:\n")
-        print("| GPUs | G samples/s | RTF | vs 1 GPU |")
-        print("|---:|---:|---:|---:|")
-        for g in grows:
-            print(f"| {g['gpus']} | {g['gsps']:.1f} | {g['rtf']:.0f} "
-                  f"| {g['gsps'] / grows[0]['gsps']:.2f}x |")  # fmt: skip
+        g0 = grows[0]["gsps"]
+        table(
+            ["GPUs", "G samples/s", "RTF", "vs 1 GPU"],
+            [[g["gpus"], f"{g['gsps']:.1f}", f"{g['rtf']:.0f}", f"{g['gsps'] / g0:.2f}x"]
+             for g in grows],
+        )  # fmt: skip
     if frows:
         print(f"\ndetect_fold register cap (MIN_BLOCKS), DM {dm}, data on the GPU:\n")
-        print("| MIN_BLOCKS | fold ms/Gs | fold GB/s | % of D2D | fused on GPU |")
-        print("|---:|---:|---:|---:|---:|")
-        for r in frows:
-            print(f"| {r['min_blocks']} | {r['fold_ms_per_Gsamp']:.2f} | {r['fold_GBps']:.0f} "
-                  f"| {100 * r['fold_GBps'] / ceil['d2d_GBps']:.0f} "
-                  f"| {r['fused_device_gsps']:.1f} |")  # fmt: skip
+        d2d = ceil["d2d_GBps"]
+        table(
+            ["MIN_BLOCKS", "fold ms/Gs", "fold GB/s", "% of D2D", "fused on GPU"],
+            [[r["min_blocks"], f"{r['fold_ms_per_Gsamp']:.2f}", f"{r['fold_GBps']:.0f}",
+              f"{100 * r['fold_GBps'] / d2d:.0f}", f"{r['fused_device_gsps']:.1f}"]
+             for r in frows],
+        )  # fmt: skip
     if prows:
         print(f"\nPacked VDIF-framed input (32 ch x 2 pol complex), DM {dm}, from pinned bytes:\n")
-        print("| bits | bytes/sample | copy alone | fused + pinned H2D | complex64 H2D limit |")
-        print("|---:|---:|---:|---:|---:|")
-        for r in prows:
-            print(f"| {r['nbit']} | {r['bytes_per_sample']:g} | {r['copy_only_gsps']:.1f} "
-                  f"| {r['fused_pinned_gsps']:.1f} | {r['complex64_h2d_gsps']:.1f} |")  # fmt: skip
-    print("\n| DM | " + " | ".join(f"{s} ms/Gs (GB/s)" for s in STAGES) + " |")
-    print("|---:|" + "---:|" * len(STAGES))
-    for r in rows:
-        cells = [f"{r['stage_ms_per_Gsamp'][s]:.1f} ({r['stage_GBps'][s]:.0f})" for s in STAGES]
-        print(f"| {r['dm']} | " + " | ".join(cells) + " |")
+        table(
+            ["bits", "bytes/sample", "copy alone", "fused + pinned H2D", "complex64 H2D limit"],
+            [[r["nbit"], f"{r['bytes_per_sample']:g}", f"{r['copy_only_gsps']:.1f}",
+              f"{r['fused_pinned_gsps']:.1f}", f"{r['complex64_h2d_gsps']:.1f}"]
+             for r in prows],
+        )  # fmt: skip
+    print()
+    table(
+        ["DM", *(f"{s} ms/Gs (GB/s)" for s in STAGES)],
+        [[r["dm"], *(f"{r['stage_ms_per_Gsamp'][s]:.1f} ({r['stage_GBps'][s]:.0f})"
+                     for s in STAGES)] for r in rows],
+    )  # fmt: skip
     out = os.environ.get("OUT")
     if out:
         doc = {
