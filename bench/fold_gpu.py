@@ -172,12 +172,13 @@ class LoopReader:
         return self.buf[idx]
 
 
-def table(header: list[str], rows: list[list]) -> None:
-    """A markdown table (docs/benchmarks.md pastes them), numbers right-aligned."""
+def table(header: list[str], cells: str, rows: list[dict]) -> None:
+    """A markdown table (docs/benchmarks.md pastes them), numbers right-aligned: one row
+    per dict, ``cells`` the space-separated format of each cell ("_" prints a space)."""
     print("| " + " | ".join(header) + " |")
     print("|" + "---:|" * len(header))
     for r in rows:
-        print("| " + " | ".join(str(c) for c in r) + " |")
+        print("| " + " | ".join(c.format(**r).replace("_", " ") for c in cells.split()) + " |")
 
 
 def main(argv=None) -> int:
@@ -387,51 +388,40 @@ def main(argv=None) -> int:
     )
     table(
         ["chunk", "copy alone", "fused on GPU", "fused + pinned H2D", "no-overlap bound"],
-        [
-            [f"2^{int(r['chunk']).bit_length() - 1}", f"{r['copy_only_gsps']:.1f}",
-             f"{r['fused_device_gsps']:.1f}", f"{r['fused_pinned_gsps']:.1f}",
-             f"{r['no_overlap_bound_gsps']:.1f}"]
-            for r in sweep
-        ],
-    )  # fmt: skip
+        "2^{log2_chunk} {copy_only_gsps:.1f} {fused_device_gsps:.1f} {fused_pinned_gsps:.1f} "
+        "{no_overlap_bound_gsps:.1f}",
+        [dict(r, log2_chunk=int(r["chunk"]).bit_length() - 1) for r in sweep],
+    )
     print(
         f"\nfold_file_multi_gpu on GPU 0, DM {dm}, pinned reader, chunk {args.chunk}, "
         "whole call (engine set-up, fill and drain, merge) timed:\n"
     )
-    table(
-        ["workers", "G samples/s", "RTF"],
-        [[f"{w['workers']} on 1 GPU", f"{w['gsps']:.1f}", f"{w['rtf']:.0f}"] for w in wrows],
-    )
+    table(["workers", "G samples/s", "RTF"], "{workers}_on_1_GPU {gsps:.1f} {rtf:.0f}", wrows)
     if grows:
         print(f"\nfold_file_multi_gpu, one worker per GPU, DM {dm}, whole call timed:\n")
         g0 = grows[0]["gsps"]
-        table(
-            ["GPUs", "G samples/s", "RTF", "vs 1 GPU"],
-            [[g["gpus"], f"{g['gsps']:.1f}", f"{g['rtf']:.0f}", f"{g['gsps'] / g0:.2f}x"]
-             for g in grows],
-        )  # fmt: skip
+        speedup = [dict(g, vs1=g["gsps"] / g0) for g in grows]
+        table(["GPUs", "G samples/s", "RTF", "vs 1 GPU"], "{gpus} {gsps:.1f} {rtf:.0f} {vs1:.2f}x",
+              speedup)  # fmt: skip
     if frows:
         print(f"\ndetect_fold register cap (MIN_BLOCKS), DM {dm}, data on the GPU:\n")
-        d2d = ceil["d2d_GBps"]
         table(
             ["MIN_BLOCKS", "fold ms/Gs", "fold GB/s", "% of D2D", "fused on GPU"],
-            [[r["min_blocks"], f"{r['fold_ms_per_Gsamp']:.2f}", f"{r['fold_GBps']:.0f}",
-              f"{100 * r['fold_GBps'] / d2d:.0f}", f"{r['fused_device_gsps']:.1f}"]
-             for r in frows],
-        )  # fmt: skip
+            "{min_blocks} {fold_ms_per_Gsamp:.2f} {fold_GBps:.0f} {d2d_pct:.0f} "
+            "{fused_device_gsps:.1f}",
+            [dict(r, d2d_pct=100 * r["fold_GBps"] / ceil["d2d_GBps"]) for r in frows],
+        )
     if prows:
         print(f"\nPacked VDIF-framed input (32 ch x 2 pol complex), DM {dm}, from pinned bytes:\n")
-        table(
-            ["bits", "bytes/sample", "copy alone", "fused + pinned H2D", "complex64 H2D limit"],
-            [[r["nbit"], f"{r['bytes_per_sample']:g}", f"{r['copy_only_gsps']:.1f}",
-              f"{r['fused_pinned_gsps']:.1f}", f"{r['complex64_h2d_gsps']:.1f}"]
-             for r in prows],
-        )  # fmt: skip
+        header = ["bits", "bytes/sample", "copy alone", "fused + pinned H2D"]
+        table([*header, "complex64 H2D limit"], "{nbit} {bytes_per_sample:g} {copy_only_gsps:.1f} "
+              "{fused_pinned_gsps:.1f} {complex64_h2d_gsps:.1f}", prows)  # fmt: skip
     print()
     table(
         ["DM", *(f"{s} ms/Gs (GB/s)" for s in STAGES)],
-        [[r["dm"], *(f"{r['stage_ms_per_Gsamp'][s]:.1f} ({r['stage_GBps'][s]:.0f})"
-                     for s in STAGES)] for r in rows],
+        "{dm} " + " ".join(f"{{ms_{i}:.1f}}_({{gbps_{i}:.0f}})" for i in range(len(STAGES))),
+        [dict(r, **{f"ms_{i}": r["stage_ms_per_Gsamp"][s] for i, s in enumerate(STAGES)},
+              **{f"gbps_{i}": r["stage_GBps"][s] for i, s in enumerate(STAGES)}) for r in rows],
     )  # fmt: skip
     out = os.environ.get("OUT")
     if out:

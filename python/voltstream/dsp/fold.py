@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from voltstream.dsp.dedisperse import dispersion_delay_s
+from voltstream.dsp.detect import npol_out
 from voltstream.errors import ConfigError
 from voltstream.observation import FoldedArchive, Observation
 
@@ -36,6 +37,17 @@ __all__ = ["Folder", "profile_snr"]
 
 class Folder:
     """Accumulates detected samples (nchan, npol_out, nsamp) into folded profiles."""
+
+    @classmethod
+    def for_observation(cls, obs: Observation, nbin: int, pol_mode: str, dm: float,
+                        predictor: Any, tsub_s: float | None) -> Folder:  # fmt: skip
+        """The folder of ``obs``'s channels for detection ``pol_mode``, phase zero at the
+        observation's start, delays relative to its centre frequency."""
+        npo = npol_out(pol_mode)
+        if pol_mode != "AA+BB" and obs.npol != 2:
+            raise ConfigError(f"{pol_mode} needs 2 polarisations; the input has {obs.npol}")
+        return cls(nbin, obs.nchan, npo, obs.tsamp_s, obs.chan_freqs_mhz, obs.freq_mhz, dm,
+                   predictor, tsub_s, obs.start_mjd, obs.start_sec)  # fmt: skip
 
     def __init__(
         self,

@@ -34,7 +34,6 @@ import numpy as np
 from voltstream.device import gpu_available
 from voltstream.dsp.cuda import cupy_module
 from voltstream.dsp.dedisperse import Dedisperser
-from voltstream.dsp.detect import npol_out
 from voltstream.dsp.fold import Folder
 from voltstream.dsp.fold_kernels import (
     ChirpTemplate,
@@ -132,23 +131,10 @@ class _FolderBase:
         self.cp = cupy_module()
         self.obs, self.dm, self.predictor = obs, float(dm), predictor
         self.nbin, self.tsub_s, self.pol_mode, self.basis = int(nbin), tsub_s, pol_mode, basis
-        self.npol_out = npol_out(pol_mode)
-        if pol_mode != "AA+BB" and obs.npol != 2:
-            raise ConfigError(f"{pol_mode} needs 2 polarisations; the input has {obs.npol}")
+        # The reference's folder, composed: its phase rule and delays are the GPU's.
+        self.folder = Folder.for_observation(obs, nbin, pol_mode, dm, predictor, tsub_s)
+        self.npol_out = self.folder.npol_out
         self.plan = _Plan(obs, dm, nfft, chunk_samples)
-        self.folder = Folder(
-            nbin=nbin,
-            nchan=obs.nchan,
-            npol_out=self.npol_out,
-            tsamp_s=obs.tsamp_s,
-            chan_freqs_mhz=obs.chan_freqs_mhz,
-            f_ref_mhz=obs.freq_mhz,
-            dm=dm,
-            predictor=predictor,
-            tsub_s=tsub_s,
-            start_mjd=obs.start_mjd,
-            start_sec=obs.start_sec,
-        )
         self.ncp = obs.nchan * obs.npol
         self.carry_len = 0
         self.samples_in = 0

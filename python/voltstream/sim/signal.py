@@ -117,12 +117,9 @@ def synthesize_blocks(
         raise ConfigError("duration and block size must be positive")
     if signal == "pulsar" and (period_s <= 0 or not 0 < duty < 1):
         raise ConfigError(f"pulsar needs period_s > 0 and 0 < duty < 1 (got {period_s}, {duty})")
-    if abs(obs.tsamp_s * abs(obs.chan_bw_mhz) * 1e6 - 1.0) > 1e-6:
-        raise ConfigError(
-            f"sample interval {obs.tsamp_s * 1e6:g} us does not match the channel width "
-            f"{abs(obs.chan_bw_mhz):g} MHz: the simulator makes critically sampled complex "
-            "channels, so set tsamp = 1/|chan_bw|"
-        )
+    obs.check_critically_sampled(
+        "the simulator makes critically sampled complex channels, so set tsamp = 1/|chan_bw|"
+    )
     if signal == "tone":
         f_tone = obs.freq_mhz - obs.bw_mhz / 4 if tone_mhz is None else float(tone_mhz)
         lo, hi = sorted((obs.freq_mhz - obs.bw_mhz / 2, obs.freq_mhz + obs.bw_mhz / 2))
