@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -213,38 +213,36 @@ def stream_labels(fmt: StreamFormat) -> list[str]:
     return [fmt.name.upper()]
 
 
-def open_capture(
-    fmt: StreamFormat,
-    bind: str,
-    packets_per_chunk: int = 256,
-    nchunks: int = 16,
-    window: int = 4,
-    resync_chunks: int = 64,
-    engine: str = "auto",
-    multicast: list[str] | None = None,
-    interface: str | None = None,
-    threads: int = 1,
-    cpus: list[int] | None = None,
-    engine_options: dict | None = None,
-) -> _core.Capture:
+class CaptureOptions(TypedDict, total=False):
+    """How a capture is set up besides its format and address: ``_core.Capture``'s
+    keywords (``engine_options``: more of them, e.g. dpdk_port), for ``open_capture``
+    and ``run_capture``; ``CAPTURE_DEFAULTS`` where absent."""
+
+    packets_per_chunk: int
+    multicast: list[str] | None  # IPv4 groups to join on `interface`
+    nchunks: int
+    interface: str | None
+    window: int
+    cpus: list[int] | None
+    resync_chunks: int
+    engine_options: dict | None
+    engine: str
+    threads: int
+
+
+CAPTURE_DEFAULTS = CaptureOptions(
+    packets_per_chunk=256, nchunks=16, window=4, resync_chunks=64, engine="auto", threads=1
+)
+
+
+def open_capture(fmt: StreamFormat, bind: str, **options: Unpack[CaptureOptions]) -> _core.Capture:
     """A `_core.Capture` for `fmt` (not started); engine errors become CaptureError."""
     from voltstream import _core
 
+    o: dict[str, Any] = {**CAPTURE_DEFAULTS, **options}
+    extra = o.pop("engine_options", None) or {}
     try:
-        return _core.Capture(
-            bind=bind,
-            packets_per_chunk=packets_per_chunk,
-            nchunks=nchunks,
-            window=window,
-            resync_chunks=resync_chunks,
-            engine=engine,
-            multicast=multicast,
-            interface=interface,
-            threads=threads,
-            cpus=cpus,
-            **fmt.capture_kwargs(),
-            **(engine_options or {}),
-        )
+        return _core.Capture(bind=bind, **o, **fmt.capture_kwargs(), **extra)
     except OSError as e:  # CaptureError is an OSError; keep its message
         raise CaptureError(str(e)) from None
 
@@ -254,46 +252,34 @@ def run_capture(
     bind: str,
     duration_s: float,
     sink: Any = None,
-    packets_per_chunk: int = 256,
-    nchunks: int = 16,
-    window: int = 4,
+    *,
     idle_timeout_s: float | None = None,
-    on_start: Any = None,
-    resync_chunks: int = 64,
-    engine: str = "auto",
-    multicast: list[str] | None = None,
-    interface: str | None = None,
-    threads: int = 1,
-    cpus: list[int] | None = None,
-    engine_options: dict | None = None,
-    consumer: Any = None,
+    on_start: Callable[[], None] | None = None,
+    consumer: Consumer | None = None,
+    **options: Unpack[CaptureOptions],
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
 
     `on_start` is called once the socket is bound, so a sender can be started
-    without racing the bind. `multicast` lists IPv4 groups to join on `interface`. With
+    without racing the bind. `options` set the capture up (`CaptureOptions`). With
     `threads` > 1 each capture thread assembles its own streams; the timeline groups
-    their chunks by chunk id (pipeline/timeline.py).
-    `engine_options` are more keyword arguments of `_core.Capture` (e.g. dpdk_port,
-    dpdk_eal_args). Instead of `sink`, a `consumer` may take the timeline's blocks
-    and gaps as handles (`.block(Block)`, `.gap(packets)`, `.poll()`, `.finish()`;
-    the GPU stages do; `.attach(cap)` and `.close()` if it has them). Without either,
+    their chunks by chunk id (pipeline/timeline.py). Instead of `sink`, a `consumer`
+    (pipeline/interfaces.py `Consumer`) may take the timeline's blocks and gaps as
+    handles, as the GPU stages do. Without either,
     chunks go back to the pool unread (capture alone).
     """
     if duration_s <= 0:
         raise ConfigError(f"--duration must be positive, got {duration_s}")
     report = CaptureReport(format=fmt.name, bind=bind, stream_labels=stream_labels(fmt))
-    cap = open_capture(
-        fmt, bind, packets_per_chunk, nchunks, window, resync_chunks, engine, multicast,
-        interface, threads, cpus, engine_options,
-    )  # fmt: skip
+    o: CaptureOptions = {**CAPTURE_DEFAULTS, **options}
+    cap = open_capture(fmt, bind, **o)
     if consumer is None:
         consumer = TfpSink(fmt, sink, report) if sink is not None else CountingSink(fmt, report)
     timeline = ChunkTimeline(
-        cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads, resync_chunks
+        cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads, o["resync_chunks"]
     )
-    run = CaptureRun(cap, timeline, consumer, cpus)
+    run = CaptureRun(cap, timeline, consumer, o.get("cpus"))
     try:
         run.loop(duration_s, idle_timeout_s, on_start)
     finally:
