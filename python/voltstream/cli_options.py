@@ -206,6 +206,36 @@ def add_capture_threads(g: Any, threads_help: str) -> None:
     )
 
 
+def add_device(g: Any, what: str) -> None:
+    """``--device``: where a product runs (``voltstream.device``), the same for all."""
+    help = (f"{what}: the GPU (CUDA + CuPy), the CPU (NumPy float64 reference), or auto = "
+            "the GPU when one is usable. Default: auto")  # fmt: skip
+    g.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto", help=help)
+
+
+def add_digitiser(g: Any, *, dig_ids: str, sample_rate: str | None) -> None:
+    """The digitiser stream (MeerKAT SPEAD heaps): ``--sample-bits``,
+    ``--samples-per-heap``, ``--dig-ids`` (``dig_ids``: what the ids do for this verb),
+    and ``--sample-rate-hz`` unless ``sample_rate`` is None (its use here)."""
+    options = (
+        ("--sample-bits", int, 10, "digitiser bits per sample: 8, 10, 12 or 16, packed "
+         "big-endian. Default: 10 (MeerKAT)"),
+        ("--samples-per-heap", positive(int), 4096, "samples per digitiser heap (one packet "
+         "each; a multiple of 4). Default: 4096"),
+        ("--dig-ids", str, "0,1", f"digitiser ids (item 0x3101) of pol 0 and pol 1{dig_ids}. "
+         "Default: 0,1"),
+    )  # fmt: skip
+    for flag, kind, default, text in options:
+        g.add_argument(flag, type=kind, default=default, help=text)
+    if sample_rate is not None:
+        add_sample_rate(g, sample_rate)
+
+
+def add_sample_rate(g: Any, use: str) -> None:
+    help = f"digitiser sample rate, for {use}. Default: 1712e6 (MeerKAT L-band)"
+    g.add_argument("--sample-rate-hz", type=positive(float), default=1712e6, help=help)
+
+
 def add_ring_mb(g: Any) -> None:
     g.add_argument(
         "--ring-mb",
