@@ -49,6 +49,11 @@ class _Stream(BaseModel):
     format: str  # each description narrows it to its own name(s)
 
     @property
+    def name(self) -> str:
+        """The format's name, as the capture and its report call it."""
+        return self.format
+
+    @property
     def streams(self) -> int:
         raise NotImplementedError
 
@@ -71,10 +76,6 @@ class _FrameStream(_Stream):
     @classmethod
     def station_from_text(cls, value: Any) -> Any:
         return _station(value)
-
-    @property
-    def name(self) -> str:
-        return self.format
 
     @property
     def streams(self) -> int:
@@ -129,10 +130,6 @@ class SpeadStream(_Stream):
     heap_cnt_step: int | None = Field(default=None, gt=0)
 
     @property
-    def name(self) -> str:
-        return self.format
-
-    @property
     def streams(self) -> int:
         return len(self.digitiser_ids)
 
@@ -164,10 +161,6 @@ class CounterStream(_Stream):
     payload_len: int = Field(gt=0)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    @property
-    def name(self) -> str:
-        return "counter"
 
     @property
     def streams(self) -> int:
@@ -216,10 +209,6 @@ class LayoutStream(_Stream):
     layout: LayoutSpec
 
     @property
-    def name(self) -> str:
-        return "layout"
-
-    @property
     def streams(self) -> int:
         return max(1, len(self.layout.stream_ids))
 
@@ -232,10 +221,6 @@ class YnaoStream(_Stream):
 
     format: Literal["ynao"]
     subband: int | None = Field(default=None, ge=0, lt=256)
-
-    @property
-    def name(self) -> str:
-        return "ynao"
 
     @property
     def streams(self) -> int:

@@ -43,7 +43,7 @@ import threading
 import time
 import tomllib
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,14 +90,17 @@ _MODEL_FIELDS = ("delay_s", "delay_rate", "phase_rad", "phase_rate_rad_s", "epoc
 # Parsing and formatting (shared by the katcp requests and load_settings)
 
 
+def _parsed(kind: Callable[[str], Any], text: str, what: str) -> Any:
+    """``kind(text)``, or a ConfigError saying the text is not ``what``."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"{text!r} is not {what}") from None
+
+
 def parse_complex(text: str) -> complex:
     """One finite complex number written like ``1.5+0.2j``, ``2`` or ``-0.5j``."""
-    try:
-        value = complex(text)
-    except ValueError:
-        raise ConfigError(
-            f"{text!r} is not a complex number: write it like 1.5+0.2j, 2 or -0.5j"
-        ) from None
+    value: complex = _parsed(complex, text, "a complex number: write it like 1.5+0.2j, 2 or -0.5j")
     if not (math.isfinite(value.real) and math.isfinite(value.imag)):
         raise ConfigError(f"gain {text} is not finite: give a finite complex number")
     return value
@@ -134,13 +137,12 @@ def _parse_pol(text: str) -> int:
 
 def parse_sample_count(text: str) -> int:
     """A digitiser sample count: a whole number, 0 <= n < 2^63."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(
-            f"start time {text!r} is not a whole number: give the digitiser sample count "
-            "at which the model is referred (the epoch of the delay model)"
-        ) from None
+    value: int = _parsed(
+        int,
+        text,
+        "a whole number: give the digitiser sample count at which the model is referred "
+        "(the epoch of the delay model) as the start time",
+    )
     if not 0 <= value < 2**63:
         raise ConfigError(f"start time {value} is out of range: give a sample count >= 0")
     return value
