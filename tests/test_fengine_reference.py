@@ -7,15 +7,8 @@ from voltstream.dsp.delay import DelayModel
 from voltstream.dsp.pfb import pfb_weights
 from voltstream.dsp.quantize import slot_dither, unpack4
 from voltstream.errors import ConfigError, FormatError
-from voltstream.fengine import (
-    FEngineReference,
-    HeapLayout,
-    OutputHeap,
-    decode_output_heap,
-    decode_packets,
-    encode_heap,
-    heap_counter,
-)
+from voltstream.fengine import FEngineReference, HeapLayout, OutputHeap
+from voltstream.fengine.heaps import decode_output_heap, decode_packets, encode_heap, heap_counter
 
 FS = 1e6
 
