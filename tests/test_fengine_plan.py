@@ -15,7 +15,7 @@ import pytest
 from voltstream.dsp.delay import DelayModel
 from voltstream.errors import ConfigError
 from voltstream.fengine.plan import FEnginePlan, SpectrumWindows
-from voltstream.fengine.reference import FEngineControl, FEngineReference
+from voltstream.fengine.reference import FEngineReference, FEngineState
 from voltstream.fengine.slots import SlotPlanner
 
 FS = 1e6
@@ -178,9 +178,9 @@ def test_the_engines_hold_a_plan_and_do_not_plan_themselves():
     plan computes."""
     from voltstream.fengine.gpu import GpuFEngine  # imports without a GPU
 
-    assert not issubclass(FEngineControl, FEnginePlan)
+    assert not issubclass(FEngineState, FEnginePlan)
     planning = {"first_slot", "keep_from", "windows", "spectrum_times", "weights"}
-    for cls in (GpuFEngine, FEngineReference, FEngineControl, SlotPlanner):
+    for cls in (GpuFEngine, FEngineReference, FEngineState, SlotPlanner):
         assert not planning & set(vars(cls)), cls
     ref = FEngineReference(NCHAN, TAPS, SPH, sample_rate_hz=FS)
     assert isinstance(ref.plan, FEnginePlan) and ref.layout is ref.plan.layout

@@ -343,15 +343,15 @@ def test_decoder_rejects_and_reports():
         encode_heap(random_heap(rng, layout, 0), 7, packet_payload=100)
 
 
-def test_the_gpu_engine_shares_control_not_the_reference_engine():
-    """The GPU engine and the reference share by class only control (FEngineControl:
+def test_the_gpu_engine_shares_state_not_the_reference_engine():
+    """The GPU engine and the reference share by class only their run-time state (FEngineState:
     gains, delays, counters); each runs its own heaps from the plan it is given
     (tests/test_fengine_plan.py), so the GPU tests that compare the two catch a bug in
     either instead of inheriting it."""
     from voltstream.fengine.gpu import GpuFEngine  # imports without a GPU
-    from voltstream.fengine.reference import FEngineControl, FEngineReference
+    from voltstream.fengine.reference import FEngineReference, FEngineState
 
-    assert issubclass(GpuFEngine, FEngineControl) and issubclass(FEngineReference, FEngineControl)
+    assert issubclass(GpuFEngine, FEngineState) and issubclass(FEngineReference, FEngineState)
     assert not issubclass(GpuFEngine, FEngineReference)
     running = {"process", "_heap", "_channelize", "retained_samples"}
-    assert running <= set(vars(FEngineReference)) and not running & set(vars(FEngineControl))
+    assert running <= set(vars(FEngineReference)) and not running & set(vars(FEngineState))

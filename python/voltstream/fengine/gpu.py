@@ -39,7 +39,7 @@ from voltstream.fengine.heaps import PACKET_HEADER_LEN, OutputHeap
 from voltstream.fengine.kernels import FEngineTemplate
 from voltstream.fengine.packets import PacketFormat, PacketPool, release_batches
 from voltstream.fengine.plan import NPOL
-from voltstream.fengine.reference import FEngineControl, FEngineCounters
+from voltstream.fengine.reference import FEngineCounters, FEngineState
 from voltstream.fengine.slots import SlotPlanner
 
 __all__ = ["GpuFEngine", "naive_channelize"]
@@ -64,8 +64,8 @@ class _Pending:
     computed: Any = None
 
 
-class GpuFEngine(FEngineControl):
-    """The F-engine on the GPU: the control of every F-engine (``FEngineControl``),
+class GpuFEngine(FEngineState):
+    """The F-engine on the GPU: the run-time state of every F-engine (``FEngineState``),
     the plan it is given or makes as the reference does (``plan``, an
     ``FEnginePlan``), its host time line (``slots``, a ``SlotPlanner``) and kernels;
     the same heaps as ``FEngineReference``, which the GPU tests hold it to.

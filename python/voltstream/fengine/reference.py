@@ -47,7 +47,7 @@ from voltstream.errors import ConfigError
 from voltstream.fengine.heaps import HeapLayout, OutputHeap
 from voltstream.fengine.plan import NPOL, FEnginePlan
 
-__all__ = ["NPOL", "FEngineControl", "FEngineCounters", "FEngineReference", "postprocess"]
+__all__ = ["NPOL", "FEngineState", "FEngineCounters", "FEngineReference", "postprocess"]
 
 
 @dataclass
@@ -97,7 +97,7 @@ def postprocess(
     return np.ascontiguousarray(q.transpose(order)), saturated
 
 
-class FEngineControl:
+class FEngineState:
     """What every F-engine holds besides its plan: its id and dither seed, the gains and
     delay models that ?gain and ?delays change at run time, and its counters.
 
@@ -171,7 +171,7 @@ class FEngineControl:
         return int(pol)
 
 
-class FEngineReference(FEngineControl):
+class FEngineReference(FEngineState):
     """The CPU F-engine for one antenna (two polarisations); see the module docstring.
 
     Made from the settings (``nchan, taps, spectra_per_heap`` and the keywords of
