@@ -78,6 +78,7 @@ class VoltstreamReceiver:
     """A voltstream capture on its own port, chunks released by a consumer thread."""
 
     def __init__(self, engine: str, rcvbuf: int):
+        from capture import Consumer  # bench/capture.py: releases chunks on a thread
         from voltstream import _core
 
         self.cap = _core.Capture(
@@ -92,19 +93,7 @@ class VoltstreamReceiver:
         )
         self.cap.start()
         self.address = self.cap.address
-        self.released, self.done = 0, False
-        self.consumer = threading.Thread(target=self.consume, daemon=True)
-        self.consumer.start()
-
-    def consume(self):
-        while True:
-            ch = self.cap.next_chunk(0.05)
-            if ch is None:
-                if self.done:
-                    return
-                continue
-            ch.release()
-            self.released += 1
+        self.consumer = Consumer(self.cap)
 
     def seen(self) -> int:
         st = self.cap.stats()
@@ -112,8 +101,7 @@ class VoltstreamReceiver:
 
     def finish(self) -> dict:
         self.cap.stop()
-        self.done = True
-        self.consumer.join(timeout=10)
+        self.consumer.close()
         st = self.cap.stats()
         t = st["totals"]
         return {
@@ -129,7 +117,7 @@ class VoltstreamReceiver:
             "kernel_drops": st["kernel_drops"],
             "chunks_emitted": st["chunks_emitted"],
             "chunks_dropped": st["chunks_dropped"],
-            "chunks_released": self.released,
+            "chunks_released": self.consumer.chunks,
             "resyncs": st["resyncs"],
             "rcvbuf": st["rcvbuf"],
         }

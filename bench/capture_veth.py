@@ -119,21 +119,14 @@ def setup():
     return rx_ns, tx_ns, f"10.77.{tag % 250}.1"
 
 
+def python_in(ns, code, *args):
+    """The command line that runs Python ``code`` with ``args`` in namespace ``ns``."""
+    return ["ip", "netns", "exec", ns, sys.executable, "-c", code, *args]
+
+
 def receiver(rx_ns, engine, bind, rcvbuf, paused):
     p = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            rx_ns,
-            sys.executable,
-            "-c",
-            RECEIVER,
-            engine,
-            bind,
-            str(rcvbuf),
-            "1" if paused else "0",
-        ],
+        python_in(rx_ns, RECEIVER, engine, bind, str(rcvbuf), "1" if paused else "0"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -149,33 +142,13 @@ def sweep_point(rx_ns, tx_ns, ip, engine, rate, seconds):
     p, addr = receiver(rx_ns, engine, f"{ip}:7300", 64 << 20, False)
     # Warm-up datagram to another port, so ARP is resolved before the clock runs.
     subprocess.run(
-        [
-            "ip",
-            "netns",
-            "exec",
-            tx_ns,
-            sys.executable,
-            "-c",
-            f"import socket; socket.socket(2, 2).sendto(b'x', ('{ip}', 7301))",
-        ],
+        python_in(tx_ns, f"import socket; socket.socket(2, 2).sendto(b'x', ('{ip}', 7301))"),
         check=True,
         timeout=10,
     )
     time.sleep(0.1)
     r = subprocess.run(
-        [
-            "ip",
-            "netns",
-            "exec",
-            tx_ns,
-            sys.executable,
-            "-c",
-            bench.SENDER,
-            addr,
-            str(rate),
-            str(seconds),
-            str(bench.PACKET),
-        ],
+        python_in(tx_ns, bench.SENDER, addr, str(rate), str(seconds), str(bench.PACKET)),
         capture_output=True,
         text=True,
         timeout=seconds + 60,

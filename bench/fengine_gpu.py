@@ -61,7 +61,7 @@ def median_time(fn, repeat: int) -> float:
 
 def engine_pinned(cp, eng, pinned, block: int, nblocks: int) -> float:
     """Seconds for ``nblocks`` blocks through process_packed_async, both copies included."""
-    t = eng._end if eng._end is not None else 0
+    t = eng.slots.end
     for i in range(4):  # warm-up: FFT plans, the three pinned output buffers
         eng.process_packed_async(pinned[i % 2], t)
         t += block
@@ -96,7 +96,7 @@ def copy_pair(cp, pinned, nbytes_out: int, nblocks: int) -> float:
 
 def kernel_times(cp, eng, dev_raw, block: int, repeat: int) -> dict:
     """Milliseconds per kernel on one block already on the GPU (events, serialised)."""
-    n, nspec = eng.step, (block - eng.window_len) // eng.step + 1
+    n, nspec = eng.plan.step, (block - eng.plan.window_len) // eng.plan.step + 1
     nslots = nspec // SPH
     nspec = nslots * SPH
     starts = cp.asarray(np.tile(np.arange(nspec, dtype=np.int64) * n, (2, 1)))
@@ -110,7 +110,7 @@ def kernel_times(cp, eng, dev_raw, block: int, repeat: int) -> dict:
     state = {}
 
     def run_fir():
-        eng.kernels.fir(dev_raw, starts, eng._w, fir, n)
+        eng.kernels.fir(dev_raw, starts, eng._w, fir)
 
     def run_fft():
         state["spec"] = cp.fft.rfft(fir, axis=-1)

@@ -97,7 +97,7 @@ def packed_row(cp, obs, dm, pred, big, nbit: int, args) -> dict:
     """Fused engine fed VDIF-framed packed bytes (2-bit levels / 4-bit offset) from pinned
     memory; with the copy-alone limit of those bytes and of complex64 (the host-decoded path).
     """
-    from voltstream.dsp.cuda import PackedLayout
+    from voltstream.dsp.packed import PackedLayout
 
     enc = "vdif2" if nbit == 2 else "offset"
     layout = PackedLayout.vdif_frames(nbit, enc, obs.nchan, obs.npol, 2, spf=512)
@@ -132,7 +132,7 @@ def packed_row(cp, obs, dm, pred, big, nbit: int, args) -> dict:
 
 def fold_variant_row(cp, obs, dm, pred, on_dev, min_blocks: int, args) -> dict:
     """The fused engine on GPU-resident data with detect_fold built for ``min_blocks``."""
-    from voltstream.dsp.cuda import FoldTemplate
+    from voltstream.dsp.fold_kernels import FoldTemplate
 
     old, FoldTemplate.MIN_BLOCKS = FoldTemplate.MIN_BLOCKS, min_blocks
     try:
@@ -170,6 +170,15 @@ class LoopReader:
             return self.buf[a : a + n]
         idx = (start + np.arange(n)) % L  # wraps: a pageable copy, rare
         return self.buf[idx]
+
+
+def table(header: list[str], cells: str, rows: list[dict]) -> None:
+    """A markdown table (docs/benchmarks.md pastes them), numbers right-aligned: one row
+    per dict, ``cells`` the space-separated format of each cell ("_" prints a space)."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---:|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(c.format(**r).replace("_", " ") for c in cells.split()) + " |")
 
 
 def main(argv=None) -> int:
@@ -377,49 +386,43 @@ def main(argv=None) -> int:
         f"\nDM {dm}, fused, chunk size sweep (same data; copy alone = the chunks' H2D "
         "copies back to back; no-overlap bound = 1/(1/copy + 1/compute)):\n"
     )
-    print("| chunk | copy alone | fused on GPU | fused + pinned H2D | no-overlap bound |")
-    print("|---:|---:|---:|---:|---:|")
-    for r in sweep:
-        print(
-            f"| 2^{int(r['chunk']).bit_length() - 1} | {r['copy_only_gsps']:.1f} "
-            f"| {r['fused_device_gsps']:.1f} | {r['fused_pinned_gsps']:.1f} "
-            f"| {r['no_overlap_bound_gsps']:.1f} |"
-        )
+    table(
+        ["chunk", "copy alone", "fused on GPU", "fused + pinned H2D", "no-overlap bound"],
+        "2^{log2_chunk} {copy_only_gsps:.1f} {fused_device_gsps:.1f} {fused_pinned_gsps:.1f} "
+        "{no_overlap_bound_gsps:.1f}",
+        [dict(r, log2_chunk=int(r["chunk"]).bit_length() - 1) for r in sweep],
+    )
     print(
         f"\nfold_file_multi_gpu on GPU 0, DM {dm}, pinned reader, chunk {args.chunk}, "
         "whole call (engine set-up, fill and drain, merge) timed:\n"
     )
-    print("| workers | G samples/s | RTF |")
-    print("|---:|---:|---:|")
-    for w in wrows:
-        print(f"| {w['workers']} on 1 GPU | {w['gsps']:.1f} | {w['rtf']:.0f} |")
+    table(["workers", "G samples/s", "RTF"], "{workers}_on_1_GPU {gsps:.1f} {rtf:.0f}", wrows)
     if grows:
         print(f"\nfold_file_multi_gpu, one worker per GPU, DM {dm}, whole call timed:\n")
-        print("| GPUs | G samples/s | RTF | vs 1 GPU |")
-        print("|---:|---:|---:|---:|")
-        for g in grows:
-            print(f"| {g['gpus']} | {g['gsps']:.1f} | {g['rtf']:.0f} "
-                  f"| {g['gsps'] / grows[0]['gsps']:.2f}x |")  # fmt: skip
+        g0 = grows[0]["gsps"]
+        speedup = [dict(g, vs1=g["gsps"] / g0) for g in grows]
+        table(["GPUs", "G samples/s", "RTF", "vs 1 GPU"], "{gpus} {gsps:.1f} {rtf:.0f} {vs1:.2f}x",
+              speedup)  # fmt: skip
     if frows:
         print(f"\ndetect_fold register cap (MIN_BLOCKS), DM {dm}, data on the GPU:\n")
-        print("| MIN_BLOCKS | fold ms/Gs | fold GB/s | % of D2D | fused on GPU |")
-        print("|---:|---:|---:|---:|---:|")
-        for r in frows:
-            print(f"| {r['min_blocks']} | {r['fold_ms_per_Gsamp']:.2f} | {r['fold_GBps']:.0f} "
-                  f"| {100 * r['fold_GBps'] / ceil['d2d_GBps']:.0f} "
-                  f"| {r['fused_device_gsps']:.1f} |")  # fmt: skip
+        table(
+            ["MIN_BLOCKS", "fold ms/Gs", "fold GB/s", "% of D2D", "fused on GPU"],
+            "{min_blocks} {fold_ms_per_Gsamp:.2f} {fold_GBps:.0f} {d2d_pct:.0f} "
+            "{fused_device_gsps:.1f}",
+            [dict(r, d2d_pct=100 * r["fold_GBps"] / ceil["d2d_GBps"]) for r in frows],
+        )
     if prows:
         print(f"\nPacked VDIF-framed input (32 ch x 2 pol complex), DM {dm}, from pinned bytes:\n")
-        print("| bits | bytes/sample | copy alone | fused + pinned H2D | complex64 H2D limit |")
-        print("|---:|---:|---:|---:|---:|")
-        for r in prows:
-            print(f"| {r['nbit']} | {r['bytes_per_sample']:g} | {r['copy_only_gsps']:.1f} "
-                  f"| {r['fused_pinned_gsps']:.1f} | {r['complex64_h2d_gsps']:.1f} |")  # fmt: skip
-    print("\n| DM | " + " | ".join(f"{s} ms/Gs (GB/s)" for s in STAGES) + " |")
-    print("|---:|" + "---:|" * len(STAGES))
-    for r in rows:
-        cells = [f"{r['stage_ms_per_Gsamp'][s]:.1f} ({r['stage_GBps'][s]:.0f})" for s in STAGES]
-        print(f"| {r['dm']} | " + " | ".join(cells) + " |")
+        header = ["bits", "bytes/sample", "copy alone", "fused + pinned H2D"]
+        table([*header, "complex64 H2D limit"], "{nbit} {bytes_per_sample:g} {copy_only_gsps:.1f} "
+              "{fused_pinned_gsps:.1f} {complex64_h2d_gsps:.1f}", prows)  # fmt: skip
+    print()
+    table(
+        ["DM", *(f"{s} ms/Gs (GB/s)" for s in STAGES)],
+        "{dm} " + " ".join(f"{{ms_{i}:.1f}}_({{gbps_{i}:.0f}})" for i in range(len(STAGES))),
+        [dict(r, **{f"ms_{i}": r["stage_ms_per_Gsamp"][s] for i, s in enumerate(STAGES)},
+              **{f"gbps_{i}": r["stage_GBps"][s] for i, s in enumerate(STAGES)}) for r in rows],
+    )  # fmt: skip
     out = os.environ.get("OUT")
     if out:
         doc = {

@@ -22,7 +22,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
-from voltstream.dsp.cuda import KERNEL_VARIANTS, NVRTC_OPTIONS, kernel_sources  # noqa: E402
+from voltstream.dsp.cuda import (  # noqa: E402
+    KERNEL_VARIANTS,
+    NVRTC_OPTIONS,
+    kernel_source,
+    kernel_sources,
+)
 
 
 def find_nvrtc() -> str:
@@ -113,7 +118,7 @@ def main(argv=None) -> int:
         for defines in ((), *KERNEL_VARIANTS.get(path.name, ())):
             flags = [f"-D{k}={v}" for k, v in defines]
             name = " ".join([path.name, *flags])
-            ok, log, ptx = nvrtc.compile(path.read_text(), path.name, options + flags)
+            ok, log, ptx = nvrtc.compile(kernel_source(path.name), path.name, options + flags)
             builds += 1
             status = f"ok ({ptx} bytes of PTX)" if ok else "FAILED"
             print(f"{name}: {status}")

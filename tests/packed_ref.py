@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from voltstream.dsp import cuda
+from voltstream.dsp import packed
 from voltstream.io.vdif import LEVELS_2BIT
 
 
-def decode_ref(data: np.ndarray, layout: cuda.PackedLayout, n: int) -> np.ndarray:
+def decode_ref(data: np.ndarray, layout: packed.PackedLayout, n: int) -> np.ndarray:
     """(n, ncp) complex128 samples of packed ``data``, from the layout's formula."""
     nb = layout.nbit
     bits = np.unpackbits(data, bitorder="little").reshape(-1, nb)

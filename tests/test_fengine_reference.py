@@ -7,15 +7,8 @@ from voltstream.dsp.delay import DelayModel
 from voltstream.dsp.pfb import pfb_weights
 from voltstream.dsp.quantize import slot_dither, unpack4
 from voltstream.errors import ConfigError, FormatError
-from voltstream.fengine import (
-    FEngineReference,
-    HeapLayout,
-    OutputHeap,
-    decode_output_heap,
-    decode_packets,
-    encode_heap,
-    heap_counter,
-)
+from voltstream.fengine import FEngineReference, HeapLayout, OutputHeap
+from voltstream.fengine.heaps import decode_output_heap, decode_packets, encode_heap, heap_counter
 
 FS = 1e6
 
@@ -350,14 +343,15 @@ def test_decoder_rejects_and_reports():
         encode_heap(random_heap(rng, layout, 0), 7, packet_payload=100)
 
 
-def test_the_gpu_engine_shares_settings_not_the_reference_planning():
-    """The GPU engine and the reference share only settings and control
-    (FEngineSettings): each plans its own heaps, so the GPU tests that compare the two
-    catch a planning bug in either instead of inheriting it."""
+def test_the_gpu_engine_shares_state_not_the_reference_engine():
+    """The GPU engine and the reference share by class only their run-time state (FEngineState:
+    gains, delays, counters); each runs its own heaps from the plan it is given
+    (tests/test_fengine_plan.py), so the GPU tests that compare the two catch a bug in
+    either instead of inheriting it."""
     from voltstream.fengine.gpu import GpuFEngine  # imports without a GPU
-    from voltstream.fengine.reference import FEngineReference, FEngineSettings
+    from voltstream.fengine.reference import FEngineReference, FEngineState
 
-    assert issubclass(GpuFEngine, FEngineSettings) and issubclass(FEngineReference, FEngineSettings)
+    assert issubclass(GpuFEngine, FEngineState) and issubclass(FEngineReference, FEngineState)
     assert not issubclass(GpuFEngine, FEngineReference)
-    planning = {"process", "_heap", "_channelize", "retained_samples"}
-    assert planning <= set(vars(FEngineReference)) and not planning & set(vars(FEngineSettings))
+    running = {"process", "_heap", "_channelize", "retained_samples"}
+    assert running <= set(vars(FEngineReference)) and not running & set(vars(FEngineState))

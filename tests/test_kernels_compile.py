@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voltstream.dsp import cuda
+from voltstream.dsp import cuda, fold_kernels
 from voltstream.dsp.dedisperse import Dedisperser, StreamingOverlapSave
 from voltstream.dsp.gpu_fold import _Plan, _ValidCarry, gpu_available, output_valid
 from voltstream.observation import Observation
@@ -36,7 +36,9 @@ def test_kernel_compiles_with_nvrtc(path):
     ck = _check_script()
     nvrtc = ck.Nvrtc(ck.find_nvrtc())
     ok, log, ptx = nvrtc.compile(
-        path.read_text(), path.name, [*cuda.NVRTC_OPTIONS, "--gpu-architecture=compute_90"]
+        cuda.kernel_source(path.name),
+        path.name,
+        [*cuda.NVRTC_OPTIONS, "--gpu-architecture=compute_90"],
     )
     assert ok, log
     assert ptx > 0
@@ -54,7 +56,7 @@ def test_every_variant_compiles(defines):
     name = "unpack.cu" if "SAMPLE_KIND" in defines else "fold.cu"
     opts = [*cuda.NVRTC_OPTIONS, "--gpu-architecture=compute_90"]
     opts += [f"-D{k}={v}" for k, v in defines.items()]
-    ok, log, _ = nvrtc.compile((cuda.KERNEL_DIR / name).read_text(), name, opts)
+    ok, log, _ = nvrtc.compile(cuda.kernel_source(name), name, opts)
     assert ok, log
 
 
@@ -116,6 +118,6 @@ def test_output_valid_rule():
 
 def test_templates_reject_bad_parameters():
     with pytest.raises(Exception, match="unpack reads"):
-        cuda.UnpackTemplate(np.uint8, 2)
+        fold_kernels.UnpackTemplate(np.uint8, 2)
     with pytest.raises(Exception, match="2 polarisations"):
-        cuda.FoldTemplate(1, "IQUV")
+        fold_kernels.FoldTemplate(1, "IQUV")

@@ -10,15 +10,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from voltstream.cli_options import (
     add_capture_threads,
+    add_device,
+    add_digitiser,
     add_engine,
     add_format_options,
     add_no_status,
     add_rate,
     add_ring_mb,
     add_run,
+    add_sample_rate,
     cpu_list,
     groups,
     host_port,
@@ -49,24 +53,7 @@ def _add_spead_dig_options(p: argparse.ArgumentParser) -> None:
         "packet each (pol 0 and pol 1 interleaved, time stamps from 0). --signal does not "
         "apply; --tone, --seed, --duration, --dest/--output and --rate do.",
     )
-    g.add_argument(
-        "--sample-bits",
-        type=int,
-        default=10,
-        help="bits per sample: 8, 10, 12 or 16 (packed big-endian). Default: 10 (MeerKAT)",
-    )
-    g.add_argument(
-        "--samples-per-heap",
-        type=positive(int),
-        default=4096,
-        help="samples per heap (a multiple of 4). Default: 4096",
-    )
-    g.add_argument(
-        "--sample-rate-hz",
-        type=positive(float),
-        default=1712e6,
-        help="digitiser sample rate, for the tone frequency and --duration. Default: 1712e6",
-    )
+    add_digitiser(g, dig_ids="", sample_rate="the tone frequency and --duration")
     g.add_argument(
         "--tone-amplitude",
         type=float,
@@ -84,11 +71,6 @@ def _add_spead_dig_options(p: argparse.ArgumentParser) -> None:
         type=positive(int),
         default=None,
         help="heaps per polarisation to make, instead of --duration x sample rate",
-    )
-    g.add_argument(
-        "--dig-ids",
-        default="0,1",
-        help="digitiser ids (item 0x3101) of pol 0 and pol 1. Default: 0,1",
     )
     g.add_argument(
         "--drop",
@@ -133,7 +115,7 @@ skipped/sent, saturation per pol, send errors.
 """
 
 
-def _add_fengine_parser(verbs) -> None:
+def _add_fengine_parser(verbs: Any) -> None:
     p = verbs.add_parser(
         "fengine",
         help="run the F-engine: digitiser SPEAD heaps in, channelised SPEAD heaps out",
@@ -148,24 +130,7 @@ def _add_fengine_parser(verbs) -> None:
         required=True,
         help="HOST:PORT to capture both polarisations on",
     )
-    g.add_argument(
-        "--dig-ids",
-        default="0,1",
-        help="digitiser ids (item 0x3101) of pol 0 and pol 1; others count as foreign. "
-        "Default: 0,1",
-    )
-    g.add_argument(
-        "--sample-bits",
-        type=int,
-        default=10,
-        help="digitiser bits per sample: 8, 10, 12 or 16. Default: 10",
-    )
-    g.add_argument(
-        "--samples-per-heap",
-        type=positive(int),
-        default=4096,
-        help="samples per digitiser heap (one packet each). Default: 4096",
-    )
+    add_digitiser(g, dig_ids="; others count as foreign", sample_rate=None)
     g.add_argument(
         "--chunk-heaps",
         type=positive(int),
@@ -200,13 +165,7 @@ def _add_fengine_parser(verbs) -> None:
         default=256,
         help="spectra per output heap. Default: 256 (MeerKAT)",
     )
-    g.add_argument(
-        "--sample-rate-hz",
-        type=float,
-        default=1712e6,
-        help="digitiser sample rate, for delays, channel frequencies and the default "
-        "send rate. Default: 1712e6 (MeerKAT L-band)",
-    )
+    add_sample_rate(g, "delays, channel frequencies and the default send rate")
     g.add_argument(
         "--max-delay-samples",
         type=int,
@@ -271,13 +230,7 @@ def _add_fengine_parser(verbs) -> None:
         "reads it with add_buffer_reader)",
     )
     g = p.add_argument_group("run and control")
-    g.add_argument(
-        "--device",
-        choices=("auto", "gpu", "cpu"),
-        default="auto",
-        help="engine: gpu (CUDA + CuPy), cpu (NumPy reference), or auto = the GPU when "
-        "one is usable. Default: auto",
-    )
+    add_device(g, "where the engine runs")
     add_run(g, what="run", report="also write the end-of-run report (JSON) here")
     g.add_argument(
         "--katcp-port",
@@ -468,13 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-o", "--output", required=True, help="PSRFITS archive to write")
     p.add_argument("--plot", help="also write a PNG of profile, phase-frequency, phase-time")
-    p.add_argument(
-        "--device",
-        choices=("auto", "gpu", "cpu"),
-        default="auto",
-        help="where to dedisperse and fold: the GPU (CUDA + CuPy), the CPU (NumPy float64 "
-        "reference), or auto = the GPU when one is usable. Default: auto",
-    )
+    add_device(p, "where to dedisperse and fold")
     p.add_argument(
         "--gpus",
         type=positive(int),

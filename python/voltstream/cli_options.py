@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from voltstream.errors import ConfigError
 
+if TYPE_CHECKING:  # formats imports numpy; the parser is built without it
+    from voltstream.formats import StreamFormat
 
-def int_list(what: str):
+
+def int_list(what: str) -> Callable[[str], list[int]]:
     """An argparse type: comma-separated whole numbers >= 0 (``what`` names them)."""
 
     def parse(text: str) -> list[int]:
@@ -35,7 +39,7 @@ def int_list(what: str):
 cpu_list = int_list("CPU numbers")
 
 
-def threads_arg(text: str):
+def threads_arg(text: str) -> str | list[int]:
     return "auto" if text == "auto" else int_list("VDIF thread ids")(text)
 
 
@@ -46,8 +50,8 @@ def host_port(text: str) -> str:
     return text
 
 
-def positive(kind):
-    def parse(text: str):
+def positive(kind: Any) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
@@ -138,7 +142,7 @@ def add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str] 
     )
 
 
-def add_no_status(group) -> None:
+def add_no_status(group: Any) -> None:
     group.add_argument(
         "--no-status",
         action="store_true",
@@ -147,7 +151,7 @@ def add_no_status(group) -> None:
     )
 
 
-def add_engine(g, alias: str | None = None) -> None:
+def add_engine(g: Any, alias: str | None = None) -> None:
     """``--engine``: the capture engine (``alias``: an old spelling, hidden)."""
     g.add_argument(
         "--engine",
@@ -166,12 +170,12 @@ def add_engine(g, alias: str | None = None) -> None:
 ENGINES = ("auto", "packet_ring", "socket", "xdp", "dpdk")
 
 
-def _hidden_alias(g, flag: str, dest: str, **kw) -> None:
+def _hidden_alias(g: Any, flag: str, dest: str, **kw: Any) -> None:
     """An old spelling of an option: same destination, not in --help."""
     g.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw)
 
 
-def add_run(g, *, what: str, duration: float | None = None, required: bool = False,
+def add_run(g: Any, *, what: str, duration: float | None = None, required: bool = False,
             report: str = "write the run report (every counter) as JSON here") -> None:  # fmt: skip
     """``--duration``, ``--idle-timeout`` and ``--report`` of a long-running verb."""
     if required:
@@ -190,7 +194,7 @@ def add_run(g, *, what: str, duration: float | None = None, required: bool = Fal
     g.add_argument("--report", help=report)
 
 
-def add_capture_threads(g, threads_help: str) -> None:
+def add_capture_threads(g: Any, threads_help: str) -> None:
     """``--threads`` and ``--cpus`` of a capture."""
     g.add_argument("--threads", type=positive(int), default=1, help=threads_help)
     g.add_argument(
@@ -202,7 +206,37 @@ def add_capture_threads(g, threads_help: str) -> None:
     )
 
 
-def add_ring_mb(g) -> None:
+def add_device(g: Any, what: str) -> None:
+    """``--device``: where a product runs (``voltstream.device``), the same for all."""
+    help = (f"{what}: the GPU (CUDA + CuPy), the CPU (NumPy float64 reference), or auto = "
+            "the GPU when one is usable. Default: auto")  # fmt: skip
+    g.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto", help=help)
+
+
+def add_digitiser(g: Any, *, dig_ids: str, sample_rate: str | None) -> None:
+    """The digitiser stream (MeerKAT SPEAD heaps): ``--sample-bits``,
+    ``--samples-per-heap``, ``--dig-ids`` (``dig_ids``: what the ids do for this verb),
+    and ``--sample-rate-hz`` unless ``sample_rate`` is None (its use here)."""
+    options = (
+        ("--sample-bits", int, 10, "digitiser bits per sample: 8, 10, 12 or 16, packed "
+         "big-endian. Default: 10 (MeerKAT)"),
+        ("--samples-per-heap", positive(int), 4096, "samples per digitiser heap (one packet "
+         "each; a multiple of 4). Default: 4096"),
+        ("--dig-ids", str, "0,1", f"digitiser ids (item 0x3101) of pol 0 and pol 1{dig_ids}. "
+         "Default: 0,1"),
+    )  # fmt: skip
+    for flag, kind, default, text in options:
+        g.add_argument(flag, type=kind, default=default, help=text)
+    if sample_rate is not None:
+        add_sample_rate(g, sample_rate)
+
+
+def add_sample_rate(g: Any, use: str) -> None:
+    help = f"digitiser sample rate, for {use}. Default: 1712e6 (MeerKAT L-band)"
+    g.add_argument("--sample-rate-hz", type=positive(float), default=1712e6, help=help)
+
+
+def add_ring_mb(g: Any) -> None:
     g.add_argument(
         "--ring-mb",
         type=positive(int),
@@ -212,7 +246,7 @@ def add_ring_mb(g) -> None:
     )
 
 
-def add_rate(g, default: float | None, help: str, alias: str | None = None) -> None:
+def add_rate(g: Any, default: float | None, help: str, alias: str | None = None) -> None:
     """``--rate``: a send rate in Gb/s (``alias``: an old spelling, hidden)."""
     g.add_argument("--rate", type=float, default=default, help=help)
     if alias:
@@ -246,7 +280,7 @@ def groups(text: str) -> list[str]:
     return groups
 
 
-def format_from(args):
+def format_from(args: argparse.Namespace) -> StreamFormat:
     from voltstream.formats import make_format
 
     threads, npol = getattr(args, "vdif_threads", None), getattr(args, "npol", 2)
@@ -266,7 +300,7 @@ def format_from(args):
     )
 
 
-def learn_threads(args) -> list[int]:
+def learn_threads(args: argparse.Namespace) -> list[int]:
     """``--vdif-threads auto``: the live stream's threads, one per polarisation."""
     from voltstream.io.inspect import learn_vdif_threads
 

@@ -3,6 +3,7 @@ namespace and returns an exit status; library errors propagate to cli.main."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -12,12 +13,16 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from types import FrameType
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import numpy as np
 
 from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
+
+if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up short
+    from voltstream.observation import FoldedArchive
 
 
 def _now_mjd() -> tuple[int, float]:
@@ -30,7 +35,7 @@ def _now_mjd() -> tuple[int, float]:
 SUB_BYTE_RMS = {2: 2.2, 4: 3.0}
 
 
-def simulate(args) -> int:
+def simulate(args: argparse.Namespace) -> int:
     from voltstream.cli_options import format_from
     from voltstream.sim import signal
 
@@ -134,7 +139,7 @@ def _parse_drops(text: str) -> set[tuple[int, int]]:
     return drops
 
 
-def simulate_spead_dig(args) -> int:
+def simulate_spead_dig(args: argparse.Namespace) -> int:
     """`voltstream simulate --format spead-dig`: digitiser heaps of both pols."""
     from voltstream.digitiser import SAMPLE_BITS as SPEAD_BITS
     from voltstream.fengine.pipeline import digitiser_packets, digitiser_samples
@@ -210,7 +215,7 @@ def simulate_spead_dig(args) -> int:
     return 0
 
 
-def _open_sim_output(path: str, fmt, obs):
+def _open_sim_output(path: str, fmt: Any, obs: Any) -> tuple[str, Any]:
     if path.endswith(".dada"):
         from voltstream.io.dada import DadaWriter
 
@@ -221,7 +226,7 @@ def _open_sim_output(path: str, fmt, obs):
         raise ConfigError(f"cannot write {path}: {e.strerror}") from None
 
 
-def _capture_format(args):
+def _capture_format(args: argparse.Namespace) -> Any:
     """The capture's format: a stream description file, the digitiser stream's
     defaults, or the YNAO/VDIF options."""
     from voltstream.cli_options import format_from
@@ -245,7 +250,7 @@ def _capture_format(args):
     return format_from(args)
 
 
-def capture(args) -> int:
+def capture(args: argparse.Namespace) -> int:
     from voltstream.pipeline.capture import run_capture
 
     fmt = _capture_format(args)
@@ -301,7 +306,7 @@ def capture(args) -> int:
     return 0
 
 
-def inspect(args) -> int:
+def inspect(args: argparse.Namespace) -> int:
     from voltstream.io import inspect as ins
 
     if (args.input is None) == (args.listen is None):
@@ -318,7 +323,7 @@ def inspect(args) -> int:
     return 0
 
 
-def fold(args) -> int:
+def fold(args: argparse.Namespace) -> int:
     from voltstream.io.polyco import ConstantPeriod, read_polyco
     from voltstream.io.psrfits import write_psrfits
 
@@ -427,7 +432,9 @@ def fold(args) -> int:
     return 0
 
 
-def _fold_on(device: str, args, reader, predictor, tsub: float):
+def _fold_on(
+    device: str, args: argparse.Namespace, reader: Any, predictor: Any, tsub: float
+) -> FoldedArchive:
     kw = dict(pol_mode=args.pol)
     if device == "cpu":
         from voltstream.pipeline.fold import fold_file
@@ -451,7 +458,7 @@ def _fold_on(device: str, args, reader, predictor, tsub: float):
     return fold_file_gpu(reader, args.dm, predictor, args.nbin, tsub, **kw)
 
 
-def fengine(args) -> int:
+def fengine(args: argparse.Namespace) -> int:
     """`voltstream fengine`: capture, channelise, send; prints every counter at the end."""
     from voltstream.dsp.pfb import check_pfb_shape
     from voltstream.fengine.engines import make_engine, resolve_device
@@ -510,7 +517,7 @@ def fengine(args) -> int:
                 port=args.katcp_port,
             )
 
-    def factory():
+    def factory() -> Any:
         return make_engine(device, input_bits=args.sample_bits, **settings)
 
     engine = factory()
@@ -575,19 +582,19 @@ def fengine(args) -> int:
     return 0
 
 
-def _stop_on_sigterm():
+def _stop_on_sigterm() -> Any:
     """Makes SIGTERM stop the F-engine like Ctrl-C (report printed); returns the old
     handler, or None off the main thread, where handlers cannot be set."""
     if threading.current_thread() is not threading.main_thread():
         return None
 
-    def stop(signum, frame):
+    def stop(signum: int, frame: FrameType | None) -> NoReturn:
         raise KeyboardInterrupt
 
     return signal.signal(signal.SIGTERM, stop)
 
 
-def _fengine_control(args):
+def _fengine_control(args: argparse.Namespace) -> Any:
     """The katcp control module, or a one-line error naming the option that needs it."""
     try:
         from voltstream.fengine import control
@@ -611,7 +618,7 @@ def _free_udp_port() -> int:
 DEMO_PULSAR = {"dm": 26.833, "period": 0.0333, "duty": 0.03, "pulse_phase": 0.25}
 
 
-def demo(args) -> int:
+def demo(args: argparse.Namespace) -> int:
     from voltstream.dsp.fold import profile_snr
     from voltstream.formats import make_format
     from voltstream.io.dada import DadaWriter, open_dada
@@ -661,7 +668,7 @@ def demo(args) -> int:
     mjd, sec = _now_mjd()
     writer = DadaWriter(dada_path, fmt.observation(start_mjd=mjd, start_sec=sec, source="PSR_DEMO"))
 
-    def start_sender():
+    def start_sender() -> None:
         procs.append(subprocess.Popen(sim_cmd, env=dict(os.environ, PYTHONUNBUFFERED="1")))
 
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.errors import ConfigError, FormatError
 
@@ -27,7 +28,7 @@ def check_bits(bits: int) -> None:
         raise ConfigError(f"digitiser sample width {bits} is not supported; use 8, 10, 12 or 16")
 
 
-def pack_samples(samples, bits: int) -> np.ndarray:
+def pack_samples(samples: npt.ArrayLike, bits: int) -> np.ndarray:
     """Packs signed integers into a big-endian bit stream of ``bits`` per sample.
 
     ``samples`` must be integers within the signed ``bits``-bit range and their
@@ -48,7 +49,7 @@ def pack_samples(samples, bits: int) -> np.ndarray:
     return np.packbits(bitplane.reshape(-1))
 
 
-def unpack_samples(data, bits: int, n: int | None = None) -> np.ndarray:
+def unpack_samples(data: npt.ArrayLike, bits: int, n: int | None = None) -> np.ndarray:
     """Unpacks ``n`` (default: all whole) signed samples; returns int16."""
     check_bits(bits)
     d = np.frombuffer(np.ascontiguousarray(data, dtype=np.uint8), dtype=np.uint8)
@@ -65,7 +66,7 @@ def unpack_samples(data, bits: int, n: int | None = None) -> np.ndarray:
     return top >> (16 - bits)
 
 
-def unpack_heaps(raw, bits: int) -> np.ndarray:
+def unpack_heaps(raw: npt.ArrayLike, bits: int) -> np.ndarray:
     """Signed samples (int16) from packed big-endian ``bits``-bit data along the last axis.
 
     ``raw`` is uint8 ``(..., nbytes)``; the result is ``(..., nbytes * 8 // bits)``.

@@ -9,9 +9,11 @@ capture engine takes for each format.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from voltstream.dsp.packed import PackedLayout
 from voltstream.errors import ConfigError
 from voltstream.observation import Observation
 
@@ -71,7 +73,7 @@ class StreamFormat:
     def data_rate_gbps(self) -> float:
         return 8 * self.packet_len * self.packets_per_second * self.streams / 1e9
 
-    def observation(self, **kw) -> Observation:
+    def observation(self, **kw: Any) -> Observation:
         return Observation(
             nchan=self.nchan,
             npol=self.npol,
@@ -100,11 +102,9 @@ class StreamFormat:
             "station": self.station,
         }
 
-    def chunk_layout(self, packets_per_chunk: int):
+    def chunk_layout(self, packets_per_chunk: int) -> PackedLayout:
         """Where sample (s, chan, pol, re/im) sits in a capture chunk's bytes, laid out
         [stream][packet][payload]: the GPU unpack kernel reads chunks as they are."""
-        from voltstream.dsp.cuda import PackedLayout
-
         values_per_byte = 8 // self.bits
         frame = self.payload_len * values_per_byte  # values per packet
         if self.name == "ynao":  # one stream: (spectrum, chan, pol, re/im) int8 per packet

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from voltstream.errors import ConfigError
+
 
 @dataclass
 class Observation:
@@ -41,6 +43,15 @@ class Observation:
         """Centre frequency of each channel, in channel order (float64)."""
         cbw = self.chan_bw_mhz
         return self.freq_mhz - self.bw_mhz / 2 + cbw * (np.arange(self.nchan) + 0.5)
+
+    def check_critically_sampled(self, why: str) -> None:
+        """A ConfigError unless tsamp = 1/|chan_bw| (complex channels, critically
+        sampled); ``why`` says who needs it and what to do."""
+        if abs(self.tsamp_s * abs(self.chan_bw_mhz) * 1e6 - 1.0) > 1e-6:
+            raise ConfigError(
+                f"sample interval {self.tsamp_s * 1e6:g} us does not match the channel width "
+                f"{abs(self.chan_bw_mhz):g} MHz: {why}"
+            )
 
     @property
     def sideband(self) -> int:

@@ -12,7 +12,10 @@ tests and tools that need it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.errors import ConfigError
 
@@ -22,7 +25,9 @@ MAGIC = 0x53
 VERSION = 4
 
 
-def pointers(item_id: int, values, immediate: bool = True, addr_bits: int = 48) -> np.ndarray:
+def pointers(
+    item_id: int, values: npt.ArrayLike, immediate: bool = True, addr_bits: int = 48
+) -> np.ndarray:
     """Item pointers (uint64, the shape of ``values``) of ``item_id`` with ``values``;
     a value that does not fit ``addr_bits`` bits is a ConfigError."""
     v = np.asarray(values, dtype=np.uint64)
@@ -47,7 +52,7 @@ def header(n_items: int, addr_bits: int = 48) -> np.ndarray:
                          + count, dtype=np.uint8).copy()  # fmt: skip
 
 
-def headers(columns, addr_bits: int = 48) -> np.ndarray:
+def headers(columns: Sequence[np.ndarray], addr_bits: int = 48) -> np.ndarray:
     """Header and item pointers of many packets at once: ``columns`` are the item
     pointers in packet order (uint64 arrays, broadcast against each other); returns
     uint8 ``(*shape, 8 + 8 * len(columns))``."""

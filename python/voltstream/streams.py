@@ -15,9 +15,10 @@ needs the sample geometry of the YNAO and VDIF formats (``--format ynao|vdif``).
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
@@ -30,7 +31,7 @@ __all__ = ["STREAM_FORMATS", "StreamDescription", "load_stream", "parse_stream",
 STREAM_FORMATS = ("vdif", "codif", "spead-dig", "spead", "counter", "layout", "ynao")
 
 
-def _station(value):
+def _station(value: Any) -> Any:
     """A station id: a number, or two ASCII characters (``"Ef"``)."""
     if isinstance(value, str):
         code = station_code(value)
@@ -46,6 +47,11 @@ class _Stream(BaseModel):
     npol: int = 1
 
     format: str  # each description narrows it to its own name(s)
+
+    @property
+    def name(self) -> str:
+        """The format's name, as the capture and its report call it."""
+        return self.format
 
     @property
     def streams(self) -> int:
@@ -68,12 +74,8 @@ class _FrameStream(_Stream):
 
     @field_validator("station", mode="before")
     @classmethod
-    def station_from_text(cls, value):
+    def station_from_text(cls, value: Any) -> Any:
         return _station(value)
-
-    @property
-    def name(self) -> str:
-        return self.format
 
     @property
     def streams(self) -> int:
@@ -128,10 +130,6 @@ class SpeadStream(_Stream):
     heap_cnt_step: int | None = Field(default=None, gt=0)
 
     @property
-    def name(self) -> str:
-        return self.format
-
-    @property
     def streams(self) -> int:
         return len(self.digitiser_ids)
 
@@ -163,10 +161,6 @@ class CounterStream(_Stream):
     payload_len: int = Field(gt=0)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    @property
-    def name(self) -> str:
-        return "counter"
 
     @property
     def streams(self) -> int:
@@ -215,10 +209,6 @@ class LayoutStream(_Stream):
     layout: LayoutSpec
 
     @property
-    def name(self) -> str:
-        return "layout"
-
-    @property
     def streams(self) -> int:
         return max(1, len(self.layout.stream_ids))
 
@@ -231,10 +221,6 @@ class YnaoStream(_Stream):
 
     format: Literal["ynao"]
     subband: int | None = Field(default=None, ge=0, lt=256)
-
-    @property
-    def name(self) -> str:
-        return "ynao"
 
     @property
     def streams(self) -> int:
@@ -251,7 +237,7 @@ StreamDescription = Annotated[
 _ADAPTER = TypeAdapter(StreamDescription)
 
 
-def parse_stream(data: dict, source: str = "stream description"):
+def parse_stream(data: dict, source: str = "stream description") -> StreamDescription:
     """A validated description from a dict (a parsed TOML file); ConfigError naming
     every wrong key."""
     fmt = data.get("format") if isinstance(data, dict) else None
@@ -267,7 +253,7 @@ def parse_stream(data: dict, source: str = "stream description"):
         raise ConfigError(f"{source}: {problems}") from None
 
 
-def load_stream(path):
+def load_stream(path: str | os.PathLike[str]) -> StreamDescription:
     """A validated description from a TOML file."""
     p = Path(path)
     try:
@@ -279,6 +265,6 @@ def load_stream(path):
     return parse_stream(data, str(p))
 
 
-def spead_dig(**overrides) -> SpeadStream:
+def spead_dig(**overrides: Any) -> SpeadStream:
     """The MeerKAT digitiser stream with its defaults (``--format spead-dig``)."""
     return SpeadStream(format="spead-dig", **overrides)

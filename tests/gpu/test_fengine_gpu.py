@@ -74,7 +74,7 @@ def test_fir_fft_matches_reference(cp, in_bits, nchan, taps):
 @pytest.mark.parametrize("out_bits", [8, 4])
 @pytest.mark.parametrize("dither", [False, True])
 def test_postprocess_matches_reference(cp, out_bits, dither):
-    from voltstream.fengine.gpu import FEngineKernels
+    from voltstream.fengine.kernels import FEngineTemplate
 
     rng = np.random.default_rng()
     nchan, sph, nslots = 96, 40, 5  # neither a multiple of the 32x32 tile
@@ -92,7 +92,7 @@ def test_postprocess_matches_reference(cp, out_bits, dither):
     send = np.array([0, 2, 3], dtype=np.int32)
     slot_ids = np.array([1000, 1002, 1003], dtype=np.int64)
     seed = int(rng.integers(0, 2**31))
-    k = FEngineKernels(8, 4, out_bits)
+    k = FEngineTemplate(8, 4, out_bits).instantiate(nchan)
     shape = (len(send), nchan, sph) + ((2, 2) if out_bits == 8 else (2,))
     out = cp.full(shape, 0x55, dtype=cp.int8 if out_bits == 8 else cp.uint8)  # poison
     sat = cp.zeros((len(send), 2), dtype=cp.uint64)  # the kernel adds to it
@@ -171,6 +171,38 @@ def test_engine_equals_reference_with_delays_gains_dither_and_loss(cp, in_bits, 
         assert getattr(gpu.counters, name) == getattr(ref.counters, name), name
     assert ref.counters.heaps_skipped > 0
     assert np.all(np.abs(gpu.counters.saturated - ref.counters.saturated) <= 50)
+
+
+def test_both_engines_follow_the_plan_they_are_given(cp):
+    """One FEnginePlan given to both engines (composition): the GPU engine keeps that
+    plan and its host planner uses it, and with a plan whose windows are one spectrum
+    late (a plan bug) both still agree, so a wrong plan is the plan's, caught by
+    tests/test_fengine_plan.py, not hidden by one engine planning on its own."""
+    from voltstream.fengine.plan import FEnginePlan, SpectrumWindows
+
+    class LatePlan(FEnginePlan):
+        def windows(self, slots, delay_models):
+            w = super().windows(slots, delay_models)
+            return SpectrumWindows(w.starts + self.step, w.residual_s, w.phase_rad, w.out_of_range)
+
+    right = FEnginePlan.make(64, 8, 6, sample_rate_hz=FS, n_substreams=4, max_delay_samples=96)
+    wrong = LatePlan(*(getattr(right, f) for f in right.__dataclass_fields__))
+    rng = np.random.default_rng()
+    t0 = 4096 * 300
+    x = random_samples(rng, 24 * 768, 16)
+    outputs = []
+    for plan in (right, wrong):
+        ref, gpu = FEngineReference(plan=plan), gpu_engine(plan=plan, input_bits=16)
+        assert gpu.plan is plan and gpu.slots.plan is plan
+        configure([ref, gpu], np.random.default_rng(5), 64, 16, 8, t0)
+        r_heaps, g_heaps = [], []
+        for a in range(0, x.shape[1], 3072):
+            r_heaps += ref.process(x[:, a : a + 3072], t0 + a)
+            g_heaps += gpu.process(x[:, a : a + 3072], t0 + a)
+        assert_same_heaps(g_heaps, r_heaps, 8)
+        outputs.append(r_heaps)
+    same = [(a, b) for a, b in zip(*outputs, strict=False) if a.timestamp == b.timestamp]
+    assert same and any(not np.array_equal(a.payload, b.payload) for a, b in same)
 
 
 def test_gap_and_async_path_equal_reference(cp):

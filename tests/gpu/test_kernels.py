@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from voltstream.dsp import cuda
+from voltstream.dsp import fold_kernels
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.detect import detect
 from voltstream.dsp.fold import Folder
@@ -70,7 +70,7 @@ def test_unpack_frames_like_numpy(cp, dtype, ndim, nchan, npol, carry_len):
         info = np.iinfo(dtype)
         raw = rng.integers(info.min, info.max + 1, shape).astype(dtype)
         carry = rng.integers(info.min, info.max + 1, cshape).astype(dtype)
-    op = cuda.UnpackTemplate(dtype, ndim).instantiate(ncp, nfft, step)
+    op = fold_kernels.UnpackTemplate(dtype, ndim).instantiate(ncp, nfft, step)
     out = cp.full(ncp * nblock * nfft, np.nan + 1j * np.nan, dtype=np.complex64)
     dev_carry = cp.asarray(carry.reshape(-1)) if carry_len else cp.zeros(ncp * ndim, dtype=dtype)
     op(cp.asarray(raw.reshape(-1)), dev_carry, carry_len, out, nblock)
@@ -93,7 +93,7 @@ def test_chirp_multiply(cp, nchan, npol, nblock, nfft):
     ).astype(np.complex64)
     h = np.exp(1j * rng.uniform(0, 2 * np.pi, (nchan, nfft))).astype(np.complex64)
     dev = cp.asarray(spec)
-    cuda.ChirpTemplate().instantiate(nchan, npol, nfft)(dev, cp.asarray(h), nblock)
+    fold_kernels.ChirpTemplate().instantiate(nchan, npol, nfft)(dev, cp.asarray(h), nblock)
     ref = spec.astype(np.complex128) * h.astype(np.complex128)[:, None, None, :]
     assert rel_err(dev.get(), ref) < 1e-6
 
@@ -133,7 +133,7 @@ def test_detect_fold_matches_folder(cp, mode, basis, npol, with_valid, spb, tsub
     )
     ref.add(detect(mid.astype(np.complex128), mode, basis=basis), first, valid)
 
-    t = cuda.FoldTemplate(npol, mode, basis)
+    t = fold_kernels.FoldTemplate(npol, mode, basis)
     t.SAMPLES_PER_BLOCK = spb
     op = t.instantiate(nchan, nbin, nfft, head, step)
     cap = ref.nsub + 2

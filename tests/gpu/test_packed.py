@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from packed_ref import decode_ref
-from voltstream.dsp import cuda
+from voltstream.dsp import fold_kernels, packed
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.gpu_fold import gpu_available
 from voltstream.io.polyco import ConstantPeriod
@@ -49,8 +49,8 @@ LAYOUTS = [
 
 def make_layout(nbit, enc, ndim, nchan, npol, spf):
     if spf == 1:
-        return cuda.PackedLayout.time_major(nbit, enc, nchan, npol, ndim)
-    return cuda.PackedLayout.vdif_frames(nbit, enc, nchan, npol, ndim, spf)
+        return packed.PackedLayout.time_major(nbit, enc, nchan, npol, ndim)
+    return packed.PackedLayout.vdif_frames(nbit, enc, nchan, npol, ndim, spf)
 
 
 @pytest.mark.parametrize("params", LAYOUTS, ids=lambda p: "-".join(map(str, p)))
@@ -71,7 +71,7 @@ def test_packed_unpack_and_carry_like_numpy(cp, params, carry_len, lost):
     if lost:
         for s in rng.integers(0, n - 20, 3):
             valid[s : s + 20] = 0
-    op = cuda.PackedUnpackTemplate(layout).instantiate(nfft, step, nfft)
+    op = fold_kernels.PackedUnpackTemplate(layout).instantiate(nfft, step, nfft)
     out = cp.full(ncp * nblock * nfft, np.nan + 1j * np.nan, dtype=np.complex64)
     d_raw, d_carry = cp.asarray(data), cp.asarray(carry.reshape(-1))
     d_valid = cp.asarray(valid) if lost else None
@@ -92,9 +92,9 @@ def test_packed_unpack_and_carry_like_numpy(cp, params, carry_len, lost):
 
 def test_packed_layout_errors():
     with pytest.raises(Exception, match="whole number of bytes"):
-        cuda.PackedLayout.time_major(2, "vdif2", 1, 1, 1).check()
+        packed.PackedLayout.time_major(2, "vdif2", 1, 1, 1).check()
     with pytest.raises(Exception, match="2-bit"):
-        cuda.PackedLayout.time_major(4, "vdif2", 4, 2, 2).check()
+        packed.PackedLayout.time_major(4, "vdif2", 4, 2, 2).check()
 
 
 def write_vdif(tmp_path, rng, nbit, complex_data, nchan, nsamp, spf, drop=None):

@@ -35,8 +35,10 @@ channel centre frequency: the inter-channel delay is left for the folder.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import scipy.fft
 
 from voltstream.errors import ConfigError
@@ -57,7 +59,7 @@ __all__ = [
 DISPERSION_CONSTANT = 1.0 / 2.41e-4  # s MHz^2 per pc cm^-3
 
 
-def dispersion_delay_s(dm, f_mhz, f_ref_mhz):
+def dispersion_delay_s(dm: Any, f_mhz: npt.ArrayLike, f_ref_mhz: npt.ArrayLike) -> Any:
     """Arrival delay (s) at ``f_mhz`` relative to ``f_ref_mhz``; positive when lower."""
     f = np.asarray(f_mhz, dtype=np.float64)
     f_ref = np.asarray(f_ref_mhz, dtype=np.float64)
@@ -70,7 +72,7 @@ def _cold_plasma_phase(dm: float, f0_mhz: np.ndarray, df_mhz: np.ndarray) -> np.
     return (2e6 * np.pi * DISPERSION_CONSTANT * dm) * df_mhz**2 / (f0_mhz**2 * (f0_mhz + df_mhz))
 
 
-def chirps(dm: float, chan_freqs_mhz, chan_bw_mhz: float, nfft: int) -> np.ndarray:
+def chirps(dm: float, chan_freqs_mhz: npt.ArrayLike, chan_bw_mhz: float, nfft: int) -> np.ndarray:
     """Dedispersion chirps for every channel: complex128 (nchan, nfft), FFT order, DC zeroed."""
     if chan_bw_mhz == 0:
         raise ConfigError("channel bandwidth is zero: give the signed channel width in MHz")
@@ -89,7 +91,9 @@ def chirp(dm: float, f0_mhz: float, bw_mhz: float, nfft: int) -> np.ndarray:
     return chirps(dm, [f0_mhz], bw_mhz, nfft)[0]
 
 
-def edge_delays_samples(dm: float, f0_mhz, bw_mhz: float) -> tuple[np.ndarray, np.ndarray]:
+def edge_delays_samples(
+    dm: float, f0_mhz: npt.ArrayLike, bw_mhz: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact delays (samples, float) of the channel's upper and lower edges vs its centre.
 
     Returns (n_hi, n_lo), both >= 0: the upper edge arrives n_hi samples early,
@@ -103,7 +107,7 @@ def edge_delays_samples(dm: float, f0_mhz, bw_mhz: float) -> tuple[np.ndarray, n
     return n_hi, n_lo
 
 
-def smearing_samples(dm: float, f0_mhz, bw_mhz: float):
+def smearing_samples(dm: float, f0_mhz: npt.ArrayLike, bw_mhz: float) -> int | np.ndarray:
     """Samples over which dispersion inside one channel spreads a pulse.
 
     Uses the linear form 2 D DM |bw| / f^3 evaluated at the channel's lowest
@@ -157,7 +161,9 @@ class StreamingOverlapSave:
     filter span was.
     """
 
-    def __init__(self, response: np.ndarray, discard_head: int, discard_tail: int, dtype=None):
+    def __init__(
+        self, response: np.ndarray, discard_head: int, discard_tail: int, dtype: Any = None
+    ) -> None:
         self.response = np.asarray(response)
         self.nfft = self.response.shape[-1]
         self.discard_head = int(discard_head)
@@ -189,7 +195,9 @@ class StreamingOverlapSave:
         y = y[..., self.discard_head : self.nfft - self.discard_tail]
         return y.reshape(*y.shape[:2], nseg * self.step)
 
-    def process(self, block: np.ndarray, valid=None) -> tuple[np.ndarray, np.ndarray]:
+    def process(
+        self, block: np.ndarray, valid: npt.ArrayLike | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Filter one (nchan, npol, nsamp) block; returns (output, output_valid (nout,))."""
         block = np.asarray(block, dtype=self.dtype)
         if block.ndim != 3 or block.shape[0] != self.response.shape[0]:
@@ -228,7 +236,9 @@ class Dedisperser:
     the FFT length follows :func:`choose_fft_length` for the worst channel.
     """
 
-    def __init__(self, dm: float, chan_freqs_mhz, chan_bw_mhz: float, nfft: int | None = None):
+    def __init__(
+        self, dm: float, chan_freqs_mhz: npt.ArrayLike, chan_bw_mhz: float, nfft: int | None = None
+    ) -> None:
         self.dm = float(dm)
         self.chan_freqs_mhz = np.atleast_1d(np.asarray(chan_freqs_mhz, dtype=np.float64))
         self.chan_bw_mhz = float(chan_bw_mhz)
@@ -281,6 +291,6 @@ class Dedisperser:
 class StreamingDedisperser(StreamingOverlapSave):
     """A :class:`Dedisperser` fed block by block, carrying the overlap between blocks."""
 
-    def __init__(self, dedisperser: Dedisperser):
+    def __init__(self, dedisperser: Dedisperser) -> None:
         self.dedisperser = dedisperser
         super().__init__(dedisperser.response, dedisperser.discard_head, dedisperser.discard_tail)

@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.errors import ConfigError
 
@@ -62,7 +63,9 @@ class DelayModel:
                 f"epoch_sample={self.epoch_sample} must be a whole digitiser sample count"
             )
 
-    def evaluate(self, timestamps, sample_rate_hz: float) -> tuple[np.ndarray, np.ndarray]:
+    def evaluate(
+        self, timestamps: npt.ArrayLike, sample_rate_hz: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(delay s, phase rad), float64, at each timestamp (digitiser samples)."""
         fs = _sample_rate(sample_rate_hz)
         # Subtract in integers first: timestamps reach 2^48 and float64 holds 2^53.
@@ -71,7 +74,9 @@ class DelayModel:
         phi = self.phase_rad + self.phase_rate_rad_s * dt
         return np.asarray(tau, dtype=np.float64), np.asarray(phi, dtype=np.float64)
 
-    def split(self, timestamps, sample_rate_hz: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def split(
+        self, timestamps: np.ndarray, sample_rate_hz: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(coarse delay int64 samples, residual delay s, phase rad) at each timestamp."""
         tau, phi = self.evaluate(timestamps, sample_rate_hz)
         coarse, residual = split_delay(tau, sample_rate_hz)
@@ -85,7 +90,7 @@ def _sample_rate(sample_rate_hz: float) -> float:
     return fs
 
 
-def split_delay(delay_s, sample_rate_hz: float) -> tuple[np.ndarray, np.ndarray]:
+def split_delay(delay_s: npt.ArrayLike, sample_rate_hz: float) -> tuple[np.ndarray, np.ndarray]:
     """Whole-sample coarse delay ``floor(tau fs + 0.5)`` and the residual in seconds."""
     fs = _sample_rate(sample_rate_hz)
     tau = np.asarray(delay_s, dtype=np.float64)
@@ -94,7 +99,12 @@ def split_delay(delay_s, sample_rate_hz: float) -> tuple[np.ndarray, np.ndarray]
     return coarse.astype(np.int64), residual
 
 
-def apply_fine_delay(spectra, chan_freqs_hz, residual_delay_s, phase_rad) -> np.ndarray:
+def apply_fine_delay(
+    spectra: npt.ArrayLike,
+    chan_freqs_hz: npt.ArrayLike,
+    residual_delay_s: npt.ArrayLike,
+    phase_rad: npt.ArrayLike,
+) -> np.ndarray:
     """``spectra * exp(i (phase - 2 pi f tau))``, complex128, per spectrum and channel.
 
     ``spectra`` is ``(..., nspec, nchan)``; ``chan_freqs_hz`` is ``(nchan,)``;

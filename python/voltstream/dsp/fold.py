@@ -22,9 +22,13 @@ lost samples (``valid`` False) and partial coverage lower it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.dsp.dedisperse import dispersion_delay_s
+from voltstream.dsp.detect import npol_out
 from voltstream.errors import ConfigError
 from voltstream.observation import FoldedArchive, Observation
 
@@ -34,20 +38,31 @@ __all__ = ["Folder", "profile_snr"]
 class Folder:
     """Accumulates detected samples (nchan, npol_out, nsamp) into folded profiles."""
 
+    @classmethod
+    def for_observation(cls, obs: Observation, nbin: int, pol_mode: str, dm: float,
+                        predictor: Any, tsub_s: float | None) -> Folder:  # fmt: skip
+        """The folder of ``obs``'s channels for detection ``pol_mode``, phase zero at the
+        observation's start, delays relative to its centre frequency."""
+        npo = npol_out(pol_mode)
+        if pol_mode != "AA+BB" and obs.npol != 2:
+            raise ConfigError(f"{pol_mode} needs 2 polarisations; the input has {obs.npol}")
+        return cls(nbin, obs.nchan, npo, obs.tsamp_s, obs.chan_freqs_mhz, obs.freq_mhz, dm,
+                   predictor, tsub_s, obs.start_mjd, obs.start_sec)  # fmt: skip
+
     def __init__(
         self,
         nbin: int,
         nchan: int,
         npol_out: int,
         tsamp_s: float,
-        chan_freqs_mhz,
+        chan_freqs_mhz: npt.ArrayLike,
         f_ref_mhz: float,
         dm: float,
-        predictor,
+        predictor: Any,
         tsub_s: float | None,
         start_mjd: int,
         start_sec: float,
-    ):
+    ) -> None:
         if nbin < 2:
             raise ConfigError(f"nbin must be at least 2, got {nbin}")
         if tsamp_s <= 0:
@@ -91,7 +106,9 @@ class Folder:
         )
         self._offered = np.concatenate([self._offered, np.zeros((extra, self.nchan), np.int64)])
 
-    def add(self, detected: np.ndarray, first_sample: int, valid=None) -> None:
+    def add(
+        self, detected: np.ndarray, first_sample: int, valid: npt.ArrayLike | None = None
+    ) -> None:
         """Fold (nchan, npol_out, nsamp) samples starting at stream sample ``first_sample``.
 
         ``valid``: None, or bool (nsamp,) or (nchan, nsamp); False samples are

@@ -27,22 +27,21 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from voltstream.device import gpu_available
-from voltstream.dsp.cuda import (
+from voltstream.dsp.cuda import cupy_module
+from voltstream.dsp.dedisperse import Dedisperser
+from voltstream.dsp.fold import Folder
+from voltstream.dsp.fold_kernels import (
     ChirpTemplate,
     FoldTemplate,
-    PackedLayout,
     PackedUnpackTemplate,
     UnpackTemplate,
-    cupy_module,
 )
-from voltstream.dsp.dedisperse import Dedisperser
-from voltstream.dsp.detect import npol_out
-from voltstream.dsp.fold import Folder
+from voltstream.dsp.packed import PackedLayout
 from voltstream.errors import ConfigError
 from voltstream.observation import FoldedArchive, Observation
 
@@ -55,7 +54,7 @@ class _ValidCarry:
     """The reference's lost-sample rule, on the host: output k is valid only when
     inputs k .. k+overlap were all present (StreamingOverlapSave)."""
 
-    def __init__(self, overlap: int):
+    def __init__(self, overlap: int) -> None:
         self.overlap = overlap
         self.carry = np.ones(0, dtype=bool)
 
@@ -69,7 +68,7 @@ class _ValidCarry:
         return out
 
 
-def _lost_mask(valid, n: int) -> np.ndarray | None:
+def _lost_mask(valid: np.ndarray | None, n: int) -> np.ndarray | None:
     """Boolean mask of lost samples, or None when every sample is valid."""
     if valid is None:
         return None
@@ -83,10 +82,22 @@ def output_valid(vbuf: np.ndarray, nout: int, overlap: int) -> np.ndarray:
     return (bad[overlap + 1 : overlap + 1 + nout] - bad[:nout]) == 0
 
 
+class _FoldJob(NamedTuple):
+    """What the fold of one chunk needs, fixed before its kernels are queued: its phase
+    knots on the GPU, its first output sample, the outputs' validity, its slot."""
+
+    knots_d: Any
+    first: int
+    out_valid: np.ndarray | None
+    kslot: int
+
+
 class _Plan:
     """Overlap-save arithmetic shared by both engines (host side, no GPU)."""
 
-    def __init__(self, obs: Observation, dm: float, nfft: int | None, chunk_samples: int | None):
+    def __init__(
+        self, obs: Observation, dm: float, nfft: int | None, chunk_samples: int | None
+    ) -> None:
         self.dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=nfft)
         self.nfft, self.step = self.dd.nfft, self.dd.step
         self.head, self.overlap = self.dd.discard_head, self.dd.overlap
@@ -109,34 +120,21 @@ class _FolderBase:
         self,
         obs: Observation,
         dm: float,
-        predictor,
+        predictor: Any,
         nbin: int,
         tsub_s: float | None,
         pol_mode: str = "AA+BB",
         basis: str = "linear",
         nfft: int | None = None,
         chunk_samples: int | None = None,
-    ):
+    ) -> None:
         self.cp = cupy_module()
         self.obs, self.dm, self.predictor = obs, float(dm), predictor
         self.nbin, self.tsub_s, self.pol_mode, self.basis = int(nbin), tsub_s, pol_mode, basis
-        self.npol_out = npol_out(pol_mode)
-        if pol_mode != "AA+BB" and obs.npol != 2:
-            raise ConfigError(f"{pol_mode} needs 2 polarisations; the input has {obs.npol}")
+        # The reference's folder, composed: its phase rule and delays are the GPU's.
+        self.folder = Folder.for_observation(obs, nbin, pol_mode, dm, predictor, tsub_s)
+        self.npol_out = self.folder.npol_out
         self.plan = _Plan(obs, dm, nfft, chunk_samples)
-        self.folder = Folder(
-            nbin=nbin,
-            nchan=obs.nchan,
-            npol_out=self.npol_out,
-            tsamp_s=obs.tsamp_s,
-            chan_freqs_mhz=obs.chan_freqs_mhz,
-            f_ref_mhz=obs.freq_mhz,
-            dm=dm,
-            predictor=predictor,
-            tsub_s=tsub_s,
-            start_mjd=obs.start_mjd,
-            start_sec=obs.start_sec,
-        )
         self.ncp = obs.nchan * obs.npol
         self.carry_len = 0
         self.samples_in = 0
@@ -185,7 +183,9 @@ class _FolderBase:
         # Whole turns off per channel: the GPU then interpolates small numbers.
         out[...] = ph - np.floor(ph[:, :1])
 
-    def _finish_archive(self, acc, hits, offered, variant: str) -> FoldedArchive:
+    def _finish_archive(
+        self, acc: np.ndarray, hits: np.ndarray, offered: np.ndarray, variant: str
+    ) -> FoldedArchive:
         if self.samples_out == 0:
             raise ConfigError(
                 f"input of {self.samples_in} samples is shorter than one dedispersion FFT "
@@ -224,14 +224,14 @@ class GpuFolder(_FolderBase):
 
     def __init__(
         self,
-        *args,
-        dtype=np.int8,
+        *args: Any,
+        dtype: Any = np.int8,
         ndim: int = 2,
         packed: PackedLayout | None = None,
         profile: bool = False,
         raw_bytes: int | None = None,
-        **kw,
-    ):
+        **kw: Any,
+    ) -> None:
         super().__init__(*args, **kw)
         cp, p, obs = self.cp, self.plan, self.obs
         self.packed = packed
@@ -301,7 +301,7 @@ class GpuFolder(_FolderBase):
         self.blocks_fed = 0
         self._copy_done = [cp.cuda.Event(disable_timing=True) for _ in range(64)]
 
-    def _pinned(self, shape, dtype):
+    def _pinned(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         import cupyx
 
         return cupyx.empty_pinned(shape, dtype=dtype)
@@ -335,7 +335,7 @@ class GpuFolder(_FolderBase):
             self._grow(int(duration_s / self.tsub_s) + 2)
         self.synchronize()
 
-    def _fft_plan(self, nblock: int):
+    def _fft_plan(self, nblock: int) -> Any:
         plan = self.plans.get(nblock)
         if plan is None:
             from cupy.cuda import cufft
@@ -344,7 +344,7 @@ class GpuFolder(_FolderBase):
             self.plans[nblock] = plan
         return plan
 
-    def _raw_view(self, block) -> tuple[int, Any]:
+    def _raw_view(self, block: np.ndarray) -> tuple[int, Any]:
         n = block.shape[0]
         if n > self.plan.chunk:
             raise ConfigError(f"chunk of {n} samples exceeds the engine's {self.plan.chunk}")
@@ -357,7 +357,9 @@ class GpuFolder(_FolderBase):
             raise ConfigError(f"chunk shaped {block.shape}, expected {want}")
         return n, block
 
-    def feed(self, block: np.ndarray, valid=None, pinned: bool = False) -> None:
+    def feed(
+        self, block: np.ndarray, valid: np.ndarray | None = None, pinned: bool = False
+    ) -> None:
         """Queue one host chunk (time-major raw samples).
 
         Samples marked lost in `valid` are zeroed before the FFT, as the reference
@@ -401,7 +403,7 @@ class GpuFolder(_FolderBase):
         self.dev_raw[slot].data.copy_from_host_async(src.ctypes.data, src.nbytes, self.copy_stream)
         self._stage("h2d", t0, self.copy_stream)
 
-    def feed_device(self, raw_dev, valid=None) -> None:
+    def feed_device(self, raw_dev: Any, valid: np.ndarray | None = None) -> None:
         """Queue one chunk already on the GPU (flat or shaped, the engine's dtype)."""
         n = raw_dev.size // (self.ncp * self.ndim)
         if n > self.plan.chunk:
@@ -411,7 +413,9 @@ class GpuFolder(_FolderBase):
             raw_dev.reshape(n, -1)[self.cp.asarray(lost)] = 0
         self._process(None, n, valid, raw=raw_dev.reshape(-1))
 
-    def feed_packed(self, data: np.ndarray, n: int, valid=None, pinned: bool = False) -> None:
+    def feed_packed(
+        self, data: np.ndarray, n: int, valid: np.ndarray | None = None, pinned: bool = False
+    ) -> None:
         """Queue ``n`` samples as packed bytes in the engine's :class:`PackedLayout`.
 
         Lost samples (``valid`` False) are zeroed by the unpack kernel from a mask
@@ -436,7 +440,7 @@ class GpuFolder(_FolderBase):
         self._upload_mask(slot, lost, n)
         self._process(slot, n, valid)
 
-    def feed_block(self, parts, n: int, skip: int = 0, valid=None):
+    def feed_block(self, parts: Any, n: int, skip: int = 0, valid: np.ndarray | None = None) -> Any:
         """Queue ``n`` packed samples straight from page-locked host memory.
 
         ``parts`` are (host address, nbytes, offset) runs copied to those byte offsets
@@ -492,7 +496,7 @@ class GpuFolder(_FolderBase):
             self._upload_mask(slot, np.ones(m, dtype=bool), m)
             self._process(slot, m, np.zeros(m, dtype=bool))
 
-    def _upload_mask(self, slot: int, lost, n: int) -> None:
+    def _upload_mask(self, slot: int, lost: np.ndarray | None, n: int) -> None:
         """The packed kernels' per-sample mask of the slot (None when nothing was lost)."""
         self.inmask[slot] = None
         if lost is not None:
@@ -502,14 +506,14 @@ class GpuFolder(_FolderBase):
                 self.pin_inmask[slot].ctypes.data, n, self.copy_stream
             )
 
-    def _mark(self, stream):
+    def _mark(self, stream: Any) -> Any:
         if not self.profile:
             return None
         ev = self.cp.cuda.Event()
         ev.record(stream)
         return ev
 
-    def _stage(self, name, start, stream):
+    def _stage(self, name: Any, start: Any, stream: Any) -> None:
         if start is None:
             return
         end = self.cp.cuda.Event()
@@ -517,7 +521,7 @@ class GpuFolder(_FolderBase):
         end.synchronize()
         self.stage_ms[name] += self.cp.cuda.get_elapsed_time(start, end)
 
-    def _process(self, slot, n, valid, raw=None):
+    def _process(self, slot: int | None, n: int, valid: np.ndarray | None, raw: Any = None) -> None:
         p = self.plan
         nblock = p.blocks(self.carry_len, n)
         nout = nblock * p.step
@@ -554,12 +558,14 @@ class GpuFolder(_FolderBase):
         self._busy_next = (self._busy_next + 1) % len(self._busy_ring)
         pair[0].record(cs)
         self._busy_q.append(pair)
+        job = _FoldJob(knots_d, first, out_valid, kslot)
         per_sample = self.ncp * self.ndim
         if raw is None:
+            assert slot is not None  # without ``raw`` the data sit in a slot
             raw = self.dev_raw[slot]
         if self.packed is not None:
             with cs:
-                self._process_packed(raw, n, slot, nblock, knots_d, first, out_valid, kslot)
+                self._process_packed(raw, n, slot, nblock, job)
             return self._advance(n, nout)
         raw = raw[: n * per_sample]
         frames = self.frames[: self.ncp * nblock * p.nfft].reshape(self.ncp * nblock, p.nfft)
@@ -582,28 +588,29 @@ class GpuFolder(_FolderBase):
                 nxt[: keep * per_sample] = carry[cut * per_sample : self.carry_len * per_sample]
                 nxt[keep * per_sample : (keep + n) * per_sample] = raw[: n * per_sample]
                 new_len = keep + n
-            self._fold(frames, nblock, knots_d, first, out_valid, kslot)
+            self._fold(frames, nblock, job)
         self.carry_len = new_len
         self._advance(n, nout)
 
-    def _fold(self, frames, nblock, knots_d, first, out_valid, kslot) -> None:
+    def _fold(self, frames: Any, nblock: int, job: _FoldJob) -> None:
         """detect + fold of the frames (on the compute stream), then mark the slot free."""
         cs = self.compute_stream
+        kslot = job.kslot
         if nblock:
             t0 = self._mark(cs)
             self.fold_op(
                 frames,
                 nblock,
-                knots_d,
+                job.knots_d,
                 self.delay,
                 self.acc,
                 self.hits,
                 self.offered,
-                first,
+                job.first,
                 self.obs.tsamp_s,
                 self.tsub_s,
                 valid=None
-                if out_valid is None
+                if job.out_valid is None
                 else self.dev_valid[kslot][: nblock * self.plan.step],
             )
             self._stage("fold", t0, cs)
@@ -613,7 +620,7 @@ class GpuFolder(_FolderBase):
         ev.record(cs)
         self.consumed[kslot] = ev
 
-    def _spectra(self, frames, nblock) -> None:
+    def _spectra(self, frames: Any, nblock: int) -> None:
         """FFT, chirp multiply, inverse FFT of the unpacked frames, in place."""
         cs = self.compute_stream
         plan = self._fft_plan(nblock)
@@ -627,7 +634,9 @@ class GpuFolder(_FolderBase):
         plan.fft(frames, frames, 1)
         self._stage("ifft", t0, cs)
 
-    def _process_packed(self, raw, n, slot, nblock, knots_d, first, out_valid, kslot) -> None:
+    def _process_packed(
+        self, raw: Any, n: int, slot: int | None, nblock: int, job: _FoldJob
+    ) -> None:
         """The packed twin of the framing part of :meth:`_process` (compute stream current)."""
         p, cs = self.plan, self.compute_stream
         frames = self.frames[: self.ncp * nblock * p.nfft].reshape(self.ncp * nblock, p.nfft)
@@ -641,7 +650,7 @@ class GpuFolder(_FolderBase):
         cut = nblock * p.step
         new_len = self.carry_len + n - cut
         self.unpack_packed.carry_tail(raw, n, carry, self.carry_len, mask, nxt, cut, new_len)
-        self._fold(frames, nblock, knots_d, first, out_valid, kslot)
+        self._fold(frames, nblock, job)
         self.carry_len = new_len
 
     def _advance(self, n: int, nout: int) -> None:

@@ -8,6 +8,8 @@ both to the reference. Not on any product path.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from voltstream.dsp.gpu_fold import _FolderBase, _lost_mask
@@ -22,7 +24,7 @@ class NaiveGpuFolder(_FolderBase):
 
     variant = "naive"
 
-    def __init__(self, *args, **kw):
+    def __init__(self, *args: Any, **kw: Any) -> None:
         kw.pop("dtype", None), kw.pop("ndim", None), kw.pop("profile", None)
         super().__init__(*args, **kw)
         cp = self.cp
@@ -36,10 +38,12 @@ class NaiveGpuFolder(_FolderBase):
     def _drop_carry(self) -> None:
         self.carry = self.cp.zeros((self.obs.nchan, self.obs.npol, 0), dtype=np.complex64)
 
-    def feed(self, block, valid=None, pinned: bool = False) -> None:
+    def feed(
+        self, block: np.ndarray, valid: np.ndarray | None = None, pinned: bool = False
+    ) -> None:
         self.feed_device(self.cp.asarray(block), valid)
 
-    def feed_device(self, raw, valid=None) -> None:
+    def feed_device(self, raw: Any, valid: np.ndarray | None = None) -> None:
         cp, p, obs = self.cp, self.plan, self.obs
         n = raw.shape[0]
         if raw.dtype == np.complex64:
@@ -72,7 +76,7 @@ class NaiveGpuFolder(_FolderBase):
         self.samples_in += n
         self.samples_out += nout
 
-    def _fold(self, y, first, nout, out_valid):
+    def _fold(self, y: Any, first: int, nout: int, out_valid: np.ndarray | None) -> None:
         cp, obs = self.cp, self.obs
         a = y[:, 0]
         aa = a.real**2 + a.imag**2

@@ -114,7 +114,7 @@ def _is_pinned(arr: np.ndarray) -> bool:
 class _Worker:
     """One engine on one device, folding the segments it is given."""
 
-    def __init__(self, device: int, make_engine):
+    def __init__(self, device: int, make_engine: Any) -> None:
         self.device, self.make_engine = device, make_engine
         self.engine: Any = None  # a GpuFolder, made on the worker's device when first used
         self.error: BaseException | None = None
@@ -122,7 +122,7 @@ class _Worker:
         # (accumulator, hits, offered, samples out), on the host once the worker ends
         self.result: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None
 
-    def _engine(self):
+    def _engine(self) -> Any:
         if self.engine is None:
             self.engine = self.make_engine()
         return self.engine
@@ -131,7 +131,7 @@ class _Worker:
         self._engine().start_segment(seg.in_start)
         self.segments += 1
 
-    def feed(self, block: np.ndarray, valid) -> None:
+    def feed(self, block: np.ndarray, valid: np.ndarray | None) -> None:
         eng = self._engine()
         if valid is None and eng.variant == "fused" and _is_pinned(block):
             eng.feed(block, pinned=True)
@@ -146,10 +146,10 @@ class _Worker:
         self.result = (eng.acc.get(), eng.hits.get(), eng.offered.get(), eng.samples_out)
 
 
-def _run_random_access(reader, workers, segments, chunk: int, obs) -> None:
+def _run_random_access(reader: Any, workers: Any, segments: Any, chunk: int, obs: Any) -> None:
     import cupy as cp
 
-    def work(w: _Worker, mine: list[Segment]):
+    def work(w: _Worker, mine: list[Segment]) -> None:
         try:
             with cp.cuda.Device(w.device):
                 for seg in mine:
@@ -173,13 +173,15 @@ def _run_random_access(reader, workers, segments, chunk: int, obs) -> None:
         t.join()
 
 
-def _run_sequential(reader, workers, segments, chunk: int, obs, depth: int) -> int:
+def _run_sequential(
+    reader: Any, workers: Any, segments: Any, chunk: int, obs: Any, depth: int
+) -> int:
     """Read blocks in order and deal their pieces out; returns the lost-sample count."""
     import cupy as cp
 
     queues: list[queue.Queue] = [queue.Queue(maxsize=depth) for _ in workers]
 
-    def work(w: _Worker, q: queue.Queue):
+    def work(w: _Worker, q: queue.Queue) -> None:
         current = None
         with cp.cuda.Device(w.device):
             while True:
@@ -234,13 +236,13 @@ def _run_sequential(reader, workers, segments, chunk: int, obs, depth: int) -> i
 
 
 def fold_file_multi_gpu(
-    reader,
+    reader: Any,
     dm: float,
-    predictor,
+    predictor: Any,
     nbin: int,
     tsub_s: float | None,
     pol_mode: str = "AA+BB",
-    gpus=None,
+    gpus: Any = None,
     workers_per_gpu: int = 1,
     segment_samples: int | None = None,
     basis: str = "linear",
@@ -299,13 +301,13 @@ def fold_file_multi_gpu(
             f"({dd.nfft} samples at DM {dm}); give a longer input"
         )
     cls = GpuFolder if variant == "fused" else NaiveGpuFolder
-    kw = dict(pol_mode=pol_mode, basis=basis, nfft=dd.nfft, chunk_samples=chunk)
+    kw: dict[str, Any] = dict(pol_mode=pol_mode, basis=basis, nfft=dd.nfft, chunk_samples=chunk)
     if raw_ok:
         kw.update(dtype=np.int8 if obs.nbit == 8 else np.int16, ndim=obs.ndim)
     else:
         kw.update(dtype=np.float32, ndim=2)
 
-    def factory():
+    def factory() -> Any:
         return cls(obs, dm, predictor, nbin, tsub_s, **kw)
 
     workers = [_Worker(d, factory) for d in devices]

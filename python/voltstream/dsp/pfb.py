@@ -31,6 +31,7 @@ Conventions (the GPU F-engine matches these exactly; docs/fengine.md):
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import scipy.fft
 
 from voltstream.errors import ConfigError
@@ -89,7 +90,7 @@ def _weights_for(weights: np.ndarray, nchan: int) -> tuple[np.ndarray, int]:
     return w, w.size // step
 
 
-def pfb_fir(x, weights, nchan: int) -> np.ndarray:
+def pfb_fir(x: npt.ArrayLike, weights: np.ndarray, nchan: int) -> np.ndarray:
     """Polyphase FIR: real ``(nsamp,)`` -> float64 ``(nspec, 2*nchan)``.
 
     ``nspec = (nsamp - L) // N + 1`` (0 when ``nsamp < L``); trailing samples that do
@@ -111,7 +112,9 @@ def pfb_fir(x, weights, nchan: int) -> np.ndarray:
     return out
 
 
-def pfb_channelize(x, nchan: int, taps: int, weights=None) -> np.ndarray:
+def pfb_channelize(
+    x: np.ndarray, nchan: int, taps: int, weights: np.ndarray | None = None
+) -> np.ndarray:
     """FIR + real-to-complex FFT: real ``(nsamp,)`` -> complex128 ``(nspec, nchan)``.
 
     ``weights`` defaults to ``pfb_weights(nchan, taps)``; the Nyquist bin is dropped.
@@ -130,7 +133,7 @@ def channel_frequencies(nchan: int, sample_rate_hz: float) -> np.ndarray:
     return np.arange(int(nchan), dtype=np.float64) * (float(sample_rate_hz) / (2 * int(nchan)))
 
 
-def channel_response(weights, nchan: int, offsets) -> np.ndarray:
+def channel_response(weights: np.ndarray, nchan: int, offsets: npt.ArrayLike) -> np.ndarray:
     """Amplitude response ``|W(d)|`` of a channel to a unit complex tone ``d`` channels off.
 
     ``W(d) = sum_n w[n] exp(2 pi i d n / (2 nchan))``: the Fourier transform of the

@@ -24,7 +24,10 @@ Conventions (the GPU F-engine matches these exactly; docs/fengine.md):
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.errors import ConfigError
 
@@ -41,7 +44,7 @@ __all__ = [
 ]
 
 
-def apply_gains(spectra, gains) -> np.ndarray:
+def apply_gains(spectra: npt.ArrayLike, gains: npt.ArrayLike) -> np.ndarray:
     """``spectra (npol, ..., nchan) * gains (npol, nchan)``, complex128."""
     x = np.asarray(spectra)
     g = np.asarray(gains, dtype=np.complex128)
@@ -53,7 +56,7 @@ def apply_gains(spectra, gains) -> np.ndarray:
     return x * g.reshape((g.shape[0],) + (1,) * (x.ndim - 2) + (g.shape[1],))
 
 
-def uniform_dither(shape, seed) -> np.ndarray:
+def uniform_dither(shape: tuple[int, ...], seed: Any) -> np.ndarray:
     """Uniform dither on [-0.5, 0.5), float64 ``(*shape, 2)``, from ``seed`` (PCG64)."""
     rng = np.random.default_rng(seed)
     return rng.random((*tuple(shape), 2)) - 0.5
@@ -68,7 +71,7 @@ def splitmix64(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def slot_dither(seed: int, slot: int, shape) -> np.ndarray:
+def slot_dither(seed: int, slot: int, shape: tuple[int, ...]) -> np.ndarray:
     """Uniform dither on [-0.5, 0.5) for one heap slot, float64 ``(*shape, 2)``.
 
     Element ``e`` (row-major index into ``(*shape, 2)``) gets ``u = (h >> 40) / 2**24
@@ -88,7 +91,7 @@ def slot_dither(seed: int, slot: int, shape) -> np.ndarray:
     return u.reshape(*tuple(shape), 2)
 
 
-def _parts(values, dither) -> np.ndarray:
+def _parts(values: npt.ArrayLike, dither: npt.ArrayLike | None) -> np.ndarray:
     v = np.asarray(values)
     parts = np.stack([v.real, v.imag], axis=-1).astype(np.float64)
     if dither is None:
@@ -104,7 +107,7 @@ def _parts(values, dither) -> np.ndarray:
     return parts + d
 
 
-def _quantize(values, dither, limit: int) -> tuple[np.ndarray, int]:
+def _quantize(values: np.ndarray, dither: np.ndarray | None, limit: int) -> tuple[np.ndarray, int]:
     rounded = np.rint(_parts(values, dither))
     if not np.all(np.isfinite(rounded)):
         raise ConfigError("values to quantise contain NaN or infinity: check gains and input")
@@ -113,18 +116,20 @@ def _quantize(values, dither, limit: int) -> tuple[np.ndarray, int]:
     return np.clip(rounded, -limit, limit).astype(np.int8), saturated
 
 
-def quantize8(values, dither=None) -> tuple[np.ndarray, int]:
+def quantize8(values: np.ndarray, dither: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """Complex ``values`` -> (int8 ``(..., 2)`` re/im in -127..127, saturated count)."""
     return _quantize(values, dither, 127)
 
 
-def quantize4(values, dither=None) -> tuple[np.ndarray, int]:
+def quantize4(values: np.ndarray, dither: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """Complex ``values`` -> (uint8 ``(...)`` packed 4+4 bits in -7..7, saturated count)."""
     q, saturated = _quantize(values, dither, 7)
     return pack4(q), saturated
 
 
-def quantize(values, bits: int, dither=None) -> tuple[np.ndarray, int]:
+def quantize(
+    values: np.ndarray, bits: int, dither: np.ndarray | None = None
+) -> tuple[np.ndarray, int]:
     """``quantize8`` or ``quantize4`` by ``bits``."""
     if bits == 8:
         return quantize8(values, dither)
@@ -133,7 +138,7 @@ def quantize(values, bits: int, dither=None) -> tuple[np.ndarray, int]:
     raise ConfigError(f"output sample width {bits} bits is not supported: use 8 or 4")
 
 
-def pack4(parts) -> np.ndarray:
+def pack4(parts: npt.ArrayLike) -> np.ndarray:
     """int ``(..., 2)`` re/im in -8..7 -> uint8 ``(...)``, real in the high nibble."""
     p = np.asarray(parts)
     if p.shape[-1:] != (2,) or np.any(p < -8) or np.any(p > 7):
@@ -142,7 +147,7 @@ def pack4(parts) -> np.ndarray:
     return ((u[..., 0] << 4) | u[..., 1]).astype(np.uint8)
 
 
-def unpack4(packed) -> np.ndarray:
+def unpack4(packed: npt.ArrayLike) -> np.ndarray:
     """uint8 ``(...)`` -> int8 ``(..., 2)`` re/im, undoing ``pack4``."""
     b = np.asarray(packed, dtype=np.uint8).astype(np.int16)
     parts = np.stack([b >> 4, b & 0xF], axis=-1)

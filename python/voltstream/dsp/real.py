@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ class RealToComplex:
     many samples, with ``obs`` saying ``ndim = 2`` and ``tsamp`` doubled.
     """
 
-    def __init__(self, reader, taps: int = TAPS):
+    def __init__(self, reader: Any, taps: int = TAPS) -> None:
         src = reader.obs
         if src.ndim != 1:
             raise ConfigError("RealToComplex takes real-sampled data (ndim 1)")
@@ -95,7 +96,9 @@ class RealToComplex:
             used = 2 * nout
             carry, carry_ok = x[used:], ok[used:]
 
-    def _convert(self, x: np.ndarray, ok: np.ndarray, start: int, nout: int):
+    def _convert(
+        self, x: np.ndarray, ok: np.ndarray, start: int, nout: int
+    ) -> tuple[np.ndarray, np.ndarray] | np.ndarray:
         """Outputs k = 0..nout-1 from inputs start + 2k .. start + 2k + taps - 1."""
         taps = len(self.h)
         # Mix: sample n times exp(-i pi n / 2) = 1, -i, -1, i, ... (n absolute).

@@ -37,17 +37,19 @@ import asyncio
 import logging
 import math
 import numbers
+import os
 import re
 import threading
 import time
 import tomllib
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiokatcp
 import numpy as np
+import numpy.typing as npt
 
 from voltstream import __version__
 from voltstream.dsp.delay import DelayModel
@@ -88,14 +90,17 @@ _MODEL_FIELDS = ("delay_s", "delay_rate", "phase_rad", "phase_rate_rad_s", "epoc
 # Parsing and formatting (shared by the katcp requests and load_settings)
 
 
+def _parsed(kind: Callable[[str], Any], text: str, what: str) -> Any:
+    """``kind(text)``, or a ConfigError saying the text is not ``what``."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"{text!r} is not {what}") from None
+
+
 def parse_complex(text: str) -> complex:
     """One finite complex number written like ``1.5+0.2j``, ``2`` or ``-0.5j``."""
-    try:
-        value = complex(text)
-    except ValueError:
-        raise ConfigError(
-            f"{text!r} is not a complex number: write it like 1.5+0.2j, 2 or -0.5j"
-        ) from None
+    value: complex = _parsed(complex, text, "a complex number: write it like 1.5+0.2j, 2 or -0.5j")
     if not (math.isfinite(value.real) and math.isfinite(value.imag)):
         raise ConfigError(f"gain {text} is not finite: give a finite complex number")
     return value
@@ -132,13 +137,12 @@ def _parse_pol(text: str) -> int:
 
 def parse_sample_count(text: str) -> int:
     """A digitiser sample count: a whole number, 0 <= n < 2^63."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(
-            f"start time {text!r} is not a whole number: give the digitiser sample count "
-            "at which the model is referred (the epoch of the delay model)"
-        ) from None
+    value: int = _parsed(
+        int,
+        text,
+        "a whole number: give the digitiser sample count at which the model is referred "
+        "(the epoch of the delay model) as the start time",
+    )
     if not 0 <= value < 2**63:
         raise ConfigError(f"start time {value} is out of range: give a sample count >= 0")
     return value
@@ -196,11 +200,11 @@ class _ControlServer(aiokatcp.DeviceServer):
     VERSION = "voltstream-fengine-1.0"
     BUILD_STATE = f"voltstream-{__version__}"
 
-    def __init__(self, control: "FEngineControl", host: str, port: int, loop) -> None:
+    def __init__(self, control: "FEngineControl", host: str, port: int, loop: Any) -> None:
         super().__init__(host, port, loop=loop)
         self._control = control
 
-    async def request_gain(self, ctx, *args: str) -> tuple[str, ...]:
+    async def request_gain(self, ctx: Any, *args: str) -> tuple[str, ...]:
         """Set or query one polarisation's gains: ?gain <pol> [value...].
 
         pol is 0 or 1. One complex value (like 1.5+0.2j) sets every channel; nchan
@@ -213,7 +217,7 @@ class _ControlServer(aiokatcp.DeviceServer):
         except ConfigError as error:
             raise _fail(error) from None
 
-    async def request_gain_all(self, ctx, *args: str) -> None:
+    async def request_gain_all(self, ctx: Any, *args: str) -> None:
         """Set the gains of both polarisations: ?gain-all <value>... | ?gain-all default.
 
         One complex value sets every channel, nchan values one channel each;
@@ -224,7 +228,7 @@ class _ControlServer(aiokatcp.DeviceServer):
         except ConfigError as error:
             raise _fail(error) from None
 
-    async def request_delays(self, ctx, *args: str) -> None:
+    async def request_delays(self, ctx: Any, *args: str) -> None:
         """Load delay models: ?delays <start-sample> <pol0-model> <pol1-model>.
 
         Each model is delay,delay_rate:phase,phase_rate (s, s/s, rad, rad/s),
@@ -236,12 +240,12 @@ class _ControlServer(aiokatcp.DeviceServer):
         except ConfigError as error:
             raise _fail(error) from None
 
-    async def request_capture_start(self, ctx) -> None:
+    async def request_capture_start(self, ctx: Any) -> None:
         """Start sending output heaps (sets the capturing event)."""
         self._control.capturing.set()
         logger.info("capture-start: output enabled")
 
-    async def request_capture_stop(self, ctx) -> None:
+    async def request_capture_stop(self, ctx: Any) -> None:
         """Stop sending output heaps (clears the capturing event)."""
         self._control.capturing.clear()
         logger.info("capture-stop: output disabled")
@@ -347,7 +351,7 @@ class FEngineControl:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def _run(self, ready: threading.Event) -> None:
@@ -402,7 +406,7 @@ class FEngineControl:
 
     # -- the queue ------------------------------------------------------------
 
-    def queue_gains(self, pol: int | None, gains) -> None:
+    def queue_gains(self, pol: int | None, gains: npt.ArrayLike) -> None:
         """Queues new gains for ``pol`` (0, 1, or None for both).
 
         ``gains``: a complex scalar or ``(nchan,)``; for ``pol=None`` also
@@ -445,7 +449,7 @@ class FEngineControl:
         for p, model in checked:
             logger.info("delay model queued for pol %d: %s", p, model)
 
-    def apply_pending(self, engine) -> int:
+    def apply_pending(self, engine: Any) -> int:
         """Applies the queued changes to ``engine`` in order; returns how many.
 
         Call from the thread that runs the engine, between blocks. Each engine call
@@ -565,14 +569,14 @@ class FEngineControl:
         server.sensors.add(sensor)
         return sensor
 
-    def _publish(self, server: _ControlServer, updates) -> None:
+    def _publish(self, server: _ControlServer, updates: Any) -> None:
         """Sets sensor values; runs on the server's loop."""
         for name, stype, value, stamp in updates:
             sensor = self._ensure_sensor(server, name, stype)
             sensor.set_value(value, status=aiokatcp.Sensor.Status.NOMINAL, timestamp=stamp)
 
 
-def _sensor_reading(name: str, value, stype: type | None) -> tuple[type, int | float]:
+def _sensor_reading(name: str, value: Any, stype: type | None) -> tuple[type, int | float]:
     """(sensor type, value): integers stay integers, other reals make float sensors."""
     if isinstance(value, numbers.Integral):
         return (stype or int), (int(value) if stype in (None, int) else float(value))
@@ -593,12 +597,12 @@ def _pol_of_key(path: Path, table: str, key: str) -> int:
     return int(key[3])
 
 
-def _is_number(value) -> bool:
+def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _toml_gain(path: Path, key: str, value, nchan: int | None):
-    def one(item, where: str) -> complex:
+def _toml_gain(path: Path, key: str, value: Any, nchan: int | None) -> complex | np.ndarray:
+    def one(item: Any, where: str) -> complex:
         if _is_number(item):
             if not math.isfinite(item):
                 raise ConfigError(f"{path}: [gains] {where} = {item} is not finite")
@@ -624,7 +628,7 @@ def _toml_gain(path: Path, key: str, value, nchan: int | None):
     return one(value, key)
 
 
-def _toml_delay(path: Path, key: str, table) -> DelayModel:
+def _toml_delay(path: Path, key: str, table: Any) -> DelayModel:
     where = f"[delays.{key}]"
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: {where} must be a table of {', '.join(_MODEL_FIELDS)}")
@@ -653,7 +657,7 @@ def _toml_delay(path: Path, key: str, table) -> DelayModel:
 
 
 def load_settings(
-    path, *, nchan: int | None = None
+    path: str | os.PathLike[str], *, nchan: int | None = None
 ) -> tuple[dict[int, np.ndarray | complex], dict[int, DelayModel]]:
     """Gains and delay models from a TOML file: ``({pol: gains}, {pol: DelayModel})``.
 

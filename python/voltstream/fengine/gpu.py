@@ -29,86 +29,25 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from voltstream.digitiser import SAMPLE_BITS, pack_samples
-from voltstream.dsp.cuda import GpuError, cupy_module, launch, load_module
+from voltstream.digitiser import pack_samples
+from voltstream.dsp.cuda import GpuError, cupy_module
 from voltstream.dsp.quantize import splitmix64
 from voltstream.errors import ConfigError
 from voltstream.fengine.heaps import PACKET_HEADER_LEN, OutputHeap
+from voltstream.fengine.kernels import FEngineTemplate
 from voltstream.fengine.packets import PacketFormat, PacketPool, release_batches
-from voltstream.fengine.reference import NPOL, FEngineCounters, FEngineSettings
+from voltstream.fengine.plan import NPOL
+from voltstream.fengine.reference import FEngineCounters, FEngineState
+from voltstream.fengine.slots import SlotPlanner
 
-__all__ = ["FEngineKernels", "GpuFEngine", "naive_channelize"]
+__all__ = ["GpuFEngine", "naive_channelize"]
 
 
 def _row_bytes(nbytes: int) -> int:
     """Device row length for ``nbytes`` of packed samples: padded, a multiple of 16."""
     return (nbytes + 8 + 15) // 16 * 16
-
-
-class FEngineKernels:
-    """The two kernels of fengine.cu for one (input bits, taps, output bits)."""
-
-    FIR_THREADS = 128
-
-    def __init__(self, in_bits: int, taps: int, out_bits: int):
-        if in_bits not in SAMPLE_BITS:
-            raise ConfigError(f"input sample width {in_bits}: use one of {SAMPLE_BITS}")
-        if out_bits not in (4, 8):
-            raise ConfigError(f"output sample width {out_bits}: use 8 or 4")
-        self.in_bits, self.taps, self.out_bits = int(in_bits), int(taps), int(out_bits)
-        mod = load_module(
-            "fengine.cu", (("IN_BITS", in_bits), ("TAPS", taps), ("OUT_BITS", out_bits))
-        )
-        self._fir = mod.get_function("pfb_fir")
-        self._post = mod.get_function("postprocess")
-
-    def fir(self, raw, starts, weights, out, n: int, stream=None) -> None:
-        """FIR of packed ``raw`` (2, bytes) at ``starts`` (2, nspec) into ``out`` (2, nspec, n)."""
-        nspec = starts.shape[1]
-        if nspec == 0:
-            return
-        # Enough threads to fill the GPU (four columns each), each sliding over a
-        # run of spectra.
-        seg = int(min(64, max(self.taps, nspec * (n // 4) * 2 // (1 << 19))))
-        grid = (-(-(n // 4) // self.FIR_THREADS), -(-nspec // seg), NPOL)
-        if raw.strides[1] != 1 or raw.strides[0] % 16 or n % 4:
-            raise ConfigError("packed input rows must be contiguous and 16-byte aligned")
-        args = (raw, np.int64(raw.strides[0]), starts, weights, out)
-        launch(
-            self._fir,
-            grid,
-            (self.FIR_THREADS,),
-            (*args, np.int32(n), np.int32(nspec), np.int32(seg)),
-            stream,
-        )
-
-    @staticmethod
-    def rotation(tau, phi, chan_hz: float) -> np.ndarray:
-        """Per-spectrum rotation parameters for ``post``: float32 ``(..., 2)``.
-
-        ``(phi / 2 pi reduced to [-0.5, 0.5), chan_hz * tau)`` in cycles, computed in
-        float64 so the kernel's float32 ``x - c * y`` stays exact to ~1e-7 cycles.
-        """
-        cyc = np.asarray(phi, dtype=np.float64) / (2 * np.pi)
-        cyc -= np.rint(cyc)
-        step = chan_hz * np.asarray(tau, dtype=np.float64)
-        return np.stack([cyc, step], axis=-1).astype(np.float32)
-
-    def post(self, spec, rot, gains, slots, slot_ids, out, sat, dither_key, stream=None):
-        """Post-process the slots listed in ``slots`` into ``out (nsend, nchan, sph, ...)``."""
-        nsend = int(slots.shape[0])
-        if nsend == 0:
-            return
-        nchan, sph = out.shape[1], out.shape[2]
-        grid = (-(-nchan // 32), -(-sph // 32), nsend)
-        args = (spec, rot, gains, slots, slot_ids, out, sat, np.int32(nchan), np.int32(sph))
-        args += (np.int64(rot.shape[1]),)
-        args += (
-            np.uint64(0 if dither_key is None else dither_key),
-            np.int32(dither_key is not None),
-        )
-        launch(self._post, grid, (32, 8), args, stream)
 
 
 @dataclass
@@ -125,10 +64,11 @@ class _Pending:
     computed: Any = None
 
 
-class GpuFEngine(FEngineSettings):
-    """The F-engine on the GPU: the settings and control of every F-engine
-    (``FEngineSettings``), its own planning and kernels; the same heaps as
-    ``FEngineReference``, which the GPU tests hold it to.
+class GpuFEngine(FEngineState):
+    """The F-engine on the GPU: the run-time state of every F-engine (``FEngineState``),
+    the plan it is given or makes as the reference does (``plan``, an
+    ``FEnginePlan``), its host time line (``slots``, a ``SlotPlanner``) and kernels;
+    the same heaps as ``FEngineReference``, which the GPU tests hold it to.
 
     ``input_bits`` is the width of the digitiser samples (8, 10, 12, 16) as they are
     given to ``process_packed``; ``process`` takes integer samples and packs them.
@@ -140,16 +80,18 @@ class GpuFEngine(FEngineSettings):
     #: one before and the copy out of the one before that all overlap.
     ASYNC_DEPTH = 3
 
-    def __init__(self, nchan, taps, spectra_per_heap, *, input_bits: int = 16, **settings):
-        super().__init__(nchan, taps, spectra_per_heap, **settings)
+    def __init__(self, *args: Any, input_bits: int = 16, **settings: Any) -> None:
+        super().__init__(*args, **settings)
         cp = cupy_module()
         try:
             cp.cuda.runtime.getDeviceCount()
         except Exception as exc:  # CUDARuntimeError without a driver or device
             raise GpuError(f"no usable CUDA device: {exc}") from exc
         self.input_bits = int(input_bits)
-        self.kernels = FEngineKernels(self.input_bits, self.taps, self.layout.bits)
-        self._w = cp.asarray(self.weights, dtype=cp.float32)
+        self.kernels = FEngineTemplate(
+            self.input_bits, self.plan.taps, self.layout.bits
+        ).instantiate(self.nchan)
+        self._w = cp.asarray(self.plan.weights, dtype=cp.float32)
         # The kernel's dither hash starts from splitmix64(seed): once, not per call.
         self._dither_key = None
         if self.dither_seed is not None:
@@ -157,13 +99,9 @@ class GpuFEngine(FEngineSettings):
         # copy in, compute, copy out, parameters
         self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(4)]
         # CuPy objects are typed Any: CuPy ships no type information.
-        self._raw: Any = None  # device (2, bytes): packed samples from self._base to self._end
+        self._raw: Any = None  # device (2, bytes): packed samples from self._base to slots.end
         self._base = 0
-        self._end = 0  # time stamp after the last sample given (self._fresh: none yet)
-        self._start = 0  # first sample still kept (history the next slots need)
-        self._slot = 0  # the next heap time slot to plan
-        self._fresh = True  # no block yet: the next one starts the time line
-        self._invalid = [np.zeros((0, 2), dtype=np.int64) for _ in range(NPOL)]
+        self.slots = SlotPlanner(self.plan)
         self._pending: list[_Pending] = []
         self._pinned_ring: list[tuple[np.ndarray, np.ndarray]] = []  # ASYNC_DEPTH + 1 deep
         self._pinned_next = 0
@@ -196,7 +134,7 @@ class GpuFEngine(FEngineSettings):
         # Start half a block past a heap slot so calls complete as many slots as live
         # blocks may (their alignment to slots varies).
         sph = self.layout.samples_per_heap
-        t = (self.max_delay_samples // sph + 2) * sph
+        t = (self.plan.max_delay_samples // sph + 2) * sph
         t += int(block_samples) // 16 * 8
         for k in range(int(blocks)):
             release_batches(self.process_packed_async(zeros, t + k * int(block_samples)))
@@ -216,11 +154,11 @@ class GpuFEngine(FEngineSettings):
             if p.give_back is not None:
                 p.give_back()
         self._pending.clear()
-        self._raw, self._base, self._end, self._fresh = None, 0, 0, True
-        self._invalid = [np.zeros((0, 2), dtype=np.int64) for _ in range(NPOL)]
+        self._raw, self._base = None, 0
+        self.slots.reset()
         self.last_copy = None
 
-    def emit_packets(self, fmt, queued_blocks: int = 4) -> None:
+    def emit_packets(self, fmt: Any, queued_blocks: int = 4) -> None:
         """From now on, return each call's heaps as one ``PacketBatch`` laid out by
         ``fmt`` (``voltstream.fengine.packets``): the payloads are copied from the GPU
         straight into their packets in page-locked memory, the host writes only the
@@ -240,7 +178,9 @@ class GpuFEngine(FEngineSettings):
 
     # --- input
 
-    def process(self, samples, timestamp: int, valid=None) -> list[OutputHeap]:
+    def process(
+        self, samples: npt.ArrayLike, timestamp: int, valid: npt.ArrayLike | None = None
+    ) -> list[OutputHeap]:
         """As ``FEngineReference.process``: integer samples ``(2, n)``; heaps now complete."""
         x = np.asarray(samples)
         if x.ndim != 2 or x.shape[0] != NPOL or np.iscomplexobj(x):
@@ -266,12 +206,16 @@ class GpuFEngine(FEngineSettings):
             raw = np.stack([pack_samples(x[p], bits) for p in range(NPOL)])
         return np.ascontiguousarray(raw)
 
-    def process_packed(self, raw, timestamp: int, valid=None) -> list[OutputHeap]:
+    def process_packed(
+        self, raw: Any, timestamp: int, valid: npt.ArrayLike | None = None
+    ) -> list[OutputHeap]:
         """Packed big-endian samples ``(2, nbytes)`` uint8 (host or device); heaps now complete."""
         self._submit(raw, self._samples_in(raw), int(timestamp), valid)
         return self.flush()
 
-    def process_packed_async(self, raw, timestamp: int, valid=None, valid_step: int = 1) -> list:
+    def process_packed_async(
+        self, raw: Any, timestamp: int, valid: npt.ArrayLike | None = None, valid_step: int = 1
+    ) -> list:
         """Like ``process_packed`` but returns the heaps of an earlier call.
 
         The copy in, the kernels and the copy out of this call overlap with the
@@ -304,7 +248,7 @@ class GpuFEngine(FEngineSettings):
             heaps.extend(self._collect(self._pending.pop(0), copy=copy))
         return heaps
 
-    def _samples_in(self, raw) -> int:
+    def _samples_in(self, raw: Any) -> int:
         if raw.ndim != 2 or raw.shape[0] != NPOL or raw.dtype != np.uint8:
             raise ConfigError(
                 f"packed input must be uint8 (2 polarisations, nbytes), got {raw.dtype} {raw.shape}"
@@ -318,29 +262,23 @@ class GpuFEngine(FEngineSettings):
 
     # --- one call
 
-    def _submit(self, raw, n: int, timestamp: int, valid, step: int = 1) -> None:
+    def _submit(
+        self, raw: Any, n: int, timestamp: int, valid: npt.ArrayLike | None, step: int = 1
+    ) -> None:
         cp = cupy_module()
         if step < 1 or n % step:
             raise ConfigError(f"valid_step={step} does not divide the block's {n} samples")
         ok = self._valid_mask(valid, n // step)
-        if self._fresh:
-            self._fresh = False
-            self._start = self._base = self._end = timestamp
-            self._slot = -(-(timestamp + self.max_delay_samples) // self.layout.samples_per_heap)
-        if timestamp < self._end:
-            raise ConfigError(
-                f"block at timestamp {timestamp} overlaps data already given (up to {self._end}): "
-                "feed blocks in time order without overlap"
-            )
-        gap = timestamp - self._end
+        gap = self.slots.gap_before(timestamp)
         if self.input_bits not in (8, 16) and (gap % 8 or n % 8):
             raise ConfigError(
                 f"{self.input_bits}-bit input must come in whole bytes: blocks and gaps must be "
                 f"multiples of 8 samples (got {n} samples after a gap of {gap})"
             )
-        old_end = self._end
-        self._add_invalid(old_end, timestamp, ok, step)
-        self._end = timestamp + n
+        if self.slots.fresh:
+            self._base = timestamp
+        old_end = timestamp - gap
+        self.slots.add(timestamp, n, ok, step)
         # The small parameter copy goes ahead of the block's big copy in: behind
         # it, the kernels of this call would wait for the whole block to land.
         prepared = self._prepare_slots()
@@ -349,7 +287,7 @@ class GpuFEngine(FEngineSettings):
             self._launch_slots(cp, *prepared)
         self._trim()
 
-    def _valid_mask(self, valid, n: int):
+    def _valid_mask(self, valid: npt.ArrayLike | None, n: int) -> np.ndarray | None:
         if valid is None:
             return None
         v = np.asarray(valid, dtype=bool)
@@ -360,25 +298,10 @@ class GpuFEngine(FEngineSettings):
                 f"valid mask of shape {v.shape} does not match {n} samples: give (n,) or (2, n)"
             ) from None
 
-    def _add_invalid(self, end: int, timestamp: int, ok, step: int = 1) -> None:
-        """Records the gap and the invalid runs of ``ok`` (one flag per ``step``
-        samples) as sample intervals per pol."""
-        for p in range(NPOL):
-            runs = [] if end == timestamp else [(end, timestamp)]
-            if ok is not None and not ok[p].all():
-                edges = np.diff(np.concatenate([[0], (~ok[p]).astype(np.int8), [0]]))
-                lo, hi = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-                lo, hi = lo * step + timestamp, hi * step + timestamp
-                runs += list(zip(lo.tolist(), hi.tolist(), strict=True))
-            if runs:
-                self._invalid[p] = np.concatenate(
-                    [self._invalid[p], np.array(runs, dtype=np.int64)]
-                )
-
     def _bytes(self, samples: int) -> int:
         return samples * self.input_bits // 8
 
-    def _append(self, cp, raw, old_end: int, gap: int, n: int) -> None:
+    def _append(self, cp: Any, raw: npt.ArrayLike, old_end: int, gap: int, n: int) -> None:
         """Device buffer = retained history + zeroed gap + the new block (+ padding).
 
         Three engine-owned buffers in turn: the block is copied straight from the
@@ -425,15 +348,15 @@ class GpuFEngine(FEngineSettings):
                 buf[:, col : hist + new] = raw
         self._raw = buf
 
-    def _prepare_slots(self):
+    def _prepare_slots(self) -> tuple[list[int], list[Any]] | None:
         """Plans the slots the input now completes, counts them, uploads their parameters.
 
         Returns what ``_launch_slots`` needs, or None when no heap is to be computed.
         """
-        plan = self._plan_slots()
-        if plan is None:
-            return
-        slots, starts, tau, phi, flagged = plan
+        planned = self.slots.plan_slots(self.delay_models)
+        if planned is None:
+            return None
+        slots, starts, flagged = planned.slots, planned.starts, planned.flagged
         layout = self.layout
         nspec = layout.spectra_per_heap
         bad = flagged.any(axis=0).reshape(len(slots), nspec)  # per slot, per spectrum
@@ -445,22 +368,26 @@ class GpuFEngine(FEngineSettings):
         self.counters.heaps_sent += len(send) * layout.n_substreams
         if not send:
             return None
-        avail = self._end - self._base
-        rel = np.clip(starts - self._base, 0, avail - self.window_len)  # flagged ones only move
+        avail = self.slots.end - self._base
+        rel = np.clip(
+            starts - self._base, 0, avail - self.plan.window_len
+        )  # flagged ones only move
         sent = [slots[i] for i in send]
         params = self._upload(
             rel,
-            self.kernels.rotation(tau, phi, self.sample_rate_hz / self.step),
+            self.kernels.rotation(
+                planned.residual_s, planned.phase_rad, self.plan.sample_rate_hz / self.plan.step
+            ),
             self.gains.astype(np.complex64),
             np.array(send, dtype=np.int32),
             np.array(sent, dtype=np.int64),
         )
         return sent, params
 
-    def _launch_slots(self, cp, sent, params) -> None:
+    def _launch_slots(self, cp: Any, sent: Any, params: Any) -> None:
         """Kernels and copy out for the planned slots; queues their heaps."""
         comp_s, out_s = self._streams[1:3]
-        n, nspec, layout = self.step, self.layout.spectra_per_heap, self.layout
+        n, nspec, layout = self.plan.step, self.layout.spectra_per_heap, self.layout
         _, d_rel, d_rot, d_gains, d_send, d_sent = params
         total = d_rel.shape[1]
         payload_shape = (len(sent), self.nchan, nspec) + ((2, 2) if layout.bits == 8 else (2,))
@@ -470,14 +397,14 @@ class GpuFEngine(FEngineSettings):
         fmt, pool = self.packet_format, self.packet_pool
         if fmt is not None and pool is not None:  # emit_packets makes both
             # Buffers are made for the most slots a call of this size can complete.
-            most = -(-(self._end - self._start) // self.layout.samples_per_heap) + 1
+            most = -(-(self.slots.end - self.slots.start) // self.layout.samples_per_heap) + 1
             pool.min_bytes = max(pool.min_bytes, fmt.nbytes(most))
             buf, give_back = pool.take(fmt.nbytes(len(sent)))
             host_out = buf[: fmt.nbytes(len(sent))].reshape(fmt.shape(len(sent)))
         with comp_s:
             started = comp_s.record()
             fir = cp.empty((NPOL, total, n), dtype=cp.float32)
-            self.kernels.fir(self._raw, d_rel, self._w, fir, n, comp_s)
+            self.kernels.fir(self._raw, d_rel, self._w, fir, comp_s)
             spec = cp.fft.rfft(fir, axis=-1)
             del fir
             out = cp.empty(payload_shape, dtype=cp.int8 if layout.bits == 8 else cp.uint8)
@@ -505,7 +432,7 @@ class GpuFEngine(FEngineSettings):
             )
         )
 
-    def _upload(self, *arrays):
+    def _upload(self, *arrays: Any) -> list[Any]:
         """Small per-call arrays to the GPU in one copy from pinned memory.
 
         On its own stream and from pinned memory, so the host never waits for it
@@ -513,9 +440,9 @@ class GpuFEngine(FEngineSettings):
         """
         cp = cupy_module()
         param_s, comp_s = self._streams[3], self._streams[1]
-        arrays = [np.ascontiguousarray(a) for a in arrays]
+        contiguous = [np.ascontiguousarray(a) for a in arrays]
         offsets, total = [], 0
-        for a in arrays:
+        for a in contiguous:
             offsets.append(total)
             total += (a.nbytes + 255) // 256 * 256
         i = self._param_next
@@ -525,7 +452,7 @@ class GpuFEngine(FEngineSettings):
             host = self._param_ring[i] = np.frombuffer(
                 cp.cuda.alloc_pinned_memory(2 * total), dtype=np.uint8
             )
-        for a, off in zip(arrays, offsets, strict=True):
+        for a, off in zip(contiguous, offsets, strict=True):
             host[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
         with param_s:
             dev = cp.empty(total, dtype=cp.uint8)
@@ -533,73 +460,21 @@ class GpuFEngine(FEngineSettings):
         comp_s.wait_event(param_s.record())
         views = [
             dev[off : off + a.nbytes].view(a.dtype).reshape(a.shape)
-            for a, off in zip(arrays, offsets, strict=True)
+            for a, off in zip(contiguous, offsets, strict=True)
         ]
         return [dev, *views]
 
-    def _plan_slots(self):
-        """Slots from ``self._slot`` on that the input completes, with their spectra.
-
-        Returns (slots, starts, tau, phi, flagged), the last four ``(2, nslots*nspec)``,
-        or None. Mirrors ``FEngineReference._heap`` for many slots at once.
-        """
-        sph, nspec = self.layout.samples_per_heap, self.layout.spectra_per_heap
-        chunks = []
-        first = self._slot
-        while True:
-            count = max(4, (self._end + self.max_delay_samples - first * sph) // sph + 2)
-            slots = np.arange(first, first + count, dtype=np.int64)
-            times = (slots[:, None] * sph + np.arange(nspec, dtype=np.int64) * self.step).ravel()
-            split = [m.split(times, self.sample_rate_hz) for m in self.delay_models]
-            coarse = np.stack([s[0] for s in split])
-            starts = times[None, :] - coarse
-            complete = (
-                starts.reshape(NPOL, count, nspec).max(axis=(0, 2)) + self.window_len
-            ) <= self._end
-            ndone = count if complete.all() else int(np.argmin(complete))
-            if ndone:
-                keep = slice(0, ndone * nspec)
-                tau = np.stack([s[1] for s in split])[:, keep]
-                phi = np.stack([s[2] for s in split])[:, keep]
-                chunks.append((slots[:ndone], starts[:, keep], tau, phi, coarse[:, keep]))
-            if ndone < count:
-                break
-            first += count
-        if not chunks:
-            return None
-        slots, starts, tau, phi, coarse = (
-            np.concatenate(c, axis=-1) for c in zip(*chunks, strict=True)
-        )
-        flagged = (coarse > self.max_delay_samples) | (starts < self._start)
-        for p in range(NPOL):
-            flagged[p] |= self._touches_invalid(p, starts[p])
-        self._slot = int(slots[-1]) + 1
-        return slots.tolist(), starts, tau, phi, flagged
-
-    def _touches_invalid(self, pol: int, starts: np.ndarray) -> np.ndarray:
-        iv = self._invalid[pol]
-        if iv.shape[0] == 0:
-            return np.zeros(starts.shape, dtype=bool)
-        idx = np.searchsorted(iv[:, 1], starts, side="right")  # first run ending after start
-        hit = idx < iv.shape[0]
-        hit[hit] = iv[idx[hit], 0] < starts[hit] + self.window_len
-        return hit
-
     def _trim(self) -> None:
         """Drops history no later slot needs, as the reference does (kept 8-aligned)."""
-        keep_from = self._slot * self.layout.samples_per_heap - self.max_delay_samples
-        self._start = min(max(self._start, keep_from), self._end)
-        new_base = self._base + (self._start - self._base) // 8 * 8
+        self.slots.trim()
+        new_base = self._base + (self.slots.start - self._base) // 8 * 8
         if new_base > self._base:
             self._raw = self._raw[:, self._bytes(new_base - self._base) :]
             self._base = new_base
-        for p in range(NPOL):
-            iv = self._invalid[p]
-            self._invalid[p] = iv[iv[:, 1] > self._start]
 
     # --- output
 
-    def _pinned(self, shape):
+    def _pinned(self, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """Pinned host buffers for one call's payloads: a ring, grown as needed.
 
         ``ASYNC_DEPTH + 1`` deep: an async caller holds views of one call's heaps
@@ -660,23 +535,30 @@ class GpuFEngine(FEngineSettings):
 
     # --- for tests and benchmarks
 
-    def channelize(self, samples) -> np.ndarray:
+    def channelize(self, samples: npt.ArrayLike) -> np.ndarray:
         """FIR + FFT of one pol pair with no delay: complex128 ``(2, nspec, nchan)``."""
         cp = cupy_module()
         x = np.asarray(samples)
-        nspec = max(0, (x.shape[1] - self.window_len) // self.step + 1)
+        step = self.plan.step
+        nspec = max(0, (x.shape[1] - self.plan.window_len) // step + 1)
         raw = self._pack(x)
         dev = cp.zeros((NPOL, _row_bytes(raw.shape[1])), dtype=cp.uint8)
         dev[:, : raw.shape[1]] = cp.asarray(raw)
-        starts = cp.asarray(np.tile(np.arange(nspec, dtype=np.int64) * self.step, (NPOL, 1)))
-        fir = cp.full((NPOL, nspec, self.step), cp.nan, dtype=cp.float32)
-        self.kernels.fir(dev, starts, self._w, fir, self.step)
+        starts = cp.asarray(np.tile(np.arange(nspec, dtype=np.int64) * step, (NPOL, 1)))
+        fir = cp.full((NPOL, nspec, step), cp.nan, dtype=cp.float32)
+        self.kernels.fir(dev, starts, self._w, fir)
         return cp.asnumpy(cp.fft.rfft(fir, axis=-1)[..., : self.nchan]).astype(np.complex128)
 
 
 def naive_channelize(
-    cp, raw_dev, bits: int, weights_dev, nchan: int, gains_dev, spectra_per_heap: int
-):
+    cp: Any,
+    raw_dev: Any,
+    bits: int,
+    weights_dev: Any,
+    nchan: int,
+    gains_dev: Any,
+    spectra_per_heap: int,
+) -> Any:
     """The straightforward CuPy F-engine (benchmark baseline): whole-array CuPy steps.
 
     Unpack (bit arithmetic on the whole array), FIR as a sum of ``taps`` shifted

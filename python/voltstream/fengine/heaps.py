@@ -50,8 +50,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.errors import ConfigError, FormatError
 from voltstream.spead_items import header, headers, pointer, pointers
@@ -236,7 +238,14 @@ def encode_heap(heap: OutputHeap, heap_cnt: int, packet_payload: int = 8192) -> 
     return packets
 
 
-def packet_headers(heap_cnts, timestamps, frequencies, feng_id: int, size: int, per_packet: int):
+def packet_headers(
+    heap_cnts: npt.ArrayLike,
+    timestamps: npt.ArrayLike,
+    frequencies: npt.ArrayLike,
+    feng_id: int,
+    size: int,
+    per_packet: int,
+) -> np.ndarray:
     """The 72-byte headers of the packets of ``H`` heaps: uint8 ``(H, size // per_packet, 72)``.
 
     Heap ``h`` has cnt ``heap_cnts[h]``, ``timestamps[h]`` and ``frequencies[h]``;
@@ -543,7 +552,7 @@ def encode_descriptor_heap(
     return np.frombuffer(packet, dtype=np.uint8).reshape(1, -1).copy()
 
 
-def decode_descriptor_heap(packet) -> list[ItemDescriptor]:
+def decode_descriptor_heap(packet: Any) -> list[ItemDescriptor]:
     """The descriptors of a one-packet descriptor heap (empty for any other heap)."""
     raw = packet if isinstance(packet, bytes) else np.asarray(packet, np.uint8).tobytes()
     _, fields = _addressed_fields(raw)
@@ -556,7 +565,7 @@ def encode_stop_heap(heap_cnt: int = STOP_HEAP_CNT) -> np.ndarray:
     return np.frombuffer(packet, dtype=np.uint8).reshape(1, -1).copy()
 
 
-def split_packets(buffer) -> Iterator[bytes]:
+def split_packets(buffer: Any) -> Iterator[bytes]:
     """The SPEAD packets of a buffer of packets back to back (an F-engine output file).
 
     Each packet is self-delimiting: 8-byte header, ``n`` item pointers, then the

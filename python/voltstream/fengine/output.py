@@ -32,12 +32,13 @@ heaps should key them by (heap cnt, frequency).
 from __future__ import annotations
 
 import ipaddress
+import os
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -57,7 +58,7 @@ from voltstream.fengine.packets import PacketBatch, PacketFormat, release_batche
 __all__ = ["HeapOutput", "OutputCounters", "parse_destinations", "read_packet_file"]
 
 
-def parse_destinations(spec) -> list[str]:
+def parse_destinations(spec: Any) -> list[str]:
     """``HOST:PORT`` destinations from a comma-separated string or a list of them.
 
     ``A.B.C.D+N:PORT`` expands to the N+1 consecutive IPv4 addresses from A.B.C.D
@@ -93,7 +94,7 @@ def parse_destinations(spec) -> list[str]:
     return out
 
 
-def read_packet_file(path) -> list[bytes]:
+def read_packet_file(path: str | os.PathLike[str]) -> list[bytes]:
     """The packets of an F-engine output file, in order."""
     return list(split_packets(Path(path).read_bytes()))
 
@@ -129,7 +130,7 @@ class HeapOutput:
     def __init__(
         self,
         layout: HeapLayout,
-        dests=(),
+        dests: Any = (),
         *,
         rate_gbps: float = 0.0,
         packet_payload: int = 8192,
@@ -247,7 +248,7 @@ class HeapOutput:
     def __enter__(self) -> HeapOutput:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close(send_stop=exc[0] is None)
 
     # -- work ------------------------------------------------------------------------

@@ -23,10 +23,12 @@ and the capture counts the chunks it has no room for).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.errors import ConfigError, VoltstreamError
 from voltstream.fengine.heaps import (
@@ -76,7 +78,7 @@ class PacketFormat:
     def nbytes(self, nslots: int) -> int:
         return int(np.prod(self.shape(nslots)))
 
-    def fill_headers(self, packets: np.ndarray, slots) -> None:
+    def fill_headers(self, packets: np.ndarray, slots: npt.ArrayLike) -> None:
         """Writes the headers of the heaps of ``slots`` (heap time slot numbers) into
         ``packets`` (``shape(len(slots))``); the payload bytes are left as they are."""
         lay = self.layout
@@ -95,7 +97,7 @@ class PacketFormat:
         )
         packets[..., :PACKET_HEADER_LEN] = heads.reshape(*packets.shape[:3], PACKET_HEADER_LEN)
 
-    def pack(self, payloads: np.ndarray, slots) -> np.ndarray:
+    def pack(self, payloads: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """A new packet block from heap payloads ``(S, nchan, spectra, ...)`` (what the
         engines compute per slot); the host-copy way, for the CPU path and tests."""
         p = np.ascontiguousarray(payloads).view(np.uint8).reshape(len(slots), -1)
@@ -149,14 +151,14 @@ class PacketBatch:
             hook()
 
 
-def release_batches(items) -> None:
+def release_batches(items: Iterable[Any]) -> None:
     """Gives back the buffers of every PacketBatch among ``items`` (idempotent)."""
     for item in items or ():
         if isinstance(item, PacketBatch):
             item.release()
 
 
-def heap_count(items) -> int:
+def heap_count(items: Iterable[Any]) -> int:
     """Heaps in a list of OutputHeaps and/or PacketBatches."""
     return sum(i.nheaps if isinstance(i, PacketBatch) else 1 for i in items)
 
@@ -198,7 +200,7 @@ class PacketPool:
             buf = self._alloc(max(int(nbytes), self.min_bytes, 1))
         returned = [False]
 
-        def give_back(b=buf) -> None:
+        def give_back(b: Any = buf) -> None:
             with self._cond:
                 if not returned[0]:
                     returned[0] = True

@@ -39,8 +39,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.digitiser import SAMPLE_BITS, unpack_heaps
 from voltstream.errors import CaptureError, ConfigError
@@ -48,6 +50,10 @@ from voltstream.fengine.packets import PacketBatch, heap_count, release_batches
 from voltstream.pipeline.capture import CaptureRun
 from voltstream.pipeline.gpu import Handoff, StatusLine, release_pool
 from voltstream.pipeline.timeline import ChunkTimeline, Gap
+
+if TYPE_CHECKING:  # CuPy at run time only: pipeline.gpu imports it lazily
+    from voltstream.fengine.engines import FEngine, PackedFEngine
+    from voltstream.pipeline.gpu import HostRegistry
 
 __all__ = [
     "INPUT_BITS",
@@ -135,7 +141,7 @@ def digitiser_samples(
 
 
 def digitiser_packets(
-    samples,
+    samples: npt.ArrayLike,
     first_heap: int,
     *,
     samples_per_heap: int = 4096,
@@ -160,7 +166,7 @@ def digitiser_packets(
     return np.ascontiguousarray(np.stack(pols, axis=1).reshape(-1, pols[0].shape[1]))
 
 
-def counters_dict(counters) -> dict:
+def counters_dict(counters: Any) -> dict:
     """An engine's counters as a plain dict (arrays become lists)."""
     if dataclasses.is_dataclass(counters):
         raw = {f.name: getattr(counters, f.name) for f in dataclasses.fields(counters)}
@@ -183,7 +189,7 @@ def _add_counts(total: dict, more: dict) -> dict:
     return out
 
 
-def apply_settings(engine, gains: dict | None = None, delays: dict | None = None) -> None:
+def apply_settings(engine: FEngine, gains: dict | None = None, delays: dict | None = None) -> None:
     """Applies ``{pol: gains}`` and ``{pol: DelayModel}`` (``control.load_settings``)."""
     for pol, g in (gains or {}).items():
         engine.set_gains(g, pol=int(pol))
@@ -289,9 +295,20 @@ class _Feeder:
     """Chunks in, engine blocks out: pairing, valid masks, time line, control, output."""
 
     def __init__(
-        self, engine, output, report, *, bits, samples_per_heap, control, factory, max_gap, stats,
-        status=None, warm_samples=0,
-    ):  # fmt: skip
+        self,
+        engine: FEngine,
+        output: Any,
+        report: Any,
+        *,
+        bits: int,
+        samples_per_heap: int,
+        control: Any,
+        factory: Any,
+        max_gap: int,
+        stats: Any,
+        status: Any = None,
+        warm_samples: int = 0,
+    ) -> None:
         self.engine, self.output, self.report = engine, output, report
         self.status, self.warm_samples = status, int(warm_samples)
         self.cap, self.pool_chunks, self.bytes_fed = None, 0, 0  # for the status line
@@ -306,9 +323,9 @@ class _Feeder:
         # The GPU engine copies blocks straight from the capture's pool: the pool is
         # page-locked for it, and each block goes back once its copy completed.
         self.handoff = Handoff()
-        self.registry = None
+        self.registry: HostRegistry | None = None
 
-    def attach(self, cap) -> None:
+    def attach(self, cap: Any) -> None:
         self.cap = cap
         buffers = cap.chunk_buffers()
         self.pool_chunks = len(buffers)
@@ -319,15 +336,15 @@ class _Feeder:
             self.registry.register(buffers)
             self._packets(self.engine)
             if self.warm_samples and callable(getattr(self.engine, "warm_up", None)):
-                self.engine.warm_up(self.warm_samples)  # before "listening on"
+                cast("PackedFEngine", self.engine).warm_up(self.warm_samples)  # before listening
 
-    def _packets(self, engine) -> None:
+    def _packets(self, engine: Any) -> None:
         """Has a GPU engine lay its heaps out as the output's packets (no host copy of
         the payloads; ``voltstream.fengine.packets``)."""
         if self.output is not None and callable(getattr(engine, "emit_packets", None)):
             engine.emit_packets(self.output.packet_format(engine.feng_id))
 
-    def take(self, item) -> None:
+    def take(self, item: Any) -> None:
         """A timeline block (both polarisations of one chunk id) or gap; gaps need
         nothing: the next block's time stamp says where it starts."""
         if isinstance(item, Gap):
@@ -379,7 +396,7 @@ class _Feeder:
             and getattr(self.engine, "input_bits", None) == self.bits
         )
 
-    def _block(self, ts: int, samples: np.ndarray, present: np.ndarray, block=None) -> None:
+    def _block(self, ts: int, samples: np.ndarray, present: np.ndarray, block: Any = None) -> None:
         """Feeds one chunk: samples (2, nheaps, sph) int16 or (2, nheaps * heap bytes)
         uint8 (packed), present (2, nheaps). ``block``: the samples are rows over its
         pool memory, handed back once the engine's copy from them completed."""
@@ -398,7 +415,9 @@ class _Feeder:
         nheaps = present.shape[1]
         coarse = None if both.all() else both  # one flag per heap
 
-        def per_sample():  # only engines without valid_step need flags per sample
+        def per_sample() -> (
+            np.ndarray | None
+        ):  # only engines without valid_step need flags per sample
             return None if coarse is None else np.repeat(coarse, self.sph)
 
         x = samples.reshape(2, -1)
@@ -408,18 +427,19 @@ class _Feeder:
         if self.control is not None:
             self.report.control_updates += int(self.control.apply_pending(self.engine) or 0)
         if x.dtype == np.uint8 and self._packed():
+            gpu = cast("PackedFEngine", self.engine)  # _packed: it takes our packed bytes
             if block is not None:
                 # Invalid heaps keep their stale bytes: the engine flags every
                 # spectrum that touches them, so they never reach an output heap.
-                heaps = self.engine.process_packed_async(x, ts, coarse, valid_step=self.sph)
-                self.handoff.hold(block, self.engine.last_copy)
+                heaps = gpu.process_packed_async(x, ts, coarse, valid_step=self.sph)
+                self.handoff.hold(block, gpu.last_copy)
                 if self.output is not None:  # payloads are views the next call reuses
                     heaps = [
                         h if isinstance(h, PacketBatch) else
                         dataclasses.replace(h, payload=h.payload.copy()) for h in heaps
                     ]  # fmt: skip
             else:
-                heaps = self.engine.process_packed(np.ascontiguousarray(x), ts, per_sample())
+                heaps = gpu.process_packed(np.ascontiguousarray(x), ts, per_sample())
         else:
             if x.dtype == np.uint8:  # the engine changed (restart): unpack now
                 x = unpack_heaps(x.reshape(2, nheaps, -1), self.bits).reshape(2, -1)
@@ -432,7 +452,7 @@ class _Feeder:
         self.next_ts = ts + n
         self._send(heaps)
 
-    def _send(self, heaps) -> None:
+    def _send(self, heaps: Any) -> None:
         if heaps:
             if self.control is not None and not self.control.capturing.is_set():
                 self.report.heaps_not_sent_capture_stopped += heap_count(heaps)
@@ -458,7 +478,7 @@ class _Feeder:
         old = self.engine
         if callable(getattr(old, "restart", None)):
             self.flush()
-            old.restart()
+            cast("PackedFEngine", old).restart()
             self.report.timeline_restarts += 1
             return True
         if self.factory is None:
@@ -524,8 +544,8 @@ def _sensor_values(report: FEngineReport, eng: dict, capture: dict, sent: int) -
 
 def run_fengine(
     listen: str,
-    engine,
-    output=None,
+    engine: Any,
+    output: Any = None,
     *,
     dig_ids: tuple[int, int] = (0, 1),
     input_bits: int = 10,
@@ -536,9 +556,9 @@ def run_fengine(
     nchunks: int | None = None,
     window: int = 4,
     capture_engine: str = "auto",
-    control=None,
-    engine_factory=None,
-    on_start=None,
+    control: Any = None,
+    engine_factory: Any = None,
+    on_start: Any = None,
     stop_event: threading.Event | None = None,
     status: bool = False,
     cpus: list[int] | None = None,
@@ -616,7 +636,7 @@ def run_fengine(
     timeline = ChunkTimeline(2, chunk_heaps, feeder.take)
     run = CaptureRun(cap, timeline, feeder, capture_cpus=cpus)
 
-    def started():
+    def started() -> None:
         report.address = cap.address or listen
         if on_start is not None:
             on_start(report.address)

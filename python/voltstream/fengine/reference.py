@@ -35,18 +35,19 @@ from ``(seed, slot)``, so it too is independent of the split.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.dsp.delay import DelayModel, apply_fine_delay
-from voltstream.dsp.pfb import channel_frequencies, check_pfb_shape, pfb_fir, pfb_weights
+from voltstream.dsp.pfb import pfb_fir
 from voltstream.dsp.quantize import apply_gains, quantize, slot_dither, uniform_dither
 from voltstream.errors import ConfigError
 from voltstream.fengine.heaps import HeapLayout, OutputHeap
+from voltstream.fengine.plan import NPOL, FEnginePlan
 
-__all__ = ["FEngineCounters", "FEngineReference", "FEngineSettings", "postprocess"]
-
-NPOL = 2
+__all__ = ["NPOL", "FEngineState", "FEngineCounters", "FEngineReference", "postprocess"]
 
 
 @dataclass
@@ -61,13 +62,13 @@ class FEngineCounters:
 
 
 def postprocess(
-    spectra,
-    chan_freqs_hz,
-    residual_delay_s,
-    phase_rad,
-    gains,
+    spectra: npt.ArrayLike,
+    chan_freqs_hz: np.ndarray,
+    residual_delay_s: npt.ArrayLike,
+    phase_rad: npt.ArrayLike,
+    gains: np.ndarray,
     bits: int = 8,
-    dither=None,
+    dither: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fine delay, gains, quantisation and transpose of one heap's spectra.
 
@@ -96,55 +97,53 @@ def postprocess(
     return np.ascontiguousarray(q.transpose(order)), saturated
 
 
-class FEngineSettings:
-    """What every F-engine is configured with and controlled by: the channeliser's
-    shape and weights, the heap layout, the sample rate, delay range, F-engine id and
-    dither, and the gains and delay models that ?gain and ?delays change at run time.
+class FEngineState:
+    """What every F-engine holds besides its plan: its id and dither seed, the gains and
+    delay models that ?gain and ?delays change at run time, and its counters.
 
-    The CPU reference and the GPU engine both build on this and nothing more: each
-    plans and computes its heaps itself, so a planning bug in one is caught by the
-    tests that compare the two rather than shared by both.
+    The plan (``voltstream.fengine.plan.FEnginePlan``: shape, weights, where each
+    spectrum's window lies) is not inherited: each engine is given one, built by the
+    same code for both, and keeps it as ``plan``; the tests check the plan against
+    first principles and that each engine computes what its plan says.
     """
 
     def __init__(
         self,
-        nchan: int,
-        taps: int,
-        spectra_per_heap: int,
+        nchan: int | None = None,
+        taps: int | None = None,
+        spectra_per_heap: int | None = None,
         *,
-        n_substreams: int = 1,
-        bits: int = 8,
-        sample_rate_hz: float = 1712e6,
-        max_delay_samples: int = 0,
+        plan: FEnginePlan | None = None,
         feng_id: int = 0,
         dither_seed: int | None = None,
-        window: str = "hann",
+        **plan_settings: Any,
     ) -> None:
-        self.nchan, self.taps = check_pfb_shape(nchan, taps)
-        self.layout = HeapLayout(self.nchan, int(spectra_per_heap), int(n_substreams), int(bits))
-        if not float(sample_rate_hz) > 0:
-            raise ConfigError(f"sample_rate_hz={sample_rate_hz} must be positive")
-        if int(max_delay_samples) != max_delay_samples or max_delay_samples < 0:
-            raise ConfigError(
-                f"max_delay_samples={max_delay_samples}: give a whole number of samples >= 0, "
-                "at least the largest coarse delay the delay models will ask for"
-            )
+        if plan is None:
+            if nchan is None or taps is None or spectra_per_heap is None:
+                raise ConfigError("give nchan, taps and spectra_per_heap, or a plan")
+            plan = FEnginePlan.make(nchan, taps, spectra_per_heap, **plan_settings)
+        elif nchan is not None or taps is not None or spectra_per_heap is not None or plan_settings:
+            raise ConfigError("give either a plan or the settings to make one, not both")
         if dither_seed is not None and (int(dither_seed) != dither_seed or dither_seed < 0):
             raise ConfigError(f"dither_seed={dither_seed}: give a non-negative integer or None")
-        self.sample_rate_hz = float(sample_rate_hz)
-        self.max_delay_samples = int(max_delay_samples)
+        self.plan = plan
         self.feng_id = int(feng_id)
         self.dither_seed = dither_seed
-        self.weights = pfb_weights(self.nchan, self.taps, window)
-        self.step = 2 * self.nchan
-        self.window_len = self.taps * self.step
-        self.chan_freqs_hz = channel_frequencies(self.nchan, self.sample_rate_hz)
-        self.gains = np.ones((NPOL, self.nchan), dtype=np.complex128)
+        self.gains = np.ones((NPOL, plan.nchan), dtype=np.complex128)
         self.delay_models = [DelayModel(), DelayModel()]
         self.counters = FEngineCounters()
 
+    # The plan's shape, read by the output and the control protocol.
+    @property
+    def layout(self) -> HeapLayout:
+        return self.plan.layout
+
+    @property
+    def nchan(self) -> int:
+        return self.plan.nchan
+
     # Control, as ?gain / ?delays would set it; takes effect from the next heap.
-    def set_gains(self, gains, pol: int | None = None) -> None:
+    def set_gains(self, gains: npt.ArrayLike, pol: int | None = None) -> None:
         """Complex gains: scalar or ``(nchan,)`` for one pol (or both), or ``(2, nchan)``."""
         g = np.asarray(gains, dtype=np.complex128)
         if not np.all(np.isfinite(g)):
@@ -172,11 +171,15 @@ class FEngineSettings:
         return int(pol)
 
 
-class FEngineReference(FEngineSettings):
-    """The CPU F-engine for one antenna (two polarisations); see the module docstring."""
+class FEngineReference(FEngineState):
+    """The CPU F-engine for one antenna (two polarisations); see the module docstring.
 
-    def __init__(self, nchan: int, taps: int, spectra_per_heap: int, **settings) -> None:
-        super().__init__(nchan, taps, spectra_per_heap, **settings)
+    Made from the settings (``nchan, taps, spectra_per_heap`` and the keywords of
+    ``FEnginePlan.make``) or from a ``plan``; ``feng_id`` and ``dither_seed`` either way.
+    """
+
+    def __init__(self, *args: Any, **settings: Any) -> None:
+        super().__init__(*args, **settings)
         self._x = np.zeros((NPOL, 0), dtype=np.float64)
         self._valid = np.zeros((NPOL, 0), dtype=bool)
         self._start = 0  # time stamp of self._x[:, 0]
@@ -188,7 +191,9 @@ class FEngineReference(FEngineSettings):
         """Samples per pol held between calls: the history the next heaps still need."""
         return int(self._x.shape[1])
 
-    def process(self, samples, timestamp: int, valid=None) -> list[OutputHeap]:
+    def process(
+        self, samples: npt.ArrayLike, timestamp: int, valid: npt.ArrayLike | None = None
+    ) -> list[OutputHeap]:
         """Feeds ``samples`` (2, n) starting at ``timestamp``; returns the heaps now complete.
 
         ``valid`` is None (all valid), bool ``(n,)`` (both pols) or bool ``(2, n)``.
@@ -212,8 +217,7 @@ class FEngineReference(FEngineSettings):
         if self._fresh:
             self._fresh = False
             self._start = timestamp
-            sph = self.layout.samples_per_heap
-            self._slot = -(-(timestamp + self.max_delay_samples) // sph)
+            self._slot = self.plan.first_slot(timestamp)
         end = self._start + self._x.shape[1]
         if timestamp < end:
             raise ConfigError(
@@ -231,7 +235,7 @@ class FEngineReference(FEngineSettings):
                 break
             heaps.extend(out)
             self._slot += 1
-        keep_from = self._slot * self.layout.samples_per_heap - self.max_delay_samples
+        keep_from = self.plan.keep_from(self._slot)
         drop = min(max(0, keep_from - self._start), self._x.shape[1])
         if drop:
             self._x = self._x[:, drop:]
@@ -241,18 +245,16 @@ class FEngineReference(FEngineSettings):
 
     def _heap(self, slot: int) -> list[OutputHeap] | None:
         """The heaps of one time slot; None when the input does not reach far enough."""
-        layout = self.layout
+        plan, layout = self.plan, self.layout
         nspec = layout.spectra_per_heap
         t0 = slot * layout.samples_per_heap
-        times = t0 + np.arange(nspec, dtype=np.int64) * self.step
-        split = [m.split(times, self.sample_rate_hz) for m in self.delay_models]
-        coarse = np.stack([s[0] for s in split])
-        starts = times[None, :] - coarse
+        win = plan.windows(np.array([slot]), self.delay_models)
+        starts = win.starts
         end = self._start + self._x.shape[1]
-        if int(starts.max()) + self.window_len > end:
+        if int(starts.max()) + plan.window_len > end:
             return None
         spectra = np.zeros((NPOL, nspec, self.nchan), dtype=np.complex128)
-        flagged = coarse > self.max_delay_samples
+        flagged = win.out_of_range.copy()
         for p in range(NPOL):
             self._channelize(p, starts[p], spectra[p], flagged[p])
         bad = np.any(flagged, axis=0)
@@ -261,13 +263,17 @@ class FEngineReference(FEngineSettings):
             self.counters.flagged_spectra += int(np.count_nonzero(bad))
             self.counters.heaps_skipped += layout.n_substreams
             return []
-        residual = np.stack([s[1] for s in split])
-        phase = np.stack([s[2] for s in split])
         dither = None
         if self.dither_seed is not None:
             dither = slot_dither(int(self.dither_seed), slot, spectra.shape)
         payload, saturated = postprocess(
-            spectra, self.chan_freqs_hz, residual, phase, self.gains, layout.bits, dither
+            spectra,
+            plan.chan_freqs_hz,
+            win.residual_s,
+            win.phase_rad,
+            self.gains,
+            layout.bits,
+            dither,
         )
         self.counters.saturated += saturated
         self.counters.heaps_sent += layout.n_substreams
@@ -283,20 +289,23 @@ class FEngineReference(FEngineSettings):
             for sub in range(layout.n_substreams)
         ]
 
-    def _channelize(self, pol: int, starts, out, flagged) -> None:
+    def _channelize(
+        self, pol: int, starts: np.ndarray, out: np.ndarray, flagged: np.ndarray
+    ) -> None:
         """PFB of one pol's spectra into ``out``; marks ``flagged`` where data is missing.
 
         Consecutive spectra with the same coarse delay form one contiguous run of input,
         as a GPU kernel launch per constant-delay region would see it.
         """
+        step, window_len = self.plan.step, self.plan.window_len
         nspec = starts.size
         i = 0
         while i < nspec:
             j = i + 1
-            while j < nspec and starts[j] - starts[j - 1] == self.step:
+            while j < nspec and starts[j] - starts[j - 1] == step:
                 j += 1
             lo = int(starts[i]) - self._start
-            hi = int(starts[j - 1]) - self._start + self.window_len
+            hi = int(starts[j - 1]) - self._start + window_len
             if lo < 0:
                 # History already dropped (or never given): those windows are lost.
                 lost = starts[i:j] - self._start < 0
@@ -310,8 +319,8 @@ class FEngineReference(FEngineSettings):
                 continue
             segment = self._x[pol, lo:hi]
             invalid = np.concatenate([[0], np.cumsum(~self._valid[pol, lo:hi])])
-            offsets = np.arange(j - i) * self.step
-            flagged[i:j] |= (invalid[offsets + self.window_len] - invalid[offsets]) > 0
-            g = pfb_fir(segment, self.weights, self.nchan)
+            offsets = np.arange(j - i) * step
+            flagged[i:j] |= (invalid[offsets + window_len] - invalid[offsets]) > 0
+            g = pfb_fir(segment, self.plan.weights, self.nchan)
             out[i:j] = np.fft.rfft(g, axis=-1)[:, : self.nchan]
             i = j

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from voltstream.errors import ConfigError, FormatError
 
+if TYPE_CHECKING:
+    from voltstream.io.dada import DadaReader
+    from voltstream.io.vdif import VdifFile
+    from voltstream.pipeline.interfaces import BlockSource
+
 __all__ = ["open_baseband", "reader_blocks"]
 
 
-def open_baseband(path, chan_bw_mhz: float | None = None, freq_mhz: float | None = None):
+def open_baseband(
+    path: str | os.PathLike[str], chan_bw_mhz: float | None = None, freq_mhz: float | None = None
+) -> DadaReader | VdifFile:
     """Opens a baseband file by its content: DADA (ASCII header) or VDIF frames (.vdif).
 
     ``chan_bw_mhz`` and ``freq_mhz`` override a VDIF file's sidecar (the channel
@@ -44,7 +54,9 @@ def open_baseband(path, chan_bw_mhz: float | None = None, freq_mhz: float | None
     )
 
 
-def reader_blocks(reader, nsamp: int, dtype=None):
+def reader_blocks(
+    reader: BlockSource, nsamp: int, dtype: Any = None
+) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
     """A reader's blocks as ``(block, valid)``: ``block`` (n, nchan, npol) (cast to
     ``dtype`` when given), ``valid`` bool (n,) or None; a block of another shape is a
     ConfigError naming what the observation expects."""

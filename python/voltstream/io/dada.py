@@ -56,6 +56,7 @@ import warnings
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -169,7 +170,9 @@ class DadaWriter:
     file's first sample correctly.
     """
 
-    def __init__(self, path: str | os.PathLike, obs: Observation, extra: dict | None = None):
+    def __init__(
+        self, path: str | os.PathLike, obs: Observation, extra: dict | None = None
+    ) -> None:
         self.path = Path(path)
         self.obs = obs
         self.dtype = _DTYPES.get(obs.nbit)
@@ -205,7 +208,7 @@ class DadaWriter:
             self.bytes_written += n
             buf = buf[n:]
 
-    def write(self, samples) -> None:
+    def write(self, samples: Any) -> None:  # a numpy array or a bytes-like object
         """Append samples: an array (nsamp, nchan, npol, ndim), or TFP bytes (bytes-like
         or a 1-D uint8/int8 array, as a capture chunk hands them over)."""
         raw_array = isinstance(samples, np.ndarray) and samples.ndim == 1 and samples.itemsize == 1
@@ -262,7 +265,7 @@ class DadaWriter:
     def __enter__(self) -> DadaWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -297,7 +300,7 @@ def _header_text(raw: bytes, path: Path) -> str:
     return decoded
 
 
-def _number(path: Path, header: dict[str, str], key: str, kind: type):
+def _number(path: Path, header: dict[str, str], key: str, kind: type) -> Any:
     try:
         return kind(header[key])
     except ValueError:
@@ -310,7 +313,7 @@ def _number(path: Path, header: dict[str, str], key: str, kind: type):
 class DadaReader:
     """A DADA file opened for reading; see :func:`open_dada`."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         try:
             size = self.path.stat().st_size
@@ -457,7 +460,7 @@ class DadaReader:
     def __enter__(self) -> DadaReader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

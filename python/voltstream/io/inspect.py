@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -130,7 +131,7 @@ def inspect_packets(packets: list, hint: str | None = None) -> dict:
                        "format='layout', ...) (docs/formats.md)"}  # fmt: skip
 
 
-def _vdif(packets, heads) -> dict:
+def _vdif(packets: list[bytes], heads: list[dict[str, Any]]) -> dict:
     col = {k: np.array([h[k] for h in heads]) for k in heads[0]}
     threads = sorted(set(col["thread"].tolist()))
     stations = {int(s): int((col["station"] == s).sum()) for s in np.unique(col["station"])}
@@ -203,7 +204,7 @@ def _vdif_options(i: dict) -> str:
     return f"voltstream fold --listen HOST:PORT {opts} (capture: --bind HOST:PORT {opts})"
 
 
-def _ynao(packets, heads) -> dict:
+def _ynao(packets: list[bytes], heads: list[dict[str, Any]]) -> dict:
     seq = np.array([h["sequence"] for h in heads])
     span = int(seq.max() - seq.min() + 1)
     return {

@@ -78,6 +78,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -156,12 +158,12 @@ def read_par_text(path: str | os.PathLike) -> dict:
     return {"psr": psr, "f0_hz": f0, "dm": num("DM"), "text": text}
 
 
-def _longdouble(x) -> np.ndarray:
+def _longdouble(x: np.ndarray) -> np.ndarray:
     """A longdouble array from a NumPy array or an astropy Quantity."""
     return np.asarray(getattr(x, "value", x), dtype=np.longdouble)
 
 
-def _clock_options(model) -> dict:
+def _clock_options(model: Any) -> dict:
     """PINT TOA clock options matching the .par file's CLK, as pint.toa.get_TOAs picks them.
 
     PINT's own Polycos.generate_polycos ignores CLK (it always applies its latest
@@ -177,7 +179,7 @@ def _clock_options(model) -> dict:
     return {"include_bipm": True}  # TT(BIPM), none or others: PINT's latest TT(BIPM)
 
 
-def load_pint_model(path: str | os.PathLike):
+def load_pint_model(path: str | os.PathLike) -> Any:
     """The PINT TimingModel of a .par file, with its absolute phase pinned.
 
     PINT otherwise puts phase zero (TZRMJD) at the first TOA it is given, so
@@ -207,7 +209,7 @@ def load_pint_model(path: str | os.PathLike):
     return model
 
 
-def _ephemeris(model) -> str:
+def _ephemeris(model: Any) -> str:
     ephem = getattr(getattr(model, "EPHEM", None), "value", None)
     return str(ephem).lower() if ephem else "de421"  # PINT's default too
 
@@ -233,7 +235,7 @@ def _load_ephemeris(ephem: str, offline: bool) -> None:
 _CLOCK_INDEX_URL = "https://raw.githubusercontent.com/ipta/pulsar-clock-corrections/main/index.txt"
 
 
-def _pint_failure(path, site: str, exc: Exception) -> ConfigError:
+def _pint_failure(path: str | os.PathLike[str], site: str, exc: Exception) -> ConfigError:
     """PINT's error while building TOAs, with where to put the missing data."""
     msg = f"{exc}"
     if exc.__cause__ is not None:
@@ -264,7 +266,9 @@ def _pint_failure(path, site: str, exc: Exception) -> ConfigError:
     return ConfigError(f"PINT could not make polycos from {path} at site {site!r}: {msg}{hint}")
 
 
-def _segment_minutes(start_mjd: int, start_sec: float, duration_s: float, span_min: int):
+def _segment_minutes(
+    start_mjd: int, start_sec: float, duration_s: float, span_min: int
+) -> list[int]:
     """Whole-minute TMIDs (minutes since MJD 0) of abutting segments covering the interval.
 
     A minute of margin on each side keeps the 1e-11 day rounding of TMID (< 1e-8 min)
@@ -277,7 +281,18 @@ def _segment_minutes(start_mjd: int, start_sec: float, duration_s: float, span_m
     return [tmid + k * span_min for k in range(count)]
 
 
-def _fit_entries(model, tmid_minutes, span_min, ncoeff, site, freq_mhz, clock, ephem, psr, dm):
+def _fit_entries(
+    model: Any,
+    tmid_minutes: list[int],
+    span_min: Any,
+    ncoeff: Any,
+    site: Any,
+    freq_mhz: Any,
+    clock: Any,
+    ephem: Any,
+    psr: Any,
+    dm: Any,
+) -> list[PolycoEntry]:
     """TEMPO-style polyco entries: RPHASE at TMID plus a fit of the rest at Chebyshev nodes."""
     import pint.toa
 
@@ -344,7 +359,7 @@ def _fit_entries(model, tmid_minutes, span_min, ncoeff, site, freq_mhz, clock, e
 
 
 @contextlib.contextmanager
-def _offline(enabled: bool):
+def _offline(enabled: bool) -> Iterator[None]:
     """Astropy (and so PINT) with no downloads: bundled IERS tables, cache only."""
     if not enabled:
         yield

@@ -29,6 +29,7 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.errors import ConfigError, FormatError
 
@@ -95,7 +96,7 @@ class PolycoEntry:
             self.rphase_int = float(np.floor(self.rphase))
             self.rphase_frac = self.rphase - self.rphase_int
 
-    def dt_min(self, mjd_int, sec) -> np.ndarray:
+    def dt_min(self, mjd_int: npt.ArrayLike, sec: npt.ArrayLike) -> np.ndarray:
         """Minutes from TMID, computed without forming a float MJD."""
         days = np.asarray(mjd_int, dtype=np.int64) - self.tmid_mjd
         return days * 1440.0 + (np.asarray(sec, dtype=np.float64) - self.tmid_frac * 86400.0) / 60.0
@@ -141,7 +142,7 @@ class PolycoEntry:
 class Polyco:
     """A set of polyco entries; the predictor interface over all of them."""
 
-    def __init__(self, entries: list[PolycoEntry], text: str | None = None, name: str = ""):
+    def __init__(self, entries: list[PolycoEntry], text: str | None = None, name: str = "") -> None:
         if not entries:
             raise FormatError(f"polyco {name or 'text'} holds no entries: check the file")
         self.entries = sorted(entries, key=lambda e: (e.tmid_mjd, e.tmid_frac))
@@ -167,7 +168,9 @@ class Polyco:
     def from_text(cls, text: str, name: str = "") -> Polyco:
         return cls(_parse(text, name), text=text, name=name)
 
-    def _select(self, mjd_int, sec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _select(
+        self, mjd_int: npt.ArrayLike, sec: npt.ArrayLike
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         mjd = np.asarray(mjd_int, dtype=np.int64)
         s = np.asarray(sec, dtype=np.float64)
         mjd, s = np.broadcast_arrays(mjd, s)
@@ -192,7 +195,9 @@ class Polyco:
             )
         return idx, mjd, s
 
-    def _evaluate(self, mjd_int, sec, what: str) -> np.ndarray | float:
+    def _evaluate(
+        self, mjd_int: npt.ArrayLike, sec: npt.ArrayLike, what: str
+    ) -> np.ndarray | float:
         idx, mjd, s = self._select(mjd_int, sec)
         out = np.empty(idx.shape, dtype=np.float64)
         for k in np.unique(idx):
@@ -202,11 +207,11 @@ class Polyco:
             out[m] = e.phase_dt(dt) if what == "phase" else e.freq_dt(dt)
         return out if out.ndim else float(out)
 
-    def phase(self, mjd_int, sec):
+    def phase(self, mjd_int: npt.ArrayLike, sec: npt.ArrayLike) -> np.ndarray | float:
         """Pulse phase in turns (float64), vectorised."""
         return self._evaluate(mjd_int, sec, "phase")
 
-    def freq_hz(self, mjd_int, sec):
+    def freq_hz(self, mjd_int: npt.ArrayLike, sec: npt.ArrayLike) -> np.ndarray | float:
         """Apparent spin frequency in Hz, vectorised."""
         return self._evaluate(mjd_int, sec, "freq")
 
@@ -368,23 +373,23 @@ class ConstantPeriod:
 
     text = None
 
-    def __init__(self, period_s: float, epoch_mjd_int: int, epoch_sec: float = 0.0):
+    def __init__(self, period_s: float, epoch_mjd_int: int, epoch_sec: float = 0.0) -> None:
         if not period_s > 0:
             raise ConfigError(f"folding period must be > 0 s, got {period_s}")
         self.period_s = float(period_s)
         self.epoch_mjd_int = int(epoch_mjd_int)
         self.epoch_sec = float(epoch_sec)
 
-    def _t(self, mjd_int, sec) -> np.ndarray:
+    def _t(self, mjd_int: npt.ArrayLike, sec: npt.ArrayLike) -> np.ndarray:
         days = np.asarray(mjd_int, dtype=np.int64) - self.epoch_mjd_int
         return days * 86400.0 + (np.asarray(sec, dtype=np.float64) - self.epoch_sec)
 
-    def phase(self, mjd_int, sec):
+    def phase(self, mjd_int: npt.ArrayLike, sec: npt.ArrayLike) -> np.ndarray | float:
         """Pulse phase in turns since the epoch."""
         ph = self._t(mjd_int, sec) / self.period_s
         return ph if np.ndim(ph) else float(ph)
 
-    def freq_hz(self, mjd_int, sec):
+    def freq_hz(self, mjd_int: npt.ArrayLike, sec: npt.ArrayLike) -> np.ndarray | float:
         """Spin frequency (constant)."""
         f = np.full(np.broadcast(np.asarray(mjd_int), np.asarray(sec)).shape, 1.0 / self.period_s)
         return f if f.ndim else float(f)

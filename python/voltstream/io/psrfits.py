@@ -56,6 +56,7 @@ import math
 import os
 import re
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +76,7 @@ _NCOEF_COL = 15
 # --- polyco ------------------------------------------------------------------
 
 
-def _polyco_entries(rows, src: str, dm: float) -> list[PolycoEntry]:
+def _polyco_entries(rows: Any, src: str, dm: float) -> list[PolycoEntry]:
     """Polyco entries back from POLYCO table rows (PSRFITS keeps no Doppler: 0)."""
     entries = []
     for r in rows:
@@ -185,7 +186,7 @@ def _check(archive: FoldedArchive) -> None:
 # --- PSRPARAM and COHDDISP ----------------------------------------------------
 
 
-def _psrparam_hdu(par_text: str):
+def _psrparam_hdu(par_text: str) -> Any:
     """PSRPARAM: the .par file, one row per non-blank line (column PARAM)."""
     from astropy.io import fits
 
@@ -212,7 +213,7 @@ def _cohddisp_geometry(archive: FoldedArchive) -> tuple[int, int]:
     return head, overlap - head
 
 
-def _cohddisp_hdu(archive: FoldedArchive):
+def _cohddisp_hdu(archive: FoldedArchive) -> Any:
     """COHDDISP: the coherent dedispersion applied (see the module docstring)."""
     from astropy.io import fits
 
@@ -350,7 +351,9 @@ def write_psrfits(
     steps = [*archive.history, *extra_history] or ["voltstream fold"]
     n = len(steps)
 
-    def col(name, fmt, values, unit=None, dim=None):
+    def col(
+        name: str, fmt: str, values: Any, unit: str | None = None, dim: str | None = None
+    ) -> Any:
         return fits.Column(name=name, format=fmt, array=values, unit=unit, dim=dim)
 
     hist = fits.BinTableHDU.from_columns(
@@ -516,7 +519,7 @@ def read_psrfits(path: str | os.PathLike) -> FoldedArchive:
             ) from None
 
 
-def _read(path, hdul) -> FoldedArchive:
+def _read(path: str | os.PathLike[str], hdul: Any) -> FoldedArchive:
     ph = hdul[0].header
     if str(ph.get("FITSTYPE", "")).strip() != "PSRFITS":
         raise FormatError(f"{path} is a FITS file but not PSRFITS (FITSTYPE is not 'PSRFITS')")

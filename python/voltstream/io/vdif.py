@@ -29,9 +29,12 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from voltstream.dsp.packed import PackedLayout
 from voltstream.errors import ConfigError, FormatError, TruncatedFileError
 from voltstream.observation import Observation
 
@@ -96,9 +99,9 @@ def decode_headers(frames: np.ndarray) -> dict[str, np.ndarray]:
 
 def encode_headers(
     *,
-    seconds,
-    frame,
-    thread,
+    seconds: npt.ArrayLike,
+    frame: npt.ArrayLike,
+    thread: npt.ArrayLike,
     frame_len: int,
     nchan: int,
     bits_per_sample: int,
@@ -107,7 +110,7 @@ def encode_headers(
     station: int = 0,
     version: int = 1,
     legacy: bool = False,
-    invalid=False,
+    invalid: bool = False,
 ) -> np.ndarray:
     """Headers for n frames as an (n, 32) or, if legacy, (n, 16) uint8 array.
 
@@ -212,7 +215,7 @@ class VdifFile:
         source: str | None = None,
         telescope: str | None = None,
         sidecar: bool = True,
-    ):
+    ) -> None:
         self.path = Path(path)
         meta: dict = {}
         side = Path(str(path) + ".json")
@@ -436,17 +439,17 @@ class VdifFile:
         t = self._table.reshape(-1)
         return bool((t == np.arange(t.size)).all())
 
-    def packed_layout(self):
+    def packed_layout(self) -> PackedLayout:
         """Where each sample's bits sit in :meth:`read_packed`'s bytes (GPU unpack)."""
-        from voltstream.dsp.cuda import PackedLayout
-
         o = self.obs
         enc = "vdif2" if self._nbit == 2 else "offset"
         return PackedLayout.vdif_frames(
             self._nbit, enc, o.nchan, o.npol, self._ndim, self.samples_per_frame
         )
 
-    def read_packed(self, f0: int, f1: int, out: np.ndarray | None = None):
+    def read_packed(
+        self, f0: int, f1: int, out: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """The data arrays of time frames f0..f1 as stored: (f1-f0, npol, frame_data_len)
         uint8 (absent frames zero), and :meth:`valid_samples` of them.
 
@@ -480,10 +483,10 @@ class VdifFile:
     def __enter__(self) -> VdifFile:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def open_vdif(path: str | os.PathLike, **opts) -> VdifFile:
+def open_vdif(path: str | os.PathLike, **opts: Any) -> VdifFile:
     """Opens and validates a VDIF file; see the module docs for ``opts``."""
     return VdifFile(path, **opts)

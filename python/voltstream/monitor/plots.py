@@ -42,7 +42,9 @@ def _weighted_rows(values: np.ndarray, weights: np.ndarray, axis: int) -> np.nda
         return out - np.nanmedian(out, axis=-1, keepdims=True)
 
 
-def plot_archive(archive: FoldedArchive, path_png: str | os.PathLike, title: str | None = None):
+def plot_archive(
+    archive: FoldedArchive, path_png: str | os.PathLike, title: str | None = None
+) -> None:
     """Write the profile / phase-frequency / phase-time figure of ``archive`` to a PNG."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -13,15 +13,22 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import numpy as np
 
 from voltstream.errors import CaptureError, ConfigError
 from voltstream.formats import StreamFormat
+from voltstream.pipeline.interfaces import ChunkSource, Consumer
 from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
+
+if TYPE_CHECKING:  # the compiled extension is imported when a capture opens
+    from voltstream import _core
 
 COUNTER_NAMES = (
     "received", "missing", "late", "duplicate", "invalid", "malformed", "foreign", "dropped",
@@ -206,38 +213,36 @@ def stream_labels(fmt: StreamFormat) -> list[str]:
     return [fmt.name.upper()]
 
 
-def open_capture(
-    fmt: StreamFormat,
-    bind: str,
-    packets_per_chunk: int = 256,
-    nchunks: int = 16,
-    window: int = 4,
-    resync_chunks: int = 64,
-    engine: str = "auto",
-    multicast: list[str] | None = None,
-    interface: str | None = None,
-    threads: int = 1,
-    cpus: list[int] | None = None,
-    engine_options: dict | None = None,
-):
+class CaptureOptions(TypedDict, total=False):
+    """How a capture is set up besides its format and address: ``_core.Capture``'s
+    keywords (``engine_options``: more of them, e.g. dpdk_port), for ``open_capture``
+    and ``run_capture``; ``CAPTURE_DEFAULTS`` where absent."""
+
+    packets_per_chunk: int
+    multicast: list[str] | None  # IPv4 groups to join on `interface`
+    nchunks: int
+    interface: str | None
+    window: int
+    cpus: list[int] | None
+    resync_chunks: int
+    engine_options: dict | None
+    engine: str
+    threads: int
+
+
+CAPTURE_DEFAULTS = CaptureOptions(
+    packets_per_chunk=256, nchunks=16, window=4, resync_chunks=64, engine="auto", threads=1
+)
+
+
+def open_capture(fmt: StreamFormat, bind: str, **options: Unpack[CaptureOptions]) -> _core.Capture:
     """A `_core.Capture` for `fmt` (not started); engine errors become CaptureError."""
     from voltstream import _core
 
+    o: dict[str, Any] = {**CAPTURE_DEFAULTS, **options}
+    extra = o.pop("engine_options", None) or {}
     try:
-        return _core.Capture(
-            bind=bind,
-            packets_per_chunk=packets_per_chunk,
-            nchunks=nchunks,
-            window=window,
-            resync_chunks=resync_chunks,
-            engine=engine,
-            multicast=multicast,
-            interface=interface,
-            threads=threads,
-            cpus=cpus,
-            **fmt.capture_kwargs(),
-            **(engine_options or {}),
-        )
+        return _core.Capture(bind=bind, **o, **fmt.capture_kwargs(), **extra)
     except OSError as e:  # CaptureError is an OSError; keep its message
         raise CaptureError(str(e)) from None
 
@@ -246,47 +251,35 @@ def run_capture(
     fmt: StreamFormat,
     bind: str,
     duration_s: float,
-    sink=None,
-    packets_per_chunk: int = 256,
-    nchunks: int = 16,
-    window: int = 4,
+    sink: Any = None,
+    *,
     idle_timeout_s: float | None = None,
-    on_start=None,
-    resync_chunks: int = 64,
-    engine: str = "auto",
-    multicast: list[str] | None = None,
-    interface: str | None = None,
-    threads: int = 1,
-    cpus: list[int] | None = None,
-    engine_options: dict | None = None,
-    consumer=None,
+    on_start: Callable[[], None] | None = None,
+    consumer: Consumer | None = None,
+    **options: Unpack[CaptureOptions],
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
 
     `on_start` is called once the socket is bound, so a sender can be started
-    without racing the bind. `multicast` lists IPv4 groups to join on `interface`. With
+    without racing the bind. `options` set the capture up (`CaptureOptions`). With
     `threads` > 1 each capture thread assembles its own streams; the timeline groups
-    their chunks by chunk id (pipeline/timeline.py).
-    `engine_options` are more keyword arguments of `_core.Capture` (e.g. dpdk_port,
-    dpdk_eal_args). Instead of `sink`, a `consumer` may take the timeline's blocks
-    and gaps as handles (`.block(Block)`, `.gap(packets)`, `.poll()`, `.finish()`;
-    the GPU stages do; `.attach(cap)` and `.close()` if it has them). Without either,
+    their chunks by chunk id (pipeline/timeline.py). Instead of `sink`, a `consumer`
+    (pipeline/interfaces.py `Consumer`) may take the timeline's blocks and gaps as
+    handles, as the GPU stages do. Without either,
     chunks go back to the pool unread (capture alone).
     """
     if duration_s <= 0:
         raise ConfigError(f"--duration must be positive, got {duration_s}")
     report = CaptureReport(format=fmt.name, bind=bind, stream_labels=stream_labels(fmt))
-    cap = open_capture(
-        fmt, bind, packets_per_chunk, nchunks, window, resync_chunks, engine, multicast,
-        interface, threads, cpus, engine_options,
-    )  # fmt: skip
+    o: CaptureOptions = {**CAPTURE_DEFAULTS, **options}
+    cap = open_capture(fmt, bind, **o)
     if consumer is None:
         consumer = TfpSink(fmt, sink, report) if sink is not None else CountingSink(fmt, report)
     timeline = ChunkTimeline(
-        cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads, resync_chunks
+        cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads, o["resync_chunks"]
     )
-    run = CaptureRun(cap, timeline, consumer, cpus)
+    run = CaptureRun(cap, timeline, consumer, o.get("cpus"))
     try:
         run.loop(duration_s, idle_timeout_s, on_start)
     finally:
@@ -302,14 +295,26 @@ class CaptureRun:
     capture is stopped, its flushed chunks drained, and the consumer finished. Every
     chunk goes back to the pool whatever happens (`release_all`, `consumer.close`)."""
 
-    def __init__(self, cap, timeline: ChunkTimeline, consumer, capture_cpus=None):
+    def __init__(
+        self,
+        cap: ChunkSource,
+        timeline: ChunkTimeline,
+        consumer: Consumer,
+        capture_cpus: list[int] | None = None,
+    ) -> None:
         self.cap, self.timeline, self.consumer = cap, timeline, consumer
         self.capture_cpus = capture_cpus
         self.seconds = 0.0
         self.interrupted = False
 
-    def loop(self, duration_s=None, idle_timeout_s=None, on_start=None, stop_event=None,
-             catch_interrupt: bool = False) -> None:  # fmt: skip
+    def loop(
+        self,
+        duration_s: float | None = None,
+        idle_timeout_s: float | None = None,
+        on_start: Callable[[], None] | None = None,
+        stop_event: threading.Event | None = None,
+        catch_interrupt: bool = False,
+    ) -> None:
         cap, timeline, consumer = self.cap, self.timeline, self.consumer
         cap.start()
         t0 = time.monotonic()
@@ -336,7 +341,7 @@ class CaptureRun:
             cap.stop()
             self.seconds = time.monotonic() - t0
 
-    def _run(self, t0, duration_s, idle_timeout_s, stop_event) -> None:
+    def _run(self, t0: Any, duration_s: Any, idle_timeout_s: Any, stop_event: Any) -> None:
         cap, last_data, packets_seen = self.cap, None, 0
         while True:
             now = time.monotonic()
@@ -360,7 +365,7 @@ class CaptureRun:
             self.timeline.add(chunk)
 
 
-def _leave_cpus(cpus) -> None:
+def _leave_cpus(cpus: Any) -> None:
     """Keeps the calling (consumer) thread off the CPUs the capture threads were pinned
     to, when others are allowed: a consumer sharing a capture core stalls the ring's
     drain and the kernel drops packets (seen on the GPU machine at 14 Gb/s)."""
@@ -374,11 +379,11 @@ def _leave_cpus(cpus) -> None:
 class CountingSink:
     """Capture alone: every block is counted and goes straight back to the pool."""
 
-    def __init__(self, fmt: StreamFormat, report: CaptureReport):
+    def __init__(self, fmt: StreamFormat, report: CaptureReport) -> None:
         self.fmt, self.report = fmt, report
         self.bytes_per_sample = fmt.nchan * fmt.npol * 2
 
-    def take(self, item) -> None:
+    def take(self, item: Any) -> None:
         packets = item.packets
         if isinstance(item, Block):
             item.release()
@@ -397,11 +402,11 @@ class CountingSink:
 class TfpSink(CountingSink):
     """Blocks to int8 TFP samples (absent packets zero) for `sink(samples, valid)`."""
 
-    def __init__(self, fmt: StreamFormat, sink, report: CaptureReport):
+    def __init__(self, fmt: StreamFormat, sink: Any, report: CaptureReport) -> None:
         super().__init__(fmt, report)
         self.sink = sink
 
-    def take(self, item) -> None:
+    def take(self, item: Any) -> None:
         spp = self.fmt.samples_per_packet
         if isinstance(item, Gap):
             n = item.packets * spp

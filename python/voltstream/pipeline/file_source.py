@@ -93,10 +93,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from voltstream.dsp.cuda import PackedLayout
+from voltstream.dsp.packed import PackedLayout
 from voltstream.errors import ConfigError, FormatError, TruncatedFileError, VoltstreamError
 from voltstream.io.baseband import open_baseband
 
@@ -187,7 +188,7 @@ class FileSource:
 
     def __init__(
         self,
-        reader,
+        reader: Any,
         block_samples: int | None = None,
         readers: int = 4,
         depth: int = 4,
@@ -197,7 +198,7 @@ class FileSource:
         stripe_bytes: int = STRIPE_BYTES,
         stall_timeout_s: float = 10.0,
         close_reader: bool = False,
-    ):
+    ) -> None:
         if readers < 1 or depth < 1:
             raise ConfigError(f"a file source needs readers >= 1 and depth >= 1, got "
                               f"{readers} and {depth}")  # fmt: skip
@@ -289,7 +290,7 @@ class FileSource:
 
     # --- planning
 
-    def _plan_dada(self, r, block_samples) -> None:
+    def _plan_dada(self, r: Any, block_samples: Any) -> None:
         if r.obs.nbit != 8:
             raise ConfigError(
                 f"{self.path}: {r.obs.nbit}-bit DADA cannot go to the GPU as stored (the "
@@ -311,7 +312,7 @@ class FileSource:
         self._skip = 0
         self._max_block_bytes = self.block_samples * self._bps
 
-    def _plan_vdif(self, r, block_samples) -> None:
+    def _plan_vdif(self, r: Any, block_samples: Any) -> None:
         o = r.obs
         self._spf = int(r.samples_per_frame)
         self._npol = o.npol
@@ -351,7 +352,7 @@ class FileSource:
         # The valid mask per block, from the frame table (None: complete).
         self._have = (self._table >= 0).all(axis=1)
 
-    def _check_block(self, block_samples) -> int:
+    def _check_block(self, block_samples: Any) -> int:
         b = int(block_samples)
         if b < 1:
             raise ConfigError(f"block_samples must be at least 1, got {block_samples}")
@@ -374,7 +375,7 @@ class FileSource:
 
     # --- blocks
 
-    def _block(self, k: int):
+    def _block(self, k: int) -> tuple[int, _Range | _Frames]:
         """(sample count, where the block's bytes are) of block k."""
         if self.kind == "dada":
             s0 = k * self.block_samples
@@ -462,7 +463,7 @@ class FileSource:
                     self.blocks_read += 1
                     self._cv.notify_all()
 
-    def _wrap(self, e: BaseException, task) -> FormatError:
+    def _wrap(self, e: BaseException, task: Any) -> FormatError:
         if isinstance(e, OSError):
             return FormatError(
                 f"{self.path}: reading block {task[1]} failed: {e.strerror or e}; "
@@ -470,7 +471,7 @@ class FileSource:
             )
         return FormatError(f"{self.path}: the file reader failed on block {task[1]}: {e!r}")
 
-    def _run(self, task) -> int:
+    def _run(self, task: Any) -> int:
         kind, k, b = task[0], task[1], task[2]
         buf = self._pool[b]
         if kind == "range":
@@ -650,7 +651,7 @@ class FileSource:
     def __enter__(self) -> FileSource:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -692,7 +693,7 @@ def open_file_source(
     alloc: Callable[[int], np.ndarray] | None = None,
     chan_bw_mhz: float | None = None,
     freq_mhz: float | None = None,
-    **opts,
+    **opts: Any,
 ) -> FileSource:
     """Opens a DADA or VDIF file (by content, as ``voltstream fold`` does) as a
     :class:`FileSource`. ``chan_bw_mhz`` and ``freq_mhz`` are for VDIF, which does not

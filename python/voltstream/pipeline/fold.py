@@ -16,23 +16,25 @@ excluded from the profiles when any input sample in its dedispersion span
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from voltstream.dsp.dedisperse import Dedisperser
-from voltstream.dsp.detect import detect, npol_out
+from voltstream.dsp.detect import detect
 from voltstream.dsp.fold import Folder
 from voltstream.errors import ConfigError
 from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
+from voltstream.pipeline.interfaces import BlockSource
 
 __all__ = ["fold_file"]
 
 
 def fold_file(
-    reader,
+    reader: BlockSource,
     dm: float,
-    predictor,
+    predictor: Any,
     nbin: int,
     tsub_s: float | None,
     pol_mode: str = "AA+BB",
@@ -46,30 +48,13 @@ def fold_file(
     ``progress(samples_read, samples_folded)`` is called after each block.
     """
     obs = reader.obs
-    npo = npol_out(pol_mode)
-    if pol_mode != "AA+BB" and obs.npol != 2:
-        raise ConfigError(f"{pol_mode} needs 2 polarisations; the input has {obs.npol}")
-    if abs(obs.tsamp_s * abs(obs.chan_bw_mhz) * 1e6 - 1.0) > 1e-6:
-        raise ConfigError(
-            f"sample interval {obs.tsamp_s * 1e6:g} us does not match the channel width "
-            f"{abs(obs.chan_bw_mhz):g} MHz: coherent dedispersion needs critically sampled "
-            "complex channels (tsamp = 1/|chan_bw|); check the file's TSAMP, BW and NCHAN"
-        )
+    folder = Folder.for_observation(obs, nbin, pol_mode, dm, predictor, tsub_s)
+    obs.check_critically_sampled(
+        "coherent dedispersion needs critically sampled complex channels "
+        "(tsamp = 1/|chan_bw|); check the file's TSAMP, BW and NCHAN"
+    )
     dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=nfft)
     stream = dd.streaming()
-    folder = Folder(
-        nbin=nbin,
-        nchan=obs.nchan,
-        npol_out=npo,
-        tsamp_s=obs.tsamp_s,
-        chan_freqs_mhz=obs.chan_freqs_mhz,
-        f_ref_mhz=obs.freq_mhz,
-        dm=dm,
-        predictor=predictor,
-        tsub_s=tsub_s,
-        start_mjd=obs.start_mjd,
-        start_sec=obs.start_sec,
-    )
     if block_samples is None:
         block_samples = max(4 * dd.step, 1 << 16)
     lost = 0

@@ -27,9 +27,12 @@ import sys
 import time
 import warnings
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from voltstream.pipeline.interfaces import GpuStage
 from voltstream.pipeline.timeline import Block, Gap
 
 __all__ = ["Handoff", "HostRegistry", "StageConsumer", "StatusLine", "release_pool"]
@@ -44,7 +47,7 @@ class Handoff:
     in order anyway).
     """
 
-    def __init__(self, done=None, wait=None):
+    def __init__(self, done: Any = None, wait: Any = None) -> None:
         self._done = done or (lambda ev: ev.done)
         self._wait = wait or (lambda ev: ev.synchronize())
         self._q: deque = deque()
@@ -56,7 +59,7 @@ class Handoff:
     def in_flight(self) -> int:
         return len(self._q)
 
-    def hold(self, block, event) -> None:
+    def hold(self, block: Any, event: Any) -> None:
         self._q.append((block, event))
         self.held += 1
         self.max_in_flight = max(self.max_in_flight, len(self._q))
@@ -102,7 +105,7 @@ class HostRegistry:
     from pageable memory and slower, and ``warning`` says why; the report shows it.
     """
 
-    def __init__(self, runtime=None):
+    def __init__(self, runtime: Any = None) -> None:
         if runtime is None:
             import cupy
 
@@ -112,7 +115,7 @@ class HostRegistry:
         self.nbytes = 0
         self.warning: str | None = None
 
-    def register(self, buffers) -> None:
+    def register(self, buffers: Any) -> None:
         for addr, nbytes in buffers:
             try:
                 self.rt.hostRegister(int(addr), int(nbytes), 0)
@@ -137,7 +140,9 @@ class StatusLine:
     """One line per second on stderr while a live stage runs: Gb/s in and processed,
     the pool's fill, losses so far, how busy the GPU was."""
 
-    def __init__(self, label: str, payload_len: int, interval_s: float = 1.0, stream=None):
+    def __init__(
+        self, label: str, payload_len: int, interval_s: float = 1.0, stream: Any = None
+    ) -> None:
         self.label, self.payload_len, self.interval = label, payload_len, interval_s
         self.stream = stream if stream is not None else sys.stderr
         self.t0 = self.last = time.monotonic()
@@ -145,7 +150,7 @@ class StatusLine:
         self.last_fed = 0
         self.lines = 0
 
-    def tick(self, cap, consumer) -> None:
+    def tick(self, cap: Any, consumer: Any) -> None:
         now = time.monotonic()
         if now - self.last < self.interval:
             return
@@ -178,8 +183,15 @@ class StageConsumer:
     the payload length. ``registry`` page-locks the capture's pool when attached.
     """
 
-    def __init__(self, stage, fmt, registry: HostRegistry | None = None, status=None,
-                 handoff: Handoff | None = None, busy=None):  # fmt: skip
+    def __init__(
+        self,
+        stage: GpuStage,
+        fmt: Any,
+        registry: HostRegistry | None = None,
+        status: StatusLine | None = None,
+        handoff: Handoff | None = None,
+        busy: Callable[[], float] | None = None,
+    ) -> None:
         self.stage, self.fmt = stage, fmt
         self.registry, self.status = registry, status
         self.handoff = handoff or Handoff()
@@ -193,14 +205,14 @@ class StageConsumer:
         self.bytes_fed = 0
         self.lost_samples = 0
 
-    def attach(self, cap) -> None:
+    def attach(self, cap: Any) -> None:
         self.cap = cap
         buffers = cap.chunk_buffers()
         self.pool_chunks = len(buffers)
         if self.registry is not None:
             self.registry.register(buffers)
 
-    def take(self, item) -> None:
+    def take(self, item: Any) -> None:
         spp = self.fmt.samples_per_packet
         if isinstance(item, Gap):
             n = item.packets * spp

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,13 +25,16 @@ from voltstream.errors import ConfigError
 from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
 
+if TYPE_CHECKING:
+    from voltstream.pipeline.file_source import FileSource
+
 __all__ = ["fold_file_gpu"]
 
 
 def fold_file_gpu(
-    reader,
+    reader: Any,
     dm: float,
-    predictor,
+    predictor: Any,
     nbin: int,
     tsub_s: float | None,
     pol_mode: str = "AA+BB",
@@ -95,7 +98,7 @@ def fold_file_gpu(
     return arch
 
 
-def _file_source(reader, block_samples):
+def _file_source(reader: Any, block_samples: Any) -> FileSource | None:
     """The file's block source (pipeline/file_source.py) for a DADA or VDIF reader, or
     None where it does not apply (16-bit DADA, readers of other kinds): staged path."""
     from voltstream.io.dada import DadaReader
@@ -111,7 +114,7 @@ def _file_source(reader, block_samples):
         return None
 
 
-def _fold_packed(reader, args, kw, block_samples, progress) -> GpuFolder:
+def _fold_packed(reader: Any, args: Any, kw: Any, block_samples: Any, progress: Any) -> GpuFolder:
     """Frames of a VDIF-like reader to the GPU as stored bytes (2/4/8-bit codes).
 
     Chunks are whole frames (the packed layout is frame by frame); absent frames
@@ -133,7 +136,7 @@ def _fold_packed(reader, args, kw, block_samples, progress) -> GpuFolder:
     return eng
 
 
-def _fold_file_blocks(src, args, kw, progress, stages: dict) -> GpuFolder:
+def _fold_file_blocks(src: Any, args: Any, kw: Any, progress: Any, stages: dict) -> GpuFolder:
     """A file on the product path: blocks read by several threads straight into
     page-locked buffers (pipeline/file_source.py: DADA, VDIF as stored or gathered),
     copied to the GPU from there and given back on the copy's event (pipeline/gpu.py),

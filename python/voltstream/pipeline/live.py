@@ -17,11 +17,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from voltstream.formats import StreamFormat
-from voltstream.observation import Observation
+from voltstream.observation import FoldedArchive, Observation
 from voltstream.pipeline.capture import CaptureReport
 
 _END = object()
@@ -39,8 +41,8 @@ class LiveReader:
         idle_timeout_s: float | None = None,
         max_queued_chunks: int = 64,
         engine: str = "auto",
-        **capture_options,
-    ):
+        **capture_options: Any,
+    ) -> None:
         self.fmt, self.bind, self.obs = fmt, bind, obs
         self.duration_s, self.idle_timeout_s = duration_s, idle_timeout_s
         self.engine = engine
@@ -78,7 +80,7 @@ class LiveReader:
             self._started.set()
             self._queue.put(_END)
 
-    def read_blocks(self, nsamp: int):
+    def read_blocks(self, nsamp: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Yields (complex64 (n, nchan, npol), valid (n,)) blocks of `nsamp` samples
         (the last may be shorter) until the capture ends."""
         parts, valid_parts, have = [], [], 0
@@ -107,7 +109,9 @@ GPU_CHUNK_BYTES = 32 << 20
 GPU_POOL_MB = 1024
 
 
-def gpu_chunking(fmt: StreamFormat, packets_per_chunk: int | None, pool_mb: float, window: int):
+def gpu_chunking(
+    fmt: StreamFormat, packets_per_chunk: int | None, pool_mb: float, window: int
+) -> tuple[int, int]:
     """(packets per chunk, pool chunks) for a live GPU stage: chunks of about 32 MiB
     (the per-chunk Python cost is then far below a chunk's duration even at 100 Gb/s),
     a pool of ``pool_mb`` MiB but at least window + 4 chunks."""
@@ -124,7 +128,7 @@ def fold_live_gpu(
     duration_s: float,
     obs: Observation,
     dm: float,
-    predictor,
+    predictor: Any,
     nbin: int,
     tsub_s: float | None,
     pol_mode: str = "AA+BB",
@@ -133,9 +137,9 @@ def fold_live_gpu(
     pool_mb: float = GPU_POOL_MB,
     window: int = 4,
     status: bool = True,
-    on_start=None,
-    **capture_options,
-):
+    on_start: Any = None,
+    **capture_options: Any,
+) -> tuple[FoldedArchive, Any]:
     """Captures and folds on the GPU in one process, chunks straight from the capture's
     pool to the GPU (pipeline/gpu.py); returns (archive, capture report).
 

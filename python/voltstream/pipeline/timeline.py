@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -114,7 +115,7 @@ class Block:
                 c.release()
 
 
-def _present(chunk, ppc: int) -> tuple[np.ndarray, bool]:
+def _present(chunk: Any, ppc: int) -> tuple[np.ndarray, bool]:
     nst = len(chunk.streams)
     if chunk.present_count == nst * ppc:
         return np.ones((nst, ppc), bool), True
@@ -132,7 +133,7 @@ class ChunkTimeline:
         emit: Callable[[Block | Gap], None],
         nthreads: int = 1,
         resync_chunks: int = 64,
-    ):
+    ) -> None:
         self.nstreams, self.ppc, self.emit = nstreams, packets_per_chunk, emit
         self.resync_chunks = resync_chunks
         self.nthreads = nthreads
@@ -143,7 +144,7 @@ class ChunkTimeline:
         self.discontinuities = 0
         self.blocks = 0
 
-    def add(self, chunk) -> None:
+    def add(self, chunk: Any) -> None:
         cid, t = chunk.chunk_id, getattr(chunk, "thread", 0)
         present, complete = _present(chunk, self.ppc)
         blk = self.pending.get(cid)

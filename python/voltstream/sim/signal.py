@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +54,7 @@ class _Noise:
     filling). The split is fixed, so the samples depend only on the seed.
     """
 
-    def __init__(self, seed: int, nchan: int):
+    def __init__(self, seed: int, nchan: int) -> None:
         gens = np.random.default_rng(seed).spawn(2 if nchan > 1 else 1)
         self.parts = list(zip(gens, np.array_split(np.arange(nchan), len(gens)), strict=True))
         self.pool = ThreadPoolExecutor(len(gens)) if len(gens) > 1 else None
@@ -60,7 +62,7 @@ class _Noise:
     def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
         out = np.empty(shape + (2,), dtype=np.float32)
 
-        def fill(part):
+        def fill(part: Any) -> None:
             rng, chans = part
             sub = out[chans[0] : chans[-1] + 1]
             rng.standard_normal(out=sub, dtype=np.float32)
@@ -115,12 +117,9 @@ def synthesize_blocks(
         raise ConfigError("duration and block size must be positive")
     if signal == "pulsar" and (period_s <= 0 or not 0 < duty < 1):
         raise ConfigError(f"pulsar needs period_s > 0 and 0 < duty < 1 (got {period_s}, {duty})")
-    if abs(obs.tsamp_s * abs(obs.chan_bw_mhz) * 1e6 - 1.0) > 1e-6:
-        raise ConfigError(
-            f"sample interval {obs.tsamp_s * 1e6:g} us does not match the channel width "
-            f"{abs(obs.chan_bw_mhz):g} MHz: the simulator makes critically sampled complex "
-            "channels, so set tsamp = 1/|chan_bw|"
-        )
+    obs.check_critically_sampled(
+        "the simulator makes critically sampled complex channels, so set tsamp = 1/|chan_bw|"
+    )
     if signal == "tone":
         f_tone = obs.freq_mhz - obs.bw_mhz / 4 if tone_mhz is None else float(tone_mhz)
         lo, hi = sorted((obs.freq_mhz - obs.bw_mhz / 2, obs.freq_mhz + obs.bw_mhz / 2))
@@ -130,7 +129,8 @@ def synthesize_blocks(
             )
     total = int(round(duration_s / obs.tsamp_s))
     # Validation above runs at call time; the samples are made lazily.
-    pieces = _pieces(obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, pulse_amplitude, seed)
+    sig = _Signal(signal, dm, period_s, duty, pulse_phase, tone_mhz, pulse_amplitude)
+    pieces = _pieces(obs, sig, seed)
     return _reblock(pieces, total, block_samples)
 
 
@@ -157,18 +157,31 @@ def _reblock(pieces: Iterator[np.ndarray], total: int, block_samples: int) -> It
         produced += n
 
 
-def _pieces(obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, amplitude, seed):
+@dataclass(frozen=True)
+class _Signal:
+    """What ``synthesize_blocks`` was asked to make (validated there)."""
+
+    kind: str  # one of SIGNALS
+    dm: float
+    period_s: float
+    duty: float
+    pulse_phase: float
+    tone_mhz: float | None
+    amplitude: float
+
+
+def _pieces(obs: Observation, sig: _Signal, seed: int) -> Iterator[np.ndarray]:
     """Endless (nchan, npol, n) complex64 pieces of the signal."""
     noise = _Noise(seed, obs.nchan)
     try:
-        yield from _signal_pieces(
-            noise, obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, amplitude
-        )
+        yield from _signal_pieces(noise, obs, sig)
     finally:
         noise.close()
 
 
-def _signal_pieces(noise, obs, signal, dm, period_s, duty, pulse_phase, tone_mhz, amplitude):
+def _signal_pieces(noise: _Noise, obs: Observation, sig: _Signal) -> Iterator[np.ndarray]:
+    signal, dm, period_s, duty = sig.kind, sig.dm, sig.period_s, sig.duty
+    pulse_phase, tone_mhz, amplitude = sig.pulse_phase, sig.tone_mhz, sig.amplitude
     nchan, npol = obs.nchan, obs.npol
     freqs = obs.chan_freqs_mhz
     if signal == "noise":
@@ -208,7 +221,7 @@ def _signal_pieces(noise, obs, signal, dm, period_s, duty, pulse_phase, tone_mhz
             yield out
 
 
-def synthesize(obs: Observation, duration_s: float, **kwargs) -> np.ndarray:
+def synthesize(obs: Observation, duration_s: float, **kwargs: Any) -> np.ndarray:
     """The whole signal of :func:`synthesize_blocks` as one complex64 (nsamp, nchan, npol)."""
     blocks = list(synthesize_blocks(obs, duration_s, **kwargs))
     return np.concatenate(blocks, axis=0)

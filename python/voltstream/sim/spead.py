@@ -16,7 +16,10 @@ bits of byte 0 (10 bits: four samples in five bytes).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from voltstream.digitiser import SAMPLE_BITS, check_bits, pack_samples, unpack_samples
 from voltstream.errors import ConfigError, FormatError
@@ -54,13 +57,13 @@ def spead_dig_packet_len(samples_per_heap: int = 4096, bits: int = 10) -> int:
 
 
 def packetize_spead_dig(
-    samples,
+    samples: npt.ArrayLike,
     *,
     bits: int = 10,
     samples_per_heap: int = 4096,
     timestamp: int = 0,
     digitiser_id: int = 0,
-    status=0,
+    status: int = 0,
     heap_address_bits: int = 48,
 ) -> np.ndarray:
     """Packs a 1-D integer sample stream into digitiser heap packets.
@@ -100,7 +103,7 @@ def packetize_spead_dig(
     return out
 
 
-def parse_spead_header(packet) -> dict:
+def parse_spead_header(packet: Any) -> dict:
     """Reads one SPEAD-64-XX packet: flavour, items and payload.
 
     Returns ``{"heap_address_bits", "items": [(immediate, id, value), ...],
@@ -135,7 +138,7 @@ def parse_spead_header(packet) -> dict:
     }
 
 
-def depacketize_spead_dig(packets, *, bits: int = 10) -> dict:
+def depacketize_spead_dig(packets: npt.ArrayLike, *, bits: int = 10) -> dict:
     """Decodes digitiser heap packets (rows of ``packets``).
 
     Returns ``{"timestamp", "digitiser_id", "status"}`` (uint64, one per

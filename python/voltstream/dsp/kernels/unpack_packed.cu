@@ -34,12 +34,6 @@
 #ifndef NDIM
 #define NDIM 2
 #endif
-#ifndef TILE_T
-#define TILE_T 32
-#endif
-#ifndef TILE_CP
-#define TILE_CP 32
-#endif
 
 #if NBIT != 2 && NBIT != 4 && NBIT != 8
 #error "NBIT must be 2, 4 or 8"
@@ -96,6 +90,8 @@ __device__ __forceinline__ float2 stream_sample(const unsigned char *__restrict_
 #endif
 }
 
+#include "frame_tile.cuh"
+
 extern "C" __global__ void __launch_bounds__(TILE_T * 8)
 unpack_packed_frame(const unsigned char *__restrict__ raw, const float2 *__restrict__ carry,
                     const unsigned char *__restrict__ valid, float2 *__restrict__ out,
@@ -103,38 +99,10 @@ unpack_packed_frame(const unsigned char *__restrict__ raw, const float2 *__restr
                     int nfft, int step, int nblock, int carry_cap,
                     int carry_len, long long nsamp_raw)
 {
-    __shared__ float2 tile[TILE_CP][TILE_T + 1];  // +1: no bank conflicts on the transpose
     const Layout L = {s_blk, spf, s_t, s_c, s_p, npol};
-
-    const int tiles_per_frame = (nfft + TILE_T - 1) / TILE_T;
-    const int b = blockIdx.x / tiles_per_frame;
-    const int j0 = (blockIdx.x % tiles_per_frame) * TILE_T;
-    const int cp0 = blockIdx.y * TILE_CP;
-    if (b >= nblock) return;
-
-    const int tx = threadIdx.x % TILE_CP;
-    const int ty = threadIdx.x / TILE_CP;
-    const int rows_per_pass = blockDim.x / TILE_CP;
-    for (int t = ty; t < TILE_T; t += rows_per_pass) {
-        const int j = j0 + t;
-        const int cp = cp0 + tx;
-        float2 v = make_float2(0.0f, 0.0f);
-        if (j < nfft && cp < ncp) {
-            v = stream_sample(raw, carry, valid, L, carry_cap, carry_len, nsamp_raw,
-                              (long long)b * step + j, cp);
-        }
-        tile[tx][t] = v;
-    }
-    __syncthreads();
-
-    const int wt = threadIdx.x % TILE_T;
-    const int wr = threadIdx.x / TILE_T;
-    const int rows_w = blockDim.x / TILE_T;
-    for (int c = wr; c < TILE_CP; c += rows_w) {
-        const int cp = cp0 + c;
-        const int j = j0 + wt;
-        if (cp < ncp && j < nfft) out[((long long)cp * nblock + b) * nfft + j] = tile[c][wt];
-    }
+    frame_tile(out, ncp, nfft, step, nblock, [=](long long s, int cp) {
+        return stream_sample(raw, carry, valid, L, carry_cap, carry_len, nsamp_raw, s, cp);
+    });
 }
 
 // next[cp * carry_cap + i] = stream sample (cut + i) of cp, for i < new_len: the

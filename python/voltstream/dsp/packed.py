@@ -1,0 +1,76 @@
+"""Where each packed sample value sits in a buffer: :class:`PackedLayout`.
+
+Data, not GPU code: file formats (``io/vdif.py``), the format table
+(``formats.py``) and the file source describe their bytes with it, and the packed
+unpack kernel (``dsp/fold_kernels.py``) reads them through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from voltstream.errors import ConfigError
+
+__all__ = ["ENCODINGS", "PackedLayout"]
+
+# Encodings of unpack_packed.cu, by name; see its header for what each means.
+ENCODINGS = {"twos": 0, "offset": 1, "vdif2": 2}
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """Where sample (s, chan, pol, re/im) sits in a packed buffer, in values.
+
+    ``value = (s // spf) * s_blk + (s % spf) * s_t + chan * s_c + pol * s_p + d``,
+    each value ``nbit`` bits, least significant first. :meth:`time_major` is
+    DADA's order; :meth:`vdif_frames` is VDIF's (each polarisation a thread of
+    frames, frames of one time side by side).
+    """
+
+    nbit: int
+    encoding: str
+    ndim: int
+    nchan: int
+    npol: int
+    spf: int
+    s_blk: int
+    s_t: int
+    s_c: int
+    s_p: int
+
+    @classmethod
+    def time_major(cls, nbit: int, encoding: str, nchan: int, npol: int, ndim: int) -> PackedLayout:
+        per = nchan * npol * ndim
+        return cls(nbit, encoding, ndim, nchan, npol, 1, per, 0, npol * ndim, ndim)
+
+    @classmethod
+    def vdif_frames(
+        cls, nbit: int, encoding: str, nchan: int, npol: int, ndim: int, spf: int
+    ) -> PackedLayout:
+        per_frame = spf * nchan * ndim
+        return cls(nbit, encoding, ndim, nchan, npol, spf, npol * per_frame, nchan * ndim, ndim,
+                   per_frame)  # fmt: skip
+
+    def nbytes(self, nsamp: int) -> int:
+        """Bytes up to and including the last value of sample ``nsamp - 1``."""
+        if nsamp <= 0:
+            return 0
+        s = nsamp - 1
+        last = (s // self.spf) * self.s_blk + (s % self.spf) * self.s_t
+        last += (self.nchan - 1) * self.s_c + (self.npol - 1) * self.s_p + self.ndim - 1
+        return -(-(last + 1) * self.nbit // 8)
+
+    def check(self) -> None:
+        if self.nbit not in (2, 4, 8) or self.encoding not in ENCODINGS or self.ndim not in (1, 2):
+            raise ConfigError(
+                f"the GPU unpack reads 2/4/8-bit {sorted(ENCODINGS)} real or complex values, "
+                f"not {self.nbit}-bit {self.encoding!r} ndim={self.ndim}; use --device cpu"
+            )
+        if self.encoding == "vdif2" and self.nbit != 2:
+            raise ConfigError("the VDIF level table is for 2-bit data")
+        if self.spf == 1 and (self.nchan * self.npol * self.ndim * self.nbit) % 8:
+            raise ConfigError(
+                f"{self.nchan} channels x {self.npol} pols x {self.ndim} x {self.nbit} bits is "
+                "not a whole number of bytes per sample; the GPU path needs byte-aligned "
+                "samples in time-major data (use --device cpu)"
+            )

@@ -1,0 +1,86 @@
+"""The pipeline's interfaces, as ``typing.Protocol``: what each part must offer,
+checked by mypy where the parts are joined, never by inheritance.
+
+    ChunkSource ──chunks──► ChunkTimeline ──Block | Gap──► Consumer
+                                                             └─► GpuStage (StageConsumer)
+    BlockSource ──(samples, valid) blocks──► the file and live folds
+
+- ``ChunkSource``: a capture (``_core.Capture``); ``CaptureRun`` drives it.
+- ``Consumer``: what ``CaptureRun`` hands the timeline's items to (``TfpSink``,
+  ``CountingSink``, ``StageConsumer``, the F-engine's feeder). ``attach(cap)`` and
+  ``close()`` are optional; ``CaptureRun`` calls them when they exist.
+- ``GpuStage``: a GPU product fed straight from capture chunks (``GpuFolder``).
+- ``BlockSource``: a reader of sample blocks (DADA, VDIF, the live capture reader).
+
+The F-engine's own interface (``FEngine``) is in ``voltstream.fengine.engines``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from voltstream.observation import Observation
+    from voltstream.pipeline.timeline import Block, Gap
+
+__all__ = ["BlockSource", "ChunkSource", "Consumer", "GpuStage"]
+
+
+class ChunkSource(Protocol):
+    """A started-on-demand capture that hands out chunks of its page-locked pool."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def next_chunk(self, timeout_s: float) -> Any:
+        """The next complete chunk, or None after ``timeout_s`` without one."""
+        ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def chunk_buffers(self) -> list[tuple[int, int]]:
+        """(address, length) of every chunk of the pool, fixed for the capture's life."""
+        ...
+
+
+class Consumer(Protocol):
+    """Takes the timeline's items in time order; each Block is released by it."""
+
+    def take(self, item: Block | Gap) -> None: ...
+
+    def poll(self) -> None:
+        """Called between chunks: give back what completed, update the status line."""
+        ...
+
+    def finish(self) -> None:
+        """The capture ended: complete what is in flight."""
+        ...
+
+
+class GpuStage(Protocol):
+    """A GPU product fed from capture chunks without host copies."""
+
+    def feed_block(self, parts: Any, n: int, skip: int = 0, valid: np.ndarray | None = None) -> Any:
+        """Copies ``n`` samples from ``parts`` (address, length, offset) runs; returns
+        the CUDA event after which the chunk may go back to the pool."""
+        ...
+
+    def feed_gap(self, n: int) -> None:
+        """``n`` samples that never arrived."""
+        ...
+
+    def synchronize(self) -> None: ...
+
+
+class BlockSource(Protocol):
+    """Sample blocks ``(n, nchan, npol[, 2])``, with a validity mask where the source
+    knows of lost samples, described by ``obs``."""
+
+    @property
+    def obs(self) -> Observation: ...
+
+    def read_blocks(self, nsamp: int) -> Iterator[np.ndarray | tuple[np.ndarray, np.ndarray]]: ...
