@@ -56,11 +56,11 @@
 // Without the feature only the stub engine and the tests use the helpers.
 #![cfg_attr(not(feature = "dpdk"), allow(dead_code))]
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::packet_ring::{parse_udp, Frame};
+use super::flow::{pass, Flow, Frame};
 use super::{Engine, Received};
 use crate::{Error, Result};
 
@@ -347,57 +347,9 @@ impl DpdkInfo {
     }
 }
 
-/// Whether a frame is ours, read from the headers only (it may be cut short).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Class {
-    Ours,
-    Other,
-}
-
-/// IPv4/UDP to `port` (and to `addr` unless it is unspecified), and not a later
-/// fragment. A frame cut before the UDP port is ours when everything before it is.
-fn classify(l2: &[u8], addr: Ipv4Addr, port: u16) -> Class {
-    let be16 = |at: usize| l2.get(at..at + 2).map(|s| u16::from_be_bytes([s[0], s[1]]));
-    let (mut ethertype, mut l3) = (be16(12), 14);
-    if matches!(ethertype, Some(0x8100 | 0x88a8)) {
-        (ethertype, l3) = (be16(16), 18);
-    }
-    if ethertype != Some(0x0800) {
-        return Class::Other;
-    }
-    let Some(ip) = l2.get(l3..l3 + 20) else {
-        return Class::Ours; // cut inside the IP header: the parser reports it
-    };
-    if ip[9] != libc::IPPROTO_UDP as u8 || u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff != 0 {
-        return Class::Other;
-    }
-    if !addr.is_unspecified() && ip[16..20] != addr.octets() {
-        return Class::Other;
-    }
-    let ihl = (ip[0] & 0x0f) as usize * 4;
-    match be16(l3 + ihl + 2) {
-        Some(p) if p != port => Class::Other,
-        _ => Class::Ours,
-    }
-}
-
-/// True when the frame holds fewer bytes than its IPv4 total length says.
-fn is_cut(l2: &[u8]) -> bool {
-    let l3 = if matches!(l2.get(12..14), Some([0x81, 0x00] | [0x88, 0xa8])) {
-        18
-    } else {
-        14
-    };
-    match l2.get(l3 + 2..l3 + 4) {
-        Some(t) => l3 + u16::from_be_bytes([t[0], t[1]]) as usize > l2.len(),
-        None => true,
-    }
-}
-
 /// Per-frame work of a burst: classification, parsing, counting.
 struct Deliver {
-    addr: Ipv4Addr,
-    port: u16,
+    flow: Flow,
     max_packet: usize,
     counts: DpdkCounts,
 }
@@ -410,19 +362,13 @@ impl Deliver {
             sink(Received::Truncated); // a chain longer than the scratch buffer
             return 1;
         };
-        if classify(l2, self.addr, self.port) == Class::Other {
-            self.counts.other += 1;
-            return 0;
-        }
-        match parse_udp(l2, self.port) {
-            Frame::Udp(p) if p.len() <= self.max_packet => sink(Received::Packet(p)),
-            Frame::Udp(_) => sink(Received::Truncated),
-            Frame::Malformed => {
-                if is_cut(l2) {
-                    self.counts.cut += 1;
-                }
+        match self.flow.frame(l2) {
+            Frame::Udp(p) => pass(p, self.max_packet, sink),
+            Frame::Cut => {
+                self.counts.cut += 1;
                 sink(Received::Truncated)
             }
+            Frame::Malformed => sink(Received::Truncated),
             Frame::Other => {
                 self.counts.other += 1;
                 return 0;
@@ -916,8 +862,7 @@ mod imp {
                 ],
                 scratch: vec![0; config.max_frame().max(data_room)],
                 deliver: Deliver {
-                    addr: *bind4.ip(),
-                    port: local.port(),
+                    flow: Flow::new(SocketAddr::new((*bind4.ip()).into(), local.port())),
                     max_packet: config.max_packet,
                     counts: DpdkCounts::default(),
                 },
@@ -1050,6 +995,7 @@ pub use imp::{DpdkEngine, AVAILABLE};
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn ports_parse_as_pci_devices_or_interfaces() {
@@ -1132,8 +1078,7 @@ mod tests {
     #[test]
     fn frames_are_passed_cut_or_counted_as_others() {
         let mut d = Deliver {
-            addr: Ipv4Addr::new(10, 0, 0, 1),
-            port: 7148,
+            flow: Flow::new(SocketAddr::from((Ipv4Addr::new(10, 0, 0, 1), 7148))),
             max_packet: 100,
             counts: DpdkCounts::default(),
         };

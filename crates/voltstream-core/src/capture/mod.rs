@@ -71,6 +71,7 @@ macro_rules! unbuilt_engine {
 }
 
 mod dpdk;
+mod flow;
 mod group;
 mod multicast;
 mod packet_ring;

@@ -45,6 +45,7 @@ use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::flow::{pass, Flow, Frame};
 use super::{bind_udp, multicast, Engine, Received};
 use crate::{Error, Result};
 
@@ -164,73 +165,6 @@ mod frame {
     pub const PKTTYPE: usize = 48 + 10;
 }
 
-/// A UDP-over-IPv4 frame, as far as the engine cares (shared with the AF_XDP
-/// engine, which parses the same frames).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Frame<'a> {
-    /// The UDP payload (for a GSO frame: every segment back to back).
-    Udp(&'a [u8]),
-    /// Unusable: cut short, a fragment, or lengths that do not add up.
-    Malformed,
-    /// Not UDP/IPv4 to our port (the BPF filter normally keeps these out).
-    Other,
-}
-
-/// Parses Ethernet (one optional VLAN tag), IPv4 and UDP with checked bounds.
-/// `l2` is the captured frame; `port` the UDP destination port we own.
-pub(crate) fn parse_udp(l2: &[u8], port: u16) -> Frame<'_> {
-    let be16 = |b: &[u8], at: usize| b.get(at..at + 2).map(|s| u16::from_be_bytes([s[0], s[1]]));
-    let mut ethertype = be16(l2, 12);
-    let mut l3 = 14;
-    if matches!(ethertype, Some(0x8100 | 0x88a8)) {
-        ethertype = be16(l2, 16);
-        l3 = 18;
-    }
-    match ethertype {
-        Some(0x0800) => {}
-        Some(_) => return Frame::Other,
-        None => return Frame::Malformed,
-    }
-    let Some(ip) = l2.get(l3..) else {
-        return Frame::Malformed;
-    };
-    let (Some(&vihl), Some(&proto), Some(total), Some(frag)) =
-        (ip.first(), ip.get(9), be16(ip, 2), be16(ip, 6))
-    else {
-        return Frame::Malformed;
-    };
-    if proto != libc::IPPROTO_UDP as u8 {
-        return Frame::Other;
-    }
-    let ihl = (vihl & 0x0f) as usize * 4;
-    if vihl >> 4 != 4 || ihl < 20 {
-        return Frame::Malformed;
-    }
-    let Some(udp) = ip.get(ihl..total as usize) else {
-        return Frame::Malformed; // shorter than the IP header says
-    };
-    if frag & 0x1fff != 0 {
-        return Frame::Other; // a later fragment has no UDP header; the filter drops them
-    }
-    match be16(udp, 2) {
-        None => return Frame::Malformed,
-        Some(p) if p != port => return Frame::Other,
-        Some(_) => {}
-    }
-    if frag & 0x2000 != 0 {
-        return Frame::Malformed; // first fragment (MF): the rest is elsewhere
-    }
-    let Some(payload) = udp.get(8..) else {
-        return Frame::Malformed;
-    };
-    // The UDP length field is exact for plain datagrams; for a GSO frame it
-    // spans the whole frame as well, so it must agree with the IP length.
-    match be16(udp, 4) {
-        Some(len) if len as usize == udp.len() => Frame::Udp(payload),
-        _ => Frame::Malformed,
-    }
-}
-
 pub struct PacketRingEngine {
     fd: OwnedFd,
     /// Shared by the members of a fanout group.
@@ -243,7 +177,7 @@ pub struct PacketRingEngine {
     blocks: usize,
     next: usize,
     min_wait: Duration,
-    port: u16,
+    flow: Flow,
     max_packet: usize,
     drops: u64,
     freezes: u64,
@@ -448,7 +382,7 @@ impl PacketRingEngine {
             blocks: config.blocks,
             next: 0,
             min_wait: Duration::from_millis(config.retire_ms as u64 + 2),
-            port: local.port(),
+            flow: Flow::new(local),
             max_packet: config.max_packet,
             drops: 0,
             freezes: 0,
@@ -589,28 +523,16 @@ impl PacketRingEngine {
             }
             return k;
         }
-        match (parse_udp(l2, self.port), seg) {
+        match (self.flow.frame(l2), seg) {
             (Frame::Udp(p), None) => {
-                if p.len() <= self.max_packet {
-                    sink(Received::Packet(p));
-                } else {
-                    sink(Received::Truncated);
-                }
+                pass(p, self.max_packet, sink);
                 1
             }
             (Frame::Udp(p), Some(s)) => {
-                let mut k = 0;
-                for d in p.chunks(s) {
-                    if d.len() <= self.max_packet {
-                        sink(Received::Packet(d));
-                    } else {
-                        sink(Received::Truncated);
-                    }
-                    k += 1;
-                }
-                k
+                p.chunks(s).for_each(|d| pass(d, self.max_packet, sink));
+                p.len().div_ceil(s)
             }
-            (Frame::Malformed, _) => {
+            (Frame::Cut | Frame::Malformed, _) => {
                 sink(Received::Truncated);
                 1
             }
@@ -1047,6 +969,10 @@ mod tests {
         f
     }
 
+    fn parse_udp(l2: &[u8], port: u16) -> Frame<'_> {
+        Flow::port(port).frame(l2)
+    }
+
     #[test]
     fn parses_udp_with_and_without_vlan_and_rejects_every_cut() {
         let payload: Vec<u8> = (0..100u32).map(|i| (i * 7 + 3) as u8).collect();
@@ -1056,7 +982,10 @@ mod tests {
             assert_eq!(parse_udp(&f, 7001), Frame::Other);
             for n in 0..f.len() {
                 assert!(
-                    matches!(parse_udp(&f[..n], 7000), Frame::Malformed | Frame::Other),
+                    matches!(
+                        parse_udp(&f[..n], 7000),
+                        Frame::Cut | Frame::Malformed | Frame::Other
+                    ),
                     "cut at {n}"
                 );
                 assert_ne!(parse_udp(&f[..n], 7000), Frame::Udp(&payload[..]));

@@ -78,6 +78,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::flow::{pass, Flow, Frame};
 use super::{Engine, Received};
 use crate::{Error, Result};
 
@@ -302,11 +303,15 @@ impl Reassembly {
 
 /// Passes one whole frame on; returns how many packets reached `sink` (0 or 1).
 #[cfg_attr(not(voltstream_xdp), allow(dead_code))]
-fn deliver<F: FnMut(Received<'_>)>(l2: &[u8], port: u16, max_packet: usize, sink: &mut F) -> usize {
-    use super::packet_ring::{parse_udp, Frame};
-    match parse_udp(l2, port) {
-        Frame::Udp(p) if p.len() <= max_packet => sink(Received::Packet(p)),
-        Frame::Udp(_) | Frame::Malformed => sink(Received::Truncated),
+fn deliver<F: FnMut(Received<'_>)>(
+    l2: &[u8],
+    flow: Flow,
+    max_packet: usize,
+    sink: &mut F,
+) -> usize {
+    match flow.frame(l2) {
+        Frame::Udp(p) => pass(p, max_packet, sink),
+        Frame::Cut | Frame::Malformed => sink(Received::Truncated),
         Frame::Other => return 0, // the program lets only our flow through
     }
     1
@@ -1035,7 +1040,7 @@ mod imp {
         _guard: UdpSocket,
         local: SocketAddr,
         info: Arc<XdpInfo>,
-        port: u16,
+        flow: Flow,
         max_packet: usize,
         batch: u32,
         chunk_mask: u64,
@@ -1121,7 +1126,7 @@ mod imp {
                             _guard: guard,
                             local,
                             info,
-                            port: local.port(),
+                            flow: Flow::new(local),
                             max_packet: config.max_packet,
                             batch: config.batch as u32,
                             chunk_mask: !(config.frame_size as u64 - 1),
@@ -1350,7 +1355,7 @@ mod imp {
                 let more = d.options & libc::XDP_PKT_CONTD != 0;
                 if !more && !self.joined.active {
                     passed += match piece {
-                        Some(l2) => deliver(l2, self.port, self.max_packet, &mut sink),
+                        Some(l2) => deliver(l2, self.flow, self.max_packet, &mut sink),
                         None => {
                             sink(Received::Truncated);
                             1
@@ -1361,7 +1366,7 @@ mod imp {
                 match self.joined.push(piece, more) {
                     Joined::More => {}
                     Joined::Frame(l2) => {
-                        passed += deliver(l2, self.port, self.max_packet, &mut sink)
+                        passed += deliver(l2, self.flow, self.max_packet, &mut sink)
                     }
                     Joined::TooLong => {
                         sink(Received::Truncated);
@@ -1456,7 +1461,7 @@ mod tests {
     fn deliver_passes_whole_payloads_and_flags_cut_or_long_ones() {
         let run = |l2: &[u8]| {
             let mut got = Vec::new();
-            let n = deliver(l2, 7000, 100, &mut |r: Received<'_>| {
+            let n = deliver(l2, Flow::port(7000), 100, &mut |r: Received<'_>| {
                 got.push(match r {
                     Received::Packet(p) => Some(p.to_vec()),
                     Received::Truncated => None,
