@@ -465,7 +465,7 @@ mod imp {
 
     use super::*;
     use crate::capture::bind_udp;
-    use crate::capture::packet_ring::{attach_drop_all, interface_of, page_size, resolve_v4};
+    use crate::capture::packet_ring::{attach_drop_all, interface_of_ip, page_size, resolve_ip};
 
     /// Whether this build has the DPDK engine.
     pub const AVAILABLE: bool = true;
@@ -658,18 +658,15 @@ mod imp {
         /// creates the mbuf pool on its NUMA node and starts one RX queue.
         pub fn open(config: &DpdkConfig) -> Result<Self> {
             config.validate()?;
-            let bind = resolve_v4(&config.bind)?;
-            let SocketAddr::V4(bind4) = bind else {
-                unreachable!("resolve_v4 returns IPv4")
-            };
+            let bind = resolve_ip(&config.bind)?;
             let port = match &config.port {
                 Some(p) => p.clone(),
                 None => DpdkPort::AfPacket {
-                    interface: interface_of(*bind4.ip())?.ok_or_else(|| {
+                    interface: interface_of_ip(bind.ip())?.ok_or_else(|| {
                         Error::Config(format!(
                             "no interface has address {}; pass the DPDK port (an interface, a \
                              PCI address or device arguments)",
-                            bind4.ip()
+                            bind.ip()
                         ))
                     })?,
                 },
@@ -862,7 +859,7 @@ mod imp {
                 ],
                 scratch: vec![0; config.max_frame().max(data_room)],
                 deliver: Deliver {
-                    flow: Flow::new(SocketAddr::new((*bind4.ip()).into(), local.port())),
+                    flow: Flow::new(SocketAddr::new(bind.ip(), local.port())),
                     max_packet: config.max_packet,
                     counts: DpdkCounts::default(),
                 },

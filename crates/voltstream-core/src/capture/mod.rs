@@ -79,6 +79,8 @@ mod pin;
 mod runner;
 mod socket;
 mod steer;
+#[cfg(test)]
+mod testnet;
 mod xdp;
 
 use std::net::SocketAddr;
@@ -94,7 +96,10 @@ pub use group::{
     packet_ring_fanout, thread_streams, CaptureGroup, GroupSnapshot, Subset, ThreadSnapshot,
     ThreadsConfig,
 };
-pub use multicast::{joined_groups, plan as multicast_plan, MulticastPlan, MAX_GROUPS};
+pub use multicast::{
+    joined_groups, joined_groups_v6, plan as multicast_plan, plan_ip as multicast_plan_ip,
+    MulticastPlan, MAX_GROUPS,
+};
 pub use packet_ring::{interface_of, PacketRingConfig, PacketRingEngine};
 pub use pin::{affinity, current_tid, pin_current_thread};
 pub use runner::{Capture, CaptureConfig};

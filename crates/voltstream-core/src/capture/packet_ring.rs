@@ -547,19 +547,26 @@ struct Target {
     local: SocketAddr,
     interface: String,
     ifindex: libc::c_int,
-    /// Multicast groups the guard joined (the filters accept only these).
-    groups: Option<multicast::MulticastPlan>,
+    /// IPv4 multicast groups the guard joined (the filters accept only these).
+    groups: Option<Vec<Ipv4Addr>>,
 }
 
 impl Target {
     fn bind(config: &PacketRingConfig) -> Result<Target> {
         config.validate()?;
-        let addr = resolve_v4(&config.bind)?;
+        let addr = resolve_ip(&config.bind)?;
         let groups = multicast::plan(addr, &config.multicast)?;
         if groups.is_some() && config.interface.is_none() {
             return Err(Error::Config(
                 "a multicast capture with the packet ring needs the interface to capture on \
                  (e.g. interface='eth0')"
+                    .into(),
+            ));
+        }
+        if groups.as_ref().is_some_and(|p| p.bind.is_ipv6()) {
+            return Err(Error::Config(
+                "the packet ring's filter holds IPv4 multicast groups only; capture IPv6 \
+                 groups with the socket engine"
                     .into(),
             ));
         }
@@ -570,13 +577,10 @@ impl Target {
         // Drop every datagram the stack would queue on the guard.
         attach_drop_all(guard.as_raw_fd())
             .map_err(|e| Error::io("cannot attach the drop-all filter to the guard socket", e))?;
-        let ip = match local.ip() {
-            IpAddr::V4(v4) => v4,
-            IpAddr::V6(_) => unreachable!("resolve_v4 returns IPv4"),
-        };
+        let ip = local.ip();
         let interface = match &config.interface {
             Some(i) => i.clone(),
-            None => interface_of(ip)?.ok_or_else(|| {
+            None => interface_of_ip(ip)?.ok_or_else(|| {
                 Error::Config(format!(
                     "no interface has the address {ip}; pass the interface to capture on \
                      (e.g. interface='lo' or 'eth0')"
@@ -594,16 +598,17 @@ impl Target {
             local,
             interface,
             ifindex,
-            groups,
+            groups: groups.map(|p| p.groups_v4()),
         })
     }
 
     /// The destinations the filter accepts.
     fn dst(&self) -> DstMatch<'_> {
         match (&self.groups, self.local.ip()) {
-            (Some(p), _) => DstMatch::Groups(&p.groups),
-            (None, IpAddr::V4(ip)) if !ip.is_unspecified() => DstMatch::One(ip),
-            _ => DstMatch::Any,
+            (Some(g), _) => DstMatch::Groups(g),
+            (None, ip) if !ip.is_unspecified() => DstMatch::One(ip),
+            (None, IpAddr::V4(_)) => DstMatch::Any,
+            (None, IpAddr::V6(_)) => DstMatch::Dual,
         }
     }
 }
@@ -741,13 +746,25 @@ pub(super) fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
 /// Which destination addresses the ring's filter accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DstMatch<'a> {
-    /// Any (bound to 0.0.0.0).
+    /// Any IPv4 address (bound to 0.0.0.0).
     Any,
+    /// Any IPv4 or IPv6 address (bound to `[::]`, which holds both).
+    Dual,
     /// Exactly this address.
-    One(Ipv4Addr),
-    /// These multicast groups, and any unicast address (as a socket bound to
-    /// 0.0.0.0 that joined them receives); other groups are refused.
+    One(IpAddr),
+    /// These IPv4 multicast groups, and any unicast address (as a socket bound
+    /// to 0.0.0.0 that joined them receives); other groups are refused.
     Groups(&'a [Ipv4Addr]),
+}
+
+impl DstMatch<'_> {
+    fn v4(&self) -> bool {
+        !matches!(self, DstMatch::One(IpAddr::V6(_)))
+    }
+
+    fn v6(&self) -> bool {
+        matches!(self, DstMatch::Dual | DstMatch::One(IpAddr::V6(_)))
+    }
 }
 
 /// A jump target while the filter is written; resolved to offsets at the end.
@@ -755,19 +772,25 @@ pub(crate) enum DstMatch<'a> {
 enum To {
     Next,
     Port,
+    V6,
     Accept,
     Drop,
 }
 
-/// Accepts IPv4/UDP frames to `port` and a destination `dst` accepts that
-/// are not outgoing and not non-first fragments, with or without one VLAN tag.
+/// Accepts UDP frames to `port` and a destination `dst` accepts that are not
+/// outgoing and not non-first fragments, with or without one VLAN tag: IPv4
+/// (the UDP header found through the IHL), and, when `dst` takes IPv6, IPv6
+/// whose fixed header is followed by UDP directly. IPv6 extension headers are
+/// not walked here (classic BPF has no loop; our senders use none): such frames
+/// never reach the ring, as frames to other ports do not.
 fn udp_filter(port: u16, dst: DstMatch<'_>) -> Vec<libc::sock_filter> {
-    // One body per header position (`l3`: where IPv4 starts), each ending in
+    // One body per header position (`l3`: where IP starts), each ending in
     // its own accept and drop; jumps are written symbolically, then resolved.
     let body = |l3: u32| {
+        let v4 = if dst.v4() { To::Next } else { To::V6 };
         let mut b = vec![
             (BPF_LD | BPF_H | BPF_ABS, To::Next, To::Next, l3 - 2), // ethertype
-            (BPF_JMP | BPF_JEQ | BPF_K, To::Next, To::Drop, 0x0800),
+            (BPF_JMP | BPF_JEQ | BPF_K, v4, To::V6, 0x0800),
             (BPF_LD | BPF_B | BPF_ABS, To::Next, To::Next, l3 + 9), // protocol
             (BPF_JMP | BPF_JEQ | BPF_K, To::Next, To::Drop, 17),
             (BPF_LD | BPF_H | BPF_ABS, To::Next, To::Next, l3 + 6), // fragment offset
@@ -775,8 +798,8 @@ fn udp_filter(port: u16, dst: DstMatch<'_>) -> Vec<libc::sock_filter> {
         ];
         let load_dst = (BPF_LD | BPF_W | BPF_ABS, To::Next, To::Next, l3 + 16);
         match dst {
-            DstMatch::Any => {}
-            DstMatch::One(a) => {
+            DstMatch::Any | DstMatch::Dual | DstMatch::One(IpAddr::V6(_)) => {}
+            DstMatch::One(IpAddr::V4(a)) => {
                 b.push(load_dst);
                 b.push((BPF_JMP | BPF_JEQ | BPF_K, To::Next, To::Drop, u32::from(a)));
             }
@@ -796,13 +819,40 @@ fn udp_filter(port: u16, dst: DstMatch<'_>) -> Vec<libc::sock_filter> {
             (BPF_LD | BPF_H | BPF_IND, To::Next, To::Next, l3 + 2), // UDP destination port
             (BPF_JMP | BPF_JEQ | BPF_K, To::Accept, To::Drop, port as u32),
         ]);
+        // IPv6: A still holds the ethertype.
+        let v6_at = b.len();
+        if dst.v6() {
+            b.extend([
+                (BPF_JMP | BPF_JEQ | BPF_K, To::Next, To::Drop, 0x86dd),
+                (BPF_LD | BPF_B | BPF_ABS, To::Next, To::Next, l3 + 6), // next header
+                (BPF_JMP | BPF_JEQ | BPF_K, To::Next, To::Drop, 17),
+            ]);
+            if let DstMatch::One(IpAddr::V6(a)) = dst {
+                for (i, w) in a.octets().chunks(4).enumerate() {
+                    let w = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
+                    b.push((
+                        BPF_LD | BPF_W | BPF_ABS,
+                        To::Next,
+                        To::Next,
+                        l3 + 24 + 4 * i as u32,
+                    ));
+                    b.push((BPF_JMP | BPF_JEQ | BPF_K, To::Next, To::Drop, w));
+                }
+            }
+            b.extend([
+                (BPF_LD | BPF_H | BPF_ABS, To::Next, To::Next, l3 + 42), // UDP destination port
+                (BPF_JMP | BPF_JEQ | BPF_K, To::Accept, To::Drop, port as u32),
+            ]);
+        }
         let accept_at = b.len();
         b.push((BPF_RET | BPF_K, To::Next, To::Next, SNAP));
         b.push((BPF_RET | BPF_K, To::Next, To::Next, 0));
+        let v6_at = if dst.v6() { v6_at } else { accept_at + 1 };
         let off = |from: usize, to: To| -> u8 {
             let target = match to {
                 To::Next => return 0,
                 To::Port => port_at,
+                To::V6 => v6_at,
                 To::Accept => accept_at,
                 To::Drop => accept_at + 1,
             };
@@ -871,11 +921,26 @@ pub(crate) fn setsockopt<T>(
     }
 }
 
+/// The bind address, IPv4 or IPv6 (`[::1]:7000`), as given.
+pub(crate) fn resolve_ip(bind: &str) -> Result<SocketAddr> {
+    let bad = || {
+        Error::Config(format!(
+            "bind address '{bind}' is not host:port (for example 127.0.0.1:7000, 0.0.0.0:7000 \
+             or [::1]:7000)"
+        ))
+    };
+    bind.to_socket_addrs()
+        .map_err(|_| bad())?
+        .next()
+        .ok_or_else(bad)
+}
+
+/// The bind address of an engine that captures IPv4 only (AF_XDP).
 pub(crate) fn resolve_v4(bind: &str) -> Result<SocketAddr> {
     let bad = || {
         Error::Config(format!(
-            "bind address '{bind}' is not ipv4:port (for example 127.0.0.1:7000); the packet \
-             ring and AF_XDP engines capture IPv4 only"
+            "bind address '{bind}' is not ipv4:port (for example 127.0.0.1:7000); the AF_XDP \
+             engine captures IPv4 only"
         ))
     };
     bind.to_socket_addrs()
@@ -899,6 +964,11 @@ pub(crate) fn if_index(name: &str) -> Result<libc::c_int> {
 
 /// The interface that owns `ip` (`lo` for 127.0.0.0/8), if any.
 pub fn interface_of(ip: Ipv4Addr) -> Result<Option<String>> {
+    interface_of_ip(ip.into())
+}
+
+/// The interface that owns `ip`, IPv4 or IPv6 (`lo` for 127.0.0.0/8 and ::1).
+pub(crate) fn interface_of_ip(ip: IpAddr) -> Result<Option<String>> {
     if ip.is_loopback() {
         return Ok(Some("lo".into()));
     }
@@ -914,17 +984,29 @@ pub fn interface_of(ip: Ipv4Addr) -> Result<Option<String>> {
     let mut cur = head;
     while !cur.is_null() {
         // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed;
-        // ifa_addr, when non-null and AF_INET, points to a sockaddr_in, and
-        // ifa_name to a NUL-terminated string.
+        // ifa_addr, when non-null, points to a sockaddr of its family
+        // (sockaddr_in for AF_INET, sockaddr_in6 for AF_INET6), and ifa_name
+        // to a NUL-terminated string.
         unsafe {
             let a = (*cur).ifa_addr;
-            if !a.is_null() && (*a).sa_family as libc::c_int == libc::AF_INET {
-                let sin = &*(a as *const libc::sockaddr_in);
-                if Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)) == ip {
-                    let name = std::ffi::CStr::from_ptr((*cur).ifa_name);
-                    found = Some(name.to_string_lossy().into_owned());
-                    break;
+            let have = match (a.is_null(), ip) {
+                (true, _) => None,
+                (false, IpAddr::V4(_)) if (*a).sa_family as libc::c_int == libc::AF_INET => {
+                    let sin = &*(a as *const libc::sockaddr_in);
+                    Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                        sin.sin_addr.s_addr,
+                    ))))
                 }
+                (false, IpAddr::V6(_)) if (*a).sa_family as libc::c_int == libc::AF_INET6 => {
+                    let sin6 = &*(a as *const libc::sockaddr_in6);
+                    Some(IpAddr::V6(sin6.sin6_addr.s6_addr.into()))
+                }
+                _ => None,
+            };
+            if have == Some(ip) {
+                let name = std::ffi::CStr::from_ptr((*cur).ifa_name);
+                found = Some(name.to_string_lossy().into_owned());
+                break;
             }
             cur = (*cur).ifa_next;
         }
@@ -1056,7 +1138,7 @@ mod tests {
     #[test]
     fn filter_accepts_exactly_udp_to_our_address_and_port() {
         let payload = [1u8, 2, 3, 4, 5];
-        let lo = DstMatch::One(Ipv4Addr::LOCALHOST);
+        let lo = DstMatch::One(Ipv4Addr::LOCALHOST.into());
         let any = DstMatch::Any;
         for vlan in [false, true] {
             let f = frame(7000, &payload, vlan, 0);
@@ -1162,6 +1244,67 @@ mod tests {
         assert_eq!(e.recv_batch(Duration::ZERO, |_| {}).unwrap(), 0);
         assert_eq!(e.kernel_drops(), 0);
         assert_eq!(e.kernel_frames(), 60);
+    }
+
+    #[test]
+    fn loopback_ring_receives_ipv6_for_our_port() {
+        let mut cfg = PacketRingConfig::new("[::1]:0");
+        cfg.max_packet = 1000;
+        cfg.blocks = 4;
+        cfg.block_size = 128 << 10;
+        let mut e = PacketRingEngine::open(&cfg).unwrap();
+        assert_eq!(e.interface(), "lo");
+        let to = e.local_addr().unwrap();
+        assert!(to.is_ipv6());
+        let other = UdpSocket::bind("[::1]:0").unwrap();
+        let tx = UdpSocket::bind("[::1]:0").unwrap();
+        let v4 = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut sent = Vec::new();
+        for i in 0..30u32 {
+            let p: Vec<u8> = (0..1 + i as usize * 31)
+                .map(|k| (k as u32 ^ i) as u8)
+                .collect();
+            tx.send_to(&p, to).unwrap();
+            tx.send_to(&p, other.local_addr().unwrap()).unwrap(); // filtered out
+                                                                  // The same port on IPv4 is not ours (bound to ::1, not [::]).
+            let _ = v4.send_to(&p, ("127.0.0.1", to.port()));
+            sent.push(p);
+        }
+        let (got, truncated) = collect(&mut e, 30);
+        assert_eq!((got, truncated), (sent, 0));
+        assert_eq!(e.recv_batch(Duration::ZERO, |_| {}).unwrap(), 0);
+        assert_eq!(e.kernel_drops(), 0);
+        assert_eq!(e.kernel_frames(), 30);
+    }
+
+    #[test]
+    fn filter_accepts_ipv6_udp_to_our_address_and_port() {
+        use crate::wire::net::build::udp_frame;
+        let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let p = [3u8; 40];
+        let ours = DstMatch::One("fd00::1".parse().unwrap());
+        for tags in [0, 1] {
+            let f = |dst: &str| udp_frame(sa("[fd00::2]:99"), sa(dst), tags, &p);
+            let run = |dst, f: &[u8]| run_bpf(&udp_filter(7000, dst), f, 0);
+            assert_eq!(run(ours, &f("[fd00::1]:7000")), SNAP);
+            assert_eq!(run(DstMatch::Dual, &f("[fd00::1]:7000")), SNAP);
+            assert_eq!(run(DstMatch::Dual, &f("[fd00::9]:7000")), SNAP);
+            assert_eq!(run(ours, &f("[fd00::9]:7000")), 0);
+            assert_eq!(run(ours, &f("[fd00::1]:7001")), 0);
+            // IPv4 binds take no IPv6; an IPv6 bind takes IPv4 only when it is [::].
+            assert_eq!(run(DstMatch::Any, &f("[fd00::1]:7000")), 0);
+            let v4 = udp_frame(sa("10.0.0.2:99"), sa("10.0.0.1:7000"), tags, &p);
+            assert_eq!(run(DstMatch::Dual, &v4), SNAP);
+            assert_eq!(run(ours, &v4), 0);
+            // Extension headers are not walked in the kernel: refused there.
+            let mut hop = f("[fd00::1]:7000");
+            hop[14 + 4 * tags + 6] = 0;
+            assert_eq!(run(ours, &hop), 0);
+            let good = f("[fd00::1]:7000");
+            for n in 0..14 + 4 * tags + 44 {
+                assert_eq!(run(ours, &good[..n]), 0, "cut at {n}");
+            }
+        }
     }
 
     #[test]

@@ -3,11 +3,11 @@
 
 use std::io;
 use std::mem::size_of;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::packet_ring::interface_of;
+use super::packet_ring::{interface_of_ip, resolve_ip};
 use super::{bind_udp, multicast, Engine, Received};
 use crate::memory::Buffer;
 use crate::{Error, Result};
@@ -24,7 +24,7 @@ pub struct SocketConfig {
     /// Packets per `recvmmsg` call.
     pub batch: usize,
     /// IPv4 multicast groups to join (see [`super::multicast`]); a group as the
-    /// bind host is joined too.
+    /// bind host is joined too, IPv4 or IPv6 (`[ff15::7]:7000`).
     pub multicast: Vec<Ipv4Addr>,
     /// Interface to join the groups on (`None`: the routing table's choice);
     /// also the interface whose counters and NUMA node the capture reports.
@@ -86,7 +86,7 @@ impl SocketEngine {
                 config.max_packet
             )));
         }
-        let addr = resolve(&config.bind)?;
+        let addr = resolve_ip(&config.bind)?;
         let groups = multicast::plan(addr, &config.multicast)?;
         let sock = bind_udp(groups.as_ref().map_or(addr, |p| p.bind))?;
         if let Some(p) = &groups {
@@ -95,9 +95,7 @@ impl SocketEngine {
         // The interface is known when named, or when the bind address is one of
         // its addresses (a failure to list interfaces only costs the report).
         let interface = config.interface.clone().or_else(|| match addr.ip() {
-            IpAddr::V4(ip) if !ip.is_unspecified() && !ip.is_multicast() => {
-                interface_of(ip).ok().flatten()
-            }
+            ip if !ip.is_unspecified() && !ip.is_multicast() => interface_of_ip(ip).ok().flatten(),
             _ => None,
         });
         let local = sock
@@ -300,16 +298,6 @@ impl Engine for SocketEngine {
     }
 }
 
-fn resolve(bind: &str) -> Result<SocketAddr> {
-    let bad = || {
-        Error::Config(format!(
-            "bind address '{bind}' is not host:port (for example 127.0.0.1:7000 or 0.0.0.0:7000)"
-        ))
-    };
-    let mut addrs = bind.to_socket_addrs().map_err(|_| bad())?;
-    addrs.next().ok_or_else(bad)
-}
-
 fn setsockopt_int(fd: libc::c_int, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // SAFETY: passes a pointer to a live c_int and its exact size.
     let r = unsafe {
@@ -401,6 +389,63 @@ mod tests {
         assert!(drops > 0 && got > 0, "got {got}, drops {drops}");
         // Loopback loses packets only at the socket queue, so the two add up.
         assert_eq!(got as u64 + drops, 300);
+    }
+
+    #[test]
+    fn receives_ipv6_on_loopback() {
+        let mut e = SocketEngine::bind(&SocketConfig::new("[::1]:0")).unwrap();
+        let to = e.local_addr().unwrap();
+        assert!(to.is_ipv6());
+        assert_eq!(e.interface(), Some("lo"));
+        let tx = UdpSocket::bind("[::1]:0").unwrap();
+        let sent: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100 + i as usize]).collect();
+        for p in &sent {
+            tx.send_to(p, to).unwrap();
+        }
+        assert_eq!(collect(&mut e, 20), (sent, 0));
+    }
+
+    #[test]
+    fn joins_an_ipv6_group_and_receives_only_it() {
+        // Linux loopback does not loop IPv6 multicast back: a veth pair in a
+        // private namespace carries it instead.
+        use crate::capture::packet_ring::{if_index, setsockopt};
+        use crate::capture::testnet::{in_private_netns, ip};
+        use std::net::{Ipv6Addr, SocketAddrV6};
+        in_private_netns(|| {
+            ip(&[
+                "link", "add", "vs6a", "type", "veth", "peer", "name", "vs6b",
+            ]);
+            for (dev, addr) in [("vs6a", "fd01::1/64"), ("vs6b", "fd01::2/64")] {
+                ip(&["-6", "addr", "add", addr, "dev", dev, "nodad"]);
+                ip(&["link", "set", dev, "up"]);
+            }
+            let group: Ipv6Addr = "ff15::7:2".parse().unwrap();
+            let mut cfg = SocketConfig::new(format!("[{group}]:7001"));
+            cfg.interface = Some("vs6b".into());
+            let mut e = SocketEngine::bind(&cfg).unwrap();
+            assert_eq!(e.local_addr().unwrap(), "[::]:7001".parse().unwrap());
+            let joined = crate::capture::joined_groups_v6("vs6b").unwrap();
+            assert!(joined.contains(&group), "{joined:?}");
+            let tx = UdpSocket::bind("[fd01::1]:0").unwrap();
+            let out = if_index("vs6a").unwrap();
+            setsockopt(
+                tx.as_raw_fd(),
+                libc::IPPROTO_IPV6,
+                libc::IPV6_MULTICAST_IF,
+                &out,
+            )
+            .unwrap();
+            for i in 0..5u8 {
+                tx.send_to(&[i; 64], SocketAddrV6::new(group, 7001, 0, 0))
+                    .unwrap();
+                // Another group on the port: not joined, not ours.
+                let other = SocketAddrV6::new("ff15::7:3".parse().unwrap(), 7001, 0, 0);
+                tx.send_to(&[0xff; 64], other).unwrap();
+            }
+            let (got, _) = collect(&mut e, 6);
+            assert_eq!(got, (0..5u8).map(|i| vec![i; 64]).collect::<Vec<_>>());
+        });
     }
 
     #[test]

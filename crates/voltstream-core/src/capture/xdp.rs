@@ -1067,7 +1067,8 @@ mod imp {
                         .into(),
                 ));
             }
-            let groups = plan.as_ref().map_or(&[][..], |p| &p.groups[..]);
+            let groups_v4 = plan.as_ref().map_or_else(Vec::new, |p| p.groups_v4());
+            let groups = &groups_v4[..];
             let guard = bind_udp(plan.as_ref().map_or(addr, |p| p.bind))?;
             attach_drop_all(guard.as_raw_fd()).map_err(|e| {
                 Error::io("cannot attach the drop-all filter to the guard socket", e)
@@ -1091,8 +1092,8 @@ mod imp {
             let ifindex = if_index(&interface)? as u32;
             // The guard's membership sends the IGMP report; the program picks
             // the joined groups out below the IP layer.
-            if plan.is_some() {
-                multicast::join(&guard, groups, Some(&interface))?;
+            if let Some(p) = &plan {
+                multicast::join(&guard, &p.groups, Some(&interface))?;
             }
             if config.frame_size > page_size() {
                 return Err(Error::Config(format!(
@@ -1526,30 +1527,8 @@ mod tests {
         //! and the namespace disappears with the thread. Needs root.
         use super::*;
         use crate::capture::test_collect as collect;
+        use crate::capture::testnet::in_private_netns;
         use std::net::UdpSocket;
-
-        fn in_private_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-            std::thread::scope(|s| {
-                s.spawn(|| {
-                    // SAFETY: moves only this thread into a new network namespace.
-                    let r = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-                    assert_eq!(
-                        r,
-                        0,
-                        "unshare(CLONE_NEWNET): {}",
-                        std::io::Error::last_os_error()
-                    );
-                    let ok = std::process::Command::new("ip")
-                        .args(["link", "set", "lo", "up"])
-                        .status()
-                        .expect("ip link set lo up");
-                    assert!(ok.success());
-                    f()
-                })
-                .join()
-                .unwrap()
-            })
-        }
 
         fn small(bind: &str) -> XdpConfig {
             let mut c = XdpConfig::new(bind);
