@@ -935,20 +935,6 @@ pub(crate) fn resolve_ip(bind: &str) -> Result<SocketAddr> {
         .ok_or_else(bad)
 }
 
-/// The bind address of an engine that captures IPv4 only (AF_XDP).
-pub(crate) fn resolve_v4(bind: &str) -> Result<SocketAddr> {
-    let bad = || {
-        Error::Config(format!(
-            "bind address '{bind}' is not ipv4:port (for example 127.0.0.1:7000); the AF_XDP \
-             engine captures IPv4 only"
-        ))
-    };
-    bind.to_socket_addrs()
-        .map_err(|_| bad())?
-        .find(SocketAddr::is_ipv4)
-        .ok_or_else(bad)
-}
-
 pub(crate) fn if_index(name: &str) -> Result<libc::c_int> {
     let c = std::ffi::CString::new(name)
         .map_err(|_| Error::Config(format!("interface name {name:?} contains a NUL byte")))?;

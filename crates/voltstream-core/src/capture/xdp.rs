@@ -7,7 +7,10 @@
 //! - `bpf/voltstream_xdp.c` (compiled by build.rs, embedded here, loaded with
 //!   libbpf) redirects IPv4/UDP frames to our port (and address, unless bound
 //!   to 0.0.0.0), with at most one VLAN tag, into the XSKMAP slot of the queue
-//!   they arrived on. Everything else gets `XDP_PASS`: ARP, ssh and other ports
+//!   they arrived on; bound to an IPv6 address, IPv6/UDP frames to it (bound to
+//!   `[::]`, both families), when UDP follows the fixed header directly (the
+//!   program does not walk extension headers; those frames go to the stack).
+//!   Multicast groups are IPv4 only here. Everything else gets `XDP_PASS`: ARP, ssh and other ports
 //!   reach the kernel stack as before. Non-first IP fragments are passed too
 //!   (they carry no port); first fragments come to us and are counted malformed,
 //!   as in the packet-ring engine.
@@ -341,7 +344,7 @@ mod imp {
     use crate::capture::bind_udp;
     use crate::capture::multicast::{self, MAX_GROUPS};
     use crate::capture::packet_ring::{
-        attach_drop_all, if_index, interface_of, page_size, resolve_v4, setsockopt,
+        attach_drop_all, if_index, interface_of_ip, page_size, resolve_ip, setsockopt,
     };
     use crate::memory::{Buffer, Placement};
 
@@ -371,7 +374,14 @@ mod imp {
         max_len: u32,
         ngroups: u32,
         groups: [u32; MAX_GROUPS],
+        /// `VS_IPV4 | VS_IPV6`: the IP versions of our flow.
+        families: u32,
+        /// The IPv6 destination; all zero: any.
+        addr6: [u8; 16],
     }
+
+    const VS_IPV4: u32 = 1;
+    const VS_IPV6: u32 = 2;
 
     const VS_MATCHED: u32 = 0;
     const VS_NO_SOCKET: u32 = 1;
@@ -1058,8 +1068,15 @@ mod imp {
         /// (CAP_NET_RAW for the socket, CAP_BPF and CAP_NET_ADMIN for the program).
         pub fn open(config: &XdpConfig) -> Result<Self> {
             config.validate()?;
-            let addr = resolve_v4(&config.bind)?;
+            let addr = resolve_ip(&config.bind)?;
             let plan = multicast::plan(addr, &config.multicast)?;
+            if plan.as_ref().is_some_and(|p| p.bind.is_ipv6()) {
+                return Err(Error::Config(
+                    "the AF_XDP program holds IPv4 multicast groups only; capture IPv6 groups \
+                     with the socket engine"
+                        .into(),
+                ));
+            }
             if plan.is_some() && config.interface.is_none() {
                 return Err(Error::Config(
                     "a multicast capture with AF_XDP needs the interface to capture on \
@@ -1076,13 +1093,10 @@ mod imp {
             let local = guard
                 .local_addr()
                 .map_err(|e| Error::io("cannot read the guard socket address", e))?;
-            let ip = match local.ip() {
-                IpAddr::V4(v4) => v4,
-                IpAddr::V6(_) => unreachable!("resolve_v4 returns IPv4"),
-            };
+            let ip = local.ip();
             let interface = match &config.interface {
                 Some(i) => i.clone(),
-                None => interface_of(ip)?.ok_or_else(|| {
+                None => interface_of_ip(ip)?.ok_or_else(|| {
                     Error::Config(format!(
                         "no interface has the address {ip}; pass the interface to capture on \
                          (e.g. interface='eth0')"
@@ -1151,7 +1165,7 @@ mod imp {
             interface: &str,
             ifindex: u32,
             umem: &Umem,
-            (ip, port, groups): (std::net::Ipv4Addr, u16, &[std::net::Ipv4Addr]),
+            (ip, port, groups): (IpAddr, u16, &[std::net::Ipv4Addr]),
             zc: bool,
         ) -> std::result::Result<(Program, Xsk, &'static str), (Error, bool)> {
             let mut plans = Vec::new();
@@ -1210,8 +1224,14 @@ mod imp {
                 return Err((Self::socket_error(interface, config.queue, e), false));
             };
             let is_zc = xsk.zero_copy;
+            // A socket bound to [::] holds the port for both families.
+            let (addr, families, addr6) = match ip {
+                IpAddr::V4(a) => (u32::from(a).to_be(), VS_IPV4, [0; 16]),
+                IpAddr::V6(a) if a.is_unspecified() => (0, VS_IPV4 | VS_IPV6, [0; 16]),
+                IpAddr::V6(a) => (0, VS_IPV6, a.octets()),
+            };
             let cfg = BpfConfig {
-                addr: u32::from(ip).to_be(),
+                addr,
                 port: port.to_be(),
                 pad: 0,
                 max_len: if xsk.multi_buffer {
@@ -1221,6 +1241,8 @@ mod imp {
                 },
                 ngroups: groups.len() as u32,
                 groups: std::array::from_fn(|i| groups.get(i).map_or(0, |g| u32::from(*g).to_be())),
+                families,
+                addr6,
             };
             let mut program =
                 Program::load(cfg, config.queue, xsk.multi_buffer).map_err(|e| (e, is_zc))?;
@@ -1584,6 +1606,36 @@ mod tests {
                     .set_read_timeout(Some(Duration::from_secs(2)))
                     .unwrap();
                 let mut buf = vec![0u8; 10000];
+                for p in &sent {
+                    let n = other.recv(&mut buf).unwrap();
+                    assert_eq!(&buf[..n], &p[..]);
+                }
+            });
+        }
+
+        #[test]
+        fn loopback_receives_ipv6_for_our_address_and_port() {
+            in_private_netns(|| {
+                let mut e = XdpEngine::open(&small("[::1]:0")).unwrap();
+                assert_eq!(e.info().interface, "lo");
+                let to = e.local_addr().unwrap();
+                let other = UdpSocket::bind("[::1]:0").unwrap();
+                let tx = UdpSocket::bind("[::1]:0").unwrap();
+                let v4 = UdpSocket::bind("127.0.0.1:0").unwrap();
+                let sent: Vec<Vec<u8>> = (0..20).map(|i| payload(100 + i * 10, i as u32)).collect();
+                for p in &sent {
+                    tx.send_to(p, to).unwrap();
+                    tx.send_to(p, other.local_addr().unwrap()).unwrap();
+                    let _ = v4.send_to(p, ("127.0.0.1", to.port()));
+                }
+                assert_eq!(collect(&mut e, 20), (sent.clone(), 0));
+                assert_eq!(e.recv_batch(Duration::ZERO, |_| {}).unwrap(), 0);
+                assert_eq!(e.kernel_drops(), 0);
+                assert_eq!(e.info().counts().matched, 20);
+                other
+                    .set_read_timeout(Some(Duration::from_secs(2)))
+                    .unwrap();
+                let mut buf = vec![0u8; 2000];
                 for p in &sent {
                     let n = other.recv(&mut buf).unwrap();
                     assert_eq!(&buf[..n], &p[..]);
