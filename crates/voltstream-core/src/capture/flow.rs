@@ -4,7 +4,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::Received;
 use crate::wire::net::{self, Reason, Seen};
 
 /// A frame, as far as an engine cares.
@@ -85,17 +84,6 @@ impl Flow {
             (true, Reason::Truncated) => Frame::Cut,
             (true, _) => Frame::Malformed,
         }
-    }
-}
-
-/// Hands one payload on: whole, or as a truncation when it is longer than the
-/// engine's packets may be (the assembler counts it malformed).
-#[inline]
-pub(crate) fn pass<F: FnMut(Received<'_>)>(p: &[u8], max_packet: usize, sink: &mut F) {
-    if p.len() <= max_packet {
-        sink(Received::Packet(p));
-    } else {
-        sink(Received::Truncated);
     }
 }
 

@@ -70,9 +70,12 @@ macro_rules! unbuilt_engine {
     };
 }
 
+mod batch;
+mod cbpf;
 mod dpdk;
 mod flow;
 mod group;
+mod host;
 mod multicast;
 mod packet_ring;
 mod pin;
@@ -96,11 +99,12 @@ pub use group::{
     packet_ring_fanout, thread_streams, CaptureGroup, GroupSnapshot, Subset, ThreadSnapshot,
     ThreadsConfig,
 };
+pub use host::interface_of;
 pub use multicast::{
     joined_groups, joined_groups_v6, plan as multicast_plan, plan_ip as multicast_plan_ip,
     MulticastPlan, MAX_GROUPS,
 };
-pub use packet_ring::{interface_of, PacketRingConfig, PacketRingEngine};
+pub use packet_ring::{PacketRingConfig, PacketRingEngine};
 pub use pin::{affinity, current_tid, pin_current_thread};
 pub use runner::{Capture, CaptureConfig};
 pub use socket::{SocketConfig, SocketEngine};
@@ -157,19 +161,4 @@ pub(crate) fn test_collect<E: Engine>(e: &mut E, want: usize) -> (Vec<Vec<u8>>, 
         .unwrap();
     }
     (got, truncated)
-}
-
-/// Binds the capture's UDP port (no SO_REUSEADDR, so a second capture on the
-/// same port fails) with an error that says what to do about the usual causes.
-pub(crate) fn bind_udp(addr: std::net::SocketAddr) -> crate::Result<std::net::UdpSocket> {
-    use std::io::ErrorKind;
-    std::net::UdpSocket::bind(addr).map_err(|e| {
-        let hint = match e.kind() {
-            ErrorKind::AddrInUse => " (is another capture running? stop it or choose another port)",
-            ErrorKind::AddrNotAvailable => " (the host is not an address of this machine)",
-            ErrorKind::PermissionDenied => " (ports below 1024 need root)",
-            _ => "",
-        };
-        crate::Error::io(format!("cannot bind {addr}{hint}"), e)
-    })
 }

@@ -33,7 +33,7 @@ use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 
-use super::packet_ring::{if_index, setsockopt};
+use super::host::{if_index, setsockopt};
 use crate::{Error, Result};
 
 /// Most groups one capture joins: Linux's default `net.ipv4.igmp_max_memberships`

@@ -7,8 +7,8 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::packet_ring::{interface_of_ip, resolve_ip};
-use super::{bind_udp, multicast, Engine, Received};
+use super::host::{bind_udp, interface_of_ip, resolve_ip};
+use super::{multicast, Engine, Received};
 use crate::memory::Buffer;
 use crate::{Error, Result};
 
@@ -409,7 +409,7 @@ mod tests {
     fn joins_an_ipv6_group_and_receives_only_it() {
         // Linux loopback does not loop IPv6 multicast back: a veth pair in a
         // private namespace carries it instead.
-        use crate::capture::packet_ring::{if_index, setsockopt};
+        use crate::capture::host::{if_index, setsockopt};
         use crate::capture::testnet::{in_private_netns, ip};
         use std::net::{Ipv6Addr, SocketAddrV6};
         in_private_netns(|| {
