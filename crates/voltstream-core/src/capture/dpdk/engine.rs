@@ -10,6 +10,7 @@ use std::time::Instant;
 use super::deliver::Deliver;
 use super::eal::{eal_args, huge_pages_free};
 use super::*;
+use crate::capture::flow::Flow;
 use crate::capture::host::{guard, if_index, interface_of_ip, resolve_ip};
 use crate::memory::page_size;
 

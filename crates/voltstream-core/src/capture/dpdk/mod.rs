@@ -60,7 +60,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::flow::Flow;
 use super::{Engine, Received};
 use crate::{Error, Result};
 

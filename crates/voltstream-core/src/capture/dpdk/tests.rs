@@ -1,5 +1,6 @@
 use super::deliver::Deliver;
 use super::*;
+use crate::capture::flow::Flow;
 use std::net::Ipv4Addr;
 
 #[test]

@@ -34,40 +34,14 @@ fn is_tag(t: u16) -> bool {
     t == ethertype::VLAN || t == ethertype::QINQ
 }
 
-/// A read/write view of one Ethernet frame held in `T`.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+view!("Ethernet frame");
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checks; accessors still never panic (reads past
-    /// the end give zero, the payload is then empty).
-    #[inline]
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps untrusted bytes: the header and its tags must be complete.
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self, Reason> {
-        let p = Packet { buffer };
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// The checks of [`Self::new_checked`].
+    /// Checks untrusted bytes ([`Self::new_checked`]): the header and its tags
+    /// must be complete.
     #[inline]
     pub fn check_len(&self) -> Result<(), Reason> {
-        if self.buffer.as_ref().len() < self.header_len() {
-            Err(Reason::Truncated)
-        } else {
-            Ok(())
-        }
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
+        self.at_least(self.header_len()).map(|_| ())
     }
 
     pub fn dst(&self) -> [u8; 6] {
@@ -110,27 +84,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
         be16(self.buffer.as_ref(), self.header_len() - 2)
     }
 
-    /// Everything after the header; empty if the view is too short.
+    /// Everything after the header and its tags (IP trims the padding).
     #[inline]
-    pub fn payload(&self) -> &[u8] {
-        self.buffer.as_ref().get(self.header_len()..).unwrap_or(&[])
-    }
-}
-
-impl<'a> Packet<&'a [u8]> {
-    /// The payload, borrowed from the buffer rather than the view (a view
-    /// made on the stack can hand it on).
-    #[inline]
-    pub fn into_payload(self) -> &'a [u8] {
-        self.buffer.get(self.header_len()..).unwrap_or(&[])
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    /// Everything after the header, writable; empty if the view is too short.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        let h = self.header_len();
-        self.buffer.as_mut().get_mut(h..).unwrap_or(&mut [])
+    fn payload_range(&self) -> core::ops::Range<usize> {
+        self.header_len()..self.buffer.as_ref().len()
     }
 }
 

@@ -26,36 +26,16 @@ mod field {
     pub const OFFSET: u16 = 0x1fff;
 }
 
-/// A read/write view of one IPv4 datagram held in `T`.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+view!("IPv4 datagram");
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checks; accessors still never panic.
-    #[inline]
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps untrusted bytes: version 4, a header of 20 to 60 bytes that is
-    /// complete, and a total length between the header's and the buffer's
-    /// (bytes after it, such as Ethernet padding, are allowed).
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self, Reason> {
-        let p = Packet { buffer };
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// The checks of [`Self::new_checked`].
+    /// Checks untrusted bytes ([`Self::new_checked`]): version 4, a header of
+    /// 20 to 60 bytes that is complete, and a total length between the header's
+    /// and the buffer's (bytes after it, such as Ethernet padding, are
+    /// allowed).
     #[inline]
     pub fn check_len(&self) -> Result<(), Reason> {
-        let len = self.buffer.as_ref().len();
-        if len < HEADER_LEN {
-            return Err(Reason::Truncated);
-        }
+        let len = self.at_least(HEADER_LEN)?;
         if self.version() != 4 {
             return Err(Reason::BadVersion);
         }
@@ -67,14 +47,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Reason::Truncated);
         }
         Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn byte(&self, at: usize) -> u8 {
-        self.buffer.as_ref().get(at).copied().unwrap_or(0)
     }
 
     #[inline]
@@ -141,14 +113,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ipv4Addr::from(array::<4>(self.buffer.as_ref(), field::DST))
     }
 
-    /// The bytes after the header up to the total length; empty when the view
-    /// is shorter (only possible unchecked).
+    /// The payload: after the header and its options, up to the total length.
     #[inline]
-    pub fn payload(&self) -> &[u8] {
-        self.buffer
-            .as_ref()
-            .get(self.header_len()..self.total_len())
-            .unwrap_or(&[])
+    fn payload_range(&self) -> core::ops::Range<usize> {
+        self.header_len()..self.total_len()
     }
 
     /// The bytes after the header, as far as the buffer goes: what can be read
@@ -156,25 +124,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
     #[inline]
     pub fn payload_read(&self) -> &[u8] {
         self.buffer.as_ref().get(self.header_len()..).unwrap_or(&[])
-    }
-}
-
-impl<'a> Packet<&'a [u8]> {
-    /// The payload, borrowed from the buffer rather than the view (a view
-    /// made on the stack can hand it on).
-    #[inline]
-    pub fn into_payload(self) -> &'a [u8] {
-        self.buffer
-            .get(self.header_len()..self.total_len())
-            .unwrap_or(&[])
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    /// The payload, writable; empty if the view is too short.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        let (h, t) = (self.header_len(), self.total_len());
-        self.buffer.as_mut().get_mut(h..t).unwrap_or(&mut [])
     }
 }
 

@@ -52,36 +52,16 @@ pub struct Upper {
     pub fragment: Option<usize>,
 }
 
-/// A read/write view of one IPv6 packet held in `T`.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+view!("IPv6 packet");
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checks; accessors still never panic.
-    #[inline]
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps untrusted bytes: version 6, the fixed header complete, and the
-    /// payload length within the buffer (bytes after it are allowed). A
-    /// payload length of 0 (a jumbogram's) is [`Reason::BadLength`].
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self, Reason> {
-        let p = Packet { buffer };
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// The checks of [`Self::new_checked`].
+    /// Checks untrusted bytes ([`Self::new_checked`]): version 6, the fixed
+    /// header complete, and the payload length within the buffer (bytes after
+    /// it are allowed). A payload length of 0 (a jumbogram's) is
+    /// [`Reason::BadLength`].
     #[inline]
     pub fn check_len(&self) -> Result<(), Reason> {
-        let len = self.buffer.as_ref().len();
-        if len < HEADER_LEN {
-            return Err(Reason::Truncated);
-        }
+        let len = self.at_least(HEADER_LEN)?;
         if self.version() != 6 {
             return Err(Reason::BadVersion);
         }
@@ -92,14 +72,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Reason::Truncated);
         }
         Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn byte(&self, at: usize) -> u8 {
-        self.buffer.as_ref().get(at).copied().unwrap_or(0)
     }
 
     #[inline]
@@ -131,14 +103,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ipv6Addr::from(array::<16>(self.buffer.as_ref(), field::DST))
     }
 
-    /// The bytes after the fixed header up to the payload length; empty when
-    /// the view is shorter (only possible unchecked).
+    /// The payload: after the fixed header, up to the payload length.
     #[inline]
-    pub fn payload(&self) -> &[u8] {
-        self.buffer
-            .as_ref()
-            .get(HEADER_LEN..HEADER_LEN + self.payload_len())
-            .unwrap_or(&[])
+    fn payload_range(&self) -> core::ops::Range<usize> {
+        HEADER_LEN..HEADER_LEN + self.payload_len()
     }
 
     /// Walks the extension headers, as far as the buffer goes (the payload
@@ -187,28 +155,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             | next_header::FRAGMENT => Err(Reason::NotUdp),
             _ => Ok(up),
         }
-    }
-}
-
-impl<'a> Packet<&'a [u8]> {
-    /// The payload, borrowed from the buffer rather than the view (a view
-    /// made on the stack can hand it on).
-    #[inline]
-    pub fn into_payload(self) -> &'a [u8] {
-        self.buffer
-            .get(HEADER_LEN..HEADER_LEN + self.payload_len())
-            .unwrap_or(&[])
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    /// The payload, writable; empty if the view is too short.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        let end = HEADER_LEN + self.payload_len();
-        self.buffer
-            .as_mut()
-            .get_mut(HEADER_LEN..end)
-            .unwrap_or(&mut [])
     }
 }
 

@@ -12,6 +12,80 @@
 //! extension headers) to its UDP datagram ([`Udp`]) or says why it has none
 //! ([`Rejected`]): the engines (`capture/`) decide from that what is theirs.
 
+/// What every view here shares: the struct, its constructors and the payload
+/// accessors, from the view's own `check_len` and `payload_range`.
+macro_rules! view {
+    ($what:literal) => {
+        #[doc = concat!("A read/write view of one ", $what, " held in `T`.")]
+        #[derive(Debug, Clone)]
+        pub struct Packet<T: AsRef<[u8]>> {
+            buffer: T,
+        }
+
+        impl<T: AsRef<[u8]>> Packet<T> {
+            /// Wraps a buffer without checks; accessors still never panic
+            /// (reads past the end give zero, the payload is then empty).
+            #[inline]
+            pub fn new_unchecked(buffer: T) -> Self {
+                Packet { buffer }
+            }
+
+            /// Wraps untrusted bytes: the checks of [`Self::check_len`].
+            #[inline]
+            pub fn new_checked(buffer: T) -> Result<Self, Reason> {
+                let p = Packet { buffer };
+                p.check_len()?;
+                Ok(p)
+            }
+
+            pub fn into_inner(self) -> T {
+                self.buffer
+            }
+
+            /// The buffer's length, when it holds at least `min` bytes.
+            #[inline]
+            fn at_least(&self, min: usize) -> Result<usize, Reason> {
+                match self.buffer.as_ref().len() {
+                    len if len < min => Err(Reason::Truncated),
+                    len => Ok(len),
+                }
+            }
+
+            #[inline]
+            #[allow(dead_code)] // not every header has single-byte fields
+            fn byte(&self, at: usize) -> u8 {
+                self.buffer.as_ref().get(at).copied().unwrap_or(0)
+            }
+
+            /// The payload; empty when the buffer is shorter than the header
+            /// says (possible only unchecked).
+            #[inline]
+            pub fn payload(&self) -> &[u8] {
+                let r = self.payload_range();
+                self.buffer.as_ref().get(r).unwrap_or(&[])
+            }
+        }
+
+        impl<'a> Packet<&'a [u8]> {
+            /// The payload, borrowed from the buffer rather than the view (a
+            /// view made on the stack can hand it on).
+            #[inline]
+            pub fn into_payload(self) -> &'a [u8] {
+                let r = self.payload_range();
+                self.buffer.get(r).unwrap_or(&[])
+            }
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+            /// The payload, writable; empty if the view is too short.
+            pub fn payload_mut(&mut self) -> &mut [u8] {
+                let r = self.payload_range();
+                self.buffer.as_mut().get_mut(r).unwrap_or(&mut [])
+            }
+        }
+    };
+}
+
 pub mod build;
 pub mod ethernet;
 mod frame;

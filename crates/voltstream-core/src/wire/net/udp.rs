@@ -14,35 +14,14 @@ mod field {
     pub const CHECKSUM: usize = 6;
 }
 
-/// A read/write view of one UDP datagram held in `T`.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+view!("UDP datagram");
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wraps a buffer without checks; accessors still never panic.
-    #[inline]
-    pub fn new_unchecked(buffer: T) -> Self {
-        Packet { buffer }
-    }
-
-    /// Wraps untrusted bytes: the header complete, and its length field at
-    /// least the header and no longer than the buffer.
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self, Reason> {
-        let p = Packet { buffer };
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// The checks of [`Self::new_checked`].
+    /// Checks untrusted bytes ([`Self::new_checked`]): the header complete, and
+    /// its length field at least the header and no longer than the buffer.
     #[inline]
     pub fn check_len(&self) -> Result<(), Reason> {
-        let len = self.buffer.as_ref().len();
-        if len < HEADER_LEN {
-            return Err(Reason::Truncated);
-        }
+        let len = self.at_least(HEADER_LEN)?;
         if self.len() < HEADER_LEN {
             return Err(Reason::BadLength);
         }
@@ -50,10 +29,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Reason::Truncated);
         }
         Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     #[inline]
@@ -77,33 +52,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
         be16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
-    /// The payload up to the length field; empty if the view is shorter.
+    /// The payload: after the header, up to the length field.
     #[inline]
-    pub fn payload(&self) -> &[u8] {
-        self.buffer
-            .as_ref()
-            .get(HEADER_LEN..self.len())
-            .unwrap_or(&[])
-    }
-}
-
-impl<'a> Packet<&'a [u8]> {
-    /// The payload, borrowed from the buffer rather than the view (a view
-    /// made on the stack can hand it on).
-    #[inline]
-    pub fn into_payload(self) -> &'a [u8] {
-        self.buffer.get(HEADER_LEN..self.len()).unwrap_or(&[])
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    /// The payload, writable; empty if the view is too short.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        let end = self.len();
-        self.buffer
-            .as_mut()
-            .get_mut(HEADER_LEN..end)
-            .unwrap_or(&mut [])
+    fn payload_range(&self) -> core::ops::Range<usize> {
+        HEADER_LEN..self.len()
     }
 }
 

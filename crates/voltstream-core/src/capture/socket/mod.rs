@@ -7,7 +7,8 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::host::{bind_udp, interface_of_ip, resolve_ip};
+use super::batch::wait_readable;
+use super::host::{bind_udp, interface_of_ip, resolve_ip, setsockopt};
 use super::{multicast, Engine, Received};
 use crate::memory::Buffer;
 use crate::{Error, Result};
@@ -107,11 +108,11 @@ impl SocketEngine {
         let want = config.rcvbuf.min(i32::MAX as usize / 2) as libc::c_int;
         // Root may exceed net.core.rmem_max with SO_RCVBUFFORCE; others get the
         // capped SO_RCVBUF, and the achieved size is reported either way.
-        if setsockopt_int(fd, libc::SO_RCVBUFFORCE, want).is_err() {
-            setsockopt_int(fd, libc::SO_RCVBUF, want)
+        if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &want).is_err() {
+            setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &want)
                 .map_err(|e| Error::io("cannot set the socket receive buffer", e))?;
         }
-        setsockopt_int(fd, libc::SO_RXQ_OVFL, 1)
+        setsockopt(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, &1 as &libc::c_int)
             .map_err(|e| Error::io("cannot enable the socket drop counter (SO_RXQ_OVFL)", e))?;
         let rcvbuf = getsockopt_int(fd, libc::SO_RCVBUF)
             .map_err(|e| Error::io("cannot read the socket receive buffer size", e))?;
@@ -198,22 +199,6 @@ impl SocketEngine {
             Ok(n as usize)
         }
     }
-
-    fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.sock.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: one valid pollfd, count 1.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r > 0)
-        }
-    }
 }
 
 impl Engine for SocketEngine {
@@ -230,10 +215,9 @@ impl Engine for SocketEngine {
         // only paid when idle.
         let mut r = self.recvmmsg();
         if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
-            match self.wait_readable(timeout) {
+            match wait_readable(self.sock.as_raw_fd(), timeout) {
                 Ok(true) => r = self.recvmmsg(),
                 Ok(false) => return Ok(0),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
                 Err(e) => return Err(Error::io("poll on the capture socket failed", e)),
             }
         }
@@ -298,24 +282,6 @@ impl Engine for SocketEngine {
     }
 }
 
-fn setsockopt_int(fd: libc::c_int, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: passes a pointer to a live c_int and its exact size.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&value as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 fn getsockopt_int(fd: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> {
     let mut value: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
@@ -337,133 +303,4 @@ fn getsockopt_int(fd: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::capture::test_collect as collect;
-
-    #[test]
-    fn receives_in_order_and_flags_oversized_packets() {
-        let mut cfg = SocketConfig::new("127.0.0.1:0");
-        cfg.max_packet = 1000;
-        cfg.batch = 8;
-        let mut e = SocketEngine::bind(&cfg).unwrap();
-        let to = e.local_addr().unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut sent = Vec::new();
-        for i in 0..50u32 {
-            let len = if i % 10 == 3 {
-                1001
-            } else {
-                1 + (i as usize * 37) % 1000
-            };
-            let p: Vec<u8> = (0..len).map(|k| (k as u32 * 13 + i) as u8).collect();
-            tx.send_to(&p, to).unwrap();
-            sent.push(p);
-        }
-        let (got, truncated) = collect(&mut e, 50);
-        assert_eq!(truncated, 5);
-        let expect: Vec<Vec<u8>> = sent.into_iter().filter(|p| p.len() <= 1000).collect();
-        assert_eq!(got, expect);
-        assert_eq!(e.kernel_drops(), 0);
-        assert!(e.rcvbuf() > 0);
-    }
-
-    #[test]
-    fn kernel_drops_account_for_what_the_socket_lost() {
-        let mut cfg = SocketConfig::new("127.0.0.1:0");
-        cfg.rcvbuf = 1; // clamped by the kernel to its minimum: a few packets fit
-        let mut e = SocketEngine::bind(&cfg).unwrap();
-        let to = e.local_addr().unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let p = vec![0x3cu8; 1400];
-        for _ in 0..300 {
-            tx.send_to(&p, to).unwrap();
-        }
-        let mut got = 0;
-        while e
-            .recv_batch(Duration::from_millis(20), |_| got += 1)
-            .unwrap()
-            > 0
-        {}
-        let drops = e.kernel_drops();
-        assert!(drops > 0 && got > 0, "got {got}, drops {drops}");
-        // Loopback loses packets only at the socket queue, so the two add up.
-        assert_eq!(got as u64 + drops, 300);
-    }
-
-    #[test]
-    fn receives_ipv6_on_loopback() {
-        let mut e = SocketEngine::bind(&SocketConfig::new("[::1]:0")).unwrap();
-        let to = e.local_addr().unwrap();
-        assert!(to.is_ipv6());
-        assert_eq!(e.interface(), Some("lo"));
-        let tx = UdpSocket::bind("[::1]:0").unwrap();
-        let sent: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100 + i as usize]).collect();
-        for p in &sent {
-            tx.send_to(p, to).unwrap();
-        }
-        assert_eq!(collect(&mut e, 20), (sent, 0));
-    }
-
-    #[test]
-    fn joins_an_ipv6_group_and_receives_only_it() {
-        // Linux loopback does not loop IPv6 multicast back: a veth pair in a
-        // private namespace carries it instead.
-        use crate::capture::host::{if_index, setsockopt};
-        use crate::capture::testnet::{in_private_netns, ip};
-        use std::net::{Ipv6Addr, SocketAddrV6};
-        in_private_netns(|| {
-            ip(&[
-                "link", "add", "vs6a", "type", "veth", "peer", "name", "vs6b",
-            ]);
-            for (dev, addr) in [("vs6a", "fd01::1/64"), ("vs6b", "fd01::2/64")] {
-                ip(&["-6", "addr", "add", addr, "dev", dev, "nodad"]);
-                ip(&["link", "set", dev, "up"]);
-            }
-            let group: Ipv6Addr = "ff15::7:2".parse().unwrap();
-            let mut cfg = SocketConfig::new(format!("[{group}]:7001"));
-            cfg.interface = Some("vs6b".into());
-            let mut e = SocketEngine::bind(&cfg).unwrap();
-            assert_eq!(e.local_addr().unwrap(), "[::]:7001".parse().unwrap());
-            let joined = crate::capture::joined_groups_v6("vs6b").unwrap();
-            assert!(joined.contains(&group), "{joined:?}");
-            let tx = UdpSocket::bind("[fd01::1]:0").unwrap();
-            let out = if_index("vs6a").unwrap();
-            setsockopt(
-                tx.as_raw_fd(),
-                libc::IPPROTO_IPV6,
-                libc::IPV6_MULTICAST_IF,
-                &out,
-            )
-            .unwrap();
-            for i in 0..5u8 {
-                tx.send_to(&[i; 64], SocketAddrV6::new(group, 7001, 0, 0))
-                    .unwrap();
-                // Another group on the port: not joined, not ours.
-                let other = SocketAddrV6::new("ff15::7:3".parse().unwrap(), 7001, 0, 0);
-                tx.send_to(&[0xff; 64], other).unwrap();
-            }
-            let (got, _) = collect(&mut e, 6);
-            assert_eq!(got, (0..5u8).map(|i| vec![i; 64]).collect::<Vec<_>>());
-        });
-    }
-
-    #[test]
-    fn port_in_use_is_a_clear_error() {
-        let e = SocketEngine::bind(&SocketConfig::new("127.0.0.1:0")).unwrap();
-        let addr = e.local_addr().unwrap().to_string();
-        let err = SocketEngine::bind(&SocketConfig::new(addr.clone()))
-            .err()
-            .unwrap();
-        let msg = err.to_string();
-        assert!(matches!(err, Error::Io { .. }));
-        assert!(
-            msg.contains(&addr) && msg.contains("another capture"),
-            "{msg}"
-        );
-        let err = SocketEngine::bind(&SocketConfig::new("nonsense"))
-            .err()
-            .unwrap();
-        assert!(matches!(err, Error::Config(_)), "{err}");
-    }
-}
+mod tests;
