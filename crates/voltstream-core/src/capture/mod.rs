@@ -75,7 +75,8 @@ mod cbpf;
 mod dpdk;
 mod flow;
 mod group;
-mod host;
+pub(crate) mod host;
+mod limits;
 mod multicast;
 mod packet_ring;
 mod pin;
@@ -83,7 +84,7 @@ mod runner;
 mod socket;
 mod steer;
 #[cfg(test)]
-mod testnet;
+mod testutil;
 mod xdp;
 
 use std::net::SocketAddr;

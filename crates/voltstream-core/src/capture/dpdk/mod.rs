@@ -60,6 +60,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::limits::within;
 use super::{Engine, Received};
 use crate::{Error, Result};
 
@@ -170,18 +171,12 @@ impl DpdkConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        if self.max_packet == 0 || self.max_packet > 65_507 {
-            return Err(Error::Config(format!(
-                "max_packet must be 1..=65507 (the largest UDP payload), got {}",
-                self.max_packet
-            )));
-        }
-        if self.batch == 0 || self.batch > 1024 {
-            return Err(Error::Config(format!(
-                "DPDK burst size must be 1..=1024, got {}",
-                self.batch
-            )));
-        }
+        within(
+            "max_packet (the largest UDP payload)",
+            self.max_packet,
+            1..=65_507,
+        )?;
+        within("DPDK burst size", self.batch, 1..=1024)?;
         if self.rx_descriptors == 0 {
             return Err(Error::Config("rx_descriptors must be positive".into()));
         }

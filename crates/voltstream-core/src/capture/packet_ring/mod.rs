@@ -42,6 +42,7 @@
 
 use std::net::Ipv4Addr;
 
+use crate::capture::limits::within;
 use crate::memory::page_size;
 use crate::{Error, Result};
 
@@ -114,19 +115,8 @@ impl PacketRingConfig {
                 self.blocks, self.block_size
             )));
         }
-        if self.retire_ms == 0 || self.retire_ms > 1000 {
-            return Err(Error::Config(format!(
-                "packet ring retire_ms must be 1..=1000, got {}",
-                self.retire_ms
-            )));
-        }
-        if self.max_packet == 0 || self.max_packet > 65_536 {
-            return Err(Error::Config(format!(
-                "max_packet must be 1..=65536, got {}",
-                self.max_packet
-            )));
-        }
-        Ok(())
+        within("packet ring retire_ms", self.retire_ms as usize, 1..=1000)?;
+        within("max_packet", self.max_packet, 1..=65_536)
     }
 }
 

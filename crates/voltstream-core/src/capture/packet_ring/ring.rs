@@ -32,21 +32,30 @@ const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
 const VIRTIO_NET_HDR_GSO_UDP_L4: u8 = 5;
 const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
 
-/// Offsets inside a block descriptor (`tpacket_block_desc` with `tpacket_hdr_v1`).
+/// Where the fields we read lie in a block descriptor (`tpacket_block_desc`
+/// whose header is a `tpacket_hdr_v1`), taken from the kernel's structs.
 mod block {
-    pub const STATUS: usize = 8;
-    pub const NUM_PKTS: usize = 12;
-    pub const FIRST: usize = 16;
+    use libc::{tpacket_block_desc, tpacket_hdr_v1};
+    use std::mem::offset_of;
+
+    const HDR: usize = offset_of!(tpacket_block_desc, hdr);
+    pub const STATUS: usize = HDR + offset_of!(tpacket_hdr_v1, block_status);
+    pub const NUM_PKTS: usize = HDR + offset_of!(tpacket_hdr_v1, num_pkts);
+    pub const FIRST: usize = HDR + offset_of!(tpacket_hdr_v1, offset_to_first_pkt);
 }
 
-/// Offsets inside a frame header (`tpacket3_hdr`, then `sockaddr_ll`).
+/// Where the fields we read lie in a frame: its `tpacket3_hdr`, then (at the
+/// next 16-byte boundary, `TPACKET_ALIGN`) the `sockaddr_ll`.
 mod frame {
-    pub const NEXT: usize = 0;
-    pub const SNAPLEN: usize = 12;
-    pub const LEN: usize = 16;
-    pub const MAC: usize = 24;
-    /// `TPACKET_ALIGN(sizeof(tpacket3_hdr))` + offset of `sll_pkttype`.
-    pub const PKTTYPE: usize = 48 + 10;
+    use libc::{sockaddr_ll, tpacket3_hdr};
+    use std::mem::{offset_of, size_of};
+
+    pub const NEXT: usize = offset_of!(tpacket3_hdr, tp_next_offset);
+    pub const SNAPLEN: usize = offset_of!(tpacket3_hdr, tp_snaplen);
+    pub const LEN: usize = offset_of!(tpacket3_hdr, tp_len);
+    pub const MAC: usize = offset_of!(tpacket3_hdr, tp_mac);
+    pub const PKTTYPE: usize =
+        size_of::<tpacket3_hdr>().next_multiple_of(16) + offset_of!(sockaddr_ll, sll_pkttype);
 }
 
 pub struct PacketRingEngine {

@@ -4,6 +4,7 @@ use std::time::Duration;
 use super::*;
 use crate::capture::flow::{Flow, Frame};
 use crate::capture::test_collect as collect;
+use crate::capture::testutil::{send_all, varied_packets};
 use crate::capture::{Engine, Received};
 use crate::wire::net::build::udp_frame;
 use crate::Error;
@@ -63,29 +64,30 @@ fn parses_udp_with_and_without_vlan_and_rejects_every_cut() {
     assert_eq!(parse_udp(&arp, 7000), Frame::Other);
 }
 
-#[test]
-fn loopback_ring_receives_our_port_only_in_order() {
-    let mut cfg = PacketRingConfig::new("127.0.0.1:0");
+/// A small ring on `bind`, for packets of at most 1000 bytes.
+fn small(bind: &str) -> PacketRingEngine {
+    let mut cfg = PacketRingConfig::new(bind);
     cfg.max_packet = 1000;
     cfg.blocks = 4;
     cfg.block_size = 128 << 10;
-    let mut e = PacketRingEngine::open(&cfg).unwrap();
+    let e = PacketRingEngine::open(&cfg).unwrap();
     assert_eq!(e.interface(), "lo");
-    let to = e.local_addr().unwrap();
+    e
+}
+
+#[test]
+fn loopback_ring_receives_our_port_only_in_order() {
+    let mut e = small("127.0.0.1:0");
     let other = UdpSocket::bind("127.0.0.1:0").unwrap();
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut sent = Vec::new();
-    for i in 0..60u32 {
-        let len = if i % 10 == 3 {
-            1001
-        } else {
-            1 + (i as usize * 37) % 1000
-        };
-        let p: Vec<u8> = (0..len).map(|k| (k as u32 * 13 + i) as u8).collect();
-        tx.send_to(&p, to).unwrap();
-        tx.send_to(&p, other.local_addr().unwrap()).unwrap(); // filtered out
-        sent.push(p);
-    }
+    let sent = varied_packets(60);
+    // The other port's packets are filtered out.
+    send_all(
+        &tx,
+        e.local_addr().unwrap(),
+        &[other.local_addr().unwrap()],
+        &sent,
+    );
     let (got, truncated) = collect(&mut e, 60);
     assert_eq!(truncated, 6);
     let expect: Vec<Vec<u8>> = sent.into_iter().filter(|p| p.len() <= 1000).collect();
@@ -98,33 +100,27 @@ fn loopback_ring_receives_our_port_only_in_order() {
 
 #[test]
 fn loopback_ring_receives_ipv6_for_our_port() {
-    let mut cfg = PacketRingConfig::new("[::1]:0");
-    cfg.max_packet = 1000;
-    cfg.blocks = 4;
-    cfg.block_size = 128 << 10;
-    let mut e = PacketRingEngine::open(&cfg).unwrap();
-    assert_eq!(e.interface(), "lo");
+    let mut e = small("[::1]:0");
     let to = e.local_addr().unwrap();
     assert!(to.is_ipv6());
-    let other = UdpSocket::bind("[::1]:0").unwrap();
-    let tx = UdpSocket::bind("[::1]:0").unwrap();
-    let v4 = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut sent = Vec::new();
-    for i in 0..30u32 {
-        let p: Vec<u8> = (0..1 + i as usize * 31)
-            .map(|k| (k as u32 ^ i) as u8)
-            .collect();
-        tx.send_to(&p, to).unwrap();
-        tx.send_to(&p, other.local_addr().unwrap()).unwrap(); // filtered out
-                                                              // The same port on IPv4 is not ours (bound to ::1, not [::]).
-        let _ = v4.send_to(&p, ("127.0.0.1", to.port()));
-        sent.push(p);
-    }
-    let (got, truncated) = collect(&mut e, 30);
-    assert_eq!((got, truncated), (sent, 0));
+    let other = UdpSocket::bind("[::1]:0").unwrap().local_addr().unwrap();
+    // The same port on IPv4 is not ours either: the ring is bound to ::1, not [::].
+    let v4_same_port = SocketAddr::from(([127, 0, 0, 1], to.port()));
+    let sent: Vec<Vec<u8>> = varied_packets(30)
+        .into_iter()
+        .filter(|p| p.len() <= 1000)
+        .collect();
+    send_all(&UdpSocket::bind("[::1]:0").unwrap(), to, &[other], &sent);
+    send_all(
+        &UdpSocket::bind("127.0.0.1:0").unwrap(),
+        v4_same_port,
+        &[],
+        &sent,
+    );
+    assert_eq!(collect(&mut e, sent.len()), (sent.clone(), 0));
     assert_eq!(e.recv_batch(Duration::ZERO, |_| {}).unwrap(), 0);
     assert_eq!(e.kernel_drops(), 0);
-    assert_eq!(e.kernel_frames(), 30);
+    assert_eq!(e.kernel_frames(), sent.len() as u64);
 }
 
 #[test]

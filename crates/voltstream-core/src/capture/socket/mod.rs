@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::batch::wait_readable;
 use super::host::{bind_udp, interface_of_ip, resolve_ip, setsockopt};
+use super::limits::within;
 use super::{multicast, Engine, Received};
 use crate::memory::Buffer;
 use crate::{Error, Result};
@@ -74,19 +75,12 @@ impl SocketEngine {
     /// Binds the socket and sizes its buffers. Fails with a message naming the
     /// address when the port is taken or the address is not local.
     pub fn bind(config: &SocketConfig) -> Result<Self> {
-        if config.batch == 0 || config.batch > 1024 || config.max_packet == 0 {
-            return Err(Error::Config(format!(
-                "socket engine needs 1..=1024 packets per batch and a positive packet size \
-                 (got batch {}, max_packet {})",
-                config.batch, config.max_packet
-            )));
-        }
-        if config.max_packet > 65_536 {
-            return Err(Error::Config(format!(
-                "packets of {} bytes cannot arrive over UDP; use at most 65536",
-                config.max_packet
-            )));
-        }
+        within(
+            "socket engine batch (packets per recvmmsg)",
+            config.batch,
+            1..=1024,
+        )?;
+        within("max_packet", config.max_packet, 1..=65_536)?;
         let addr = resolve_ip(&config.bind)?;
         let groups = multicast::plan(addr, &config.multicast)?;
         let sock = bind_udp(groups.as_ref().map_or(addr, |p| p.bind))?;

@@ -1,5 +1,6 @@
 use super::*;
 use crate::capture::test_collect as collect;
+use crate::capture::testutil::{send_all, varied_packets};
 
 #[test]
 fn receives_in_order_and_flags_oversized_packets() {
@@ -8,18 +9,8 @@ fn receives_in_order_and_flags_oversized_packets() {
     cfg.batch = 8;
     let mut e = SocketEngine::bind(&cfg).unwrap();
     let to = e.local_addr().unwrap();
-    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut sent = Vec::new();
-    for i in 0..50u32 {
-        let len = if i % 10 == 3 {
-            1001
-        } else {
-            1 + (i as usize * 37) % 1000
-        };
-        let p: Vec<u8> = (0..len).map(|k| (k as u32 * 13 + i) as u8).collect();
-        tx.send_to(&p, to).unwrap();
-        sent.push(p);
-    }
+    let sent = varied_packets(50);
+    send_all(&UdpSocket::bind("127.0.0.1:0").unwrap(), to, &[], &sent);
     let (got, truncated) = collect(&mut e, 50);
     assert_eq!(truncated, 5);
     let expect: Vec<Vec<u8>> = sent.into_iter().filter(|p| p.len() <= 1000).collect();
@@ -70,7 +61,7 @@ fn joins_an_ipv6_group_and_receives_only_it() {
     // Linux loopback does not loop IPv6 multicast back: a veth pair in a
     // private namespace carries it instead.
     use crate::capture::host::{if_index, setsockopt};
-    use crate::capture::testnet::{in_private_netns, ip};
+    use crate::capture::testutil::{in_private_netns, ip};
     use std::net::{Ipv6Addr, SocketAddrV6};
     in_private_netns(|| {
         ip(&[

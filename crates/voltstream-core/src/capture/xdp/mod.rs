@@ -83,6 +83,7 @@ use std::time::Duration;
 
 use super::batch::pass;
 use super::flow::{Flow, Frame};
+use super::limits::within;
 use super::{Engine, Received};
 use crate::{Error, Result};
 
@@ -191,19 +192,8 @@ impl XdpConfig {
                 self.frames
             )));
         }
-        if self.max_packet == 0 || self.max_packet > 65_536 {
-            return Err(Error::Config(format!(
-                "max_packet must be 1..=65536, got {}",
-                self.max_packet
-            )));
-        }
-        if self.batch == 0 || self.batch > self.frames {
-            return Err(Error::Config(format!(
-                "AF_XDP batch must be 1..=frames ({}), got {}",
-                self.frames, self.batch
-            )));
-        }
-        Ok(())
+        within("max_packet", self.max_packet, 1..=65_536)?;
+        within("AF_XDP batch (at most frames)", self.batch, 1..=self.frames)
     }
 }
 

@@ -101,8 +101,8 @@ mod live {
     //! and the namespace disappears with the thread. Needs root.
     use super::*;
     use crate::capture::test_collect as collect;
-    use crate::capture::testnet::in_private_netns;
-    use std::net::UdpSocket;
+    use crate::capture::testutil::{in_private_netns, send_all};
+    use std::net::{SocketAddr, UdpSocket};
 
     fn small(bind: &str) -> XdpConfig {
         let mut c = XdpConfig::new(bind);
@@ -153,15 +153,18 @@ mod live {
                 std::fs::read_to_string("/proc/sys/kernel/osrelease")
             );
             // The other port's datagrams went to the kernel stack, whole.
-            other
-                .set_read_timeout(Some(Duration::from_secs(2)))
-                .unwrap();
-            let mut buf = vec![0u8; 10000];
-            for p in &sent {
-                let n = other.recv(&mut buf).unwrap();
-                assert_eq!(&buf[..n], &p[..]);
-            }
+            assert_received(&other, &sent);
         });
+    }
+
+    /// `sock` received exactly `sent`, in order, within 2 s each.
+    fn assert_received(sock: &UdpSocket, sent: &[Vec<u8>]) {
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = vec![0u8; 10000];
+        for p in sent {
+            let n = sock.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &p[..]);
+        }
     }
 
     #[test]
@@ -171,26 +174,21 @@ mod live {
             assert_eq!(e.info().interface, "lo");
             let to = e.local_addr().unwrap();
             let other = UdpSocket::bind("[::1]:0").unwrap();
-            let tx = UdpSocket::bind("[::1]:0").unwrap();
-            let v4 = UdpSocket::bind("127.0.0.1:0").unwrap();
+            // IPv4 to the same port is not ours: bound to ::1, not [::].
+            let v4_same_port = SocketAddr::from(([127, 0, 0, 1], to.port()));
             let sent: Vec<Vec<u8>> = (0..20).map(|i| payload(100 + i * 10, i as u32)).collect();
-            for p in &sent {
-                tx.send_to(p, to).unwrap();
-                tx.send_to(p, other.local_addr().unwrap()).unwrap();
-                let _ = v4.send_to(p, ("127.0.0.1", to.port()));
-            }
+            let tx = UdpSocket::bind("[::1]:0").unwrap();
+            send_all(&tx, to, &[other.local_addr().unwrap()], &sent);
+            send_all(
+                &UdpSocket::bind("127.0.0.1:0").unwrap(),
+                v4_same_port,
+                &[],
+                &sent,
+            );
             assert_eq!(collect(&mut e, 20), (sent.clone(), 0));
-            assert_eq!(e.recv_batch(Duration::ZERO, |_| {}).unwrap(), 0);
             assert_eq!(e.kernel_drops(), 0);
             assert_eq!(e.info().counts().matched, 20);
-            other
-                .set_read_timeout(Some(Duration::from_secs(2)))
-                .unwrap();
-            let mut buf = vec![0u8; 2000];
-            for p in &sent {
-                let n = other.recv(&mut buf).unwrap();
-                assert_eq!(&buf[..n], &p[..]);
-            }
+            assert_received(&other, &sent);
         });
     }
 
