@@ -247,16 +247,6 @@ const _: () = assert!(size_of::<libc::ip_mreqn>() == 12);
 mod tests {
     use super::*;
 
-    #[test]
-    fn joining_an_ipv6_group_on_loopback_shows_in_the_mld_table() {
-        let group: Ipv6Addr = "ff15::7:1".parse().unwrap();
-        let s = UdpSocket::bind("[::]:0").unwrap();
-        join(&s, &[group.into()], Some("lo")).unwrap();
-        assert!(joined_groups_v6("lo").unwrap().contains(&group));
-        drop(s);
-        assert!(!joined_groups_v6("lo").unwrap().contains(&group));
-    }
-
     fn sa(s: &str) -> SocketAddr {
         s.parse().unwrap()
     }
@@ -339,14 +329,21 @@ mod tests {
     }
 
     #[test]
-    fn joining_on_loopback_shows_in_the_igmp_table_until_close() {
+    fn joining_on_loopback_shows_in_the_igmp_and_mld_tables_until_close() {
         // Loopback is multicast-capable in Linux; the membership is local only.
+        for (bind, group) in [("0.0.0.0:0", "239.255.77.1"), ("[::]:0", "ff15::7:1")] {
+            let group: IpAddr = group.parse().unwrap();
+            let joined = || match group {
+                IpAddr::V4(g) => joined_groups("lo").unwrap().contains(&g),
+                IpAddr::V6(g) => joined_groups_v6("lo").unwrap().contains(&g),
+            };
+            let s = UdpSocket::bind(bind).unwrap();
+            join(&s, &[group], Some("lo")).unwrap();
+            assert!(joined(), "{group}");
+            drop(s);
+            assert!(!joined(), "{group}");
+        }
         let group: Ipv4Addr = "239.255.77.1".parse().unwrap();
-        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
-        join(&s, &[group.into()], Some("lo")).unwrap();
-        assert!(joined_groups("lo").unwrap().contains(&group));
-        drop(s);
-        assert!(!joined_groups("lo").unwrap().contains(&group));
         let s = UdpSocket::bind("0.0.0.0:0").unwrap();
         let e = join(&s, &[group.into()], Some("vs-no-such-if")).unwrap_err();
         assert!(e.to_string().contains("vs-no-such-if"), "{e}");
