@@ -31,12 +31,14 @@
 //! pages it lives in them. The capture thread registers itself with the EAL on
 //! its first batch, for a per-lcore mempool cache.
 //!
-//! Classification: the engine sees every frame of the port. Frames that are not
-//! IPv4/UDP to our port (and to our address, unless bound to 0.0.0.0), and later
-//! IP fragments, are counted in [`DpdkCounts::other`] and not passed on. Ours are
-//! parsed as in the packet-ring engine: a payload longer than `max_packet`, a
-//! first fragment, or lengths that do not add up are [`Received::Truncated`]
-//! (counted malformed by the assembler).
+//! Classification (`capture/flow.rs`, as in the packet-ring and AF_XDP
+//! engines): the engine sees every frame of the port. Frames that are not
+//! UDP (IPv4, or IPv6 with any extension headers) to our port and address
+//! (any, when bound to 0.0.0.0; either family, bound to `[::]`), and later IP
+//! fragments, are counted in [`DpdkCounts::other`] and not passed on. Ours
+//! that are cut short are counted in [`DpdkCounts::cut`]; those, a payload
+//! longer than `max_packet`, a first fragment, or lengths that do not add up
+//! are [`Received::Truncated`] (counted malformed by the assembler).
 //!
 //! Truncation: `net_af_packet` copies at most `framesz - 80` bytes of each frame
 //! (from the IP header on; the TPACKET_V2 frame starts with its header) and says
@@ -297,7 +299,7 @@ fn check_af_packet_devargs(devargs: &str, max_packet: usize) -> Result<()> {
 pub struct DpdkCounts {
     /// Frames read from the port (every mbuf chain).
     pub frames: u64,
-    /// Frames that were not IPv4/UDP to our address and port (not passed on).
+    /// Frames that were not UDP to our address and port (not passed on).
     pub other: u64,
     /// Our frames shorter than their IP length says (cut by the driver or
     /// the sender); reported truncated.

@@ -4,11 +4,14 @@
 //! How traffic reaches us:
 //! - The socket is bound to one interface (`lo` for loopback, a veth or a NIC)
 //!   with `ETH_P_ALL`, `PACKET_IGNORE_OUTGOING` set, and a classic BPF program
-//!   attached before the bind, so the ring only ever holds IPv4/UDP frames
+//!   attached before the bind, so the ring only ever holds UDP frames
 //!   (optionally with one 802.1Q/802.1ad tag) addressed to our port (and our
-//!   address, unless bound to 0.0.0.0) that are not outgoing copies and not
-//!   non-first IP fragments. Other traffic is filtered in the kernel and never
-//!   counted, exactly as the socket engine never sees other ports.
+//!   address, unless bound to 0.0.0.0 or `[::]`) that are not outgoing copies
+//!   and not non-first IP fragments: IPv4, and IPv6 when bound to an IPv6
+//!   address (UDP right after the fixed header: classic BPF cannot walk
+//!   extension headers). Other traffic is filtered in the kernel and never
+//!   counted, exactly as the socket engine never sees other ports. What
+//!   reaches the ring is classified by `capture/flow.rs`.
 //! - A plain UDP socket (the *guard*) is bound to the same address and port so
 //!   the kernel neither answers with ICMP port-unreachable nor lets another
 //!   capture take the port. A `ret 0` BPF program on the guard drops every
