@@ -27,45 +27,55 @@ pub(crate) enum Frame<'a> {
 pub(crate) struct Flow {
     ip: IpAddr,
     port: u16,
+    /// Any IPv4 / any IPv6 destination is ours (decided once, not per packet).
+    any_v4: bool,
+    any_v6: bool,
+    /// Any destination address is ours: a filter in front of the engine (the
+    /// ring's BPF program, the XDP program) already picked ours.
+    any: bool,
 }
 
 impl Flow {
     pub(crate) fn new(local: SocketAddr) -> Flow {
+        let ip = local.ip();
         Flow {
-            ip: local.ip(),
+            ip,
             port: local.port(),
+            any_v4: ip.is_unspecified(),
+            any_v6: ip.is_unspecified() && ip.is_ipv6(),
+            any: false,
         }
     }
 
     /// Any address (the filter in front of the engine chose them), this port.
-    #[cfg(test)]
-    pub(crate) fn port(port: u16) -> Flow {
+    pub(crate) fn behind_filter(port: u16) -> Flow {
         Flow {
-            ip: IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-            port,
+            any: true,
+            ..Flow::new(SocketAddr::new(
+                std::net::Ipv6Addr::UNSPECIFIED.into(),
+                port,
+            ))
         }
     }
 
     #[inline]
     fn accepts_ip(&self, ip: IpAddr) -> bool {
-        match (self.ip, ip) {
-            (IpAddr::V4(a), IpAddr::V4(b)) => a.is_unspecified() || a == b,
-            (IpAddr::V6(a), IpAddr::V6(b)) => a.is_unspecified() || a == b,
-            (IpAddr::V6(a), IpAddr::V4(_)) => a.is_unspecified(),
-            (IpAddr::V4(_), IpAddr::V6(_)) => false,
+        match ip {
+            IpAddr::V4(_) => self.any_v4 || self.ip == ip,
+            IpAddr::V6(_) => self.any_v6 || self.ip == ip,
         }
     }
 
     #[inline]
     fn accepts(&self, dst: SocketAddr) -> bool {
-        dst.port() == self.port && self.accepts_ip(dst.ip())
+        dst.port() == self.port && (self.any || self.accepts_ip(dst.ip()))
     }
 
     /// Classifies one whole frame. A rejected frame is ours when what could be
     /// read of its destination is ours: a frame cut inside its IP header
     /// counts against the capture (it most likely was its traffic), one cut
     /// before the ethertype does not.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn frame<'a>(&self, l2: &'a [u8]) -> Frame<'a> {
         let r = match net::classify(l2) {
             Ok(u) if self.accepts(u.dst) => return Frame::Udp(u.payload),

@@ -275,7 +275,7 @@ impl PacketRingEngine {
             blocks: config.blocks,
             next: 0,
             min_wait: Duration::from_millis(config.retire_ms as u64 + 2),
-            flow: Flow::new(local),
+            flow: Flow::behind_filter(local.port()),
             max_packet: config.max_packet,
             drops: 0,
             freezes: 0,

@@ -25,7 +25,7 @@ pub(super) fn frame(port: u16, payload: &[u8], vlan: bool, frag: u16) -> Vec<u8>
 }
 
 fn parse_udp(l2: &[u8], port: u16) -> Frame<'_> {
-    Flow::port(port).frame(l2)
+    Flow::behind_filter(port).frame(l2)
 }
 
 #[test]

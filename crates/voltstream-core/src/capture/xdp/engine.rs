@@ -109,7 +109,7 @@ impl XdpEngine {
                         _guard: guard,
                         local,
                         info,
-                        flow: Flow::new(local),
+                        flow: Flow::behind_filter(local.port()),
                         max_packet: config.max_packet,
                         batch: config.batch as u32,
                         chunk_mask: !(config.frame_size as u64 - 1),

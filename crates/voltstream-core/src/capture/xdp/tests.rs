@@ -36,7 +36,9 @@ fn frame(port: u16, payload: &[u8]) -> Vec<u8> {
 fn deliver_passes_whole_payloads_and_flags_cut_or_long_ones() {
     let run = |l2: &[u8]| {
         let mut got = Vec::new();
-        let n = deliver(l2, Flow::port(7000), 100, &mut |r: Received<'_>| {
+        let n = deliver(l2, Flow::behind_filter(7000), 100, &mut |r: Received<
+            '_,
+        >| {
             got.push(match r {
                 Received::Packet(p) => Some(p.to_vec()),
                 Received::Truncated => None,

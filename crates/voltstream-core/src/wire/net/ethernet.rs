@@ -36,6 +36,19 @@ fn is_tag(t: u16) -> bool {
 
 view!("Ethernet frame");
 
+impl<'a> Packet<&'a [u8]> {
+    /// The ethertype and the payload of a frame whose header and tags are
+    /// complete, the tags walked once: what the classifier needs per packet.
+    #[inline]
+    pub fn split_checked(self) -> Result<(u16, &'a [u8]), Reason> {
+        let h = self.header_len();
+        match self.buffer.get(h..) {
+            Some(payload) => Ok((be16(self.buffer, h - 2), payload)),
+            None => Err(Reason::Truncated),
+        }
+    }
+}
+
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks untrusted bytes ([`Self::new_checked`]): the header and its tags
     /// must be complete.

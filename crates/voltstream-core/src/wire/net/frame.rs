@@ -51,16 +51,13 @@ fn reject<T>(reason: Reason, seen: Seen) -> Result<T, Rejected> {
 /// [`Reason::BadLength`]), and the datagram is not fragmented
 /// ([`Reason::Fragment`]). Bytes after the IP datagram (Ethernet padding) are
 /// ignored. Never panics; allocates nothing.
-#[inline]
+#[inline(always)]
 pub fn classify(frame: &[u8]) -> Result<Udp<'_>, Rejected> {
-    let eth = match ethernet::Packet::new_checked(frame) {
-        Ok(e) => e,
-        Err(r) => return reject(r, Seen::Link),
-    };
-    match eth.ethertype() {
-        ethertype::IPV4 => v4(eth.into_payload()),
-        ethertype::IPV6 => v6(eth.into_payload()),
-        _ => reject(Reason::NotIp, Seen::Link),
+    match ethernet::Packet::new_unchecked(frame).split_checked() {
+        Ok((ethertype::IPV4, l3)) => v4(l3),
+        Ok((ethertype::IPV6, l3)) => v6(l3),
+        Ok(_) => reject(Reason::NotIp, Seen::Link),
+        Err(r) => reject(r, Seen::Link),
     }
 }
 
@@ -79,14 +76,17 @@ fn seen_at(l4: &[u8], dst: IpAddr) -> Seen {
 
 /// The UDP datagram that must fill `l4` exactly (the IP payload).
 #[inline(always)]
-fn datagram(l4: &[u8], src: IpAddr, dst: IpAddr, seen: Seen) -> Result<Udp<'_>, Rejected> {
-    let u = match udp::Packet::new_checked(l4) {
-        Ok(u) => u,
-        // A UDP header cut by the IP length is the IP header's lie, not the frame's cut.
-        Err(_) => return reject(Reason::BadLength, seen),
-    };
-    if u.len() != l4.len() {
-        return reject(Reason::BadLength, seen);
+fn datagram(
+    l4: &[u8],
+    src: IpAddr,
+    dst: IpAddr,
+    seen: impl FnOnce() -> Seen,
+) -> Result<Udp<'_>, Rejected> {
+    let u = udp::Packet::new_unchecked(l4);
+    // The UDP length must fill the IP payload exactly (a UDP header cut by the
+    // IP length is the IP header's lie, not the frame's cut).
+    if l4.len() < udp::HEADER_LEN || u.len() != l4.len() {
+        return reject(Reason::BadLength, seen());
     }
     let (src, dst) = (
         SocketAddr::new(src, u.src_port()),
@@ -101,10 +101,12 @@ fn datagram(l4: &[u8], src: IpAddr, dst: IpAddr, seen: Seen) -> Result<Udp<'_>, 
 
 #[inline(always)]
 fn v4(b: &[u8]) -> Result<Udp<'_>, Rejected> {
-    let ip = ipv4::Packet::new_unchecked(b);
     if b.len() < ipv4::HEADER_LEN {
         return reject(Reason::Truncated, Seen::Ip);
     }
+    // Each field read once: the checks of `ipv4::Packet::check_len`, in the
+    // order that tells other traffic from ours first.
+    let ip = ipv4::Packet::new_unchecked(b);
     if ip.protocol() != UDP {
         return reject(Reason::NotUdp, Seen::Ip);
     }
@@ -113,18 +115,24 @@ fn v4(b: &[u8]) -> Result<Udp<'_>, Rejected> {
         // A later fragment: no UDP header, so no port to tell whose it is.
         return reject(Reason::Fragment, Seen::Addr(dst));
     }
-    let seen = match b.get(ip.header_len()..) {
-        Some(l4) if ip.header_len() >= ipv4::HEADER_LEN => seen_at(l4, dst),
+    let (h, total) = (ip.header_len(), ip.total_len());
+    // Built only for a rejection: the common path never reads it.
+    let seen = || match b.get(h..) {
+        Some(l4) if h >= ipv4::HEADER_LEN => seen_at(l4, dst),
         _ => Seen::Addr(dst),
     };
-    if let Err(r) = ip.check_len() {
-        return reject(r, seen);
+    let bad = match () {
+        _ if ip.version() != 4 => Some(Reason::BadVersion),
+        _ if h < ipv4::HEADER_LEN || total < h => Some(Reason::BadLength),
+        _ if b.len() < total => Some(Reason::Truncated),
+        _ if ip.more_frags() => Some(Reason::Fragment),
+        _ => None,
+    };
+    if let Some(r) = bad {
+        return reject(r, seen());
     }
-    if ip.more_frags() {
-        return reject(Reason::Fragment, seen);
-    }
-    let src = IpAddr::V4(ip.src());
-    datagram(ip.into_payload(), src, dst, seen)
+    let l4 = b.get(h..total).unwrap_or(&[]); // in bounds: checked above
+    datagram(l4, IpAddr::V4(ip.src()), dst, seen)
 }
 
 #[inline(always)]
@@ -147,16 +155,16 @@ fn v6(b: &[u8]) -> Result<Udp<'_>, Rejected> {
     if matches!(up.fragment, Some(off) if off != 0) {
         return reject(Reason::Fragment, Seen::Addr(dst));
     }
-    let seen = seen_at(b.get(up.offset..).unwrap_or(&[]), dst);
+    let seen = || seen_at(b.get(up.offset..).unwrap_or(&[]), dst);
     if let Err(r) = ip.check_len() {
-        return reject(r, seen);
+        return reject(r, seen());
     }
     if up.fragment.is_some() {
-        return reject(Reason::Fragment, seen);
+        return reject(Reason::Fragment, seen());
     }
     let Some(l4) = b.get(up.offset..ipv6::HEADER_LEN + ip.payload_len()) else {
         // Extension headers longer than the payload length says.
-        return reject(Reason::BadLength, seen);
+        return reject(Reason::BadLength, seen());
     };
     datagram(l4, IpAddr::V6(ip.src()), dst, seen)
 }
