@@ -145,3 +145,33 @@ pub(crate) fn setsockopt<T>(
         Err(io::Error::last_os_error())
     }
 }
+
+/// Maps `len` bytes of a ring the kernel allocated for socket `fd`, at byte
+/// offset `offset` (a page multiple the socket's API documents), shared and
+/// pre-faulted; `locked` adds `MAP_LOCKED`.
+pub(crate) fn map_ring(
+    fd: libc::c_int,
+    len: usize,
+    offset: u64,
+    locked: bool,
+) -> io::Result<*mut u8> {
+    let lock = if locked { libc::MAP_LOCKED } else { 0 };
+    // SAFETY: asks for a new shared mapping of the socket's ring (no existing
+    // memory is touched); the result is checked against MAP_FAILED. Callers run
+    // on 64-bit targets, where off_t holds the offset.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_POPULATE | lock,
+            fd,
+            offset as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(p.cast())
+    }
+}

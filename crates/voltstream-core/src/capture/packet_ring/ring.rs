@@ -14,7 +14,7 @@ use super::PacketRingConfig;
 use crate::capture::batch::{pass, ready_within};
 use crate::capture::cbpf::{attach_filter, bpf, BPF_K, BPF_RET};
 use crate::capture::flow::{Flow, Frame};
-use crate::capture::host::{guard, if_index, interface_of_ip, resolve_ip, setsockopt};
+use crate::capture::host::{guard, if_index, interface_of_ip, map_ring, resolve_ip, setsockopt};
 use crate::capture::{multicast, Engine, Received};
 use crate::{Error, Result};
 
@@ -229,47 +229,17 @@ impl PacketRingEngine {
             )
         })?;
         let ring_len = config.block_size * config.blocks;
-        // SAFETY: maps the ring the kernel just allocated for this socket; the
-        // result is checked against MAP_FAILED. MAP_POPULATE pre-faults it.
-        let ring = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ring_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE | libc::MAP_LOCKED,
-                s,
-                0,
-            )
-        };
-        let ring = if ring == libc::MAP_FAILED {
-            // SAFETY: as above, without MAP_LOCKED (RLIMIT_MEMLOCK may be low;
-            // the ring's pages are kernel pages and are never swapped anyway).
-            let r = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    ring_len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_POPULATE,
-                    s,
-                    0,
-                )
-            };
-            if r == libc::MAP_FAILED {
-                return Err(Error::io(
-                    "cannot map the packet ring",
-                    io::Error::last_os_error(),
-                ));
-            }
-            r
-        } else {
-            ring
-        };
+        // Locked when RLIMIT_MEMLOCK allows; the ring's pages are kernel pages
+        // and are never swapped anyway, so an unlocked map is as good.
+        let ring = map_ring(s, ring_len, 0, true)
+            .or_else(|_| map_ring(s, ring_len, 0, false))
+            .map_err(|e| Error::io("cannot map the packet ring", e))?;
         let engine = PacketRingEngine {
             fd,
             _guard: guard,
             local,
             interface,
-            ring: ring.cast(),
+            ring,
             ring_len,
             block_size: config.block_size,
             blocks: config.blocks,

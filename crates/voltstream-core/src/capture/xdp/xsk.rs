@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::*;
-use crate::capture::host::setsockopt;
+use crate::capture::host::{map_ring, setsockopt};
 use crate::memory::{Buffer, Placement};
 
 pub(super) const AF_XDP: c_int = 44;
@@ -87,23 +87,9 @@ impl Ring {
         pgoff: u64,
     ) -> io::Result<Ring> {
         let map_len = off.desc as usize + size as usize * elem;
-        // SAFETY: maps the ring the kernel allocated for this socket at the
-        // documented page offset; the result is checked. build.rs enables
-        // this code on 64-bit targets only, where off_t holds the offset.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd,
-                pgoff as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let map: *mut u8 = p.cast();
+        // The kernel allocated the ring for this socket at the documented page
+        // offset `pgoff`.
+        let map = map_ring(fd, map_len, pgoff, false)?;
         // SAFETY: the kernel's offsets lie inside the mapping.
         let (producer, consumer, desc) = unsafe {
             (
