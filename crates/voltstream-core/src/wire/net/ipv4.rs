@@ -26,7 +26,7 @@ mod field {
     pub const OFFSET: u16 = 0x1fff;
 }
 
-view!("IPv4 datagram");
+view!("IPv4 datagram", ip version 4);
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks untrusted bytes ([`Self::new_checked`]): version 4, a header of
@@ -35,10 +35,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// allowed).
     #[inline]
     pub fn check_len(&self) -> Result<(), Reason> {
-        let len = self.at_least(HEADER_LEN)?;
-        if self.version() != 4 {
-            return Err(Reason::BadVersion);
-        }
+        let len = self.fixed_header()?;
         let (h, total) = (self.header_len(), self.total_len());
         if h < HEADER_LEN || total < h {
             return Err(Reason::BadLength);
@@ -47,11 +44,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Reason::Truncated);
         }
         Ok(())
-    }
-
-    #[inline]
-    pub fn version(&self) -> u8 {
-        self.byte(field::VER_IHL) >> 4
     }
 
     /// Header length in bytes, options included (from IHL).

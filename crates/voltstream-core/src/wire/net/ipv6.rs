@@ -52,7 +52,7 @@ pub struct Upper {
     pub fragment: Option<usize>,
 }
 
-view!("IPv6 packet");
+view!("IPv6 packet", ip version 6);
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks untrusted bytes ([`Self::new_checked`]): version 6, the fixed
@@ -61,10 +61,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// [`Reason::BadLength`].
     #[inline]
     pub fn check_len(&self) -> Result<(), Reason> {
-        let len = self.at_least(HEADER_LEN)?;
-        if self.version() != 6 {
-            return Err(Reason::BadVersion);
-        }
+        let len = self.fixed_header()?;
         if self.payload_len() == 0 {
             return Err(Reason::BadLength);
         }
@@ -72,11 +69,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Reason::Truncated);
         }
         Ok(())
-    }
-
-    #[inline]
-    pub fn version(&self) -> u8 {
-        self.byte(field::VERSION) >> 4
     }
 
     /// Bytes after the fixed header, extension headers included.

@@ -15,6 +15,30 @@
 /// What every view here shares: the struct, its constructors and the payload
 /// accessors, from the view's own `check_len` and `payload_range`.
 macro_rules! view {
+    // An IP header: also its version field, and the check every IP header
+    // starts with (the fixed header is there, and of this module's version).
+    ($what:literal, ip version $v:literal) => {
+        view!($what);
+
+        impl<T: AsRef<[u8]>> Packet<T> {
+            /// The IP version: the high nibble of the first byte, in IPv4 and IPv6 alike.
+            #[inline]
+            pub fn version(&self) -> u8 {
+                self.byte(0) >> 4
+            }
+
+            /// The buffer's length, when it holds the fixed header and the
+            /// version is this header's.
+            #[inline]
+            fn fixed_header(&self) -> Result<usize, Reason> {
+                let len = self.at_least(HEADER_LEN)?;
+                if self.version() != $v {
+                    return Err(Reason::BadVersion);
+                }
+                Ok(len)
+            }
+        }
+    };
     ($what:literal) => {
         #[doc = concat!("A read/write view of one ", $what, " held in `T`.")]
         #[derive(Debug, Clone)]
