@@ -1,10 +1,10 @@
 //! Whole frames written from their headers' `Repr`s: for tests, fuzz seeds
 //! and benchmarks, never the receive path (it allocates).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::ethernet::{self, ethertype};
-use super::{ipv4, ipv6, udp};
+use super::{ipv4, ipv6, udp, Reason};
 
 /// An Ethernet frame (with `tags` VLAN tags, 0 to 2: an 802.1ad outer tag,
 /// then 802.1Q) carrying one UDP datagram from `src` to `dst`. Both addresses
@@ -34,36 +34,13 @@ pub fn udp_frame(src: SocketAddr, dst: SocketAddr, tags: usize, payload: &[u8]) 
     let mut f = vec![0u8; l4 + udp_len];
     // Every emit below writes into a buffer sized for it: they cannot fail.
     let _ = eth.emit(&mut ethernet::Packet::new_unchecked(&mut f[..]));
-    match (src.ip(), dst.ip()) {
-        (src_ip, IpAddr::V6(d)) => {
-            let s = match src_ip {
-                IpAddr::V6(s) => s,
-                IpAddr::V4(_) => std::net::Ipv6Addr::UNSPECIFIED,
-            };
-            let r = ipv6::Repr {
-                src: s,
-                dst: d,
-                next_header: ipv6::next_header::UDP,
-                hop_limit: 64,
-                payload_len: udp_len,
-            };
-            let _ = r.emit(&mut ipv6::Packet::new_unchecked(&mut f[l3..]));
-        }
-        (src_ip, IpAddr::V4(d)) => {
-            let s = match src_ip {
-                IpAddr::V4(s) => s,
-                IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
-            };
-            let r = ipv4::Repr {
-                src: s,
-                dst: d,
-                protocol: 17,
-                ttl: 64,
-                payload_len: udp_len,
-            };
-            let _ = r.emit(&mut ipv4::Packet::new_unchecked(&mut f[l3..]));
-        }
-    }
+    let ip = &mut f[l3..];
+    let _ = match (src.ip(), dst.ip()) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => emit_v6(s, d, udp_len, ip),
+        (IpAddr::V4(_), IpAddr::V6(d)) => emit_v6(Ipv6Addr::UNSPECIFIED, d, udp_len, ip),
+        (IpAddr::V4(s), IpAddr::V4(d)) => emit_v4(s, d, udp_len, ip),
+        (IpAddr::V6(_), IpAddr::V4(d)) => emit_v4(Ipv4Addr::UNSPECIFIED, d, udp_len, ip),
+    };
     let r = udp::Repr {
         src_port: src.port(),
         dst_port: dst.port(),
@@ -72,4 +49,28 @@ pub fn udp_frame(src: SocketAddr, dst: SocketAddr, tags: usize, payload: &[u8]) 
     let _ = r.emit(&mut udp::Packet::new_unchecked(&mut f[l4..]));
     f[l4 + udp::HEADER_LEN..].copy_from_slice(payload);
     f
+}
+
+fn emit_v4(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize, b: &mut [u8]) -> Result<(), Reason> {
+    let (protocol, ttl) = (17, 64);
+    let r = ipv4::Repr {
+        src,
+        dst,
+        protocol,
+        ttl,
+        payload_len,
+    };
+    r.emit(&mut ipv4::Packet::new_unchecked(b))
+}
+
+fn emit_v6(src: Ipv6Addr, dst: Ipv6Addr, payload_len: usize, b: &mut [u8]) -> Result<(), Reason> {
+    let (next_header, hop_limit) = (ipv6::next_header::UDP, 64);
+    let r = ipv6::Repr {
+        src,
+        dst,
+        next_header,
+        hop_limit,
+        payload_len,
+    };
+    r.emit(&mut ipv6::Packet::new_unchecked(b))
 }
