@@ -12,7 +12,11 @@
 //! (AF_PACKET `TPACKET_V3` ring, needs CAP_NET_RAW), [`XdpEngine`] (AF_XDP
 //! socket fed by our own XDP program, needs root; built when libbpf and clang
 //! are present, see build.rs), [`DpdkEngine`] (a DPDK port, cargo feature
-//! `dpdk`). Kernel-bypass engines implement the same trait.
+//! `dpdk`). Kernel-bypass engines implement the same trait. Each is a folder
+//! (set-up, receive loop, counters, tests); what they share is written once:
+//! `flow.rs` (which frames are ours, through [`crate::wire::net::classify`]),
+//! `batch.rs` (waiting for a batch, handing packets on), `host.rs` (addresses,
+//! IPv4 or IPv6, interfaces, the guard socket), `cbpf.rs` (classic BPF).
 //!
 //! Several threads: [`CaptureGroup`] runs one [`Capture`] per thread over
 //! disjoint stream subsets, each with its own engine (packet rings in one

@@ -25,7 +25,7 @@ pub struct SocketConfig {
     pub max_packet: usize,
     /// Packets per `recvmmsg` call.
     pub batch: usize,
-    /// IPv4 multicast groups to join (see [`super::multicast`]); a group as the
+    /// IPv4 multicast groups to join (see [`super::multicast_plan`]); a group as the
     /// bind host is joined too, IPv4 or IPv6 (`[ff15::7]:7000`).
     pub multicast: Vec<Ipv4Addr>,
     /// Interface to join the groups on (`None`: the routing table's choice);
