@@ -60,3 +60,16 @@ pub(crate) fn send_all(tx: &UdpSocket, to: SocketAddr, others: &[SocketAddr], pa
         }
     }
 }
+
+/// Opens a first engine with `open` on a free loopback port, then a second on
+/// the same port: returns the second one's error and the port's address.
+pub(crate) fn second_on_same_port<E: super::Engine>(
+    open: impl Fn(&str) -> crate::Result<E>,
+) -> (crate::Error, String) {
+    let first = open("127.0.0.1:0").unwrap();
+    let addr = first.local_addr().unwrap().to_string();
+    (
+        open(&addr).err().expect("a second engine on one port"),
+        addr,
+    )
+}

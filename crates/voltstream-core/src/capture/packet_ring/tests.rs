@@ -4,7 +4,7 @@ use std::time::Duration;
 use super::*;
 use crate::capture::flow::{Flow, Frame};
 use crate::capture::test_collect as collect;
-use crate::capture::testutil::{send_all, varied_packets};
+use crate::capture::testutil::{second_on_same_port, send_all, varied_packets};
 use crate::capture::{Engine, Received};
 use crate::wire::net::build::udp_frame;
 use crate::Error;
@@ -151,11 +151,7 @@ fn ring_drops_are_counted_when_it_overflows() {
 
 #[test]
 fn port_in_use_and_unknown_interface_are_clear_errors() {
-    let e = PacketRingEngine::open(&PacketRingConfig::new("127.0.0.1:0")).unwrap();
-    let addr = e.local_addr().unwrap().to_string();
-    let err = PacketRingEngine::open(&PacketRingConfig::new(addr.clone()))
-        .err()
-        .unwrap();
+    let (err, _) = second_on_same_port(|a| PacketRingEngine::open(&PacketRingConfig::new(a)));
     assert!(err.to_string().contains("another capture"), "{err}");
     let mut cfg = PacketRingConfig::new("127.0.0.1:0");
     cfg.interface = Some("vs-no-such-if".into());

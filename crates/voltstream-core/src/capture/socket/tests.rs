@@ -1,6 +1,6 @@
 use super::*;
 use crate::capture::test_collect as collect;
-use crate::capture::testutil::{send_all, varied_packets};
+use crate::capture::testutil::{second_on_same_port, send_all, varied_packets};
 
 #[test]
 fn receives_in_order_and_flags_oversized_packets() {
@@ -87,6 +87,13 @@ fn joins_an_ipv6_group_and_receives_only_it() {
             &out,
         )
         .unwrap();
+        // The kernel adds the link's multicast route just after the link comes
+        // up: until then a send is "network unreachable".
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let probe = SocketAddrV6::new("ff15::7:9".parse().unwrap(), 7001, 0, 0);
+        while tx.send_to(&[], probe).is_err() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         for i in 0..5u8 {
             tx.send_to(&[i; 64], SocketAddrV6::new(group, 7001, 0, 0))
                 .unwrap();
@@ -101,11 +108,7 @@ fn joins_an_ipv6_group_and_receives_only_it() {
 
 #[test]
 fn port_in_use_is_a_clear_error() {
-    let e = SocketEngine::bind(&SocketConfig::new("127.0.0.1:0")).unwrap();
-    let addr = e.local_addr().unwrap().to_string();
-    let err = SocketEngine::bind(&SocketConfig::new(addr.clone()))
-        .err()
-        .unwrap();
+    let (err, addr) = second_on_same_port(|a| SocketEngine::bind(&SocketConfig::new(a)));
     let msg = err.to_string();
     assert!(matches!(err, Error::Io { .. }));
     assert!(
