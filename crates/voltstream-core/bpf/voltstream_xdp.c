@@ -4,10 +4,15 @@
  *
  * Redirected into the XSKMAP entry of the receiving queue: IPv4/UDP (with at
  * most one 802.1Q/802.1ad tag) to our destination port, and to our address
- * unless it is 0.0.0.0 (with multicast groups: unicast or a joined group), first fragments included (user space counts those
- * malformed, as the packet-ring engine does). Everything else - ARP, ssh,
- * other ports, non-first fragments - gets XDP_PASS and reaches the kernel
- * stack unchanged.
+ * unless it is 0.0.0.0 (with multicast groups: unicast or a joined group),
+ * first fragments included (user space counts those malformed, as the
+ * packet-ring engine does); and, when the capture is bound to an IPv6
+ * address (or [::], which takes both families), IPv6/UDP to our port and
+ * address whose fixed header is followed by UDP directly. IPv6 extension
+ * headers are not walked here (a bounded loop over them costs verifier
+ * complexity for traffic our senders never emit): such frames are passed to
+ * the stack. Everything else - ARP, ssh, other ports, non-first fragments -
+ * gets XDP_PASS and reaches the kernel stack unchanged.
  *
  * Configuration is read-only global data (`vs_cfg`) that the loader writes
  * before the program is loaded, so the verifier sees constants.
@@ -19,6 +24,7 @@
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
@@ -34,7 +40,12 @@ struct vs_config {
 	__u32 max_len; /* non-zero: cut longer frames to this many bytes */
 	__u32 ngroups; /* non-zero: only these multicast groups (and unicast) */
 	__u32 groups[VS_MAX_GROUPS]; /* network order */
+	__u32 families; /* VS_IPV4 | VS_IPV6: which IP versions are ours */
+	__u32 addr6[4]; /* IPv6 destination address, network order; all zero: any */
 };
+
+#define VS_IPV4 1
+#define VS_IPV6 2
 
 const volatile struct vs_config vs_cfg = {};
 
@@ -87,6 +98,22 @@ static __always_inline int dst_wanted(__be32 daddr)
 	return 0;
 }
 
+/* The IPv6 destination is ours: any (all zero configured) or exactly it.
+ * Without branches per word: a branch per byte made the verifier walk every
+ * combination and give up. */
+static __always_inline int addr6_wanted(const struct in6_addr *daddr)
+{
+	__u32 any = 0, diff = 0;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 4; i++) {
+		any |= vs_cfg.addr6[i];
+		diff |= vs_cfg.addr6[i] ^ daddr->in6_u.u6_addr32[i];
+	}
+	return !any || !diff;
+}
+
 struct vlan_tag {
 	__be16 tci;
 	__be16 proto;
@@ -116,22 +143,36 @@ int voltstream_xdp(struct xdp_md *ctx)
 		proto = tag->proto;
 		ip = (void *)(tag + 1);
 	}
-	if (proto != bpf_htons(ETH_P_IP))
-		return XDP_PASS;
-	if ((void *)(ip + 1) > end)
-		return XDP_PASS;
-	if (ip->protocol != IPPROTO_UDP)
-		return XDP_PASS;
-	if (ip->frag_off & bpf_htons(0x1fff))
-		return XDP_PASS; /* a later fragment: no UDP header to match */
-	if (vs_cfg.addr && ip->daddr != vs_cfg.addr)
-		return XDP_PASS;
-	if (!dst_wanted(ip->daddr))
-		return XDP_PASS;
-	ihl = ip->ihl * 4;
-	if (ihl < sizeof(*ip))
-		return XDP_PASS;
-	udp = (void *)ip + ihl;
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)ip;
+
+		if (!(vs_cfg.families & VS_IPV6))
+			return XDP_PASS;
+		if ((void *)(ip6 + 1) > end)
+			return XDP_PASS;
+		if (ip6->nexthdr != IPPROTO_UDP)
+			return XDP_PASS; /* another protocol, or extension headers */
+		if (!addr6_wanted(&ip6->daddr))
+			return XDP_PASS;
+		udp = (void *)(ip6 + 1);
+	} else {
+		if (proto != bpf_htons(ETH_P_IP) || !(vs_cfg.families & VS_IPV4))
+			return XDP_PASS;
+		if ((void *)(ip + 1) > end)
+			return XDP_PASS;
+		if (ip->protocol != IPPROTO_UDP)
+			return XDP_PASS;
+		if (ip->frag_off & bpf_htons(0x1fff))
+			return XDP_PASS; /* a later fragment: no UDP header to match */
+		if (vs_cfg.addr && ip->daddr != vs_cfg.addr)
+			return XDP_PASS;
+		if (!dst_wanted(ip->daddr))
+			return XDP_PASS;
+		ihl = ip->ihl * 4;
+		if (ihl < sizeof(*ip))
+			return XDP_PASS;
+		udp = (void *)ip + ihl;
+	}
 	if ((void *)(udp + 1) > end)
 		return XDP_PASS;
 	if (udp->dest != vs_cfg.port)

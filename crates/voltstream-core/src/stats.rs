@@ -58,6 +58,15 @@ pub struct Counters {
     pub resyncs: u64,
 }
 
+/// `$a.f += $b.f` for each field `f`: sums of counters, without repeating
+/// the field names twice a line.
+macro_rules! add_fields {
+    ($a:expr, $b:expr; $($f:ident),+ $(,)?) => {
+        $( $a.$f += $b.$f; )+
+    };
+}
+pub(crate) use add_fields;
+
 impl Counters {
     pub fn new(streams: usize) -> Self {
         Counters {
@@ -75,13 +84,7 @@ impl Counters {
     pub fn total(&self) -> StreamCounters {
         let mut t = StreamCounters::default();
         for s in &self.streams {
-            t.received += s.received;
-            t.missing += s.missing;
-            t.late += s.late;
-            t.duplicate += s.duplicate;
-            t.dropped += s.dropped;
-            t.bytes += s.bytes;
-            t.invalid += s.invalid;
+            add_fields!(t, s; received, missing, late, duplicate, dropped, bytes, invalid);
         }
         t
     }

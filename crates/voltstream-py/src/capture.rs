@@ -10,7 +10,7 @@
 //! while an export (a NumPy array, a memoryview) is alive, so no Python object
 //! can ever see a buffer the capture thread is refilling.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -133,8 +133,8 @@ impl PyCapture {
             .unwrap_or_default()
             .iter()
             .map(|g| {
-                g.trim().parse::<Ipv4Addr>().map_err(|_| {
-                    config_error(format!("multicast group {g:?} is not an IPv4 address"))
+                g.trim().parse::<IpAddr>().map_err(|_| {
+                    config_error(format!("multicast group {g:?} is not an IP address"))
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
@@ -379,7 +379,7 @@ impl PyCapture {
             |g| g.total.clone(),
         );
         // Before start: the engine asked for ("auto" until one is chosen).
-        let candidates = self.spec.engine.candidates(self.spec.threads.threads);
+        let candidates = self.spec.engines();
         let engine = match (&cap, candidates.as_deref()) {
             (Some(c), _) => c.threads()[0].engine_name(),
             (None, Ok([one])) => one.name(),

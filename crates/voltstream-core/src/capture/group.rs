@@ -20,7 +20,7 @@ use std::time::Duration;
 use super::{steer, Capture, CaptureConfig, Engine, PacketRingConfig, PacketRingEngine};
 use crate::assemble::ChunkLayout;
 use crate::ring::{Consumer, Lease};
-use crate::stats::{Counters, Snapshot};
+use crate::stats::{add_fields, Counters, Snapshot};
 use crate::wire::{Locate, Located, StreamKeyed, WireError};
 use crate::{Error, Result};
 
@@ -283,13 +283,8 @@ impl CaptureGroup {
             for (local, &global) in streams.iter().enumerate() {
                 t.streams[global] = s.streams[local];
             }
-            t.malformed += s.malformed;
-            t.foreign += s.foreign;
-            t.chunks_emitted += s.chunks_emitted;
-            t.chunks_dropped += s.chunks_dropped;
-            t.resyncs += s.resyncs;
-            total.kernel_drops += snap.kernel_drops;
-            total.rcvbuf += snap.rcvbuf;
+            add_fields!(t, s; malformed, foreign, chunks_emitted, chunks_dropped, resyncs);
+            add_fields!(total, snap; kernel_drops, rcvbuf);
             total.station = total.station.or(snap.station);
             threads.push(ThreadSnapshot {
                 streams: streams.clone(),

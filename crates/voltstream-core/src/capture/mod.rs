@@ -12,7 +12,11 @@
 //! (AF_PACKET `TPACKET_V3` ring, needs CAP_NET_RAW), [`XdpEngine`] (AF_XDP
 //! socket fed by our own XDP program, needs root; built when libbpf and clang
 //! are present, see build.rs), [`DpdkEngine`] (a DPDK port, cargo feature
-//! `dpdk`). Kernel-bypass engines implement the same trait.
+//! `dpdk`). Kernel-bypass engines implement the same trait. Each is a folder
+//! (set-up, receive loop, counters, tests); what they share is written once:
+//! `flow.rs` (which frames are ours, through [`crate::wire::net::classify`]),
+//! `batch.rs` (waiting for a batch, handing packets on), `host.rs` (addresses,
+//! IPv4 or IPv6, interfaces, the guard socket), `cbpf.rs` (classic BPF).
 //!
 //! Configuration: [`CaptureSpec`] describes a whole capture (format, network,
 //! engine, chunking, threads), validates it and opens it; each engine's own
@@ -78,10 +82,15 @@ macro_rules! unbuilt_engine {
     };
 }
 
+mod batch;
+mod cbpf;
 mod dpdk;
 mod faults;
+mod flow;
 mod group;
+pub(crate) mod host;
 mod in_memory;
+mod limits;
 mod multicast;
 mod packet_ring;
 mod pin;
@@ -89,6 +98,8 @@ mod runner;
 mod socket;
 mod spec;
 mod steer;
+#[cfg(test)]
+mod testutil;
 mod xdp;
 
 use std::net::SocketAddr;
@@ -105,9 +116,13 @@ pub use group::{
     packet_ring_fanout, thread_streams, CaptureGroup, GroupSnapshot, Subset, ThreadSnapshot,
     ThreadsConfig,
 };
+pub use host::interface_of;
 pub use in_memory::{Feeder, InMemoryEngine};
-pub use multicast::{joined_groups, plan as multicast_plan, MulticastPlan, MAX_GROUPS};
-pub use packet_ring::{interface_of, PacketRingConfig, PacketRingEngine};
+pub use multicast::{
+    joined_groups, joined_groups_v6, plan as multicast_plan, plan_ip as multicast_plan_ip,
+    MulticastPlan, MAX_GROUPS,
+};
+pub use packet_ring::{PacketRingConfig, PacketRingEngine};
 pub use pin::{affinity, current_tid, pin_current_thread};
 pub use runner::{Capture, CaptureConfig};
 pub use socket::{SocketConfig, SocketEngine};
@@ -165,19 +180,4 @@ pub(crate) fn test_collect<E: Engine>(e: &mut E, want: usize) -> (Vec<Vec<u8>>, 
         .unwrap();
     }
     (got, truncated)
-}
-
-/// Binds the capture's UDP port (no SO_REUSEADDR, so a second capture on the
-/// same port fails) with an error that says what to do about the usual causes.
-pub(crate) fn bind_udp(addr: std::net::SocketAddr) -> crate::Result<std::net::UdpSocket> {
-    use std::io::ErrorKind;
-    std::net::UdpSocket::bind(addr).map_err(|e| {
-        let hint = match e.kind() {
-            ErrorKind::AddrInUse => " (is another capture running? stop it or choose another port)",
-            ErrorKind::AddrNotAvailable => " (the host is not an address of this machine)",
-            ErrorKind::PermissionDenied => " (ports below 1024 need root)",
-            _ => "",
-        };
-        crate::Error::io(format!("cannot bind {addr}{hint}"), e)
-    })
 }

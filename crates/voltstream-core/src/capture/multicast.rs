@@ -1,5 +1,5 @@
-//! IPv4 multicast: which address a capture binds when it receives groups, and
-//! the IGMP join.
+//! Multicast, IPv4 and IPv6: which address a capture binds when it receives
+//! groups, and the join (IGMP for IPv4, MLD for IPv6).
 //!
 //! A capture names its groups (or binds to a group address, which then is the
 //! one group). Its UDP socket is bound to `0.0.0.0:port`, so that several groups
@@ -9,6 +9,11 @@
 //! switches (IGMP snooping) and the NIC's multicast filter pass the groups, and
 //! answers the router's queries while the socket lives. Closing the socket
 //! leaves the groups (the kernel sends the leave).
+//!
+//! IPv6 groups work the same way: the socket binds `[::]:port`, joins with
+//! `IPV6_ADD_MEMBERSHIP` (the kernel sends the MLD report) and switches
+//! `IPV6_MULTICAST_ALL` off. One capture's groups are all of one family, that of
+//! its bind address (a socket bound to `0.0.0.0` never receives IPv6).
 //!
 //! `IP_MULTICAST_ALL` is switched off: by default Linux delivers a multicast
 //! datagram to *every* socket bound to `0.0.0.0` and its port when *any* socket
@@ -20,14 +25,15 @@
 //! membership check, so their guard socket joins (for the IGMP report and the
 //! NIC filter) and their filters accept exactly the joined groups, plus unicast
 //! to the port as the socket engine would. Frames to other groups never reach
-//! the ring or the AF_XDP socket: they are not ours and are not counted.
+//! the ring or the AF_XDP socket: they are not ours and are not counted. Their
+//! filters hold IPv4 groups only: IPv6 groups are for the socket engine.
 
 use std::io;
 use std::mem::size_of;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 
-use super::packet_ring::{if_index, setsockopt};
+use super::host::{if_index, setsockopt};
 use crate::{Error, Result};
 
 /// Most groups one capture joins: Linux's default `net.ipv4.igmp_max_memberships`
@@ -37,27 +43,39 @@ pub const MAX_GROUPS: usize = 16;
 /// What a capture that receives multicast binds and joins.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MulticastPlan {
-    /// `0.0.0.0:port`.
+    /// `0.0.0.0:port`, or `[::]:port` for IPv6 groups.
     pub bind: SocketAddr,
-    /// The groups, each once, in the order given.
-    pub groups: Vec<Ipv4Addr>,
+    /// The groups, each once, in the order given; all of the bind's family.
+    pub groups: Vec<IpAddr>,
+}
+
+impl MulticastPlan {
+    /// The IPv4 groups (what the packet-ring and AF_XDP filters can hold).
+    pub fn groups_v4(&self) -> Vec<Ipv4Addr> {
+        self.groups
+            .iter()
+            .filter_map(|g| match g {
+                IpAddr::V4(a) => Some(*a),
+                IpAddr::V6(_) => None,
+            })
+            .collect()
+    }
 }
 
 /// Decides the bind address and groups of a capture asked to bind `bind` and
 /// join `groups`: `None` for a plain unicast capture. A group as the bind host
-/// is one more group; with groups the host must be 0.0.0.0 or a group (a
-/// socket bound to a unicast address never receives multicast).
+/// is one more group; with groups the host must be the unspecified address
+/// (`0.0.0.0`, `[::]`) or a group (a socket bound to a unicast address never
+/// receives multicast), and every group must be of the bind's family.
 pub fn plan(bind: SocketAddr, groups: &[Ipv4Addr]) -> Result<Option<MulticastPlan>> {
-    let host = match bind.ip() {
-        IpAddr::V4(v4) => v4,
-        IpAddr::V6(_) if groups.is_empty() => return Ok(None),
-        IpAddr::V6(a) => {
-            return Err(Error::Config(format!(
-                "multicast groups are IPv4 only; bind to 0.0.0.0:{} instead of [{a}]",
-                bind.port()
-            )))
-        }
-    };
+    let groups: Vec<IpAddr> = groups.iter().map(|&g| g.into()).collect();
+    plan_ip(bind, &groups)
+}
+
+/// [`plan`] for groups of either family (IPv6 groups with an IPv6 bind).
+pub fn plan_ip(bind: SocketAddr, groups: &[IpAddr]) -> Result<Option<MulticastPlan>> {
+    let host = bind.ip();
+    let port = bind.port();
     let mut all = Vec::new();
     if host.is_multicast() {
         all.push(host);
@@ -65,16 +83,25 @@ pub fn plan(bind: SocketAddr, groups: &[Ipv4Addr]) -> Result<Option<MulticastPla
         return Ok(None);
     } else if !host.is_unspecified() {
         return Err(Error::Config(format!(
-            "with multicast groups bind to 0.0.0.0:{port} or to a group address (GROUP:{port}), \
-             not to the unicast address {host}: its socket would never receive them",
-            port = bind.port()
+            "with multicast groups bind to {any} or to a group address, not to the unicast \
+             address {host}: its socket would never receive them",
+            any = SocketAddr::new(unspecified(host), port)
         )));
     }
     for &g in groups {
-        if !g.is_multicast() {
+        if g.is_ipv4() != host.is_ipv4() {
             return Err(Error::Config(format!(
-                "{g} is not an IPv4 multicast group (224.0.0.0 to 239.255.255.255)"
+                "the groups of one capture are IPv4 only or IPv6 only, as its bind address: \
+                 bind to 0.0.0.0:{port} for IPv4 groups, [::]:{port} for IPv6 groups ({g} with {host})"
             )));
+        }
+        if !g.is_multicast() {
+            return Err(Error::Config(match g {
+                IpAddr::V4(_) => {
+                    format!("{g} is not an IPv4 multicast group (224.0.0.0 to 239.255.255.255)")
+                }
+                IpAddr::V6(_) => format!("{g} is not an IPv6 multicast group (ff00::/8)"),
+            }));
         }
         if !all.contains(&g) {
             all.push(g);
@@ -86,50 +113,76 @@ pub fn plan(bind: SocketAddr, groups: &[Ipv4Addr]) -> Result<Option<MulticastPla
             all.len()
         )));
     }
-    if bind.port() == 0 {
+    if port == 0 {
         return Err(Error::Config(
             "a multicast capture needs the port the groups are sent to (not port 0)".into(),
         ));
     }
     Ok(Some(MulticastPlan {
-        bind: SocketAddr::from((Ipv4Addr::UNSPECIFIED, bind.port())),
+        bind: SocketAddr::new(unspecified(host), port),
         groups: all,
     }))
 }
 
+fn unspecified(like: IpAddr) -> IpAddr {
+    match like {
+        IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+    }
+}
+
+/// `IPV6_MULTICAST_ALL` (linux/in6.h), which the libc crate does not name.
+const IPV6_MULTICAST_ALL: libc::c_int = 29;
+
 /// Joins `groups` on `sock` through `interface` (`None`: the interface the
-/// routing table picks for each group), with `IP_MULTICAST_ALL` off.
-pub fn join(sock: &UdpSocket, groups: &[Ipv4Addr], interface: Option<&str>) -> Result<()> {
+/// routing table picks for each group), with `IP_MULTICAST_ALL` (or
+/// `IPV6_MULTICAST_ALL`) off.
+pub fn join(sock: &UdpSocket, groups: &[IpAddr], interface: Option<&str>) -> Result<()> {
     let fd = sock.as_raw_fd();
     let ifindex = interface.map(if_index).transpose()?.unwrap_or(0);
-    setsockopt(
-        fd,
-        libc::IPPROTO_IP,
-        libc::IP_MULTICAST_ALL,
-        &0 as &libc::c_int,
-    )
-    .map_err(|e| {
+    let v6 = groups.iter().any(IpAddr::is_ipv6);
+    let (level, all) = if v6 {
+        (libc::IPPROTO_IPV6, IPV6_MULTICAST_ALL)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MULTICAST_ALL)
+    };
+    setsockopt(fd, level, all, &0 as &libc::c_int).map_err(|e| {
         Error::io(
             "cannot switch IP_MULTICAST_ALL off on the capture socket",
             e,
         )
     })?;
     for g in groups {
-        let req = libc::ip_mreqn {
-            imr_multiaddr: libc::in_addr {
-                s_addr: u32::from(*g).to_be(),
-            },
-            imr_address: libc::in_addr { s_addr: 0 },
-            imr_ifindex: ifindex,
+        let r = match g {
+            IpAddr::V4(g) => {
+                let req = libc::ip_mreqn {
+                    imr_multiaddr: libc::in_addr {
+                        s_addr: u32::from(*g).to_be(),
+                    },
+                    imr_address: libc::in_addr { s_addr: 0 },
+                    imr_ifindex: ifindex,
+                };
+                setsockopt(fd, libc::IPPROTO_IP, libc::IP_ADD_MEMBERSHIP, &req)
+            }
+            IpAddr::V6(g) => {
+                let req = libc::ipv6_mreq {
+                    ipv6mr_multiaddr: libc::in6_addr {
+                        s6_addr: g.octets(),
+                    },
+                    ipv6mr_interface: ifindex as libc::c_uint,
+                };
+                setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_ADD_MEMBERSHIP, &req)
+            }
         };
-        setsockopt(fd, libc::IPPROTO_IP, libc::IP_ADD_MEMBERSHIP, &req).map_err(|e| {
+        r.map_err(|e| {
             let on = interface.map_or(String::new(), |i| format!(" on {i}"));
             let hint = match e.raw_os_error() {
                 Some(libc::ENODEV) => {
                     " (no route for the group: pass the interface to receive it on)"
                 }
                 Some(libc::ENOBUFS) => {
-                    " (too many memberships: raise sysctl net.ipv4.igmp_max_memberships)"
+                    " (too many memberships: raise sysctl net.ipv4.igmp_max_memberships \
+                     or net.ipv6.mld_max_msf)"
                 }
                 _ => "",
             };
@@ -137,6 +190,21 @@ pub fn join(sock: &UdpSocket, groups: &[Ipv4Addr], interface: Option<&str>) -> R
         })?;
     }
     Ok(())
+}
+
+/// The IPv6 groups joined on `interface`, as `/proc/net/igmp6` of the calling
+/// thread's network namespace lists them (for tests and diagnostics).
+pub fn joined_groups_v6(interface: &str) -> io::Result<Vec<Ipv6Addr>> {
+    // thread-self: the namespace of the calling thread (tests move threads).
+    let text = std::fs::read_to_string("/proc/thread-self/net/igmp6")?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let hex = (f.get(1) == Some(&interface)).then(|| f.get(2))??;
+            u128::from_str_radix(hex, 16).ok().map(Ipv6Addr::from)
+        })
+        .collect())
 }
 
 /// The groups joined on `interface`, as `/proc/net/igmp` of this network
@@ -192,11 +260,27 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(p.bind, sa("0.0.0.0:7000"));
-        assert_eq!(p.groups, [g("239.1.2.3"), g("239.1.2.4")]);
+        assert_eq!(p.groups, [g("239.1.2.3"), g("239.1.2.4")].map(IpAddr::V4));
         let p = plan(sa("0.0.0.0:7000"), &[g("239.9.9.9")])
             .unwrap()
             .unwrap();
-        assert_eq!(p.groups, [g("239.9.9.9")]);
+        assert_eq!(p.groups, [IpAddr::V4(g("239.9.9.9"))]);
+        let g6 = |s: &str| s.parse::<IpAddr>().unwrap();
+        let p = plan_ip(sa("[ff15::7]:7000"), &[g6("ff15::8")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (p.bind, p.groups),
+            (sa("[::]:7000"), vec![g6("ff15::7"), g6("ff15::8")])
+        );
+        for (bind, group, says) in [
+            ("[::]:7000", "fd00::1", "not an IPv6 multicast"),
+            ("0.0.0.0:7000", "ff15::1", "IPv6 only"),
+            ("[fd00::1]:7000", "ff15::1", "not to the unicast"),
+        ] {
+            let e = plan_ip(sa(bind), &[g6(group)]).unwrap_err().to_string();
+            assert!(e.contains(says), "{bind}: {e}");
+        }
         for (bind, groups, says) in [
             ("10.0.0.1:7000", vec![g("239.1.1.1")], "not to the unicast"),
             ("0.0.0.0:7000", vec![g("10.1.1.1")], "not an IPv4 multicast"),
@@ -245,16 +329,23 @@ mod tests {
     }
 
     #[test]
-    fn joining_on_loopback_shows_in_the_igmp_table_until_close() {
+    fn joining_on_loopback_shows_in_the_igmp_and_mld_tables_until_close() {
         // Loopback is multicast-capable in Linux; the membership is local only.
+        for (bind, group) in [("0.0.0.0:0", "239.255.77.1"), ("[::]:0", "ff15::7:1")] {
+            let group: IpAddr = group.parse().unwrap();
+            let joined = || match group {
+                IpAddr::V4(g) => joined_groups("lo").unwrap().contains(&g),
+                IpAddr::V6(g) => joined_groups_v6("lo").unwrap().contains(&g),
+            };
+            let s = UdpSocket::bind(bind).unwrap();
+            join(&s, &[group], Some("lo")).unwrap();
+            assert!(joined(), "{group}");
+            drop(s);
+            assert!(!joined(), "{group}");
+        }
         let group: Ipv4Addr = "239.255.77.1".parse().unwrap();
         let s = UdpSocket::bind("0.0.0.0:0").unwrap();
-        join(&s, &[group], Some("lo")).unwrap();
-        assert!(joined_groups("lo").unwrap().contains(&group));
-        drop(s);
-        assert!(!joined_groups("lo").unwrap().contains(&group));
-        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
-        let e = join(&s, &[group], Some("vs-no-such-if")).unwrap_err();
+        let e = join(&s, &[group.into()], Some("vs-no-such-if")).unwrap_err();
         assert!(e.to_string().contains("vs-no-such-if"), "{e}");
     }
 }

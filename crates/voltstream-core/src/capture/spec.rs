@@ -11,13 +11,13 @@
 //! queue; which engines may run several threads) are made once, here, in the
 //! way spead2's stream configs are built and checked in its core library.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    multicast_plan, packet_ring_fanout, CaptureConfig, CaptureGroup, DpdkConfig, DpdkEngine,
+    multicast_plan_ip, packet_ring_fanout, CaptureConfig, CaptureGroup, DpdkConfig, DpdkEngine,
     DpdkInfo, DpdkPort, Engine, PacketRingConfig, PacketRingEngine, Received, SocketConfig,
     SocketEngine, ThreadsConfig, XdpConfig, XdpEngine, XdpInfo, XdpMode,
 };
@@ -109,8 +109,9 @@ pub struct NetworkSpec {
     pub bind: String,
     /// Interface to capture on (`None`: the one that owns the bind address).
     pub interface: Option<String>,
-    /// IPv4 multicast groups to join (a group as the bind host is joined too).
-    pub multicast: Vec<Ipv4Addr>,
+    /// Multicast groups to join (a group as the bind host is joined too): IPv4
+    /// for every engine, IPv6 (with an IPv6 bind) for the socket engine.
+    pub multicast: Vec<IpAddr>,
     /// Bytes of kernel memory for packets not yet read: the socket's receive
     /// buffer, the packet ring, the AF_XDP UMEM or the DPDK queue, whichever
     /// engine runs; so switching engines keeps the same headroom.
@@ -130,11 +131,24 @@ impl NetworkSpec {
 
     /// The groups the capture joins (a group bind host included); empty for
     /// unicast or a bind address that is not yet an IP literal.
-    pub fn groups(&self) -> Result<Vec<Ipv4Addr>> {
+    pub fn groups(&self) -> Result<Vec<IpAddr>> {
         let Ok(addr) = self.bind.parse::<SocketAddr>() else {
             return Ok(Vec::new());
         };
-        Ok(multicast_plan(addr, &self.multicast)?.map_or_else(Vec::new, |p| p.groups))
+        Ok(multicast_plan_ip(addr, &self.multicast)?.map_or_else(Vec::new, |p| p.groups))
+    }
+
+    /// The IPv4 groups: what the packet ring's, AF_XDP's and DPDK's filters hold.
+    fn groups_v4(&self) -> Vec<Ipv4Addr> {
+        let v4 = |g: &IpAddr| match g {
+            IpAddr::V4(g) => Some(*g),
+            IpAddr::V6(_) => None,
+        };
+        self.multicast.iter().filter_map(v4).collect()
+    }
+
+    fn has_v6_groups(&self) -> bool {
+        self.multicast.iter().any(IpAddr::is_ipv6)
     }
 }
 
@@ -221,9 +235,27 @@ impl CaptureSpec {
             )));
         }
         let owners = self.threads.owners(format.streams())?;
-        self.engine.candidates(self.threads.threads)?;
+        self.engines()?;
         self.network.groups()?; // bad groups fail here, not at start
         Ok(owners)
+    }
+
+    /// The engines to try, in order: the choice's candidates for the thread
+    /// count, less those that cannot join IPv6 groups when some are asked for.
+    pub fn engines(&self) -> Result<Vec<EngineChoice>> {
+        let mut order = self.engine.candidates(self.threads.threads)?;
+        if self.network.has_v6_groups() {
+            order.retain(|&e| e == EngineChoice::Socket);
+            if order.is_empty() {
+                return Err(Error::Config(
+                    "IPv6 multicast groups need the socket engine (engine='socket' or 'auto', \
+                     one thread): the packet ring's and AF_XDP's group filters hold IPv4 \
+                     addresses"
+                        .into(),
+                ));
+            }
+        }
+        Ok(order)
     }
 
     /// The largest packet any engine accepts whole.
@@ -246,7 +278,7 @@ impl CaptureSpec {
         let net = &self.network;
         let mut c = PacketRingConfig::new(net.bind.clone());
         c.interface = net.interface.clone();
-        c.multicast = net.multicast.clone();
+        c.multicast = net.groups_v4();
         c.block_size = self.options.ring_block_size;
         c.blocks = net.queue_bytes.div_ceil(c.block_size.max(1)).max(2);
         c.max_packet = self.max_packet();
@@ -261,7 +293,7 @@ impl CaptureSpec {
         c.mode = self.options.xdp_mode;
         c.frames = XdpConfig::frames_for(net.queue_bytes, c.frame_size);
         c.max_packet = self.max_packet();
-        c.multicast = net.multicast.clone();
+        c.multicast = net.groups_v4();
         c
     }
 
@@ -288,7 +320,7 @@ impl CaptureSpec {
     pub fn start(&self, gate: &Arc<AtomicBool>) -> Result<Started> {
         let owners = self.validate()?;
         let mut first = None;
-        for choice in self.engine.candidates(self.threads.threads)? {
+        for choice in self.engines()? {
             match self.start_with(choice, &owners, gate) {
                 Ok(started) => return Ok(started),
                 Err(e) => {
@@ -472,7 +504,7 @@ mod tests {
 
         let mut spec = counter(2);
         spec.network.bind = "0.0.0.0:7000".into();
-        spec.network.multicast = vec![Ipv4Addr::new(10, 0, 0, 1)];
+        spec.network.multicast = vec![Ipv4Addr::new(10, 0, 0, 1).into()];
         assert!(config_error(&spec).contains("10.0.0.1 is not an IPv4 multicast group"));
 
         let index = SpeadHeapIndex::Timestamp;
@@ -481,6 +513,27 @@ mod tests {
         assert!(config_error(&spec).contains("multiple of packets_per_heap (2)"));
 
         assert_eq!(counter(3).validate().unwrap(), vec![0, 0, 0]);
+    }
+
+    #[test]
+    fn ipv6_groups_go_to_the_socket_engine_and_ipv4_groups_to_every_filter() {
+        let mut spec = counter(1);
+        spec.network.bind = "[::]:7148".into();
+        spec.network.multicast = vec!["ff15::7".parse().unwrap()];
+        assert_eq!(spec.engines().unwrap(), [EngineChoice::Socket]);
+        assert_eq!(spec.socket_config().multicast, spec.network.multicast);
+        assert!(spec.ring_config().multicast.is_empty());
+        spec.engine = EngineChoice::PacketRing;
+        assert!(config_error(&spec).contains("IPv6 multicast groups need the socket engine"));
+
+        let mut spec = counter(1);
+        spec.network.bind = "0.0.0.0:7148".into();
+        let g = Ipv4Addr::new(239, 1, 2, 3);
+        spec.network.multicast = vec![g.into()];
+        assert_eq!(spec.engines().unwrap(), EngineChoice::AUTO_ORDER);
+        assert_eq!(spec.ring_config().multicast, [g]);
+        assert_eq!(spec.xdp_config().multicast, [g]);
+        assert_eq!(spec.network.groups().unwrap(), [IpAddr::from(g)]);
     }
 
     #[test]

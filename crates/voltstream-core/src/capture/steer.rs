@@ -17,18 +17,13 @@
 //! traffic at all. Steering is a placement hint, never a filter: every thread
 //! still parses and checks each packet with the full locator.
 
-use super::packet_ring::{
+use super::cbpf::{
     bpf, BPF_ABS, BPF_ALU, BPF_AND, BPF_B, BPF_H, BPF_IND, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD,
-    BPF_RET, BPF_W,
+    BPF_LSH, BPF_MISC, BPF_RET, BPF_TAX, BPF_W, SKF_NET_OFF,
 };
 use crate::wire::{Endian, StreamKey};
 use crate::{Error, Result};
 
-const BPF_MISC: u16 = 0x07;
-const BPF_TAX: u16 = 0x00;
-const BPF_LSH: u16 = 0x60;
-/// `SKF_NET_OFF`: loads at this offset and above read from the network header.
-pub(crate) const SKF_NET_OFF: u32 = (-0x0010_0000i32) as u32;
 /// Bytes of the UDP header, before the payload the stream field lives in.
 const UDP_HEADER: u32 = 8;
 /// The kernel's limit on classic BPF program length (`BPF_MAXINSNS`).
@@ -171,41 +166,9 @@ mod tests {
     use crate::wire::{FormatSpec, LayoutField, StreamKeyed};
 
     /// Runs the steering program on an IPv4 packet (the skb data a steering
-    /// program sees): the instructions `program` emits, nothing else.
+    /// program sees).
     pub(crate) fn run(p: &[libc::sock_filter], ip: &[u8]) -> u32 {
-        let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
-        let load = |at: u32, code: u16| -> Option<u32> {
-            let at = at.wrapping_sub(SKF_NET_OFF) as usize;
-            let n = match code & 0x18 {
-                BPF_W => 4,
-                BPF_H => 2,
-                _ => 1,
-            };
-            let b = ip.get(at..at + n)?;
-            Some(b.iter().fold(0u32, |v, &c| v << 8 | c as u32))
-        };
-        loop {
-            let i = p[pc];
-            pc += 1;
-            match i.code {
-                c if c & 0xe7 == BPF_LD | BPF_ABS => match load(i.k, c) {
-                    Some(v) => a = v,
-                    None => return 0,
-                },
-                c if c & 0xe7 == BPF_LD | BPF_IND => match load(x.wrapping_add(i.k), c) {
-                    Some(v) => a = v,
-                    None => return 0,
-                },
-                c if c == BPF_ALU | BPF_AND | BPF_K => a &= i.k,
-                c if c == BPF_ALU | BPF_LSH | BPF_K => a <<= i.k,
-                c if c == BPF_MISC | BPF_TAX => x = a,
-                c if c == BPF_JMP | BPF_JEQ | BPF_K => {
-                    pc += if a == i.k { i.jt } else { i.jf } as usize
-                }
-                c if c == BPF_RET | BPF_K => return i.k,
-                c => panic!("unexpected instruction {c:#x}"),
-            }
-        }
+        crate::capture::cbpf::run(p, ip, 0, 0)
     }
 
     fn ipv4_udp(payload: &[u8], ihl_words: u8) -> Vec<u8> {

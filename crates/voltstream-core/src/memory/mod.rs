@@ -10,5 +10,6 @@
 mod buffer;
 mod numa;
 
+pub(crate) use buffer::page_size;
 pub use buffer::{Buffer, HUGE_PAGE};
 pub use numa::{interface_numa_node, MemoryReport, Placement};

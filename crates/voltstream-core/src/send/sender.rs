@@ -259,27 +259,14 @@ impl Sender {
     }
 }
 
+/// Sets an int socket option (through the capture's `setsockopt`).
 fn setsockopt(
     fd: libc::c_int,
     level: libc::c_int,
     name: libc::c_int,
     value: libc::c_int,
 ) -> io::Result<()> {
-    // SAFETY: passes a pointer to a live c_int with its exact size.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            &value as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::capture::host::setsockopt(fd, level, name, &value)
 }
 
 /// Waits until `due_s` seconds after `start`: sleeps most of a long wait,

@@ -24,6 +24,7 @@ mod format;
 pub mod layout;
 mod locate;
 mod locator;
+pub mod net;
 pub mod roach2;
 pub mod spead;
 pub mod vdif;

@@ -3,12 +3,14 @@
 
 use std::io;
 use std::mem::size_of;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::packet_ring::interface_of;
-use super::{bind_udp, multicast, Engine, Received};
+use super::batch::wait_readable;
+use super::host::{bind_udp, interface_of_ip, resolve_ip, setsockopt};
+use super::limits::within;
+use super::{multicast, Engine, Received};
 use crate::memory::Buffer;
 use crate::{Error, Result};
 
@@ -23,9 +25,9 @@ pub struct SocketConfig {
     pub max_packet: usize,
     /// Packets per `recvmmsg` call.
     pub batch: usize,
-    /// IPv4 multicast groups to join (see [`super::multicast`]); a group as the
-    /// bind host is joined too.
-    pub multicast: Vec<Ipv4Addr>,
+    /// IPv4 multicast groups to join (see [`super::multicast_plan`]); a group as the
+    /// bind host is joined too, IPv4 or IPv6 (`[ff15::7]:7000`).
+    pub multicast: Vec<IpAddr>,
     /// Interface to join the groups on (`None`: the routing table's choice);
     /// also the interface whose counters and NUMA node the capture reports.
     pub interface: Option<String>,
@@ -73,21 +75,14 @@ impl SocketEngine {
     /// Binds the socket and sizes its buffers. Fails with a message naming the
     /// address when the port is taken or the address is not local.
     pub fn bind(config: &SocketConfig) -> Result<Self> {
-        if config.batch == 0 || config.batch > 1024 || config.max_packet == 0 {
-            return Err(Error::Config(format!(
-                "socket engine needs 1..=1024 packets per batch and a positive packet size \
-                 (got batch {}, max_packet {})",
-                config.batch, config.max_packet
-            )));
-        }
-        if config.max_packet > 65_536 {
-            return Err(Error::Config(format!(
-                "packets of {} bytes cannot arrive over UDP; use at most 65536",
-                config.max_packet
-            )));
-        }
-        let addr = resolve(&config.bind)?;
-        let groups = multicast::plan(addr, &config.multicast)?;
+        within(
+            "socket engine batch (packets per recvmmsg)",
+            config.batch,
+            1..=1024,
+        )?;
+        within("max_packet", config.max_packet, 1..=65_536)?;
+        let addr = resolve_ip(&config.bind)?;
+        let groups = multicast::plan_ip(addr, &config.multicast)?;
         let sock = bind_udp(groups.as_ref().map_or(addr, |p| p.bind))?;
         if let Some(p) = &groups {
             multicast::join(&sock, &p.groups, config.interface.as_deref())?;
@@ -95,9 +90,7 @@ impl SocketEngine {
         // The interface is known when named, or when the bind address is one of
         // its addresses (a failure to list interfaces only costs the report).
         let interface = config.interface.clone().or_else(|| match addr.ip() {
-            IpAddr::V4(ip) if !ip.is_unspecified() && !ip.is_multicast() => {
-                interface_of(ip).ok().flatten()
-            }
+            ip if !ip.is_unspecified() && !ip.is_multicast() => interface_of_ip(ip).ok().flatten(),
             _ => None,
         });
         let local = sock
@@ -109,11 +102,11 @@ impl SocketEngine {
         let want = config.rcvbuf.min(i32::MAX as usize / 2) as libc::c_int;
         // Root may exceed net.core.rmem_max with SO_RCVBUFFORCE; others get the
         // capped SO_RCVBUF, and the achieved size is reported either way.
-        if setsockopt_int(fd, libc::SO_RCVBUFFORCE, want).is_err() {
-            setsockopt_int(fd, libc::SO_RCVBUF, want)
+        if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &want).is_err() {
+            setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &want)
                 .map_err(|e| Error::io("cannot set the socket receive buffer", e))?;
         }
-        setsockopt_int(fd, libc::SO_RXQ_OVFL, 1)
+        setsockopt(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, &1 as &libc::c_int)
             .map_err(|e| Error::io("cannot enable the socket drop counter (SO_RXQ_OVFL)", e))?;
         let rcvbuf = getsockopt_int(fd, libc::SO_RCVBUF)
             .map_err(|e| Error::io("cannot read the socket receive buffer size", e))?;
@@ -200,22 +193,6 @@ impl SocketEngine {
             Ok(n as usize)
         }
     }
-
-    fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.sock.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: one valid pollfd, count 1.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r > 0)
-        }
-    }
 }
 
 impl Engine for SocketEngine {
@@ -232,10 +209,9 @@ impl Engine for SocketEngine {
         // only paid when idle.
         let mut r = self.recvmmsg();
         if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
-            match self.wait_readable(timeout) {
+            match wait_readable(self.sock.as_raw_fd(), timeout) {
                 Ok(true) => r = self.recvmmsg(),
                 Ok(false) => return Ok(0),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
                 Err(e) => return Err(Error::io("poll on the capture socket failed", e)),
             }
         }
@@ -300,34 +276,6 @@ impl Engine for SocketEngine {
     }
 }
 
-fn resolve(bind: &str) -> Result<SocketAddr> {
-    let bad = || {
-        Error::Config(format!(
-            "bind address '{bind}' is not host:port (for example 127.0.0.1:7000 or 0.0.0.0:7000)"
-        ))
-    };
-    let mut addrs = bind.to_socket_addrs().map_err(|_| bad())?;
-    addrs.next().ok_or_else(bad)
-}
-
-fn setsockopt_int(fd: libc::c_int, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: passes a pointer to a live c_int and its exact size.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&value as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 fn getsockopt_int(fd: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> {
     let mut value: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
@@ -349,76 +297,4 @@ fn getsockopt_int(fd: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::capture::test_collect as collect;
-
-    #[test]
-    fn receives_in_order_and_flags_oversized_packets() {
-        let mut cfg = SocketConfig::new("127.0.0.1:0");
-        cfg.max_packet = 1000;
-        cfg.batch = 8;
-        let mut e = SocketEngine::bind(&cfg).unwrap();
-        let to = e.local_addr().unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut sent = Vec::new();
-        for i in 0..50u32 {
-            let len = if i % 10 == 3 {
-                1001
-            } else {
-                1 + (i as usize * 37) % 1000
-            };
-            let p: Vec<u8> = (0..len).map(|k| (k as u32 * 13 + i) as u8).collect();
-            tx.send_to(&p, to).unwrap();
-            sent.push(p);
-        }
-        let (got, truncated) = collect(&mut e, 50);
-        assert_eq!(truncated, 5);
-        let expect: Vec<Vec<u8>> = sent.into_iter().filter(|p| p.len() <= 1000).collect();
-        assert_eq!(got, expect);
-        assert_eq!(e.kernel_drops(), 0);
-        assert!(e.rcvbuf() > 0);
-    }
-
-    #[test]
-    fn kernel_drops_account_for_what_the_socket_lost() {
-        let mut cfg = SocketConfig::new("127.0.0.1:0");
-        cfg.rcvbuf = 1; // clamped by the kernel to its minimum: a few packets fit
-        let mut e = SocketEngine::bind(&cfg).unwrap();
-        let to = e.local_addr().unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let p = vec![0x3cu8; 1400];
-        for _ in 0..300 {
-            tx.send_to(&p, to).unwrap();
-        }
-        let mut got = 0;
-        while e
-            .recv_batch(Duration::from_millis(20), |_| got += 1)
-            .unwrap()
-            > 0
-        {}
-        let drops = e.kernel_drops();
-        assert!(drops > 0 && got > 0, "got {got}, drops {drops}");
-        // Loopback loses packets only at the socket queue, so the two add up.
-        assert_eq!(got as u64 + drops, 300);
-    }
-
-    #[test]
-    fn port_in_use_is_a_clear_error() {
-        let e = SocketEngine::bind(&SocketConfig::new("127.0.0.1:0")).unwrap();
-        let addr = e.local_addr().unwrap().to_string();
-        let err = SocketEngine::bind(&SocketConfig::new(addr.clone()))
-            .err()
-            .unwrap();
-        let msg = err.to_string();
-        assert!(matches!(err, Error::Io { .. }));
-        assert!(
-            msg.contains(&addr) && msg.contains("another capture"),
-            "{msg}"
-        );
-        let err = SocketEngine::bind(&SocketConfig::new("nonsense"))
-            .err()
-            .unwrap();
-        assert!(matches!(err, Error::Config(_)), "{err}");
-    }
-}
+mod tests;
