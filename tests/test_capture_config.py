@@ -113,3 +113,23 @@ def test_settings_without_a_stream_open_any_format():
     stream = parse_stream({"format": "counter", "streams": 1, "payload_len": 32})
     cap = settings.open(stream)
     assert (cap.nstreams, cap.payload_len, cap.packets_per_chunk) == (1, 32, 256)
+
+
+@pytest.mark.parametrize("engine", ["socket", "auto"])
+def test_ipv6_loopback_capture(tmp_path, engine):
+    if not socket.has_ipv6:
+        pytest.fail("this host has no IPv6; voltstream's CI hosts do")
+    text = COUNTER_TOML.replace('"127.0.0.1:0"', '"[::1]:0"').replace('"socket"', f'"{engine}"')
+    cap = load_capture_file(write(tmp_path, text)).open_capture()
+    cap.start()
+    try:
+        host, port = cap.address.rsplit(":", 1)
+        tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        for i in range(16):
+            tx.sendto(i.to_bytes(8, "big") + (1).to_bytes(2, "big") + bytes(64), ("::1", int(port)))
+        deadline = time.monotonic() + 5
+        while cap.stats()["totals"]["received"] < 16 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        cap.stop()
+    assert host.startswith("[") and cap.stats()["totals"]["received"] == 16
