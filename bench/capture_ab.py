@@ -54,7 +54,8 @@ def summarise(runs: dict[str, list[dict]]) -> list[dict]:
         row: dict = {"engine": e}
         for label, rs in runs.items():
             drain = [d["gbps"] for r in rs for d in r["drain"] if d["receiver"] == e]
-            sweep = [s for r in rs for s in r["sweep"] if s["engine"] == e]
+            # The drain names receivers "voltstream <engine>"; the sweep, engines.
+            sweep = [s for r in rs for s in r["sweep"] if e.endswith(s["engine"])]
             row[label] = {
                 "drain_gbps": drain,
                 "drain_gbps_median": statistics.median(drain),
