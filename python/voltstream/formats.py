@@ -212,11 +212,11 @@ def make_format(
             raise ConfigError(
                 f"the YNAO frame always carries {YNAO_NCHAN} channels and {YNAO_NPOL} pols"
             )
+        if bits != 8:
+            raise ConfigError("the YNAO frame carries 8-bit samples; --bits is for VDIF")
         return StreamFormat(
             "ynao", YNAO_NCHAN, YNAO_NPOL, YNAO_SPECTRA, YNAO_PAYLOAD_BYTES, chan_bw_mhz, freq_mhz
         )
-    if bits != 8 and name == "ynao":
-        raise ConfigError("the YNAO frame carries 8-bit samples; --bits is for VDIF")
     nchan = 32 if nchan is None else nchan
     if nchan < 1 or nchan & (nchan - 1):
         raise ConfigError(f"VDIF needs a power-of-two channel count, got {nchan}")
