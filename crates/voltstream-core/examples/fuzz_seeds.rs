@@ -9,7 +9,7 @@
 //! ```
 use std::path::Path;
 
-use voltstream_core::wire::{codif, counter, roach2, spead, vdif};
+use voltstream_core::wire::{codif, counter, spead, vdif, ynao};
 
 fn write(dir: &Path, target: &str, name: &str, bytes: &[u8]) {
     let d = dir.join(target);
@@ -71,15 +71,15 @@ fn spead_heap(timestamp: u64, id: u64, len: usize) -> Vec<u8> {
 }
 
 fn ynao_frame(subband: u8) -> Vec<u8> {
-    let mut b = vec![7u8; roach2::FRAME_LEN];
-    roach2::Repr {
+    let mut b = vec![7u8; ynao::FRAME_LEN];
+    ynao::Repr {
         sequence: 1 << 33,
         mjd: 60_000,
         second: 5,
         nanosecond: 16_000,
         subband,
     }
-    .emit(&mut roach2::Packet::new_unchecked(&mut b[..]))
+    .emit(&mut ynao::Packet::new_unchecked(&mut b[..]))
     .expect("a valid YNAO header");
     b
 }
@@ -199,8 +199,8 @@ fn main() {
     write(dir, "codif", "thread7_1024", &codif_frame(7, 5, 1024));
     write(dir, "spead", "dig1", &spead_heap(64 * 1_000_003, 1, 80));
     write(dir, "spead", "dig42", &spead_heap(0, 0x42, 80));
-    write(dir, "roach2", "subband0", &ynao_frame(0));
-    write(dir, "roach2", "subband3", &ynao_frame(3));
+    write(dir, "ynao", "subband0", &ynao_frame(0));
+    write(dir, "ynao", "subband3", &ynao_frame(3));
     write(dir, "counter", "stream2", &counter_packet(2, 1 << 40, 64));
     write(dir, "counter", "foreign", &counter_packet(3, 5, 64));
     // Layout: a 24-byte table (see fuzz_targets/layout.rs) then the packet:

@@ -8,7 +8,7 @@
 //! [`Locator`], the allocation-free per-packet classifier the assembler calls.
 
 use super::locator::Locator;
-use super::{codif, counter, layout, roach2, spead, vdif};
+use super::{codif, counter, layout, spead, vdif, ynao};
 use crate::{Error, Result};
 
 /// A capture's packet format.
@@ -104,7 +104,7 @@ impl FormatSpec {
     pub fn packet_len(&self) -> usize {
         match self {
             FormatSpec::Vdif { frame_len, .. } => *frame_len,
-            FormatSpec::Ynao { .. } => roach2::FRAME_LEN,
+            FormatSpec::Ynao { .. } => ynao::FRAME_LEN,
             FormatSpec::Spead {
                 heap_bytes,
                 packets_per_heap,
@@ -191,7 +191,7 @@ impl FormatSpec {
             FormatSpec::Vdif {
                 frame_len, legacy, ..
             } => frame_len.saturating_sub(vdif::header_len(*legacy)),
-            FormatSpec::Ynao { .. } => roach2::DATA_LEN,
+            FormatSpec::Ynao { .. } => ynao::DATA_LEN,
             FormatSpec::Spead {
                 heap_bytes,
                 packets_per_heap,
@@ -216,7 +216,7 @@ impl FormatSpec {
                 legacy,
             } => vdif::Locator::new(threads, *frame_len, *frames_per_second, *station, *legacy)?
                 .into(),
-            FormatSpec::Ynao { subband } => roach2::Locator { subband: *subband }.into(),
+            FormatSpec::Ynao { subband } => ynao::Locator { subband: *subband }.into(),
             FormatSpec::Spead {
                 heap_address_bits,
                 digitiser_ids,

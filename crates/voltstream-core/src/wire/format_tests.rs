@@ -145,15 +145,15 @@ fn vdif_learns_its_station_from_the_first_valid_frame_of_its_threads() {
 
 #[test]
 fn ynao_locate() {
-    let mut b = vec![9u8; roach2::FRAME_LEN];
-    let r = roach2::Repr {
+    let mut b = vec![9u8; ynao::FRAME_LEN];
+    let r = ynao::Repr {
         sequence: 1 << 40,
         mjd: 60000,
         second: 5,
         nanosecond: 16_000,
         subband: 3,
     };
-    r.emit(&mut roach2::Packet::new_unchecked(&mut b[..]))
+    r.emit(&mut ynao::Packet::new_unchecked(&mut b[..]))
         .unwrap();
     let any = FormatSpec::Ynao { subband: None }.locator().unwrap();
     let loc = any.locate(&b).unwrap();

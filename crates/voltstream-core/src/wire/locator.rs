@@ -5,7 +5,7 @@
 //! its own file beside its wire view (`vdif::Locator`, `spead::HeapMap`,
 //! ...); adding a format adds one line to the registry below.
 
-use super::{codif, counter, layout, roach2, spead, vdif};
+use super::{codif, counter, layout, spead, vdif, ynao};
 use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
 
 /// Builds `Kind` (one variant per format), the `From` conversions from
@@ -69,7 +69,7 @@ pub struct Locator {
 
 registry! {
     Vdif(vdif::Locator),
-    Ynao(roach2::Locator),
+    Ynao(ynao::Locator),
     Spead(spead::HeapMap),
     Codif(codif::Locator),
     Counter(counter::Locator),

@@ -25,9 +25,9 @@ pub mod layout;
 mod locate;
 mod locator;
 pub mod net;
-pub mod roach2;
 pub mod spead;
 pub mod vdif;
+pub mod ynao;
 
 pub use codif::{Packet as CodifPacket, Repr as CodifRepr};
 pub use counter::{Packet as CounterPacket, Repr as CounterRepr};
@@ -36,10 +36,10 @@ pub use format::FormatSpec;
 pub use layout::{Check as LayoutCheck, Endian, Field as LayoutField, Layout};
 pub use locate::{Locate, Located, StreamKey, StreamKeyed};
 pub use locator::Locator;
-pub use roach2::{Packet as YnaoPacket, Repr as YnaoRepr};
 pub use spead::{HeapIndex as SpeadHeapIndex, HeapMap as SpeadHeapMap};
 pub use spead::{Item as SpeadItem, Packet as SpeadPacket, Repr as SpeadRepr};
 pub use vdif::{Packet as VdifPacket, Repr as VdifRepr};
+pub use ynao::{Packet as YnaoPacket, Repr as YnaoRepr};
 
 #[cfg(test)]
 pub(crate) mod testutil {

@@ -3,15 +3,15 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use voltstream_core::wire::{roach2, FormatSpec, Locate};
+use voltstream_core::wire::{ynao, FormatSpec, Locate};
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(p) = roach2::Packet::new_checked(data) {
-        let r = roach2::Repr::parse(&p).expect("a checked view parses");
-        let mut out = vec![0u8; roach2::FRAME_LEN];
-        r.emit(&mut roach2::Packet::new_unchecked(&mut out[..]))
+    if let Ok(p) = ynao::Packet::new_checked(data) {
+        let r = ynao::Repr::parse(&p).expect("a checked view parses");
+        let mut out = vec![0u8; ynao::FRAME_LEN];
+        r.emit(&mut ynao::Packet::new_unchecked(&mut out[..]))
             .expect("parsed fields fit");
-        let again = roach2::Repr::parse(&roach2::Packet::new_checked(&out[..]).unwrap()).unwrap();
+        let again = ynao::Repr::parse(&ynao::Packet::new_checked(&out[..]).unwrap()).unwrap();
         assert_eq!(again, r);
     }
     for subband in [None, Some(0u8)] {
