@@ -1,8 +1,11 @@
 """The F-engine: digitiser samples to channelised-voltage SPEAD heaps.
 
-``reference`` is the NumPy float64 oracle for the whole chain and ``heaps`` the
-output heap layout and its SPEAD-64-48 packets; docs/fengine.md states the contract
-the GPU implementation must match.
+``plan`` is what both engines are given (shape, PFB weights, where each spectrum's
+window lies); ``reference`` the NumPy float64 oracle for the whole chain; ``gpu`` the
+CUDA engine checked against it (``kernels``, ``slots``); ``heaps`` and ``packets`` the
+output heaps and their SPEAD-64-48 packets, sent by ``output``; ``pipeline`` the live
+``voltstream fengine`` (capture to output) with its katcp ``control``. docs/fengine.md
+states the contract.
 """
 
 from voltstream.fengine.heaps import (
