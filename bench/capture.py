@@ -96,7 +96,7 @@ def capture(engine: str, rcvbuf: int):
         nchunks=128,
         window=2,
         payload_len=PACKET - HEADER,
-        rcvbuf=rcvbuf,
+        queue_bytes=rcvbuf,
         engine=engine,
     )
 

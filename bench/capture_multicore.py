@@ -88,7 +88,7 @@ class VoltstreamReceiver:
             nchunks=NCHUNKS,
             window=WINDOW,
             payload_len=PACKET - HEADER,
-            rcvbuf=rcvbuf,
+            queue_bytes=rcvbuf,
             engine=engine,
         )
         self.cap.start()

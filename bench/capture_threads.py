@@ -66,7 +66,7 @@ def drain(nthreads: int, n: int, streams: int, cpus: list[int]) -> dict:
         window=2,
         streams=streams,
         payload_len=PACKET - HEADER,
-        rcvbuf=per_ring,
+        queue_bytes=per_ring,
         engine="packet_ring",
         threads=nthreads,
         cpus=cpus[:nthreads] if cpus else None,

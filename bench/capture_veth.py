@@ -28,7 +28,7 @@ RECEIVER = textwrap.dedent(
     if engine.startswith("xdp:"):
         engine, kw["xdp_mode"] = "xdp", engine[4:]
     cap = _core.Capture("counter", bind, 64, nchunks=128, window=2, payload_len=%d,
-                        rcvbuf=rcvbuf, engine=engine, **kw)
+                        queue_bytes=rcvbuf, engine=engine, **kw)
     cap.start(paused=paused)
     cstart = None
     done = False

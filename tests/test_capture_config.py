@@ -46,7 +46,7 @@ def test_every_setting_becomes_one_capture_keyword(tmp_path):
     cfg = load_capture_file(write(tmp_path, COUNTER_TOML))
     kw = cfg.capture_kwargs()
     assert kw["engine"] == "socket" and kw["batch"] == 32
-    assert kw["rcvbuf"] == 8 << 20
+    assert kw["queue_bytes"] == 8 << 20
     assert (kw["packets_per_chunk"], kw["nchunks"], kw["window"]) == (16, 6, 2)
     assert kw["threads"] == 1 and kw["multicast"] is None
     # Defaults are the core's: the packet ring's block, AF_XDP's queue 0.

@@ -25,7 +25,7 @@ OVERFLOW = textwrap.dedent(
     from voltstream import _core
     # Tiny receive buffer, paused: nothing is read while 300 datagrams arrive.
     cap = _core.Capture("counter", "127.0.0.1:0", 4, payload_len=1390, engine="socket",
-                        rcvbuf=1, nchunks=128)
+                        queue_bytes=1, nchunks=128)
     cap.start(paused=True)
     host, port = cap.address.rsplit(":", 1)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -102,7 +102,7 @@ class Capture:
         vdif_frame_len: int | None = None,
         frames_per_second: int | None = None,
         subband: int | None = None,
-        rcvbuf: int = 67108864,
+        queue_bytes: int = 67108864,
         station: int | None = None,
         resync_chunks: int = 64,
         streams: int = 1,

@@ -122,7 +122,7 @@ class CaptureSettings(_Section):
             bind=n.bind,
             interface=n.interface,
             multicast=list(n.multicast) or None,
-            rcvbuf=int(n.queue_mb * MIB),
+            queue_bytes=int(n.queue_mb * MIB),
             engine=e.kind,
             batch=e.batch,
             ring_block_size=e.ring_block_size,

@@ -285,7 +285,7 @@ def capture(args: argparse.Namespace) -> int:
                 f"capture: listening on {args.bind}", file=sys.stderr, flush=True
             ),  # fmt: skip
             engine_options={
-                "rcvbuf": args.ring_mb << 20,
+                "queue_bytes": args.ring_mb << 20,
                 **{
                     k: v
                     for k, v in (
@@ -389,7 +389,7 @@ def fold(args: argparse.Namespace) -> int:
             pol_mode=args.pol, idle_timeout_s=args.idle_timeout,
             packets_per_chunk=args.packets_per_chunk, pool_mb=args.buffer_mb,
             status=not args.no_status, engine=args.engine, threads=args.threads, cpus=args.cpus,
-            engine_options={"rcvbuf": args.ring_mb << 20},
+            engine_options={"queue_bytes": args.ring_mb << 20},
             on_start=lambda: print(f"fold: listening on {args.listen}", file=sys.stderr,
                                    flush=True),
         )  # fmt: skip

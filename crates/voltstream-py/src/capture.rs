@@ -75,7 +75,7 @@ impl PyCapture {
     #[new]
     #[pyo3(signature = (
         format, bind, packets_per_chunk, nchunks = 8, window = 2, vdif_threads = None,
-        vdif_frame_len = None, frames_per_second = None, subband = None, rcvbuf = 64 << 20,
+        vdif_frame_len = None, frames_per_second = None, subband = None, queue_bytes = 64 << 20,
         station = None, resync_chunks = 64, streams = 1, payload_len = None, batch = 64,
         engine = "auto", interface = None, ring_block_size = 1 << 20, digitiser_ids = None,
         samples_per_heap = 4096, sample_bits = 10, heap_address_bits = 48,
@@ -96,7 +96,7 @@ impl PyCapture {
         vdif_frame_len: Option<usize>,
         frames_per_second: Option<u32>,
         subband: Option<u8>,
-        rcvbuf: usize,
+        queue_bytes: usize,
         station: Option<u16>,
         resync_chunks: u64,
         streams: usize,
@@ -212,7 +212,7 @@ impl PyCapture {
         spec.engine = EngineChoice::parse(engine).map_err(to_py)?;
         spec.network.interface = interface;
         spec.network.multicast = groups;
-        spec.network.queue_bytes = rcvbuf;
+        spec.network.queue_bytes = queue_bytes;
         spec.options = EngineOptions {
             batch,
             ring_block_size,

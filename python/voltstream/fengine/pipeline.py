@@ -612,7 +612,7 @@ def run_fengine(
             digitiser_ids=ids,
             samples_per_heap=int(samples_per_heap),
             sample_bits=int(input_bits),
-            rcvbuf=RING_BYTES,
+            queue_bytes=RING_BYTES,
             cpus=cpus,
         )
     except OSError as e:  # CaptureError is an OSError; keep its message
