@@ -17,7 +17,7 @@
 use crate::memory::MemoryReport;
 use std::time::Duration;
 
-use super::{steer, Capture, CaptureConfig, Engine, PacketRingConfig, PacketRingEngine};
+use super::{steer, Capture, ChunkConfig, Engine, PacketRingConfig, PacketRingEngine};
 use crate::assemble::ChunkLayout;
 use crate::ring::{Consumer, Lease};
 use crate::stats::{add_fields, Counters, Snapshot};
@@ -215,16 +215,19 @@ impl CaptureGroup {
         locate: L,
         owners: &[usize],
         cpus: &[usize],
-        config: &CaptureConfig,
+        config: &ChunkConfig,
     ) -> Result<CaptureGroup> {
         let nstreams = locate.streams();
         let streams = thread_streams(owners, engines.len());
         let mut threads = Vec::with_capacity(engines.len());
         for (t, engine) in engines.into_iter().enumerate() {
-            let mut cfg = *config;
-            cfg.cpu = cpus.get(t).copied().or(config.cpu);
             let subset = Subset::new(locate.clone(), &streams[t])?;
-            threads.push(Capture::start(engine, subset, &cfg)?);
+            threads.push(Capture::start(
+                engine,
+                subset,
+                config,
+                cpus.get(t).copied(),
+            )?);
         }
         Ok(CaptureGroup {
             threads,
@@ -379,7 +382,7 @@ mod tests {
         let owners = tc.owners(STREAMS).unwrap();
         let engines = packet_ring_fanout(&ring, &locator, &owners, n).unwrap();
         let to = engines[0].local_addr().unwrap();
-        let mut cfg = CaptureConfig::new(8);
+        let mut cfg = ChunkConfig::new(8);
         cfg.nchunks = 32;
         let group = CaptureGroup::start(engines, locator, &owners, &tc.cpus, &cfg).unwrap();
         // Packet (s, i) is at position 5 * i + s.

@@ -25,7 +25,7 @@
 //! Several threads: [`CaptureGroup`] runs one [`Capture`] per thread over
 //! disjoint stream subsets, each with its own engine (packet rings in one
 //! `PACKET_FANOUT_CBPF` group steered by stream id, [`packet_ring_fanout`]) and
-//! its own CPU ([`CaptureConfig::cpu`]).
+//! its own CPU ([`ThreadsConfig::cpus`]).
 //!
 //! For tests: [`InMemoryEngine`] delivers packets a test feeds it from memory,
 //! and [`Faults`] wraps any engine with a seeded [`FaultPlan`] (drop, duplicate,
@@ -124,7 +124,7 @@ pub use multicast::{
 };
 pub use packet_ring::{PacketRingConfig, PacketRingEngine};
 pub use pin::{affinity, current_tid, pin_current_thread};
-pub use runner::{Capture, CaptureConfig};
+pub use runner::{Capture, ChunkConfig};
 pub use socket::{SocketConfig, SocketEngine};
 pub use spec::{CaptureSpec, EngineChoice, EngineOptions, NetworkSpec, Started};
 pub use steer::contiguous_owners;

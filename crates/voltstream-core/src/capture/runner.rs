@@ -24,26 +24,35 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(1);
 /// over at stop are read and counted, not left uncounted in the ring.
 const DRAIN_WAIT: Duration = Duration::from_millis(20);
 
-/// Chunking parameters of a capture.
+/// How a capture assembles packets into chunks, and how many chunks it has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CaptureConfig {
+pub struct ChunkConfig {
     pub assembler: AssemblerConfig,
     /// Chunks allocated at start-up (the pool); at least `window + 1` so that a
     /// consumer holding one chunk does not starve the assembler.
     pub nchunks: usize,
-    /// CPU the capture thread pins itself to before it allocates the pool;
-    /// `None`: wherever the scheduler puts it.
-    pub cpu: Option<usize>,
 }
 
-impl CaptureConfig {
+impl ChunkConfig {
     /// Defaults: 8 chunks, window 2, resync beyond 64 chunks.
     pub fn new(packets_per_chunk: usize) -> Self {
-        CaptureConfig {
+        ChunkConfig {
             assembler: AssemblerConfig::new(packets_per_chunk),
             nchunks: 8,
-            cpu: None,
         }
+    }
+
+    /// Checks the assembler's settings and that the pool outnumbers the window.
+    pub fn validate(&self) -> Result<()> {
+        self.assembler.validate()?;
+        if self.nchunks <= self.assembler.window {
+            return Err(Error::Config(format!(
+                "nchunks ({}) must exceed window ({}): the assembler keeps `window` chunks \
+                 open and consumers need at least one more",
+                self.nchunks, self.assembler.window
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -68,27 +77,22 @@ pub struct Capture {
 }
 
 impl Capture {
-    /// Allocates the pool, then starts the capture thread.
+    /// Allocates the pool, then starts the capture thread, pinned to `cpu` when
+    /// given (before it allocates, so the pool's pages are on that CPU's node).
     pub fn start<E: Engine, L: Locate + 'static>(
         engine: E,
         locate: L,
-        config: &CaptureConfig,
+        config: &ChunkConfig,
+        cpu: Option<usize>,
     ) -> Result<Capture> {
-        config.assembler.validate()?;
+        config.validate()?;
         let layout = ChunkLayout {
             streams: locate.streams(),
             packets_per_chunk: config.assembler.packets_per_chunk,
             payload_len: locate.payload_len(),
         };
         layout.validate()?;
-        if config.nchunks <= config.assembler.window {
-            return Err(Error::Config(format!(
-                "nchunks ({}) must exceed the reorder window ({}): the assembler fills \
-                 `window` chunks at once and consumers need at least one more",
-                config.nchunks, config.assembler.window
-            )));
-        }
-        if let Some(cpu) = config.cpu {
+        if let Some(cpu) = cpu {
             super::pin::check_cpu(cpu)?;
         }
         // The pool goes on huge pages and the NIC's NUMA node (faulted and locked
@@ -111,7 +115,7 @@ impl Capture {
                 .name("vs-capture".into())
                 .spawn(move || {
                     let setup = || -> Result<_> {
-                        if let Some(cpu) = config.cpu {
+                        if let Some(cpu) = cpu {
                             super::pin::pin_current_thread(cpu)?;
                         }
                         let chunks = (0..config.nchunks)
@@ -164,7 +168,7 @@ impl Capture {
             memory,
             interface,
             tid,
-            cpu: config.cpu,
+            cpu,
             pool,
         })
     }
@@ -365,9 +369,9 @@ mod tests {
     #[test]
     fn loopback_capture_delivers_exact_chunks_and_counts() {
         let engine = SocketEngine::bind(&SocketConfig::new("127.0.0.1:0")).unwrap();
-        let mut cfg = CaptureConfig::new(16);
+        let mut cfg = ChunkConfig::new(16);
         cfg.nchunks = 64;
-        let cap = Capture::start(engine, counter_locator(), &cfg).unwrap();
+        let cap = Capture::start(engine, counter_locator(), &cfg, None).unwrap();
         let to = cap.local_addr().unwrap();
         // One of each fault, at known places (packet (s, i) is at 2 * i + s).
         let mut faults = FaultPlan::new(0)
@@ -430,9 +434,9 @@ mod tests {
                 .between(1..N - 1);
             let engine = crate::capture::Faults::new(inner, plan).unwrap();
             let report = engine.report();
-            let mut cfg = CaptureConfig::new(16);
+            let mut cfg = ChunkConfig::new(16);
             cfg.nchunks = 64;
-            let cap = Capture::start(engine, counter_locator(), &cfg).unwrap();
+            let cap = Capture::start(engine, counter_locator(), &cfg, None).unwrap();
             let deadline = Instant::now() + Duration::from_secs(5);
             while report.injected().packets < N && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));

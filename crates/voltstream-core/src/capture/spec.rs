@@ -2,7 +2,7 @@
 //!
 //! [`CaptureSpec`] says what arrives ([`FormatSpec`]), where from
 //! ([`NetworkSpec`]), which engine reads it ([`EngineChoice`] and
-//! [`EngineOptions`]), how it is chunked ([`CaptureConfig`]) and how it is spread
+//! [`EngineOptions`]), how it is chunked ([`ChunkConfig`]) and how it is spread
 //! over threads ([`ThreadsConfig`]). [`CaptureSpec::validate`] checks every part
 //! and how they fit together, with [`Error::Config`] naming the setting;
 //! [`CaptureSpec::start`] opens the engine (trying the `auto` order) and starts
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    multicast_plan_ip, packet_ring_fanout, CaptureConfig, CaptureGroup, DpdkConfig, DpdkEngine,
+    multicast_plan_ip, packet_ring_fanout, CaptureGroup, ChunkConfig, DpdkConfig, DpdkEngine,
     DpdkInfo, DpdkPort, Engine, PacketRingConfig, PacketRingEngine, Received, SocketConfig,
     SocketEngine, ThreadsConfig, XdpConfig, XdpEngine, XdpInfo, XdpMode,
 };
@@ -189,7 +189,7 @@ pub struct CaptureSpec {
     pub network: NetworkSpec,
     pub engine: EngineChoice,
     pub options: EngineOptions,
-    pub chunks: CaptureConfig,
+    pub chunks: ChunkConfig,
     pub threads: ThreadsConfig,
 }
 
@@ -202,7 +202,7 @@ impl CaptureSpec {
             network: NetworkSpec::new(bind),
             engine: EngineChoice::Auto,
             options: EngineOptions::default(),
-            chunks: CaptureConfig::new(packets_per_chunk),
+            chunks: ChunkConfig::new(packets_per_chunk),
             threads: ThreadsConfig::new(1),
         }
     }
@@ -220,20 +220,13 @@ impl CaptureSpec {
                 format.packets_per_heap()
             )));
         }
-        self.chunks.assembler.validate()?;
+        self.chunks.validate()?;
         ChunkLayout {
             streams: format.streams(),
             packets_per_chunk: per_chunk,
             payload_len: format.payload_len(),
         }
         .validate()?;
-        let (nchunks, window) = (self.chunks.nchunks, self.chunks.assembler.window);
-        if nchunks <= window {
-            return Err(Error::Config(format!(
-                "nchunks ({nchunks}) must exceed window ({window}): the assembler keeps \
-                 `window` chunks open and consumers need at least one more"
-            )));
-        }
         let owners = self.threads.owners(format.streams())?;
         self.engines()?;
         self.network.groups()?; // bad groups fail here, not at start
