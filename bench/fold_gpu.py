@@ -24,11 +24,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
+from voltstream.dsp.fold import FoldSettings  # noqa: E402
 from voltstream.dsp.gpu_fold import STAGES, GpuFolder  # noqa: E402
 from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder  # noqa: E402
-from voltstream.dsp.gpu_workers import fold_file_multi_gpu  # noqa: E402
 from voltstream.io.polyco import ConstantPeriod  # noqa: E402
 from voltstream.observation import Observation  # noqa: E402
+from voltstream.pipeline.multi_gpu_fold import fold_file_multi_gpu  # noqa: E402
 
 DMS = (4.864, 26.833, 35.727, 67.99, 147.29, 478.8)
 PAPER_NFFT = dict(zip(DMS, (64, 512, 1024, 2048, 4096, 16384), strict=True))
@@ -322,7 +323,7 @@ def main(argv=None) -> int:
         sweep.append(r)
         print(json.dumps(r), flush=True)
 
-    # Workers (dsp/gpu_workers.py) on GPU 0, reading the pinned buffer themselves.
+    # Workers (pipeline/multi_gpu_fold.py) on GPU 0, reading the pinned buffer themselves.
     wrows = []
     for nw in args.workers:
         # The whole pinned buffer, read once: no piece wraps round (a wrapped piece
@@ -333,7 +334,10 @@ def main(argv=None) -> int:
         for _ in range(args.repeat):
             t0 = time.perf_counter()
             fold_file_multi_gpu(
-                rd, dm, pred, 1024, 10.0, gpus=[0], workers_per_gpu=nw, block_samples=args.chunk
+                rd,
+                FoldSettings(dm, pred, 1024, 10.0, block_samples=args.chunk),
+                gpus=[0],
+                workers_per_gpu=nw,
             )
             ts.append(time.perf_counter() - t0)
             cp.get_default_memory_pool().free_all_blocks()
@@ -353,8 +357,11 @@ def main(argv=None) -> int:
         ts = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            fold_file_multi_gpu(rd, dm, pred, 1024, 10.0, gpus=list(range(ng)),
-                                block_samples=args.chunk)  # fmt: skip
+            fold_file_multi_gpu(
+                rd,
+                FoldSettings(dm, pred, 1024, 10.0, block_samples=args.chunk),
+                gpus=list(range(ng)),
+            )
             ts.append(time.perf_counter() - t0)
         g = {"gpus": ng, "gsps": n_g / float(np.median(ts)) / 1e9, "times_s": ts}
         g["rtf"] = rd.nsamp * obs.tsamp_s / float(np.median(ts))

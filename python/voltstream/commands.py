@@ -22,6 +22,7 @@ from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
 
 if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up short
+    from voltstream.dsp.fold import FoldSettings
     from voltstream.observation import FoldedArchive
 
 
@@ -324,6 +325,7 @@ def inspect(args: argparse.Namespace) -> int:
 
 
 def fold(args: argparse.Namespace) -> int:
+    from voltstream.dsp.fold import FoldSettings
     from voltstream.io.polyco import ConstantPeriod, read_polyco
     from voltstream.io.psrfits import write_psrfits
 
@@ -381,12 +383,12 @@ def fold(args: argparse.Namespace) -> int:
     else:
         predictor = read_polyco(args.polyco)
     tsub = args.tsub if args.tsub is not None else span_s / 10
+    settings = FoldSettings(args.dm, predictor, args.nbin, tsub, pol_mode=args.pol)
     if args.listen and device == "gpu":
         from voltstream.pipeline.live import fold_live_gpu
 
         archive, report = fold_live_gpu(
-            fmt, args.listen, args.duration, obs, args.dm, predictor, args.nbin, tsub,
-            pol_mode=args.pol, idle_timeout_s=args.idle_timeout,
+            fmt, args.listen, args.duration, obs, settings, idle_timeout_s=args.idle_timeout,
             packets_per_chunk=args.packets_per_chunk, pool_mb=args.buffer_mb,
             status=not args.no_status, engine=args.engine, threads=args.threads, cpus=args.cpus,
             engine_options={"rcvbuf": args.ring_mb << 20},
@@ -395,7 +397,7 @@ def fold(args: argparse.Namespace) -> int:
         )  # fmt: skip
     else:
         t_fold = time.monotonic()
-        archive = _fold_on(device, args, reader, predictor, tsub)
+        archive = _fold_on(device, args, reader, settings)
         fold_s = time.monotonic() - t_fold
         report = live.report if live is not None else None
     archive.par_text = getattr(predictor, "par_text", None)
@@ -433,29 +435,21 @@ def fold(args: argparse.Namespace) -> int:
 
 
 def _fold_on(
-    device: str, args: argparse.Namespace, reader: Any, predictor: Any, tsub: float
+    device: str, args: argparse.Namespace, reader: Any, settings: FoldSettings
 ) -> FoldedArchive:
-    kw = dict(pol_mode=args.pol)
     if device == "cpu":
         from voltstream.pipeline.fold import fold_file
 
-        return fold_file(reader, args.dm, predictor, args.nbin, tsub, **kw)
+        return fold_file(reader, settings)
     if args.gpus > 1 or args.workers_per_gpu > 1:
-        from voltstream.dsp.gpu_workers import fold_file_multi_gpu
+        from voltstream.pipeline.multi_gpu_fold import fold_file_multi_gpu
 
         return fold_file_multi_gpu(
-            reader,
-            args.dm,
-            predictor,
-            args.nbin,
-            tsub,
-            gpus=list(range(args.gpus)),
-            workers_per_gpu=args.workers_per_gpu,
-            **kw,
+            reader, settings, gpus=list(range(args.gpus)), workers_per_gpu=args.workers_per_gpu
         )
     from voltstream.pipeline.gpu_file_fold import fold_file_gpu
 
-    return fold_file_gpu(reader, args.dm, predictor, args.nbin, tsub, **kw)
+    return fold_file_gpu(reader, settings)
 
 
 def fengine(args: argparse.Namespace) -> int:
@@ -619,7 +613,7 @@ DEMO_PULSAR = {"dm": 26.833, "period": 0.0333, "duty": 0.03, "pulse_phase": 0.25
 
 
 def demo(args: argparse.Namespace) -> int:
-    from voltstream.dsp.fold import profile_snr
+    from voltstream.dsp.fold import FoldSettings, profile_snr
     from voltstream.formats import make_format
     from voltstream.io.dada import DadaWriter, open_dada
     from voltstream.io.polyco import ConstantPeriod
@@ -696,7 +690,7 @@ def demo(args: argparse.Namespace) -> int:
     predictor = ConstantPeriod(psr["period"], reader.obs.start_mjd, reader.obs.start_sec)
     tsub = reader.nsamp * reader.obs.tsamp_s / 8
     t0 = time.monotonic()
-    archive = fold_file(reader, psr["dm"], predictor, nbin=128, tsub_s=tsub)
+    archive = fold_file(reader, FoldSettings(psr["dm"], predictor, nbin=128, tsub_s=tsub))
     fold_s = time.monotonic() - t0
     write_psrfits(out / "demo.fits", archive)
     plot_archive(archive, out / "demo.png", title=f"voltstream demo: DM {psr['dm']}")

@@ -106,7 +106,7 @@ def load_module(name: str, defines: tuple[tuple[str, int], ...] = ()) -> Any:
     """Compile ``kernels/<name>`` once per process, option set and device; a CuPy RawModule.
 
     Keyed by the current device too: a loaded module belongs to one CUDA context,
-    and the multi-GPU workers (dsp/gpu_workers.py) build engines on several.
+    and the multi-GPU workers (pipeline/multi_gpu_fold.py) build engines on several.
     """
     cp = cupy_module()
     return _load_module(name, tuple(defines), cp.cuda.runtime.getDevice())

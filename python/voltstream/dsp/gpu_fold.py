@@ -27,14 +27,14 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 
 from voltstream.device import gpu_available
 from voltstream.dsp.cuda import cupy_module
 from voltstream.dsp.dedisperse import Dedisperser
-from voltstream.dsp.fold import Folder
+from voltstream.dsp.fold import Folder, FoldSettings
 from voltstream.dsp.fold_kernels import (
     ChirpTemplate,
     FoldTemplate,
@@ -115,6 +115,16 @@ class _Plan:
 
 class _FolderBase:
     """Shared bookkeeping: carry lengths, validity, sub-integration capacity, result."""
+
+    @classmethod
+    def from_settings(cls, obs: Observation, settings: FoldSettings, **kw: Any) -> Self:
+        """The engine for ``settings`` (the drivers' one way to make it); ``kw`` are the
+        engine's own options, and ``chunk_samples``/``nfft`` where a driver fixes them."""
+        kw.setdefault("chunk_samples", settings.block_samples)
+        kw.setdefault("nfft", settings.nfft)
+        s = settings
+        return cls(obs, s.dm, s.predictor, s.nbin, s.tsub_s, pol_mode=s.pol_mode,
+                   basis=s.basis, **kw)  # fmt: skip
 
     def __init__(
         self,
