@@ -173,6 +173,19 @@ class LoopReader:
         return self.buf[idx]
 
 
+def timed_multi_gpu(cp, rd, settings, repeat: int, free_pool: bool, **kw) -> list[float]:
+    """Seconds of each of ``repeat`` whole fold_file_multi_gpu calls on ``rd``;
+    ``free_pool`` empties CuPy's pool after each (outside the timing)."""
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fold_file_multi_gpu(rd, settings, **kw)
+        ts.append(time.perf_counter() - t0)
+        if free_pool:
+            cp.get_default_memory_pool().free_all_blocks()
+    return ts
+
+
 def table(header: list[str], cells: str, rows: list[dict]) -> None:
     """A markdown table (docs/benchmarks.md pastes them), numbers right-aligned: one row
     per dict, ``cells`` the space-separated format of each cell ("_" prints a space)."""
@@ -324,23 +337,14 @@ def main(argv=None) -> int:
         print(json.dumps(r), flush=True)
 
     # Workers (pipeline/multi_gpu_fold.py) on GPU 0, reading the pinned buffer themselves.
+    multi = FoldSettings(dm, pred, 1024, 10.0, block_samples=args.chunk)
     wrows = []
     for nw in args.workers:
         # The whole pinned buffer, read once: no piece wraps round (a wrapped piece
         # would be a pageable gather and time the host, not the GPU).
         rd = LoopReader(obs, big, 1)
         n_w = rd.nsamp * obs.nchan * obs.npol
-        ts = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            fold_file_multi_gpu(
-                rd,
-                FoldSettings(dm, pred, 1024, 10.0, block_samples=args.chunk),
-                gpus=[0],
-                workers_per_gpu=nw,
-            )
-            ts.append(time.perf_counter() - t0)
-            cp.get_default_memory_pool().free_all_blocks()
+        ts = timed_multi_gpu(cp, rd, multi, args.repeat, True, gpus=[0], workers_per_gpu=nw)
         w = {"workers": nw, "chunk": args.chunk, "gsps": n_w / float(np.median(ts)) / 1e9}
         w["rtf"] = rd.nsamp * obs.tsamp_s / float(np.median(ts))
         wrows.append(w)
@@ -354,15 +358,7 @@ def main(argv=None) -> int:
             continue
         rd = LoopReader(obs, big, 1)
         n_g = rd.nsamp * obs.nchan * obs.npol
-        ts = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            fold_file_multi_gpu(
-                rd,
-                FoldSettings(dm, pred, 1024, 10.0, block_samples=args.chunk),
-                gpus=list(range(ng)),
-            )
-            ts.append(time.perf_counter() - t0)
+        ts = timed_multi_gpu(cp, rd, multi, args.repeat, False, gpus=list(range(ng)))
         g = {"gpus": ng, "gsps": n_g / float(np.median(ts)) / 1e9, "times_s": ts}
         g["rtf"] = rd.nsamp * obs.tsamp_s / float(np.median(ts))
         grows.append(g)
