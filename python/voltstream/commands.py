@@ -300,10 +300,16 @@ def capture(args: argparse.Namespace) -> int:
     finally:
         if writer is not None:
             writer.close()
+    return _print_report(report, args.report)
+
+
+def _print_report(report: Any, path: str | None) -> int:
+    """The end of a run, alike for every verb: the report's summary on stdout, the
+    whole report as JSON where ``--report`` asks; 0, the verb's exit status."""
     for line in report.summary_lines():
         print(line)
-    if args.report:
-        report.write_json(args.report)
+    if path:
+        report.write_json(path)
     return 0
 
 
@@ -413,10 +419,7 @@ def fold(args: argparse.Namespace) -> int:
     from voltstream.dsp.fold import profile_snr
 
     if report is not None:
-        for line in report.summary_lines():
-            print(line)
-        if args.report:
-            report.write_json(args.report)
+        _print_report(report, args.report)
     snr = profile_snr(archive.profile())
     print(
         f"fold ({device}): {args.input or args.listen} -> {args.output}: {archive.nsub} "
@@ -569,11 +572,7 @@ def fengine(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous)
         if control is not None:
             control.stop()
-    for line in report.summary_lines():
-        print(line)
-    if args.report:
-        report.write_json(args.report)
-    return 0
+    return _print_report(report, args.report)
 
 
 def _stop_on_sigterm() -> Any:
