@@ -227,6 +227,11 @@ def _open_sim_output(path: str, fmt: Any, obs: Any) -> tuple[str, Any]:
         raise ConfigError(f"cannot write {path}: {e.strerror}") from None
 
 
+def _by_name(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options that go to a keyword of their own name, each name written once."""
+    return {name: getattr(args, name) for name in names}
+
+
 def _capture_format(args: argparse.Namespace) -> Any:
     """The capture's format: a stream description file, the digitiser stream's
     defaults, or the YNAO/VDIF options."""
@@ -274,14 +279,17 @@ def capture(args: argparse.Namespace) -> int:
             args.bind,
             args.duration,
             sink=(lambda samples, valid: writer.write(samples)) if writer else None,
-            packets_per_chunk=args.packets_per_chunk,
-            window=args.window,
             idle_timeout_s=args.idle_timeout,
-            engine=args.engine,
-            multicast=args.multicast,
-            interface=args.interface,
-            threads=args.threads,
-            cpus=args.cpus,
+            **_by_name(
+                args,
+                "packets_per_chunk",
+                "window",
+                "engine",
+                "multicast",
+                "interface",
+                "threads",
+                "cpus",
+            ),
             on_start=lambda: print(
                 f"capture: listening on {args.bind}", file=sys.stderr, flush=True
             ),  # fmt: skip
@@ -490,14 +498,10 @@ def fengine(args: argparse.Namespace) -> int:
     settings = dict(
         nchan=nchan,
         taps=taps,
-        spectra_per_heap=args.spectra_per_heap,
         n_substreams=substreams,
-        bits=args.bits,
-        sample_rate_hz=args.sample_rate_hz,
-        max_delay_samples=args.max_delay_samples,
-        feng_id=args.feng_id,
-        dither_seed=args.dither_seed,
-    )
+        **_by_name(args, "spectra_per_heap", "bits", "sample_rate_hz", "max_delay_samples",
+                   "feng_id", "dither_seed"),
+    )  # fmt: skip
     if not 0 <= args.feng_id < args.n_fengs:
         raise ConfigError(f"--feng-id {args.feng_id} must be in 0 .. --n-fengs - 1")
     device = resolve_device(args.device)
@@ -530,10 +534,7 @@ def fengine(args: argparse.Namespace) -> int:
         layout,
         dests,
         rate_gbps=rate,
-        packet_payload=args.packet_payload,
-        n_fengs=args.n_fengs,
-        output_file=args.output_file,
-        descriptor_interval=args.descriptor_interval,
+        **_by_name(args, "packet_payload", "n_fengs", "output_file", "descriptor_interval"),
     )
     where = ", ".join(dests) if dests else "no UDP destination"
     print(
@@ -556,15 +557,13 @@ def fengine(args: argparse.Namespace) -> int:
             output,
             dig_ids=dig_ids,
             input_bits=args.sample_bits,
-            samples_per_heap=args.samples_per_heap,
             duration_s=args.duration,
             idle_timeout_s=args.idle_timeout,
-            chunk_heaps=args.chunk_heaps,
             capture_engine=args.engine,
             control=control,
             engine_factory=factory,
             status=not args.no_status,
-            cpus=args.cpus,
+            **_by_name(args, "samples_per_heap", "chunk_heaps", "cpus"),
             on_start=lambda address: print(f"fengine: listening on {address}", flush=True),
         )
     finally:
