@@ -157,3 +157,24 @@ def test_input_shorter_than_one_fft_is_refused():
     with pytest.raises(ConfigError, match="critically sampled"):
         wrong = Observation(nchan=4, npol=2, freq_mhz=1400.0, bw_mhz=16.0, tsamp_s=0.5e-6)
         fold_file(MemoryReader(wrong, x), FoldSettings(DM, pred, NBIN, None))
+
+
+def test_gpu_engines_are_made_from_the_settings():
+    """The drivers make every GPU engine by ``from_settings``: each setting reaches the
+    engine's keyword of that meaning, and a driver's own chunk or FFT length wins."""
+    from voltstream.dsp.gpu_fold import _FolderBase
+
+    seen = {}
+
+    class Recorder(_FolderBase):
+        def __init__(self, *args, **kw):  # records instead of building (no GPU here)
+            seen.update(args=args, kw=kw)
+
+    s = FoldSettings(12.5, "pred", 64, 2.0, "IQUV", "circular", nfft=4096, block_samples=1000)
+    Recorder.from_settings("obs", s, packed="layout")
+    assert seen["args"] == ("obs", 12.5, "pred", 64, 2.0)
+    assert seen["kw"] == dict(
+        pol_mode="IQUV", basis="circular", nfft=4096, chunk_samples=1000, packed="layout"
+    )
+    Recorder.from_settings("obs", s, chunk_samples=7, nfft=8192)
+    assert (seen["kw"]["chunk_samples"], seen["kw"]["nfft"]) == (7, 8192)
