@@ -24,9 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from voltstream.dsp.fold import FoldSettings  # noqa: E402
-from voltstream.dsp.gpu_fold import STAGES, GpuFolder  # noqa: E402
-from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder  # noqa: E402
+from voltstream.fold.gpu import STAGES, GpuFolder  # noqa: E402
+from voltstream.fold.gpu_naive import NaiveGpuFolder  # noqa: E402
+from voltstream.fold.reference import FoldSettings  # noqa: E402
 from voltstream.io.polyco import ConstantPeriod  # noqa: E402
 from voltstream.observation import Observation  # noqa: E402
 from voltstream.pipeline.multi_gpu_fold import fold_file_multi_gpu  # noqa: E402
@@ -133,7 +133,7 @@ def packed_row(cp, obs, dm, pred, big, nbit: int, args) -> dict:
 
 def fold_variant_row(cp, obs, dm, pred, on_dev, min_blocks: int, args) -> dict:
     """The fused engine on GPU-resident data with detect_fold built for ``min_blocks``."""
-    from voltstream.dsp.fold_kernels import FoldTemplate
+    from voltstream.fold.kernels import FoldTemplate
 
     old, FoldTemplate.MIN_BLOCKS = FoldTemplate.MIN_BLOCKS, min_blocks
     try:

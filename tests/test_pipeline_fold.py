@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from voltstream.dsp.fold import FoldSettings, profile_snr
 from voltstream.errors import ConfigError
+from voltstream.fold.reference import FoldSettings, profile_snr
 from voltstream.io.polyco import ConstantPeriod, Polyco, polyco_entries_from_spin
 from voltstream.observation import Observation
 from voltstream.pipeline.fold import fold_file
@@ -162,7 +162,7 @@ def test_input_shorter_than_one_fft_is_refused():
 def test_gpu_engines_are_made_from_the_settings():
     """The drivers make every GPU engine by ``from_settings``: each setting reaches the
     engine's keyword of that meaning, and a driver's own chunk or FFT length wins."""
-    from voltstream.dsp.gpu_fold import _FolderBase
+    from voltstream.fold.gpu import _FolderBase
 
     seen = {}
 

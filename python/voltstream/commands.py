@@ -22,7 +22,7 @@ from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
 
 if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up short
-    from voltstream.dsp.fold import FoldSettings
+    from voltstream.fold.reference import FoldSettings
     from voltstream.observation import FoldedArchive
 
 
@@ -339,7 +339,7 @@ def inspect(args: argparse.Namespace) -> int:
 
 
 def fold(args: argparse.Namespace) -> int:
-    from voltstream.dsp.fold import FoldSettings
+    from voltstream.fold.reference import FoldSettings
     from voltstream.io.polyco import ConstantPeriod, read_polyco
     from voltstream.io.psrfits import write_psrfits
 
@@ -424,7 +424,7 @@ def fold(args: argparse.Namespace) -> int:
         from voltstream.monitor.plots import plot_archive
 
         plot_archive(archive, args.plot, title=f"{obs.source}  DM {args.dm}")
-    from voltstream.dsp.fold import profile_snr
+    from voltstream.fold.reference import profile_snr
 
     if report is not None:
         _print_report(report, args.report)
@@ -611,7 +611,7 @@ DEMO_PULSAR = {"dm": 26.833, "period": 0.0333, "duty": 0.03, "pulse_phase": 0.25
 
 
 def demo(args: argparse.Namespace) -> int:
-    from voltstream.dsp.fold import FoldSettings, profile_snr
+    from voltstream.fold.reference import FoldSettings, profile_snr
     from voltstream.formats import make_format
     from voltstream.io.dada import DadaWriter, open_dada
     from voltstream.io.polyco import ConstantPeriod

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from voltstream.dsp import fold_kernels
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.detect import detect
-from voltstream.dsp.fold import Folder, FoldSettings
-from voltstream.dsp.gpu_fold import GpuFolder, gpu_available
-from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder
+from voltstream.fold import kernels as fold_kernels
+from voltstream.fold.gpu import GpuFolder, gpu_available
+from voltstream.fold.gpu_naive import NaiveGpuFolder
+from voltstream.fold.reference import Folder, FoldSettings
 from voltstream.io.polyco import ConstantPeriod, Polyco, polyco_entries_from_spin
 from voltstream.observation import Observation
 from voltstream.pipeline.fold import fold_file

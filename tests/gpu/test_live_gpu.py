@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from loopback import free_bind, sender
-from voltstream.dsp.fold import FoldSettings, profile_snr
-from voltstream.dsp.gpu_fold import gpu_available
+from voltstream.fold.gpu import gpu_available
+from voltstream.fold.reference import FoldSettings, profile_snr
 from voltstream.formats import make_format
 from voltstream.io.dada import DadaWriter, open_dada
 from voltstream.io.polyco import ConstantPeriod

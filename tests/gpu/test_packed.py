@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from packed_ref import decode_ref
-from voltstream.dsp import fold_kernels, packed
+from voltstream.dsp import packed
 from voltstream.dsp.dedisperse import Dedisperser
-from voltstream.dsp.fold import FoldSettings
-from voltstream.dsp.gpu_fold import gpu_available
+from voltstream.fold import kernels as fold_kernels
+from voltstream.fold.gpu import gpu_available
+from voltstream.fold.reference import FoldSettings
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.io.vdif import LEVELS_2BIT, open_vdif
 from voltstream.pipeline.fold import fold_file

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from voltstream.dsp.fold import FoldSettings
-from voltstream.dsp.gpu_fold import gpu_available
+from voltstream.fold.gpu import gpu_available
+from voltstream.fold.reference import FoldSettings
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.pipeline.fold import fold_file
 from voltstream.pipeline.gpu_file_fold import fold_file_gpu

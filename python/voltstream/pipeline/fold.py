@@ -21,8 +21,8 @@ import numpy as np
 
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.detect import detect
-from voltstream.dsp.fold import Folder, FoldSettings
 from voltstream.errors import ConfigError
+from voltstream.fold.reference import Folder, FoldSettings
 from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
 from voltstream.pipeline.interfaces import BlockSource

@@ -19,10 +19,10 @@ import numpy as np
 
 from voltstream.device import gpu_available
 from voltstream.dsp.cuda import GpuError
-from voltstream.dsp.fold import FoldSettings
-from voltstream.dsp.gpu_fold import GpuFolder
-from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder
 from voltstream.errors import ConfigError
+from voltstream.fold.gpu import GpuFolder
+from voltstream.fold.gpu_naive import NaiveGpuFolder
+from voltstream.fold.reference import FoldSettings
 from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from voltstream.dsp.fold import FoldSettings
+from voltstream.fold.reference import FoldSettings
 from voltstream.formats import StreamFormat
 from voltstream.observation import FoldedArchive, Observation
 from voltstream.pipeline.capture import CaptureReport
@@ -144,7 +144,7 @@ def fold_live_gpu(
     socket opens, so the first chunks do not wait on it. The chunk is the capture's
     (``packets_per_chunk``), not ``settings.block_samples``.
     """
-    from voltstream.dsp.gpu_fold import GpuFolder
+    from voltstream.fold.gpu import GpuFolder
     from voltstream.pipeline.capture import run_capture
     from voltstream.pipeline.gpu import HostRegistry, StageConsumer, StatusLine
 

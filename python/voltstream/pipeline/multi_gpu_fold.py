@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from voltstream.dsp.dedisperse import Dedisperser
-from voltstream.dsp.fold import FoldSettings
 from voltstream.errors import ConfigError
+from voltstream.fold.reference import FoldSettings
 from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
 
@@ -253,8 +253,8 @@ def fold_file_multi_gpu(
     segment (see :func:`plan_segments`; default: one segment per worker for a
     random-access reader, 4 chunks for one read in order).
     """
-    from voltstream.dsp.gpu_fold import GpuFolder, _Plan, gpu_available
-    from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder
+    from voltstream.fold.gpu import GpuFolder, _Plan, gpu_available
+    from voltstream.fold.gpu_naive import NaiveGpuFolder
 
     if not gpu_available():
         from voltstream.dsp.cuda import GpuError
