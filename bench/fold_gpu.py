@@ -24,11 +24,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from voltstream.dsp.gpu_fold import STAGES, GpuFolder  # noqa: E402
-from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder  # noqa: E402
-from voltstream.dsp.gpu_workers import fold_file_multi_gpu  # noqa: E402
+from voltstream.fold.gpu import STAGES, GpuFolder  # noqa: E402
+from voltstream.fold.gpu_naive import NaiveGpuFolder  # noqa: E402
+from voltstream.fold.reference import FoldSettings  # noqa: E402
 from voltstream.io.polyco import ConstantPeriod  # noqa: E402
 from voltstream.observation import Observation  # noqa: E402
+from voltstream.pipeline.multi_gpu_fold import fold_file_multi_gpu  # noqa: E402
 
 DMS = (4.864, 26.833, 35.727, 67.99, 147.29, 478.8)
 PAPER_NFFT = dict(zip(DMS, (64, 512, 1024, 2048, 4096, 16384), strict=True))
@@ -132,7 +133,7 @@ def packed_row(cp, obs, dm, pred, big, nbit: int, args) -> dict:
 
 def fold_variant_row(cp, obs, dm, pred, on_dev, min_blocks: int, args) -> dict:
     """The fused engine on GPU-resident data with detect_fold built for ``min_blocks``."""
-    from voltstream.dsp.fold_kernels import FoldTemplate
+    from voltstream.fold.kernels import FoldTemplate
 
     old, FoldTemplate.MIN_BLOCKS = FoldTemplate.MIN_BLOCKS, min_blocks
     try:
@@ -170,6 +171,19 @@ class LoopReader:
             return self.buf[a : a + n]
         idx = (start + np.arange(n)) % L  # wraps: a pageable copy, rare
         return self.buf[idx]
+
+
+def timed_multi_gpu(cp, rd, settings, repeat: int, free_pool: bool, **kw) -> list[float]:
+    """Seconds of each of ``repeat`` whole fold_file_multi_gpu calls on ``rd``;
+    ``free_pool`` empties CuPy's pool after each (outside the timing)."""
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fold_file_multi_gpu(rd, settings, **kw)
+        ts.append(time.perf_counter() - t0)
+        if free_pool:
+            cp.get_default_memory_pool().free_all_blocks()
+    return ts
 
 
 def table(header: list[str], cells: str, rows: list[dict]) -> None:
@@ -322,21 +336,15 @@ def main(argv=None) -> int:
         sweep.append(r)
         print(json.dumps(r), flush=True)
 
-    # Workers (dsp/gpu_workers.py) on GPU 0, reading the pinned buffer themselves.
+    # Workers (pipeline/multi_gpu_fold.py) on GPU 0, reading the pinned buffer themselves.
+    multi = FoldSettings(dm, pred, 1024, 10.0, block_samples=args.chunk)
     wrows = []
     for nw in args.workers:
         # The whole pinned buffer, read once: no piece wraps round (a wrapped piece
         # would be a pageable gather and time the host, not the GPU).
         rd = LoopReader(obs, big, 1)
         n_w = rd.nsamp * obs.nchan * obs.npol
-        ts = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            fold_file_multi_gpu(
-                rd, dm, pred, 1024, 10.0, gpus=[0], workers_per_gpu=nw, block_samples=args.chunk
-            )
-            ts.append(time.perf_counter() - t0)
-            cp.get_default_memory_pool().free_all_blocks()
+        ts = timed_multi_gpu(cp, rd, multi, args.repeat, True, gpus=[0], workers_per_gpu=nw)
         w = {"workers": nw, "chunk": args.chunk, "gsps": n_w / float(np.median(ts)) / 1e9}
         w["rtf"] = rd.nsamp * obs.tsamp_s / float(np.median(ts))
         wrows.append(w)
@@ -350,12 +358,7 @@ def main(argv=None) -> int:
             continue
         rd = LoopReader(obs, big, 1)
         n_g = rd.nsamp * obs.nchan * obs.npol
-        ts = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            fold_file_multi_gpu(rd, dm, pred, 1024, 10.0, gpus=list(range(ng)),
-                                block_samples=args.chunk)  # fmt: skip
-            ts.append(time.perf_counter() - t0)
+        ts = timed_multi_gpu(cp, rd, multi, args.repeat, False, gpus=list(range(ng)))
         g = {"gpus": ng, "gsps": n_g / float(np.median(ts)) / 1e9, "times_s": ts}
         g["rtf"] = rd.nsamp * obs.tsamp_s / float(np.median(ts))
         grows.append(g)

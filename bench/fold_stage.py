@@ -48,7 +48,7 @@ def run(fmt_key: str, seconds: float, dm: float, ppc: int | None) -> dict:
     import cupy
     import cupyx
 
-    from voltstream.dsp.gpu_fold import GpuFolder
+    from voltstream.fold.gpu import GpuFolder
     from voltstream.formats import make_format
     from voltstream.io.polyco import ConstantPeriod
     from voltstream.pipeline.gpu import HostRegistry, StageConsumer

@@ -86,22 +86,29 @@ def test_the_core_checks_how_the_parts_fit(tmp_path):
         load_capture_file(write(tmp_path, text)).open_capture()
 
 
-def test_a_configured_capture_receives_packets(tmp_path):
-    cap = load_capture_file(write(tmp_path, COUNTER_TOML)).open_capture()
+def send_counter_packets(cap, family, dest, packets) -> str:
+    """Starts ``cap``, sends it counter packets ((counter, stream) each) to ``dest`` from
+    a ``family`` socket, waits up to 5 s for all of them, stops it; the host part of
+    its address, as the capture gives it."""
     cap.start()
     try:
         host, port = cap.address.rsplit(":", 1)
-        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        for i in range(32):
-            for s in range(2):
-                tx.sendto(
-                    i.to_bytes(8, "big") + s.to_bytes(2, "big") + bytes(64), (host, int(port))
-                )
+        with socket.socket(family, socket.SOCK_DGRAM) as tx:
+            for i, s in packets:
+                payload = i.to_bytes(8, "big") + s.to_bytes(2, "big") + bytes(64)
+                tx.sendto(payload, (dest, int(port)))
         deadline = time.monotonic() + 5
-        while cap.stats()["totals"]["received"] < 64 and time.monotonic() < deadline:
+        while cap.stats()["totals"]["received"] < len(packets) and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
         cap.stop()
+    return host
+
+
+def test_a_configured_capture_receives_packets(tmp_path):
+    cap = load_capture_file(write(tmp_path, COUNTER_TOML)).open_capture()
+    packets = [(i, s) for i in range(32) for s in range(2)]
+    send_counter_packets(cap, socket.AF_INET, "127.0.0.1", packets)
     assert cap.stats()["totals"]["received"] == 64
     assert cap.stats()["engine"] == "socket"
 
@@ -121,15 +128,5 @@ def test_ipv6_loopback_capture(tmp_path, engine):
         pytest.fail("this host has no IPv6; voltstream's CI hosts do")
     text = COUNTER_TOML.replace('"127.0.0.1:0"', '"[::1]:0"').replace('"socket"', f'"{engine}"')
     cap = load_capture_file(write(tmp_path, text)).open_capture()
-    cap.start()
-    try:
-        host, port = cap.address.rsplit(":", 1)
-        tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-        for i in range(16):
-            tx.sendto(i.to_bytes(8, "big") + (1).to_bytes(2, "big") + bytes(64), ("::1", int(port)))
-        deadline = time.monotonic() + 5
-        while cap.stats()["totals"]["received"] < 16 and time.monotonic() < deadline:
-            time.sleep(0.01)
-    finally:
-        cap.stop()
+    host = send_counter_packets(cap, socket.AF_INET6, "::1", [(i, 1) for i in range(16)])
     assert host.startswith("[") and cap.stats()["totals"]["received"] == 16

@@ -224,7 +224,7 @@ def test_live_fold_of_vdif_over_loopback(tmp_path):
     report = json.loads((tmp_path / "live.json").read_text())
     assert report["totals"]["received"] == 2 * (200_000 // 250)  # 2 threads x frames
     assert report["totals"]["missing"] == 0 and report["totals"]["foreign"] == 0
-    from voltstream.dsp.fold import profile_snr
+    from voltstream.fold.reference import profile_snr
     from voltstream.io.psrfits import read_psrfits
 
     arch = read_psrfits(tmp_path / "live.fits")

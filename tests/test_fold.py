@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from voltstream.dsp.fold import Folder, profile_snr
 from voltstream.errors import ConfigError
+from voltstream.fold.reference import Folder, profile_snr
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.observation import Observation
 

@@ -11,10 +11,11 @@ import re
 import numpy as np
 import pytest
 
-from voltstream.dsp import cuda, fold_kernels
+from voltstream.dsp import cuda
 from voltstream.dsp.packed import PackedLayout
 from voltstream.errors import ConfigError
 from voltstream.fengine.kernels import FEngineTemplate
+from voltstream.fold import kernels as fold_kernels
 
 
 class Recorder:

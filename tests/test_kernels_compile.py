@@ -1,5 +1,5 @@
 """CPU checks of the GPU path: every kernel compiles with NVRTC (no GPU needed),
-and the host-side overlap-save/validity arithmetic of gpu_fold matches the
+and the host-side overlap-save/validity arithmetic of fold/gpu.py matches the
 NumPy reference."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voltstream.dsp import cuda, fold_kernels
+from voltstream.dsp import cuda
 from voltstream.dsp.dedisperse import Dedisperser, StreamingOverlapSave
-from voltstream.dsp.gpu_fold import _Plan, _ValidCarry, gpu_available, output_valid
+from voltstream.fold import kernels as fold_kernels
+from voltstream.fold.gpu import _Plan, _ValidCarry, gpu_available, output_valid
 from voltstream.observation import Observation
 
 ROOT = Path(__file__).resolve().parents[1]

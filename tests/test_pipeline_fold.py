@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from voltstream.dsp.fold import profile_snr
 from voltstream.errors import ConfigError
+from voltstream.fold.reference import FoldSettings, profile_snr
 from voltstream.io.polyco import ConstantPeriod, Polyco, polyco_entries_from_spin
 from voltstream.observation import Observation
 from voltstream.pipeline.fold import fold_file
@@ -69,11 +69,7 @@ def test_simulated_pulsar_is_recovered_at_its_phase_and_width(bw):
     calls = []
     arch = fold_file(
         MemoryReader(obs, x),
-        DM,
-        pred,
-        NBIN,
-        0.04,
-        block_samples=50_000,
+        FoldSettings(DM, pred, NBIN, 0.04, block_samples=50_000),
         progress=lambda a, b: calls.append((a, b)),
     )
     assert arch.data.shape == (2, 1, 4, NBIN) and arch.dm == DM
@@ -98,8 +94,8 @@ def test_without_coherent_dedispersion_the_pulse_is_smeared():
     obs = make_obs(16.0)
     x = pulsar(obs)
     pred = ConstantPeriod(PERIOD, obs.start_mjd, obs.start_sec)
-    good = fold_file(MemoryReader(obs, x), DM, pred, NBIN, None)
-    bad = fold_file(MemoryReader(obs, x), 0.0, pred, NBIN, None)
+    good = fold_file(MemoryReader(obs, x), FoldSettings(DM, pred, NBIN, None))
+    bad = fold_file(MemoryReader(obs, x), FoldSettings(0.0, pred, NBIN, None))
     assert profile_snr(bad.profile()) < 0.5 * profile_snr(good.profile())
 
 
@@ -110,7 +106,9 @@ def test_lost_samples_are_excluded_and_lower_weights():
     valid[170_000:190_000] = False  # a burst of lost packets, in sub-integration 1
     x[170_000:190_000] = 50.0  # whatever the reader left there must not matter
     pred = ConstantPeriod(PERIOD, obs.start_mjd, obs.start_sec)
-    arch = fold_file(MemoryReader(obs, x, valid), DM, pred, NBIN, 0.04, block_samples=30_000)
+    arch = fold_file(
+        MemoryReader(obs, x, valid), FoldSettings(DM, pred, NBIN, 0.04, block_samples=30_000)
+    )
     assert arch.excluded_samples == 20_000
     assert np.all(arch.weights[0] > 0.95)
     assert np.all(arch.weights[1] < 0.93) and np.all(arch.weights[1] > 0.8)
@@ -135,7 +133,7 @@ def test_polyco_predictor_and_coherence_products():
         30,
     )
     pc = Polyco(entries)
-    arch = fold_file(MemoryReader(obs, x), DM, pc, NBIN, None, pol_mode="AABBCRCI")
+    arch = fold_file(MemoryReader(obs, x), FoldSettings(DM, pc, NBIN, None, pol_mode="AABBCRCI"))
     assert arch.pol_type == "AABBCRCI" and arch.data.shape[1] == 4
     assert arch.polyco_text == pc.text
     prof = arch.profile()
@@ -150,10 +148,33 @@ def test_input_shorter_than_one_fft_is_refused():
     x = pulsar(obs, seconds=0.002)
     pred = ConstantPeriod(PERIOD, obs.start_mjd, obs.start_sec)
     with pytest.raises(ConfigError, match="shorter than one dedispersion FFT"):
-        fold_file(MemoryReader(obs, x), DM, pred, NBIN, None)
+        fold_file(MemoryReader(obs, x), FoldSettings(DM, pred, NBIN, None))
     with pytest.raises(ConfigError, match="needs 2 polarisations"):
         one = Observation(nchan=4, npol=1, freq_mhz=1400.0, bw_mhz=16.0, tsamp_s=0.25e-6)
-        fold_file(MemoryReader(one, x[..., :1]), DM, pred, NBIN, None, pol_mode="IQUV")
+        fold_file(
+            MemoryReader(one, x[..., :1]), FoldSettings(DM, pred, NBIN, None, pol_mode="IQUV")
+        )
     with pytest.raises(ConfigError, match="critically sampled"):
         wrong = Observation(nchan=4, npol=2, freq_mhz=1400.0, bw_mhz=16.0, tsamp_s=0.5e-6)
-        fold_file(MemoryReader(wrong, x), DM, pred, NBIN, None)
+        fold_file(MemoryReader(wrong, x), FoldSettings(DM, pred, NBIN, None))
+
+
+def test_gpu_engines_are_made_from_the_settings():
+    """The drivers make every GPU engine by ``from_settings``: each setting reaches the
+    engine's keyword of that meaning, and a driver's own chunk or FFT length wins."""
+    from voltstream.fold.gpu import _FolderBase
+
+    seen = {}
+
+    class Recorder(_FolderBase):
+        def __init__(self, *args, **kw):  # records instead of building (no GPU here)
+            seen.update(args=args, kw=kw)
+
+    s = FoldSettings(12.5, "pred", 64, 2.0, "IQUV", "circular", nfft=4096, block_samples=1000)
+    Recorder.from_settings("obs", s, packed="layout")
+    assert seen["args"] == ("obs", 12.5, "pred", 64, 2.0)
+    assert seen["kw"] == dict(
+        pol_mode="IQUV", basis="circular", nfft=4096, chunk_samples=1000, packed="layout"
+    )
+    Recorder.from_settings("obs", s, chunk_samples=7, nfft=8192)
+    assert (seen["kw"]["chunk_samples"], seen["kw"]["nfft"]) == (7, 8192)

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from voltstream.dsp.fold import Folder
 from voltstream.errors import ConfigError
+from voltstream.fold.reference import Folder
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.observation import Observation
 from voltstream.sim.signal import quantize_int8, synthesize, synthesize_blocks

@@ -35,13 +35,13 @@ pipeline description takes this table as its ``[capture]`` part.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from voltstream.errors import CaptureError, ConfigError
+from voltstream.config_files import read_toml, validated
+from voltstream.errors import CaptureError
 from voltstream.streams import StreamDescription
 
 __all__ = [
@@ -160,20 +160,8 @@ class CaptureFile(CaptureSettings):
         return self.open(self.stream)
 
 
-def _problems(e: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-
-
 def load_capture_file(path: str | Path) -> CaptureFile:
     """A validated capture configuration from TOML; ConfigError naming every wrong key."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except OSError as e:
-        raise ConfigError(f"cannot read the capture configuration {p}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML: {e}") from None
-    try:
-        return CaptureFile.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(f"{p}: {_problems(e)}") from None
+    data = read_toml(p, "the capture configuration")
+    return validated(str(p), CaptureFile.model_validate, data)

@@ -19,6 +19,7 @@ from voltstream.cli_options import (
     add_engine,
     add_format_options,
     add_no_status,
+    add_options,
     add_rate,
     add_ring_mb,
     add_run,
@@ -54,30 +55,16 @@ def _add_spead_dig_options(p: argparse.ArgumentParser) -> None:
         "apply; --tone, --seed, --duration, --dest/--output and --rate do.",
     )
     add_digitiser(g, dig_ids="", sample_rate="the tone frequency and --duration")
-    g.add_argument(
-        "--tone-amplitude",
-        type=float,
-        default=100.0,
-        help="tone amplitude in digitiser units (0: noise only). Default: 100",
-    )
-    g.add_argument(
-        "--noise",
-        type=float,
-        default=20.0,
-        help="noise standard deviation in digitiser units. Default: 20",
-    )
-    g.add_argument(
-        "--heaps",
-        type=positive(int),
-        default=None,
-        help="heaps per polarisation to make, instead of --duration x sample rate",
-    )
-    g.add_argument(
-        "--drop",
-        default="",
-        help="packets not to send, for loss tests: POL:HEAP[,POL:HEAP...] (heap counted "
-        "from 0), e.g. 0:10,1:40",
-    )
+    add_options(g, (
+        ("--tone-amplitude", float, 100.0,
+         "tone amplitude in digitiser units (0: noise only). Default: 100"),
+        ("--noise", float, 20.0, "noise standard deviation in digitiser units. Default: 20"),
+        ("--heaps", positive(int), None,
+         "heaps per polarisation to make, instead of --duration x sample rate"),
+        ("--drop", None, "",
+         "packets not to send, for loss tests: POL:HEAP[,POL:HEAP...] (heap counted "
+         "from 0), e.g. 0:10,1:40"),
+    ))  # fmt: skip
 
 
 FENGINE_DESCRIPTION = """\
@@ -149,36 +136,21 @@ def _add_fengine_parser(verbs: Any) -> None:
     )
     add_engine(g, alias="--capture-engine")
     g = p.add_argument_group("channeliser")
-    g.add_argument(
-        "--channels",
-        type=int,
-        default=1024,
-        help="output channels: a power of two (2 .. 65536); 2 x channels samples per "
-        "spectrum. Default: 1024",
-    )
-    g.add_argument(
-        "--taps", type=int, default=16, help="PFB taps per channel (1 .. 16). Default: 16"
-    )
-    g.add_argument(
-        "--spectra-per-heap",
-        type=int,
-        default=256,
-        help="spectra per output heap. Default: 256 (MeerKAT)",
-    )
+    add_options(g, (
+        ("--channels", int, 1024,
+         "output channels: a power of two (2 .. 65536); 2 x channels samples per "
+         "spectrum. Default: 1024"),
+        ("--taps", int, 16, "PFB taps per channel (1 .. 16). Default: 16"),
+        ("--spectra-per-heap", int, 256, "spectra per output heap. Default: 256 (MeerKAT)"),
+    ))  # fmt: skip
     add_sample_rate(g, "delays, channel frequencies and the default send rate")
-    g.add_argument(
-        "--max-delay-samples",
-        type=int,
-        default=0,
-        help="largest coarse delay the delay models may ask for; spectra needing more "
-        "are flagged. Raise it when you load delays. Default: 0",
-    )
-    g.add_argument(
-        "--dither-seed",
-        type=int,
-        default=None,
-        help="add uniform dither before quantisation, seeded (reproducible). Default: none",
-    )
+    add_options(g, (
+        ("--max-delay-samples", int, 0,
+         "largest coarse delay the delay models may ask for; spectra needing more "
+         "are flagged. Raise it when you load delays. Default: 0"),
+        ("--dither-seed", int, None,
+         "add uniform dither before quantisation, seeded (reproducible). Default: none"),
+    ))  # fmt: skip
     g = p.add_argument_group("output (channelised heaps)")
     g.add_argument(
         "--dest",
@@ -187,16 +159,12 @@ def _add_fengine_parser(verbs: Any) -> None:
         help="HOST:PORT per substream, comma-separated or repeated, in channel order; "
         "A.B.C.D+N:PORT means N+1 consecutive (multicast) addresses",
     )
-    g.add_argument(
-        "--substreams",
-        type=int,
-        default=None,
-        help="channel ranges (heaps per time slot), each to its own destination. "
-        "Default: the number of destinations",
-    )
-    g.add_argument(
-        "--bits", type=int, default=8, help="output bits per real/imag part: 8 or 4. Default: 8"
-    )
+    add_options(g, (
+        ("--substreams", int, None,
+         "channel ranges (heaps per time slot), each to its own destination. "
+         "Default: the number of destinations"),
+        ("--bits", int, 8, "output bits per real/imag part: 8 or 4. Default: 8"),
+    ))  # fmt: skip
     add_rate(
         g,
         None,
@@ -204,48 +172,30 @@ def _add_fengine_parser(verbs: Any) -> None:
         "output data rate implied by --sample-rate-hz",
         alias="--rate-gbps",
     )
-    g.add_argument(
-        "--packet-payload",
-        type=int,
-        default=8192,
-        help="heap payload bytes per packet (divides the heap; 8192 needs jumbo frames "
-        "off loopback). Default: 8192",
-    )
-    g.add_argument("--feng-id", type=int, default=0, help="this F-engine's index. Default: 0")
-    g.add_argument(
-        "--n-fengs",
-        type=int,
-        default=1,
-        help="F-engines in the array (heap cnt = slot x n-fengs + feng-id). Default: 1",
-    )
-    g.add_argument(
-        "--descriptor-interval",
-        type=int,
-        default=1024,
-        help="resend the item descriptors every this many heaps per destination. Default: 1024",
-    )
-    g.add_argument(
-        "--output-file",
-        help="also write the packets as sent, back to back (docs/fengine.md; spead2 "
-        "reads it with add_buffer_reader)",
-    )
+    add_options(g, (
+        ("--packet-payload", int, 8192,
+         "heap payload bytes per packet (divides the heap; 8192 needs jumbo frames "
+         "off loopback). Default: 8192"),
+        ("--feng-id", int, 0, "this F-engine's index. Default: 0"),
+        ("--n-fengs", int, 1,
+         "F-engines in the array (heap cnt = slot x n-fengs + feng-id). Default: 1"),
+        ("--descriptor-interval", int, 1024,
+         "resend the item descriptors every this many heaps per destination. Default: 1024"),
+        ("--output-file", None, None,
+         "also write the packets as sent, back to back (docs/fengine.md; spead2 "
+         "reads it with add_buffer_reader)"),
+    ))  # fmt: skip
     g = p.add_argument_group("run and control")
     add_device(g, "where the engine runs")
     add_run(g, what="run", report="also write the end-of-run report (JSON) here")
-    g.add_argument(
-        "--katcp-port",
-        type=int,
-        default=None,
-        help="serve katcp control on this port (?gain, ?delays, ?capture-start/stop, "
-        "sensors); output then follows ?capture-start/?capture-stop",
-    )
-    g.add_argument(
-        "--katcp-host", default="127.0.0.1", help="address for katcp. Default: 127.0.0.1"
-    )
-    g.add_argument(
-        "--settings",
-        help="gains and delay models to apply at start (the katcp control's file format)",
-    )
+    add_options(g, (
+        ("--katcp-port", int, None,
+         "serve katcp control on this port (?gain, ?delays, ?capture-start/stop, "
+         "sensors); output then follows ?capture-start/?capture-stop"),
+        ("--katcp-host", None, "127.0.0.1", "address for katcp. Default: 127.0.0.1"),
+        ("--settings", None, None,
+         "gains and delay models to apply at start (the katcp control's file format)"),
+    ))  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,51 +219,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_format_options(p, extra_formats=("spead-dig",))
     _add_spead_dig_options(p)
-    p.add_argument(
-        "--signal",
-        choices=("pulsar", "noise", "tone"),
-        default="pulsar",
-        help="what to synthesise. Default: pulsar",
-    )
-    p.add_argument(
-        "--dm",
-        type=float,
-        default=26.833,
-        help="dispersion measure in pc cm^-3 (pulsar). Default: 26.833",
-    )
-    p.add_argument(
-        "--period",
-        type=positive(float),
-        default=0.0333,
-        help="pulse period in seconds (pulsar). Default: 0.0333",
-    )
-    p.add_argument(
-        "--duty",
-        type=positive(float),
-        default=0.03,
-        help="pulse width as a fraction of the period. Default: 0.03",
-    )
-    p.add_argument(
-        "--pulse-phase",
-        type=float,
-        default=0.25,
-        help="phase of the pulse peak at the band centre, phase zero at the "
-        "first sample. Default: 0.25",
-    )
-    p.add_argument(
-        "--tone",
-        type=float,
-        default=None,
-        help="tone frequency in MHz (tone; for spead-dig: baseband, 0 .. sample rate / 2). "
-        "Default: a quarter into the band",
-    )
-    p.add_argument(
-        "--duration",
-        type=positive(float),
-        default=1.0,
-        help="seconds of data to synthesise. Default: 1.0",
-    )
-    p.add_argument("--seed", type=int, default=1, help="random seed. Default: 1")
+    add_options(p, (
+        ("--signal", None, "pulsar",
+         "what to synthesise. Default: pulsar", ("pulsar", "noise", "tone")),
+        ("--dm", float, 26.833, "dispersion measure in pc cm^-3 (pulsar). Default: 26.833"),
+        ("--period", positive(float), 0.0333, "pulse period in seconds (pulsar). Default: 0.0333"),
+        ("--duty", positive(float), 0.03, "pulse width as a fraction of the period. Default: 0.03"),
+        ("--pulse-phase", float, 0.25,
+         "phase of the pulse peak at the band centre, phase zero at the "
+         "first sample. Default: 0.25"),
+        ("--tone", float, None,
+         "tone frequency in MHz (tone; for spead-dig: baseband, 0 .. sample rate / 2). "
+         "Default: a quarter into the band"),
+        ("--duration", positive(float), 1.0, "seconds of data to synthesise. Default: 1.0"),
+        ("--seed", int, 1, "random seed. Default: 1"),
+    ))  # fmt: skip
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--dest", type=host_port, help="send UDP to HOST:PORT")
     out.add_argument("--output", help="write a file instead of sending")
@@ -351,21 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--bind then is 0.0.0.0:PORT (or GROUP:PORT). Several groups on one port (e.g. one "
         "per polarisation) assemble onto one timeline",
     )
-    p.add_argument(
-        "--interface",
-        default=None,
-        help="interface to capture on and join the groups on (needed by packet_ring and xdp "
-        "with --multicast). Default: the one that owns the --bind address",
-    )
-    p.add_argument(
-        "--packets-per-chunk",
-        type=positive(int),
-        default=256,
-        help="packets per stream per chunk. Default: 256",
-    )
-    p.add_argument(
-        "--window", type=positive(int), default=4, help="reorder window in chunks. Default: 4"
-    )
+    add_options(p, (
+        ("--interface", None, None,
+         "interface to capture on and join the groups on (needed by packet_ring and xdp "
+         "with --multicast). Default: the one that owns the --bind address"),
+        ("--packets-per-chunk", positive(int), 256, "packets per stream per chunk. Default: 256"),
+        ("--window", positive(int), 4, "reorder window in chunks. Default: 4"),
+    ))  # fmt: skip
     add_capture_threads(
         p,
         "capture threads (packet_ring engine): each owns a contiguous block of streams, "
@@ -373,19 +285,15 @@ def build_parser() -> argparse.ArgumentParser:
         "Default: 1",
     )
     add_ring_mb(p)
-    p.add_argument(
-        "--dpdk-port",
-        default=None,
-        help="with --engine dpdk: a PCI address (0000:3b:00.0, bound to vfio-pci), EAL "
-        "device arguments (net_af_packet0,iface=eth1,framesz=16384,blocksz=65536), or an "
-        "interface name (net_af_packet, ring sized by voltstream). Default: net_af_packet on "
-        "the interface that owns the --bind address",
-    )
-    p.add_argument(
-        "--dpdk-eal-args",
-        default=None,
-        help="with --engine dpdk: more EAL arguments, e.g. '--log-level=pmd.net.*:debug'",
-    )
+    add_options(p, (
+        ("--dpdk-port", None, None,
+         "with --engine dpdk: a PCI address (0000:3b:00.0, bound to vfio-pci), EAL "
+         "device arguments (net_af_packet0,iface=eth1,framesz=16384,blocksz=65536), or an "
+         "interface name (net_af_packet, ring sized by voltstream). Default: net_af_packet on "
+         "the interface that owns the --bind address"),
+        ("--dpdk-eal-args", None, None,
+         "with --engine dpdk: more EAL arguments, e.g. '--log-level=pmd.net.*:debug'"),
+    ))  # fmt: skip
 
     p = verbs.add_parser(
         "fold",
@@ -399,42 +307,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dm", type=float, required=True, help="dispersion measure, pc cm^-3")
     pred = p.add_mutually_exclusive_group(required=True)
-    pred.add_argument("--period", type=positive(float), help="constant folding period, s")
-    pred.add_argument("--polyco", help="TEMPO polyco file to fold with")
-    pred.add_argument(
-        "--par",
-        help="pulsar ephemeris (.par): polycos are made with PINT (pip install pint-pulsar; "
-        "runs offline, see voltstream/io/par.py for local clock files)",
-    )
-    p.add_argument("--nbin", type=positive(int), default=256, help="phase bins. Default: 256")
-    p.add_argument(
-        "--tsub",
-        type=positive(float),
-        default=None,
-        help="sub-integration length in seconds. Default: 10 sub-integrations",
-    )
-    p.add_argument(
-        "--pol",
-        choices=("AA+BB", "AABBCRCI", "IQUV"),
-        default="AA+BB",
-        help="detection: total intensity or coherence products. Default: AA+BB",
-    )
+    add_options(pred, (
+        ("--period", positive(float), None, "constant folding period, s"),
+        ("--polyco", None, None, "TEMPO polyco file to fold with"),
+        ("--par", None, None,
+         "pulsar ephemeris (.par): polycos are made with PINT (pip install pint-pulsar; "
+         "runs offline, see voltstream/io/par.py for local clock files)"),
+    ))  # fmt: skip
+    add_options(p, (
+        ("--nbin", positive(int), 256, "phase bins. Default: 256"),
+        ("--tsub", positive(float), None,
+         "sub-integration length in seconds. Default: 10 sub-integrations"),
+        ("--pol", None, "AA+BB",
+         "detection: total intensity or coherence products. Default: AA+BB",
+         ("AA+BB", "AABBCRCI", "IQUV")),
+    ))  # fmt: skip
     p.add_argument("-o", "--output", required=True, help="PSRFITS archive to write")
     p.add_argument("--plot", help="also write a PNG of profile, phase-frequency, phase-time")
     add_device(p, "where to dedisperse and fold")
-    p.add_argument(
-        "--gpus",
-        type=positive(int),
-        default=1,
-        help="GPUs to use: time segments go to one worker per GPU and are merged into one "
-        "archive. Default: 1",
-    )
-    p.add_argument(
-        "--workers-per-gpu",
-        type=positive(int),
-        default=1,
-        help="fold workers on each GPU (2 exercises the multi-worker path on one GPU). Default: 1",
-    )
+    add_options(p, (
+        ("--gpus", positive(int), 1,
+         "GPUs to use: time segments go to one worker per GPU and are merged into one "
+         "archive. Default: 1"),
+        ("--workers-per-gpu", positive(int), 1,
+         "fold workers on each GPU (2 exercises the multi-worker path on one GPU). Default: 1"),
+    ))  # fmt: skip
     live = p.add_argument_group(
         "live folding from the network (instead of INPUT)",
         "capture and fold in one process; the stream format options below apply",
@@ -446,21 +343,15 @@ def build_parser() -> argparse.ArgumentParser:
         "capture threads (packet_ring engine; VDIF: up to one per thread id), each "
         "steered its own streams by the kernel. Default: 1",
     )
-    live.add_argument(
-        "--packets-per-chunk",
-        type=positive(int),
-        default=None,
-        help="packets per stream per chunk. Default: about 32 MiB chunks on the GPU, 256 on "
-        "the CPU",
-    )
-    live.add_argument(
-        "--buffer-mb",
-        type=positive(float),
-        default=1024,
-        help="size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
-        "stage the capture rides out before it drops chunks (1024 MiB = 0.2 s at 40 Gb/s). "
-        "Default: 1024",
-    )
+    add_options(live, (
+        ("--packets-per-chunk", positive(int), None,
+         "packets per stream per chunk. Default: about 32 MiB chunks on the GPU, 256 on "
+         "the CPU"),
+        ("--buffer-mb", positive(float), 1024,
+         "size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
+         "stage the capture rides out before it drops chunks (1024 MiB = 0.2 s at 40 Gb/s). "
+         "Default: 1024"),
+    ))  # fmt: skip
     add_ring_mb(live)
     add_no_status(live)
     add_engine(live)
@@ -477,13 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
         "options that capture and fold it (or why the command line cannot take it yet).",
     )
     p.add_argument("input", nargs="?", help="a .dada or .vdif file (omit with --listen)")
-    p.add_argument("--listen", type=host_port, default=None, help="listen on HOST:PORT")
-    p.add_argument(
-        "--packets", type=positive(int), default=2000, help="packets to look at. Default: 2000"
-    )
-    p.add_argument(
-        "--timeout", type=positive(float), default=5.0, help="seconds to wait. Default: 5"
-    )
+    add_options(p, (
+        ("--listen", host_port, None, "listen on HOST:PORT"),
+        ("--packets", positive(int), 2000, "packets to look at. Default: 2000"),
+        ("--timeout", positive(float), 5.0, "seconds to wait. Default: 5"),
+    ))  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
 
     p = verbs.add_parser(
@@ -494,10 +383,10 @@ def build_parser() -> argparse.ArgumentParser:
         "run report to ./demo-output/. Exits non-zero if any packet was lost or the pulsar "
         "is not detected at the right phase.",
     )
-    p.add_argument("--outdir", default="demo-output", help="where to write. Default: demo-output")
-    p.add_argument(
-        "--duration", type=positive(float), default=0.5, help="seconds of data. Default: 0.5"
-    )
+    add_options(p, (
+        ("--outdir", None, "demo-output", "where to write. Default: demo-output"),
+        ("--duration", positive(float), 0.5, "seconds of data. Default: 0.5"),
+    ))  # fmt: skip
     add_rate(p, 2.0, "send rate, Gb/s. Default: 2.0")
     p.add_argument("--port", type=int, default=0, help="UDP port (0: pick a free one)")
     return parser

@@ -63,6 +63,19 @@ def positive(kind: Any) -> Callable[[str], Any]:
     return parse
 
 
+#: One option as a table row: (flag, type, default, help), or with its choices last.
+Option = tuple[Any, ...]
+
+
+def add_options(g: Any, options: Sequence[Option]) -> None:
+    """Options of the common kind (a flag that takes a value, its type, default and help,
+    maybe its choices) declared as a table, so a verb's options read as a list of what
+    differs between them; anything else (required, actions, aliases) is declared alone."""
+    for flag, kind, default, text, *choices in options:
+        extra = {"choices": choices[0]} if choices else {}
+        g.add_argument(flag, type=kind, default=default, help=text, **extra)
+
+
 def add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str] = ()) -> None:
     g = p.add_argument_group("stream format")
     more = (
@@ -76,70 +89,35 @@ def add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str] 
             "; spead-dig: MeerKAT digitiser heaps (its defaults, or --stream FILE); codif, "
             "spead, counter, layout: described by --stream FILE.toml (docs/formats.md)"
         )
-    g.add_argument(
-        "--format",
-        choices=("ynao", "vdif", *extra_formats),
-        default="ynao",
-        help="packet format: the YNAO/ROACH2 frame (32 channels x 2 pols x 64 "
-        f"spectra) or VDIF (8-bit complex, one thread per pol){more}. Default: ynao",
-    )
-    g.add_argument(
-        "--nchan",
-        type=positive(int),
-        default=None,
-        help="channels (VDIF only; the YNAO frame always has 32). Default: 32",
-    )
-    g.add_argument(
-        "--chan-bw",
-        type=float,
-        default=None,
-        help="channel width in MHz, negative for a lower sideband. Default: 4.0 "
-        "(for a VDIF file: from its .json sidecar)",
-    )
-    g.add_argument(
-        "--freq",
-        type=positive(float),
-        default=None,
-        help="centre frequency of the band in MHz. Default: 1420.0 "
-        "(for a VDIF file: from its .json sidecar)",
-    )
-    g.add_argument(
-        "--vdif-payload",
-        type=positive(int),
-        default=8000,
-        help="VDIF data bytes per frame (multiple of 8, whole samples). Default: 8000",
-    )
-    g.add_argument(
-        "--station",
-        type=station,
-        default=None,
-        help="VDIF station id to accept (a number, or two ASCII characters such as Ef); "
-        "frames of any other station are counted foreign and never placed. Default: any",
-    )
-    g.add_argument(
-        "--npol",
-        type=int,
-        choices=(1, 2),
-        default=2,
-        help="VDIF polarisations, one thread each. Default: 2",
-    )
-    g.add_argument(
-        "--vdif-threads",
-        type=threads_arg,
-        default=None,
-        help="VDIF thread id of each polarisation, in pol order (e.g. 3 with --npol 1, or "
-        "4,5); frames of other threads are counted foreign. 'auto' (live only): learnt "
-        "from the first 512 frames before the capture opens (those are not captured), "
-        "ascending, one per pol. Default: 0 (and 1)",
-    )
-    g.add_argument(
-        "--bits",
-        type=int,
-        choices=(2, 4, 8),
-        default=8,
-        help="VDIF bits per real/imaginary part: 8 (offset binary), 4, or 2 (the VDIF "
-        "2-bit levels). 2 and 4 bits fold on the GPU straight from the packets. Default: 8",
-    )
+    add_options(g, (
+        ("--format", None, "ynao",
+         "packet format: the YNAO/ROACH2 frame (32 channels x 2 pols x 64 "
+         f"spectra) or VDIF (8-bit complex, one thread per pol){more}. Default: ynao",
+         ("ynao", "vdif", *extra_formats)),
+        ("--nchan", positive(int), None,
+         "channels (VDIF only; the YNAO frame always has 32). Default: 32"),
+        ("--chan-bw", float, None,
+         "channel width in MHz, negative for a lower sideband. Default: 4.0 "
+         "(for a VDIF file: from its .json sidecar)"),
+        ("--freq", positive(float), None,
+         "centre frequency of the band in MHz. Default: 1420.0 "
+         "(for a VDIF file: from its .json sidecar)"),
+        ("--vdif-payload", positive(int), 8000,
+         "VDIF data bytes per frame (multiple of 8, whole samples). Default: 8000"),
+        ("--station", station, None,
+         "VDIF station id to accept (a number, or two ASCII characters such as Ef); "
+         "frames of any other station are counted foreign and never placed. Default: any"),
+        ("--npol", int, 2, "VDIF polarisations, one thread each. Default: 2", (1, 2)),
+        ("--vdif-threads", threads_arg, None,
+         "VDIF thread id of each polarisation, in pol order (e.g. 3 with --npol 1, or "
+         "4,5); frames of other threads are counted foreign. 'auto' (live only): learnt "
+         "from the first 512 frames before the capture opens (those are not captured), "
+         "ascending, one per pol. Default: 0 (and 1)"),
+        ("--bits", int, 8,
+         "VDIF bits per real/imaginary part: 8 (offset binary), 4, or 2 (the VDIF "
+         "2-bit levels). 2 and 4 bits fold on the GPU straight from the packets. Default: 8",
+         (2, 4, 8)),
+    ))  # fmt: skip
 
 
 def add_no_status(group: Any) -> None:
@@ -185,25 +163,21 @@ def add_run(g: Any, *, what: str, duration: float | None = None, required: bool 
         until = "until Ctrl-C" if duration is None else f"{duration:g}"
         g.add_argument("--duration", type=positive(float), default=duration,
                        help=f"seconds to {what}. Default: {until}")  # fmt: skip
-    g.add_argument(
-        "--idle-timeout",
-        type=positive(float),
-        default=None,
-        help="stop early after this many seconds without packets (after the first)",
-    )
-    g.add_argument("--report", help=report)
+    add_options(g, (
+        ("--idle-timeout", positive(float), None,
+         "stop early after this many seconds without packets (after the first)"),
+        ("--report", None, None, report),
+    ))  # fmt: skip
 
 
 def add_capture_threads(g: Any, threads_help: str) -> None:
     """``--threads`` and ``--cpus`` of a capture."""
-    g.add_argument("--threads", type=positive(int), default=1, help=threads_help)
-    g.add_argument(
-        "--cpus",
-        type=cpu_list,
-        default=None,
-        help="CPU of each capture thread, comma-separated (e.g. 2,3); pins the threads "
-        "(the verb's Python keeps off them)",
-    )
+    add_options(g, (
+        ("--threads", positive(int), 1, threads_help),
+        ("--cpus", cpu_list, None,
+         "CPU of each capture thread, comma-separated (e.g. 2,3); pins the threads "
+         "(the verb's Python keeps off them)"),
+    ))  # fmt: skip
 
 
 def add_device(g: Any, what: str) -> None:
@@ -225,8 +199,7 @@ def add_digitiser(g: Any, *, dig_ids: str, sample_rate: str | None) -> None:
         ("--dig-ids", str, "0,1", f"digitiser ids (item 0x3101) of pol 0 and pol 1{dig_ids}. "
          "Default: 0,1"),
     )  # fmt: skip
-    for flag, kind, default, text in options:
-        g.add_argument(flag, type=kind, default=default, help=text)
+    add_options(g, options)
     if sample_rate is not None:
         add_sample_rate(g, sample_rate)
 

@@ -22,6 +22,7 @@ from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
 
 if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up short
+    from voltstream.fold.reference import FoldSettings
     from voltstream.observation import FoldedArchive
 
 
@@ -226,6 +227,11 @@ def _open_sim_output(path: str, fmt: Any, obs: Any) -> tuple[str, Any]:
         raise ConfigError(f"cannot write {path}: {e.strerror}") from None
 
 
+def _by_name(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options that go to a keyword of their own name, each name written once."""
+    return {name: getattr(args, name) for name in names}
+
+
 def _capture_format(args: argparse.Namespace) -> Any:
     """The capture's format: a stream description file, the digitiser stream's
     defaults, or the YNAO/VDIF options."""
@@ -273,14 +279,17 @@ def capture(args: argparse.Namespace) -> int:
             args.bind,
             args.duration,
             sink=(lambda samples, valid: writer.write(samples)) if writer else None,
-            packets_per_chunk=args.packets_per_chunk,
-            window=args.window,
             idle_timeout_s=args.idle_timeout,
-            engine=args.engine,
-            multicast=args.multicast,
-            interface=args.interface,
-            threads=args.threads,
-            cpus=args.cpus,
+            **_by_name(
+                args,
+                "packets_per_chunk",
+                "window",
+                "engine",
+                "multicast",
+                "interface",
+                "threads",
+                "cpus",
+            ),
             on_start=lambda: print(
                 f"capture: listening on {args.bind}", file=sys.stderr, flush=True
             ),  # fmt: skip
@@ -299,10 +308,16 @@ def capture(args: argparse.Namespace) -> int:
     finally:
         if writer is not None:
             writer.close()
+    return _print_report(report, args.report)
+
+
+def _print_report(report: Any, path: str | None) -> int:
+    """The end of a run, alike for every verb: the report's summary on stdout, the
+    whole report as JSON where ``--report`` asks; 0, the verb's exit status."""
     for line in report.summary_lines():
         print(line)
-    if args.report:
-        report.write_json(args.report)
+    if path:
+        report.write_json(path)
     return 0
 
 
@@ -324,6 +339,7 @@ def inspect(args: argparse.Namespace) -> int:
 
 
 def fold(args: argparse.Namespace) -> int:
+    from voltstream.fold.reference import FoldSettings
     from voltstream.io.polyco import ConstantPeriod, read_polyco
     from voltstream.io.psrfits import write_psrfits
 
@@ -381,12 +397,12 @@ def fold(args: argparse.Namespace) -> int:
     else:
         predictor = read_polyco(args.polyco)
     tsub = args.tsub if args.tsub is not None else span_s / 10
+    settings = FoldSettings(args.dm, predictor, args.nbin, tsub, pol_mode=args.pol)
     if args.listen and device == "gpu":
         from voltstream.pipeline.live import fold_live_gpu
 
         archive, report = fold_live_gpu(
-            fmt, args.listen, args.duration, obs, args.dm, predictor, args.nbin, tsub,
-            pol_mode=args.pol, idle_timeout_s=args.idle_timeout,
+            fmt, args.listen, args.duration, obs, settings, idle_timeout_s=args.idle_timeout,
             packets_per_chunk=args.packets_per_chunk, pool_mb=args.buffer_mb,
             status=not args.no_status, engine=args.engine, threads=args.threads, cpus=args.cpus,
             engine_options={"queue_bytes": args.ring_mb << 20},
@@ -395,7 +411,7 @@ def fold(args: argparse.Namespace) -> int:
         )  # fmt: skip
     else:
         t_fold = time.monotonic()
-        archive = _fold_on(device, args, reader, predictor, tsub)
+        archive = _fold_on(device, args, reader, settings)
         fold_s = time.monotonic() - t_fold
         report = live.report if live is not None else None
     archive.par_text = getattr(predictor, "par_text", None)
@@ -408,13 +424,10 @@ def fold(args: argparse.Namespace) -> int:
         from voltstream.monitor.plots import plot_archive
 
         plot_archive(archive, args.plot, title=f"{obs.source}  DM {args.dm}")
-    from voltstream.dsp.fold import profile_snr
+    from voltstream.fold.reference import profile_snr
 
     if report is not None:
-        for line in report.summary_lines():
-            print(line)
-        if args.report:
-            report.write_json(args.report)
+        _print_report(report, args.report)
     snr = profile_snr(archive.profile())
     print(
         f"fold ({device}): {args.input or args.listen} -> {args.output}: {archive.nsub} "
@@ -433,29 +446,21 @@ def fold(args: argparse.Namespace) -> int:
 
 
 def _fold_on(
-    device: str, args: argparse.Namespace, reader: Any, predictor: Any, tsub: float
+    device: str, args: argparse.Namespace, reader: Any, settings: FoldSettings
 ) -> FoldedArchive:
-    kw = dict(pol_mode=args.pol)
     if device == "cpu":
         from voltstream.pipeline.fold import fold_file
 
-        return fold_file(reader, args.dm, predictor, args.nbin, tsub, **kw)
+        return fold_file(reader, settings)
     if args.gpus > 1 or args.workers_per_gpu > 1:
-        from voltstream.dsp.gpu_workers import fold_file_multi_gpu
+        from voltstream.pipeline.multi_gpu_fold import fold_file_multi_gpu
 
         return fold_file_multi_gpu(
-            reader,
-            args.dm,
-            predictor,
-            args.nbin,
-            tsub,
-            gpus=list(range(args.gpus)),
-            workers_per_gpu=args.workers_per_gpu,
-            **kw,
+            reader, settings, gpus=list(range(args.gpus)), workers_per_gpu=args.workers_per_gpu
         )
     from voltstream.pipeline.gpu_file_fold import fold_file_gpu
 
-    return fold_file_gpu(reader, args.dm, predictor, args.nbin, tsub, **kw)
+    return fold_file_gpu(reader, settings)
 
 
 def fengine(args: argparse.Namespace) -> int:
@@ -493,14 +498,10 @@ def fengine(args: argparse.Namespace) -> int:
     settings = dict(
         nchan=nchan,
         taps=taps,
-        spectra_per_heap=args.spectra_per_heap,
         n_substreams=substreams,
-        bits=args.bits,
-        sample_rate_hz=args.sample_rate_hz,
-        max_delay_samples=args.max_delay_samples,
-        feng_id=args.feng_id,
-        dither_seed=args.dither_seed,
-    )
+        **_by_name(args, "spectra_per_heap", "bits", "sample_rate_hz", "max_delay_samples",
+                   "feng_id", "dither_seed"),
+    )  # fmt: skip
     if not 0 <= args.feng_id < args.n_fengs:
         raise ConfigError(f"--feng-id {args.feng_id} must be in 0 .. --n-fengs - 1")
     device = resolve_device(args.device)
@@ -533,10 +534,7 @@ def fengine(args: argparse.Namespace) -> int:
         layout,
         dests,
         rate_gbps=rate,
-        packet_payload=args.packet_payload,
-        n_fengs=args.n_fengs,
-        output_file=args.output_file,
-        descriptor_interval=args.descriptor_interval,
+        **_by_name(args, "packet_payload", "n_fengs", "output_file", "descriptor_interval"),
     )
     where = ", ".join(dests) if dests else "no UDP destination"
     print(
@@ -559,15 +557,13 @@ def fengine(args: argparse.Namespace) -> int:
             output,
             dig_ids=dig_ids,
             input_bits=args.sample_bits,
-            samples_per_heap=args.samples_per_heap,
             duration_s=args.duration,
             idle_timeout_s=args.idle_timeout,
-            chunk_heaps=args.chunk_heaps,
             capture_engine=args.engine,
             control=control,
             engine_factory=factory,
             status=not args.no_status,
-            cpus=args.cpus,
+            **_by_name(args, "samples_per_heap", "chunk_heaps", "cpus"),
             on_start=lambda address: print(f"fengine: listening on {address}", flush=True),
         )
     finally:
@@ -575,11 +571,7 @@ def fengine(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous)
         if control is not None:
             control.stop()
-    for line in report.summary_lines():
-        print(line)
-    if args.report:
-        report.write_json(args.report)
-    return 0
+    return _print_report(report, args.report)
 
 
 def _stop_on_sigterm() -> Any:
@@ -619,7 +611,7 @@ DEMO_PULSAR = {"dm": 26.833, "period": 0.0333, "duty": 0.03, "pulse_phase": 0.25
 
 
 def demo(args: argparse.Namespace) -> int:
-    from voltstream.dsp.fold import profile_snr
+    from voltstream.fold.reference import FoldSettings, profile_snr
     from voltstream.formats import make_format
     from voltstream.io.dada import DadaWriter, open_dada
     from voltstream.io.polyco import ConstantPeriod
@@ -696,7 +688,7 @@ def demo(args: argparse.Namespace) -> int:
     predictor = ConstantPeriod(psr["period"], reader.obs.start_mjd, reader.obs.start_sec)
     tsub = reader.nsamp * reader.obs.tsamp_s / 8
     t0 = time.monotonic()
-    archive = fold_file(reader, psr["dm"], predictor, nbin=128, tsub_s=tsub)
+    archive = fold_file(reader, FoldSettings(psr["dm"], predictor, nbin=128, tsub_s=tsub))
     fold_s = time.monotonic() - t0
     write_psrfits(out / "demo.fits", archive)
     plot_archive(archive, out / "demo.png", title=f"voltstream demo: DM {psr['dm']}")

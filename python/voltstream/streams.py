@@ -16,12 +16,12 @@ needs the sample geometry of the YNAO and VDIF formats (``--format ynao|vdif``).
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
+from voltstream.config_files import read_toml, validated
 from voltstream.errors import ConfigError
 from voltstream.formats import station_code
 
@@ -243,26 +243,13 @@ def parse_stream(data: dict, source: str = "stream description") -> StreamDescri
     fmt = data.get("format") if isinstance(data, dict) else None
     if fmt not in STREAM_FORMATS:
         raise ConfigError(f"{source}: format = {fmt!r}: give one of {', '.join(STREAM_FORMATS)}")
-    try:
-        return _ADAPTER.validate_python(data)
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'][1:]) or '(top)'}: {err['msg']}"
-            for err in e.errors()
-        )
-        raise ConfigError(f"{source}: {problems}") from None
+    return validated(source, _ADAPTER.validate_python, data, skip=1)
 
 
 def load_stream(path: str | os.PathLike[str]) -> StreamDescription:
     """A validated description from a TOML file."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except OSError as e:
-        raise ConfigError(f"cannot read the stream description {p}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML: {e}") from None
-    return parse_stream(data, str(p))
+    return parse_stream(read_toml(p, "the stream description"), str(p))
 
 
 def spead_dig(**overrides: Any) -> SpeadStream:

@@ -9,7 +9,7 @@ import pytest
 from voltstream.cli import build_parser
 from voltstream.commands import _fold_on
 from voltstream.device import resolve_device
-from voltstream.dsp.fold import profile_snr
+from voltstream.fold.reference import profile_snr
 from voltstream.io.dada import DadaWriter, open_dada
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.observation import Observation

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from voltstream.dsp import fold_kernels
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.detect import detect
-from voltstream.dsp.fold import Folder
-from voltstream.dsp.gpu_fold import GpuFolder, gpu_available
-from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder
+from voltstream.fold import kernels as fold_kernels
+from voltstream.fold.gpu import GpuFolder, gpu_available
+from voltstream.fold.gpu_naive import NaiveGpuFolder
+from voltstream.fold.reference import Folder, FoldSettings
 from voltstream.io.polyco import ConstantPeriod, Polyco, polyco_entries_from_spin
 from voltstream.observation import Observation
 from voltstream.pipeline.fold import fold_file
@@ -271,11 +271,13 @@ def test_fold_file_gpu_matches_cpu(cp, dm, bw, variant):
     period = float(rng.uniform(1e-3, 3e-3))
     pred = ConstantPeriod(period, obs.start_mjd, obs.start_sec)
     tsub = n * obs.tsamp_s / 3.7
-    cpu = fold_file(MemReader(obs, raw), dm, pred, 128, tsub, "AA+BB")
+    cpu = fold_file(MemReader(obs, raw), FoldSettings(dm, pred, 128, tsub, "AA+BB"))
     # An odd GPU chunk, unrelated to the CPU block size: framing must not care.
     chunk = dd.step + 1231
     gpu = fold_file_gpu(
-        MemReader(obs, raw), dm, pred, 128, tsub, "AA+BB", block_samples=chunk, variant=variant
+        MemReader(obs, raw),
+        FoldSettings(dm, pred, 128, tsub, "AA+BB", block_samples=chunk),
+        variant=variant,
     )
     compare_archives(gpu, cpu)
 
@@ -283,17 +285,13 @@ def test_fold_file_gpu_matches_cpu(cp, dm, bw, variant):
 @pytest.mark.parametrize("mode,basis", [("AABBCRCI", "linear"), ("IQUV", "circular")])
 def test_fold_with_lost_packets_and_polyco(cp, mode, basis):
     obs, dm, dd, raw, valid, pred, tsub = lost_packet_polyco_case(nffts=4, nlost=6)
-    cpu = fold_file(BlocksOnly(obs, raw, valid), dm, pred, 256, tsub, mode, basis=basis)
+    cpu = fold_file(
+        BlocksOnly(obs, raw, valid), FoldSettings(dm, pred, 256, tsub, mode, basis=basis)
+    )
     for variant in ("fused", "naive"):
         gpu = fold_file_gpu(
             BlocksOnly(obs, raw, valid),
-            dm,
-            pred,
-            256,
-            tsub,
-            mode,
-            block_samples=dd.step * 2 + 77,
-            basis=basis,
+            FoldSettings(dm, pred, 256, tsub, mode, block_samples=dd.step * 2 + 77, basis=basis),
             variant=variant,
         )
         compare_lost_packet_fold(gpu, cpu, valid)
@@ -317,7 +315,7 @@ def test_streaming_double_buffer_from_pinned(cp):
         eng.feed(c, pinned=True)
     gpu = eng.finish()
     raw = np.concatenate(chunks)
-    cpu = fold_file(MemReader(obs, raw), dm, pred, 64, None)
+    cpu = fold_file(MemReader(obs, raw), FoldSettings(dm, pred, 64, None))
     compare_archives(gpu, cpu)
     naive = NaiveGpuFolder(obs, dm, pred, 64, None, chunk_samples=20000)
     for c in chunks:

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from loopback import free_bind, sender
-from voltstream.dsp.fold import profile_snr
-from voltstream.dsp.gpu_fold import gpu_available
+from voltstream.fold.gpu import gpu_available
+from voltstream.fold.reference import FoldSettings, profile_snr
 from voltstream.formats import make_format
 from voltstream.io.dada import DadaWriter, open_dada
 from voltstream.io.polyco import ConstantPeriod
@@ -89,9 +89,17 @@ def test_live_gpu_fold_equals_the_file_fold_of_the_recorded_packets(tmp_path, na
     assert rec.totals["missing"] == len(lost) and rec.lost == len(lost)
 
     bind = free_bind()
-    live, report = fold_live_gpu(fmt, bind, 30, obs, DM, pred, 128, tsub, idle_timeout_s=0.7,
-                                 packets_per_chunk=ppc, on_start=sender(bind, packets),
-                                 status=False)  # fmt: skip
+    live, report = fold_live_gpu(
+        fmt,
+        bind,
+        30,
+        obs,
+        FoldSettings(DM, pred, 128, tsub),
+        idle_timeout_s=0.7,
+        packets_per_chunk=ppc,
+        on_start=sender(bind, packets),
+        status=False,
+    )
     assert report.totals["missing"] == len(lost) and report.lost == len(lost)
     p = report.pipeline
     assert p["registered_bytes"] > 0 and p["registration_warning"] is None
@@ -99,11 +107,11 @@ def test_live_gpu_fold_equals_the_file_fold_of_the_recorded_packets(tmp_path, na
     assert p["lost_samples"] == len(lost) * spp == live.excluded_samples
 
     if lose:
-        ref = fold_file(Recorded(obs, parts), DM, pred, 128, tsub)
+        ref = fold_file(Recorded(obs, parts), FoldSettings(DM, pred, 128, tsub))
         assert ref.excluded_samples == spp
         compare_archives(live, ref)
     else:  # the recording read back as the file the user would fold
-        compare_archives(live, fold_file(open_dada(path), DM, pred, 128, tsub))
-        compare_archives(live, fold_file_gpu(open_dada(path), DM, pred, 128, tsub))
+        compare_archives(live, fold_file(open_dada(path), FoldSettings(DM, pred, 128, tsub)))
+        compare_archives(live, fold_file_gpu(open_dada(path), FoldSettings(DM, pred, 128, tsub)))
     assert profile_snr(live.profile()) > 20
     assert np.all(live.weights >= 0)

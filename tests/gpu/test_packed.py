@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 from packed_ref import decode_ref
-from voltstream.dsp import fold_kernels, packed
+from voltstream.dsp import packed
 from voltstream.dsp.dedisperse import Dedisperser
-from voltstream.dsp.gpu_fold import gpu_available
+from voltstream.fold import kernels as fold_kernels
+from voltstream.fold.gpu import gpu_available
+from voltstream.fold.reference import FoldSettings
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.io.vdif import LEVELS_2BIT, open_vdif
 from voltstream.pipeline.fold import fold_file
@@ -127,8 +129,10 @@ def test_vdif_gpu_fold_equals_cpu(cp, tmp_path, nbit, drop):
     assert nsamp > 2 * Dedisperser(26.833, obs.chan_freqs_mhz, obs.chan_bw_mhz).nfft
     pred = ConstantPeriod(float(rng.uniform(1e-3, 3e-3)), obs.start_mjd, obs.start_sec)
     tsub = nsamp * obs.tsamp_s / 2.5
-    cpu = fold_file(f, 26.833, pred, 128, tsub, "AA+BB")
-    gpu = fold_file_gpu(f, 26.833, pred, 128, tsub, "AA+BB", block_samples=3 * spf + 17)
+    cpu = fold_file(f, FoldSettings(26.833, pred, 128, tsub, "AA+BB"))
+    gpu = fold_file_gpu(
+        f, FoldSettings(26.833, pred, 128, tsub, "AA+BB", block_samples=3 * spf + 17)
+    )
     compare_archives(gpu, cpu)
     if drop is not None:
         assert gpu.excluded_samples == cpu.excluded_samples == spf > 0

@@ -4,7 +4,7 @@ constants, validated, compiled once) and an :class:`Operation` (the template for
 problem size: named, typed buffers checked at each launch, the launch on a stream).
 
 The kernels themselves sit in their product's folder: the fold path's in
-``dsp/fold_kernels.py``, the F-engine's in ``fengine/kernels.py``. Their sources live
+``fold/kernels.py``, the F-engine's in ``fengine/kernels.py``. Their sources live
 in ``dsp/kernels/*.cu``; each compiles on its own with the options in
 :data:`NVRTC_OPTIONS` and defaults for its ``-D`` parameters, which is what
 ``scripts/check_kernels.py`` (CI, no GPU) does with the PyPI NVRTC.
@@ -106,7 +106,7 @@ def load_module(name: str, defines: tuple[tuple[str, int], ...] = ()) -> Any:
     """Compile ``kernels/<name>`` once per process, option set and device; a CuPy RawModule.
 
     Keyed by the current device too: a loaded module belongs to one CUDA context,
-    and the multi-GPU workers (dsp/gpu_workers.py) build engines on several.
+    and the multi-GPU workers (pipeline/multi_gpu_fold.py) build engines on several.
     """
     cp = cupy_module()
     return _load_module(name, tuple(defines), cp.cuda.runtime.getDevice())

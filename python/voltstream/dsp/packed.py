@@ -2,7 +2,7 @@
 
 Data, not GPU code: file formats (``io/vdif.py``), the format table
 (``formats.py``) and the file source describe their bytes with it, and the packed
-unpack kernel (``dsp/fold_kernels.py``) reads them through it.
+unpack kernel (``fold/kernels.py``) reads them through it.
 """
 
 from __future__ import annotations

@@ -77,6 +77,14 @@ RING_BYTES = 256 << 20
 POOL_BYTES = 1 << 30
 #: Bytes per polarisation a chunk aims at (``default_chunk_heaps``).
 CHUNK_BYTES_PER_POL = 16 << 20
+#: FEngineReport counters that go to the flat metrics as they are.
+_REPORT_COUNTERS = (
+    "heaps_paired",
+    "heaps_absent",
+    "timeline_restarts",
+    "heaps_not_sent_capture_stopped",
+    "samples_fed",
+)
 _CAPTURE_COUNTERS = ("received", "missing", "late", "duplicate", "dropped")
 
 
@@ -527,14 +535,10 @@ def _sensor_values(report: FEngineReport, eng: dict, capture: dict, sent: int) -
     for s in capture.get("streams", []):
         for k in _CAPTURE_COUNTERS:
             flat[f"{k}_pol{s.get('stream', 0)}"] = s.get(k, 0)
-    flat.update(
-        heaps_paired=report.heaps_paired,
-        heaps_absent=report.heaps_absent,
-        timeline_restarts=report.timeline_restarts,
-        heaps_not_sent_capture_stopped=report.heaps_not_sent_capture_stopped,
-        samples_fed=report.samples_fed,
-        heaps_transmitted=sent,
-    )
+    # The report's own counters under their own names (each name written once).
+    for k in _REPORT_COUNTERS:
+        flat[k] = getattr(report, k)
+    flat["heaps_transmitted"] = sent
     return {
         k: v
         for k, v in flat.items()

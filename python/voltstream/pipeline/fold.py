@@ -16,14 +16,13 @@ excluded from the profiles when any input sample in its dedispersion span
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.detect import detect
-from voltstream.dsp.fold import Folder
 from voltstream.errors import ConfigError
+from voltstream.fold.reference import Folder, FoldSettings
 from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
 from voltstream.pipeline.interfaces import BlockSource
@@ -33,28 +32,24 @@ __all__ = ["fold_file"]
 
 def fold_file(
     reader: BlockSource,
-    dm: float,
-    predictor: Any,
-    nbin: int,
-    tsub_s: float | None,
-    pol_mode: str = "AA+BB",
-    block_samples: int | None = None,
+    settings: FoldSettings,
     progress: Callable[[int, int], None] | None = None,
-    nfft: int | None = None,
-    basis: str = "linear",
 ) -> FoldedArchive:
     """Coherently dedisperse, detect and fold everything the reader yields.
 
     ``progress(samples_read, samples_folded)`` is called after each block.
     """
     obs = reader.obs
+    dm, predictor, nbin, tsub_s = settings.dm, settings.predictor, settings.nbin, settings.tsub_s
+    pol_mode = settings.pol_mode
     folder = Folder.for_observation(obs, nbin, pol_mode, dm, predictor, tsub_s)
     obs.check_critically_sampled(
         "coherent dedispersion needs critically sampled complex channels "
         "(tsamp = 1/|chan_bw|); check the file's TSAMP, BW and NCHAN"
     )
-    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=nfft)
+    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=settings.nfft)
     stream = dd.streaming()
+    block_samples = settings.block_samples
     if block_samples is None:
         block_samples = max(4 * dd.step, 1 << 16)
     lost = 0
@@ -73,7 +68,7 @@ def fold_file(
         out, out_valid = stream.process(block.transpose(1, 2, 0), valid)
         if out.shape[-1]:
             folder.add(
-                detect(out, pol_mode, basis=basis),
+                detect(out, pol_mode, basis=settings.basis),
                 first,
                 None if out_valid.all() else out_valid,
             )

@@ -19,9 +19,10 @@ import numpy as np
 
 from voltstream.device import gpu_available
 from voltstream.dsp.cuda import GpuError
-from voltstream.dsp.gpu_fold import GpuFolder
-from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder
 from voltstream.errors import ConfigError
+from voltstream.fold.gpu import GpuFolder
+from voltstream.fold.gpu_naive import NaiveGpuFolder
+from voltstream.fold.reference import FoldSettings
 from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
 
@@ -33,18 +34,11 @@ __all__ = ["fold_file_gpu"]
 
 def fold_file_gpu(
     reader: Any,
-    dm: float,
-    predictor: Any,
-    nbin: int,
-    tsub_s: float | None,
-    pol_mode: str = "AA+BB",
-    block_samples: int | None = None,
+    settings: FoldSettings,
     progress: Callable[[int, int], None] | None = None,
-    nfft: int | None = None,
-    basis: str = "linear",
     variant: str = "fused",
 ) -> FoldedArchive:
-    """GPU twin of :func:`voltstream.pipeline.fold.fold_file`: same arguments, same archive.
+    """GPU twin of :func:`voltstream.pipeline.fold.fold_file`: same settings, same archive.
 
     Samples go to the GPU as stored when the reader can hand them out: packed
     2/4/8-bit VDIF frames (``reader.read_packed``, unpacked by
@@ -59,25 +53,21 @@ def fold_file_gpu(
     cls: type[GpuFolder] | type[NaiveGpuFolder] = (
         GpuFolder if variant == "fused" else NaiveGpuFolder
     )
-    args = (obs, dm, predictor, nbin, tsub_s)
-    kw: dict[str, Any] = dict(
-        pol_mode=pol_mode, basis=basis, nfft=nfft, chunk_samples=block_samples
-    )
     eng: GpuFolder | NaiveGpuFolder
     t_start = time.perf_counter()
     raw_ok = hasattr(reader, "read_raw") and getattr(reader, "nsamp", None) is not None
     raw_ok = raw_ok and obs.nbit in (8, 16)
-    src = _file_source(reader, block_samples) if variant == "fused" else None
+    src = _file_source(reader, settings.block_samples) if variant == "fused" else None
     stages = {}
     if src is not None:
         stages["source_s"] = time.perf_counter() - t_start
         with src:
-            eng = _fold_file_blocks(src, args, kw, progress, stages)
+            eng = _fold_file_blocks(src, settings, progress, stages)
     elif variant == "fused" and hasattr(reader, "read_packed"):
-        eng = _fold_packed(reader, args, kw, block_samples, progress)
+        eng = _fold_packed(reader, settings, progress)
     elif raw_ok:
         dtype = np.int8 if obs.nbit == 8 else np.int16
-        eng = cls(*args, dtype=dtype, ndim=obs.ndim, **kw)
+        eng = cls.from_settings(obs, settings, dtype=dtype, ndim=obs.ndim)
         chunk = eng.plan.chunk
         for s in range(0, reader.nsamp, chunk):
             blk = np.asarray(reader.read_raw(s, min(chunk, reader.nsamp - s)))
@@ -87,7 +77,7 @@ def fold_file_gpu(
             if progress is not None:
                 progress(eng.samples_in, eng.samples_out)
     else:
-        eng = cls(*args, dtype=np.float32, ndim=2, **kw)
+        eng = cls.from_settings(obs, settings, dtype=np.float32, ndim=2)
         for blk, valid in reader_blocks(reader, eng.plan.chunk, np.complex64):
             eng.feed(blk, valid)
             if progress is not None:
@@ -114,7 +104,7 @@ def _file_source(reader: Any, block_samples: Any) -> FileSource | None:
         return None
 
 
-def _fold_packed(reader: Any, args: Any, kw: Any, block_samples: Any, progress: Any) -> GpuFolder:
+def _fold_packed(reader: Any, settings: FoldSettings, progress: Any) -> GpuFolder:
     """Frames of a VDIF-like reader to the GPU as stored bytes (2/4/8-bit codes).
 
     Chunks are whole frames (the packed layout is frame by frame); absent frames
@@ -122,9 +112,9 @@ def _fold_packed(reader: Any, args: Any, kw: Any, block_samples: Any, progress: 
     """
     layout = reader.packed_layout()
     spf = layout.spf
-    want = block_samples or (1 << 19)
+    want = settings.block_samples or (1 << 19)
     chunk = max(1, int(want) // spf) * spf
-    eng = GpuFolder(*args, packed=layout, **dict(kw, chunk_samples=chunk))
+    eng = GpuFolder.from_settings(reader.obs, settings, packed=layout, chunk_samples=chunk)
     fpc = chunk // spf
     nframes = reader.nsamp // spf
     for f0 in range(0, nframes, fpc):
@@ -136,7 +126,7 @@ def _fold_packed(reader: Any, args: Any, kw: Any, block_samples: Any, progress: 
     return eng
 
 
-def _fold_file_blocks(src: Any, args: Any, kw: Any, progress: Any, stages: dict) -> GpuFolder:
+def _fold_file_blocks(src: Any, settings: FoldSettings, progress: Any, stages: dict) -> GpuFolder:
     """A file on the product path: blocks read by several threads straight into
     page-locked buffers (pipeline/file_source.py: DADA, VDIF as stored or gathered),
     copied to the GPU from there and given back on the copy's event (pipeline/gpu.py),
@@ -144,8 +134,8 @@ def _fold_file_blocks(src: Any, args: Any, kw: Any, progress: Any, stages: dict)
     from voltstream.pipeline.gpu import Handoff
 
     t0 = time.perf_counter()
-    eng = GpuFolder(*args, packed=src.layout, raw_bytes=src.block_bytes,
-                    **dict(kw, chunk_samples=src.block_samples))  # fmt: skip
+    eng = GpuFolder.from_settings(src.obs, settings, packed=src.layout, raw_bytes=src.block_bytes,
+                                  chunk_samples=src.block_samples)  # fmt: skip
     eng.warm_up(src.block_samples)
     stages["engine_s"] = time.perf_counter() - t0
     handoff = Handoff()

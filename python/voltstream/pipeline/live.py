@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from voltstream.fold.reference import FoldSettings
 from voltstream.formats import StreamFormat
 from voltstream.observation import FoldedArchive, Observation
 from voltstream.pipeline.capture import CaptureReport
@@ -127,11 +128,7 @@ def fold_live_gpu(
     bind: str,
     duration_s: float,
     obs: Observation,
-    dm: float,
-    predictor: Any,
-    nbin: int,
-    tsub_s: float | None,
-    pol_mode: str = "AA+BB",
+    settings: FoldSettings,
     idle_timeout_s: float | None = None,
     packets_per_chunk: int | None = None,
     pool_mb: float = GPU_POOL_MB,
@@ -144,17 +141,18 @@ def fold_live_gpu(
     pool to the GPU (pipeline/gpu.py); returns (archive, capture report).
 
     The folder is built and warmed up (kernels compiled, FFT plans made) before the
-    socket opens, so the first chunks do not wait on it.
+    socket opens, so the first chunks do not wait on it. The chunk is the capture's
+    (``packets_per_chunk``), not ``settings.block_samples``.
     """
-    from voltstream.dsp.gpu_fold import GpuFolder
+    from voltstream.fold.gpu import GpuFolder
     from voltstream.pipeline.capture import run_capture
     from voltstream.pipeline.gpu import HostRegistry, StageConsumer, StatusLine
 
     ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, window)
     nsamp = ppc * fmt.samples_per_packet
-    eng = GpuFolder(
-        obs, dm, predictor, nbin, tsub_s, pol_mode=pol_mode, packed=fmt.chunk_layout(ppc),
-        chunk_samples=nsamp, raw_bytes=fmt.streams * ppc * fmt.payload_len,
+    eng = GpuFolder.from_settings(
+        obs, settings, packed=fmt.chunk_layout(ppc), chunk_samples=nsamp,
+        raw_bytes=fmt.streams * ppc * fmt.payload_len,
     )  # fmt: skip
     eng.warm_up(nsamp, duration_s)
     line = StatusLine("fold", fmt.payload_len) if status else None

@@ -4,7 +4,7 @@
 // bin and sub-integration, and accumulates into float64 profiles that stay on
 // the GPU for the whole observation.  Detected samples never touch memory.
 //
-// Time and phase follow dsp/fold.py exactly: output sample o of this chunk is
+// Time and phase follow fold/reference.py exactly: output sample o of this chunk is
 // stream sample first + o at t = (first + o) * tsamp; channel c uses
 // tc = t - delay[c] (float64, the same IEEE operations as NumPy, so the
 // sub-integration floor(tc / tsub) and the tc >= 0 cut agree bit for bit).

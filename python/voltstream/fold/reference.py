@@ -22,6 +22,7 @@ lost samples (``valid`` False) and partial coverage lower it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,28 @@ from voltstream.dsp.detect import npol_out
 from voltstream.errors import ConfigError
 from voltstream.observation import FoldedArchive, Observation
 
-__all__ = ["Folder", "profile_snr"]
+__all__ = ["FoldSettings", "Folder", "profile_snr"]
+
+
+@dataclass(frozen=True)
+class FoldSettings:
+    """What a fold is asked for, made once (by the CLI) and given to every fold driver
+    (CPU file, GPU file, multi-GPU file, live GPU), so that they cannot drift apart.
+
+    ``predictor`` gives pulse phase (polyco, .par or constant period); ``tsub_s`` is the
+    sub-integration length (None: one); ``nfft`` the dedispersion FFT length (None:
+    DSPSR's rule); ``block_samples`` the samples per block or GPU chunk (None: each
+    driver's own default).
+    """
+
+    dm: float
+    predictor: Any
+    nbin: int
+    tsub_s: float | None
+    pol_mode: str = "AA+BB"
+    basis: str = "linear"
+    nfft: int | None = None
+    block_samples: int | None = None
 
 
 class Folder:

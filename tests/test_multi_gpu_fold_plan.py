@@ -1,4 +1,4 @@
-"""The multi-GPU segment plan (dsp/gpu_workers.plan_segments), on the CPU.
+"""The multi-GPU segment plan (pipeline/multi_gpu_fold.plan_segments), on the CPU.
 
 Checked against what one overlap-save stream makes: the segments' outputs tile
 [0, nout) exactly, each segment's input is its outputs plus the lead-in, and
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from voltstream.dsp.dedisperse import Dedisperser, StreamingOverlapSave
-from voltstream.dsp.gpu_workers import plan_segments
 from voltstream.errors import ConfigError
+from voltstream.pipeline.multi_gpu_fold import plan_segments
 
 
 def single_stream_outputs(nsamp, head, tail, step):

@@ -37,6 +37,7 @@ import numpy as np
 
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.errors import ConfigError
+from voltstream.fold.reference import FoldSettings
 from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
 
@@ -237,30 +238,23 @@ def _run_sequential(
 
 def fold_file_multi_gpu(
     reader: Any,
-    dm: float,
-    predictor: Any,
-    nbin: int,
-    tsub_s: float | None,
-    pol_mode: str = "AA+BB",
+    settings: FoldSettings,
     gpus: Any = None,
     workers_per_gpu: int = 1,
     segment_samples: int | None = None,
-    basis: str = "linear",
     variant: str = "fused",
-    block_samples: int | None = None,
-    nfft: int | None = None,
 ) -> FoldedArchive:
     """Fold on several GPUs; the same archive as :func:`fold_file_gpu` and ``fold_file``.
 
     ``gpus``: device ids (default: all visible), or an int N for devices
     0..N-1; ``workers_per_gpu`` engines (threads, each with its own streams) per
     device. The reader needs ``nsamp`` (the plan needs the input's length).
-    ``block_samples`` is each engine's chunk; ``segment_samples`` the outputs per
+    ``settings.block_samples`` is each engine's chunk; ``segment_samples`` the outputs per
     segment (see :func:`plan_segments`; default: one segment per worker for a
     random-access reader, 4 chunks for one read in order).
     """
-    from voltstream.dsp.gpu_fold import GpuFolder, _Plan, gpu_available
-    from voltstream.dsp.gpu_fold_naive import NaiveGpuFolder
+    from voltstream.fold.gpu import GpuFolder, _Plan, gpu_available
+    from voltstream.fold.gpu_naive import NaiveGpuFolder
 
     if not gpu_available():
         from voltstream.dsp.cuda import GpuError
@@ -285,8 +279,9 @@ def fold_file_multi_gpu(
         raise ConfigError("the multi-GPU fold needs the input's length (reader.nsamp)")
     obs = reader.obs
     t_start = time.perf_counter()
-    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=nfft)
-    chunk = _Plan(obs, dm, dd.nfft, block_samples).chunk
+    dm = settings.dm
+    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=settings.nfft)
+    chunk = _Plan(obs, dm, dd.nfft, settings.block_samples).chunk
     devices = [g for g in gpus for _ in range(int(workers_per_gpu))]
     raw_ok = hasattr(reader, "read_raw") and obs.nbit in (8, 16)
     raw_ok = raw_ok and getattr(reader, "valid", None) is None
@@ -301,14 +296,14 @@ def fold_file_multi_gpu(
             f"({dd.nfft} samples at DM {dm}); give a longer input"
         )
     cls = GpuFolder if variant == "fused" else NaiveGpuFolder
-    kw: dict[str, Any] = dict(pol_mode=pol_mode, basis=basis, nfft=dd.nfft, chunk_samples=chunk)
+    kw: dict[str, Any] = dict(nfft=dd.nfft, chunk_samples=chunk)
     if raw_ok:
         kw.update(dtype=np.int8 if obs.nbit == 8 else np.int16, ndim=obs.ndim)
     else:
         kw.update(dtype=np.float32, ndim=2)
 
     def factory() -> Any:
-        return cls(obs, dm, predictor, nbin, tsub_s, **kw)
+        return cls.from_settings(obs, settings, **kw)
 
     workers = [_Worker(d, factory) for d in devices]
     if raw_ok:

@@ -15,7 +15,7 @@ Per chunk of time-major baseband (nsamp, nchan, npol[, re/im]):
    into float64 accumulators that stay on the GPU until :meth:`finish`.
 
 Semantics are those of the NumPy reference (dsp/dedisperse.py, dsp/detect.py,
-dsp/fold.py, pipeline/fold.py): the same framing, the same validity rule for
+fold/reference.py, pipeline/fold.py): the same framing, the same validity rule for
 lost samples, the same sub-integrations and weights; :meth:`finish` hands the
 GPU sums to a reference :class:`Folder` so the archive is built by the same
 code. ``NaiveGpuFolder`` does the same steps in plain CuPy (the benchmark's
@@ -27,22 +27,22 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 
 from voltstream.device import gpu_available
 from voltstream.dsp.cuda import cupy_module
 from voltstream.dsp.dedisperse import Dedisperser
-from voltstream.dsp.fold import Folder
-from voltstream.dsp.fold_kernels import (
+from voltstream.dsp.packed import PackedLayout
+from voltstream.errors import ConfigError
+from voltstream.fold.kernels import (
     ChirpTemplate,
     FoldTemplate,
     PackedUnpackTemplate,
     UnpackTemplate,
 )
-from voltstream.dsp.packed import PackedLayout
-from voltstream.errors import ConfigError
+from voltstream.fold.reference import Folder, FoldSettings
 from voltstream.observation import FoldedArchive, Observation
 
 __all__ = ["GpuFolder", "gpu_available", "output_valid"]
@@ -115,6 +115,16 @@ class _Plan:
 
 class _FolderBase:
     """Shared bookkeeping: carry lengths, validity, sub-integration capacity, result."""
+
+    @classmethod
+    def from_settings(cls, obs: Observation, settings: FoldSettings, **kw: Any) -> Self:
+        """The engine for ``settings`` (the drivers' one way to make it); ``kw`` are the
+        engine's own options, and ``chunk_samples``/``nfft`` where a driver fixes them."""
+        kw.setdefault("chunk_samples", settings.block_samples)
+        kw.setdefault("nfft", settings.nfft)
+        s = settings
+        return cls(obs, s.dm, s.predictor, s.nbin, s.tsub_s, pol_mode=s.pol_mode,
+                   basis=s.basis, **kw)  # fmt: skip
 
     def __init__(
         self,

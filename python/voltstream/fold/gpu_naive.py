@@ -2,7 +2,7 @@
 
 One stream, pageable copies, separate passes, cupy.fft with its default plan cache:
 what a straightforward port of the NumPy reference does. bench/fold_gpu.py times it
-beside the fused engine (``dsp/gpu_fold.py``) on the same data; the GPU tests hold
+beside the fused engine (``fold/gpu.py``) on the same data; the GPU tests hold
 both to the reference. Not on any product path.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from voltstream.dsp.gpu_fold import _FolderBase, _lost_mask
+from voltstream.fold.gpu import _FolderBase, _lost_mask
 from voltstream.observation import FoldedArchive
 
 __all__ = ["NaiveGpuFolder"]

@@ -1,0 +1,46 @@
+"""Configuration files read one way: TOML read and parsed, then validated by pydantic,
+every failure a ConfigError that names the file and every wrong key.
+
+Shared by the stream descriptions (``streams.py``) and the capture files
+(``capture_config.py``), so both report their errors alike.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from voltstream.errors import ConfigError
+
+__all__ = ["read_toml", "validated"]
+
+T = TypeVar("T")
+
+
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """The parsed TOML file; ``what`` (e.g. "the stream description") names it in the
+    error when it cannot be read."""
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+
+
+def validated(source: str, check: Callable[[Any], T], data: Any, skip: int = 0) -> T:
+    """``check(data)`` (a pydantic validation), its errors one ConfigError from
+    ``source`` naming every wrong key, dotted; ``skip`` leading parts of each key are
+    dropped (a tagged union puts its tag first, which the user never wrote)."""
+    try:
+        return check(data)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'][skip:]) or '(top)'}: {err['msg']}"
+            for err in e.errors()
+        )
+        raise ConfigError(f"{source}: {problems}") from None
