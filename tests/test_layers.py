@@ -16,7 +16,7 @@ PACKAGE = ROOT / "python" / "voltstream"
 CORE = ROOT / "crates" / "voltstream-core" / "src"
 
 # Package-root modules every folder may import: no voltstream imports but each other.
-BASE = {"errors", "observation", "device", "digitiser", "spead_items", "_core"}
+BASE = {"errors", "observation", "device", "digitiser", "spead_items", "config_files", "_core"}
 
 # What each unit may import besides BASE: a folder, or one module of a folder.
 PYTHON_ALLOWED: dict[str, set[str]] = {
@@ -26,7 +26,9 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "device": set(),
     "digitiser": set(),
     "spead_items": set(),
-    "dsp": {"io/baseband"},  # gpu_workers reads files (the multi-GPU file driver)
+    "config_files": set(),
+    "dsp": set(),
+    "fold": {"dsp"},
     "io": {"dsp/dedisperse", "dsp/packed", "pipeline/interfaces"},
     "sim": {"dsp/dedisperse", "io/vdif"},
     "formats": {"dsp/packed", "sim/packetize"},
@@ -34,7 +36,7 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "capture_config": {"streams"},
     "monitor": set(),
     "testing": set(),  # fault plans for tests: packets in, packets out
-    "pipeline": {"dsp", "io", "formats"},
+    "pipeline": {"dsp", "fold", "io", "formats"},
     "fengine": {"dsp", "pipeline", "sim/spead"},
     # The command line sits on top and may import anything.
     "cli_options": {"*"},
