@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::{
     multicast_plan_ip, packet_ring_fanout, CaptureConfig, CaptureGroup, DpdkConfig, DpdkEngine,
-    DpdkInfo, DpdkPort, Engine, PacketRingConfig, PacketRingEngine, Received, SocketConfig,
+    DpdkInfo, DpdkPort, Engine, PacketRingConfig, PacketRingEngine, Sink, SocketConfig,
     SocketEngine, ThreadsConfig, XdpConfig, XdpEngine, XdpInfo, XdpMode,
 };
 use crate::assemble::ChunkLayout;
@@ -419,7 +419,7 @@ impl<E: Engine> Engine for Gated<E> {
         self.inner.name()
     }
 
-    fn recv_batch<F: FnMut(Received<'_>)>(&mut self, timeout: Duration, sink: F) -> Result<usize> {
+    fn recv_batch<F: Sink>(&mut self, timeout: Duration, sink: F) -> Result<usize> {
         if !self.open.load(Ordering::Acquire) {
             std::thread::sleep(timeout.min(Duration::from_millis(1)));
             return Ok(0);

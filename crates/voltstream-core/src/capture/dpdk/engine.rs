@@ -11,7 +11,7 @@ use super::deliver::Deliver;
 use super::eal::{eal_args, huge_pages_free};
 use super::*;
 use crate::capture::flow::Flow;
-use crate::capture::host::{guard, if_index, interface_of_ip, resolve_ip};
+use crate::capture::host::{guard, if_index, interface_owning, resolve_ip};
 use crate::memory::page_size;
 
 /// Whether this build has the DPDK engine.
@@ -209,13 +209,10 @@ impl DpdkEngine {
         let port = match &config.port {
             Some(p) => p.clone(),
             None => DpdkPort::AfPacket {
-                interface: interface_of_ip(bind.ip())?.ok_or_else(|| {
-                    Error::Config(format!(
-                        "no interface has address {}; pass the DPDK port (an interface, a \
-                         PCI address or device arguments)",
-                        bind.ip()
-                    ))
-                })?,
+                interface: interface_owning(
+                    bind.ip(),
+                    "the DPDK port (an interface, a PCI address or device arguments)",
+                )?,
             },
         };
         let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
@@ -420,7 +417,7 @@ impl DpdkEngine {
     }
 
     /// One burst: returns (frames read, packets passed).
-    fn burst<F: FnMut(Received<'_>)>(&mut self, sink: &mut F) -> (usize, usize) {
+    fn burst<F: Sink>(&mut self, sink: &mut F) -> (usize, usize) {
         // SAFETY: `bufs` and `frames` hold `batch` entries each.
         let n = unsafe {
             vs_rx(
@@ -458,11 +455,7 @@ impl Engine for DpdkEngine {
         "dpdk"
     }
 
-    fn recv_batch<F: FnMut(Received<'_>)>(
-        &mut self,
-        timeout: Duration,
-        mut sink: F,
-    ) -> Result<usize> {
+    fn recv_batch<F: Sink>(&mut self, timeout: Duration, mut sink: F) -> Result<usize> {
         if !self.registered {
             // SAFETY: registers the calling thread; failure only costs the cache.
             self.registered = unsafe { vs_thread_register() } == 0;

@@ -63,7 +63,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::limits::within;
-use super::{Engine, Received};
+use super::{Engine, Sink};
 use crate::{Error, Result};
 
 /// Bytes in front of the frame's IP header in a TPACKET_V2 ring frame of

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::batch::wait_readable;
 use super::host::{bind_udp, interface_of_ip, resolve_ip, setsockopt};
 use super::limits::within;
-use super::{multicast, Engine, Received};
+use super::{multicast, Engine, Received, Sink};
 use crate::memory::Buffer;
 use crate::{Error, Result};
 
@@ -200,11 +200,7 @@ impl Engine for SocketEngine {
         "socket"
     }
 
-    fn recv_batch<F: FnMut(Received<'_>)>(
-        &mut self,
-        timeout: Duration,
-        mut sink: F,
-    ) -> Result<usize> {
+    fn recv_batch<F: Sink>(&mut self, timeout: Duration, mut sink: F) -> Result<usize> {
         // Under load the queue is never empty, so recvmmsg goes first and poll is
         // only paid when idle.
         let mut r = self.recvmmsg();
