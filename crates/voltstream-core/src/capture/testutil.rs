@@ -4,6 +4,11 @@
 
 use std::net::{SocketAddr, UdpSocket};
 
+/// A socket address from its text (`"10.0.0.1:7148"`, `"[ff15::7]:7000"`).
+pub(crate) fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
 /// Runs `f` on a thread moved into a new network namespace with `lo` up;
 /// the namespace (and every link made in it) goes when the thread ends.
 pub(crate) fn in_private_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
