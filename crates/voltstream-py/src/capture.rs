@@ -49,18 +49,6 @@ fn need<T>(value: Option<T>, format: &str, what: &str) -> PyResult<T> {
     })
 }
 
-/// What VDIF and CODIF frames both need: their threads and their frame
-/// length, passed as `{format}_threads` and `{format}_frame_len`.
-fn framed(
-    format: &str,
-    threads: Option<Vec<u16>>,
-    frame_len: Option<usize>,
-) -> PyResult<(Vec<u16>, usize)> {
-    let threads = need(threads, format, &format!("{format}_threads (e.g. [0])"))?;
-    let what = format!("{format}_frame_len (bytes, header included)");
-    Ok((threads, need(frame_len, format, &what)?))
-}
-
 pub(crate) fn capture_error(msg: String) -> PyErr {
     Python::attach(|py| py_error(py, "CaptureError", msg))
 }
@@ -153,16 +141,17 @@ impl PyCapture {
         let xdp_mode = XdpMode::parse(xdp_mode).map_err(to_py)?;
         let format = match format {
             "ynao" => FormatSpec::Ynao { subband },
-            "vdif" => {
-                let (threads, frame_len) = framed("vdif", vdif_threads, vdif_frame_len)?;
-                FormatSpec::Vdif {
-                    threads,
-                    frame_len,
-                    frames_per_second: need(frames_per_second, "vdif", "frames_per_second")?,
-                    station,
-                    legacy: vdif_legacy,
-                }
-            }
+            "vdif" => FormatSpec::Vdif {
+                threads: need(vdif_threads, "vdif", "vdif_threads (e.g. [0])")?,
+                frame_len: need(
+                    vdif_frame_len,
+                    "vdif",
+                    "vdif_frame_len (bytes, header included)",
+                )?,
+                frames_per_second: need(frames_per_second, "vdif", "frames_per_second")?,
+                station,
+                legacy: vdif_legacy,
+            },
             "spead" => {
                 let ids = need(digitiser_ids, "spead", "digitiser_ids (e.g. [0, 1])")?;
                 // Heap index from the heap counter when its step is given,
@@ -190,16 +179,17 @@ impl PyCapture {
                 }
                 spec
             }
-            "codif" => {
-                let (threads, frame_len) = framed("codif", codif_threads, codif_frame_len)?;
-                FormatSpec::Codif {
-                    threads,
-                    frame_len,
-                    frames_per_period: need(frames_per_period, "codif", "frames_per_period")?,
-                    station,
-                    group,
-                }
-            }
+            "codif" => FormatSpec::Codif {
+                threads: need(codif_threads, "codif", "codif_threads (e.g. [0])")?,
+                frame_len: need(
+                    codif_frame_len,
+                    "codif",
+                    "codif_frame_len (bytes, header included)",
+                )?,
+                frames_per_period: need(frames_per_period, "codif", "frames_per_period")?,
+                station,
+                group,
+            },
             "counter" => FormatSpec::Counter {
                 streams,
                 payload_len: need(payload_len, "counter", "payload_len (bytes per packet)")?,
