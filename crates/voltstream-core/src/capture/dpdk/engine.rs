@@ -205,9 +205,9 @@ impl DpdkEngine {
     /// creates the mbuf pool on its NUMA node and starts one RX queue.
     pub fn open(config: &DpdkConfig) -> Result<Self> {
         config.validate()?;
-        let bind = resolve_ip(&config.bind)?;
-        let port = match &config.port {
-            Some(p) => p.clone(),
+        let bind = resolve_ip(&config.net.bind)?;
+        let port = match config.port() {
+            Some(p) => p,
             None => DpdkPort::AfPacket {
                 interface: interface_owning(
                     bind.ip(),
@@ -219,8 +219,11 @@ impl DpdkEngine {
         let (devargs, ring, guard) = match &port {
             DpdkPort::AfPacket { interface } => {
                 if_index(interface)?;
-                let ring =
-                    AfPacketRing::for_config(config.max_packet, config.queue_bytes, page_size());
+                let ring = AfPacketRing::for_config(
+                    config.max_packet,
+                    config.net.queue_bytes,
+                    page_size(),
+                );
                 let (guard, _) = guard(bind)?;
                 let name = format!("net_af_packet_vs{}_{serial}", std::process::id());
                 (ring.devargs(&name, interface), Some(ring), Some(guard))
@@ -251,7 +254,7 @@ impl DpdkEngine {
         let mbufs = match ring {
             Some(_) => 2047,
             None => {
-                (config.queue_bytes / (data_room + 256))
+                (config.net.queue_bytes / (data_room + 256))
                     .max(2 * config.rx_descriptors as usize + 2 * config.batch + 1024)
                     .next_power_of_two()
                     - 1

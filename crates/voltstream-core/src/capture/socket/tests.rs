@@ -22,7 +22,7 @@ fn receives_in_order_and_flags_oversized_packets() {
 #[test]
 fn kernel_drops_account_for_what_the_socket_lost() {
     let mut cfg = SocketConfig::new("127.0.0.1:0");
-    cfg.rcvbuf = 1; // clamped by the kernel to its minimum: a few packets fit
+    cfg.net.queue_bytes = 1; // clamped by the kernel to its minimum: a few packets fit
     let mut e = SocketEngine::bind(&cfg).unwrap();
     drops_add_up(&mut e, &[0x3c; 1400], 300, Duration::from_millis(20));
 }
@@ -58,7 +58,7 @@ fn joins_an_ipv6_group_and_receives_only_it() {
         }
         let group: Ipv6Addr = "ff15::7:2".parse().unwrap();
         let mut cfg = SocketConfig::new(format!("[{group}]:7001"));
-        cfg.interface = Some("vs6b".into());
+        cfg.net.interface = Some("vs6b".into());
         let mut e = SocketEngine::bind(&cfg).unwrap();
         assert_eq!(e.local_addr().unwrap(), "[::]:7001".parse().unwrap());
         let joined = crate::capture::joined_groups_v6("vs6b").unwrap();
