@@ -29,10 +29,8 @@ use std::path::PathBuf;
 /// The kernel's counters outside the capture (absolute readings or changes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HostCounters {
-    pub udp_rcvbuf_errors: Option<u64>,
-    pub udp_in_errors: Option<u64>,
-    pub udp_in_csum_errors: Option<u64>,
-    pub udp_no_ports: Option<u64>,
+    /// The network namespace's UDP counters, as `/proc/net/snmp` has them.
+    pub udp: UdpSnmp,
     pub softnet_dropped: Option<u64>,
     pub softnet_time_squeeze: Option<u64>,
     pub if_rx_dropped: Option<u64>,
@@ -56,10 +54,10 @@ impl HostCounters {
 
     pub fn to_array(&self) -> [Option<u64>; Self::FIELDS] {
         [
-            self.udp_rcvbuf_errors,
-            self.udp_in_errors,
-            self.udp_in_csum_errors,
-            self.udp_no_ports,
+            self.udp.rcvbuf_errors,
+            self.udp.in_errors,
+            self.udp.in_csum_errors,
+            self.udp.no_ports,
             self.softnet_dropped,
             self.softnet_time_squeeze,
             self.if_rx_dropped,
@@ -69,10 +67,12 @@ impl HostCounters {
 
     pub fn from_array(a: [Option<u64>; Self::FIELDS]) -> Self {
         HostCounters {
-            udp_rcvbuf_errors: a[0],
-            udp_in_errors: a[1],
-            udp_in_csum_errors: a[2],
-            udp_no_ports: a[3],
+            udp: UdpSnmp {
+                rcvbuf_errors: a[0],
+                in_errors: a[1],
+                in_csum_errors: a[2],
+                no_ports: a[3],
+            },
             softnet_dropped: a[4],
             softnet_time_squeeze: a[5],
             if_rx_dropped: a[6],
@@ -189,11 +189,7 @@ impl HostSampler {
     fn read(&mut self) -> HostCounters {
         let mut c = HostCounters::default();
         if read_into(&self.snmp, &mut self.text) {
-            let u = parse_snmp_udp(&self.text);
-            c.udp_rcvbuf_errors = u.rcvbuf_errors;
-            c.udp_in_errors = u.in_errors;
-            c.udp_in_csum_errors = u.in_csum_errors;
-            c.udp_no_ports = u.no_ports;
+            c.udp = parse_snmp_udp(&self.text);
         }
         if read_into(&self.softnet, &mut self.text) {
             (c.softnet_dropped, c.softnet_time_squeeze) = parse_softnet(&self.text);
@@ -295,21 +291,27 @@ UdpLite: 0 0 0 0 0 0 0 0 0
     #[test]
     fn deltas_are_per_field_and_never_negative() {
         let base = HostCounters {
-            udp_rcvbuf_errors: Some(10),
+            udp: UdpSnmp {
+                rcvbuf_errors: Some(10),
+                ..Default::default()
+            },
             softnet_dropped: Some(5),
             if_rx_dropped: Some(100),
             ..Default::default()
         };
         let now = HostCounters {
-            udp_rcvbuf_errors: Some(25),
-            udp_in_errors: Some(3), // absent at start: absent
+            udp: UdpSnmp {
+                rcvbuf_errors: Some(25),
+                in_errors: Some(3), // absent at start: absent
+                ..Default::default()
+            },
             softnet_dropped: Some(5),
             if_rx_dropped: Some(7), // went backwards
             ..Default::default()
         };
         let d = now.since(&base);
-        assert_eq!(d.udp_rcvbuf_errors, Some(15));
-        assert_eq!(d.udp_in_errors, None);
+        assert_eq!(d.udp.rcvbuf_errors, Some(15));
+        assert_eq!(d.udp.in_errors, None);
         assert_eq!(d.softnet_dropped, Some(0));
         assert_eq!(d.if_rx_dropped, Some(0));
         assert_eq!(HostCounters::from_array(now.to_array()), now);
@@ -328,7 +330,7 @@ UdpLite: 0 0 0 0 0 0 0 0 0
         // rx_missed_errors absent (a veth has none): stays absent.
         let mut s = HostSampler::start_at(proc.clone(), sys.clone(), Some("vsn0"));
         let zero = s.sample();
-        assert_eq!(zero.udp_rcvbuf_errors, Some(0));
+        assert_eq!(zero.udp.rcvbuf_errors, Some(0));
         assert_eq!(zero.if_rx_dropped, Some(0));
         assert_eq!(zero.if_rx_missed_errors, None);
         std::fs::write(
@@ -353,10 +355,12 @@ UdpLite: 0 0 0 0 0 0 0 0 0
         assert_eq!(
             d,
             HostCounters {
-                udp_rcvbuf_errors: Some(7),
-                udp_in_errors: Some(10),
-                udp_in_csum_errors: Some(0),
-                udp_no_ports: Some(1),
+                udp: UdpSnmp {
+                    rcvbuf_errors: Some(7),
+                    in_errors: Some(10),
+                    in_csum_errors: Some(0),
+                    no_ports: Some(1),
+                },
                 softnet_dropped: Some(4),
                 softnet_time_squeeze: Some(2),
                 if_rx_dropped: Some(3),
@@ -369,7 +373,7 @@ UdpLite: 0 0 0 0 0 0 0 0 0
         // No interface: the interface counters are absent; the real files parse.
         let mut real = HostSampler::start(None);
         let r = real.sample();
-        assert!(r.udp_rcvbuf_errors.is_some() && r.softnet_dropped.is_some());
+        assert!(r.udp.rcvbuf_errors.is_some() && r.softnet_dropped.is_some());
         assert_eq!((r.if_rx_dropped, r.if_rx_missed_errors), (None, None));
     }
 }

@@ -222,6 +222,7 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host_counters::UdpSnmp;
 
     #[test]
     fn publish_then_snapshot_round_trips() {
@@ -249,7 +250,10 @@ mod tests {
         stats.set_rcvbuf(13);
         assert_eq!(stats.snapshot().host, HostCounters::default());
         let host = HostCounters {
-            udp_rcvbuf_errors: Some(14),
+            udp: UdpSnmp {
+                rcvbuf_errors: Some(14),
+                ..Default::default()
+            },
             softnet_time_squeeze: Some(0),
             ..Default::default()
         };

@@ -21,11 +21,19 @@ pub struct PyChunk {
     lease: Mutex<Option<Lease>>,
     exports: AtomicUsize,
     layout: ChunkLayout,
+    // The plain values Python reads as they are: their getters are pyo3's.
+    #[pyo3(get)]
     chunk_id: u64,
+    #[pyo3(get)]
     first_index: u64,
+    #[pyo3(get)]
     present_count: usize,
-    /// Capture thread that assembled it, and the global index of each of its streams.
+    /// The capture thread that assembled this chunk.
+    #[pyo3(get)]
     thread: usize,
+    /// The capture's stream index of each of this chunk's streams (all of
+    /// them, in order, with one thread).
+    #[pyo3(get)]
     streams: Vec<usize>,
 }
 
@@ -55,31 +63,8 @@ impl PyChunk {
 #[pymethods]
 impl PyChunk {
     #[getter]
-    fn chunk_id(&self) -> u64 {
-        self.chunk_id
-    }
-
-    #[getter]
-    fn first_index(&self) -> u64 {
-        self.first_index
-    }
-
-    #[getter]
     fn nstreams(&self) -> usize {
         self.layout.streams
-    }
-
-    /// The capture thread that assembled this chunk.
-    #[getter]
-    fn thread(&self) -> usize {
-        self.thread
-    }
-
-    /// The capture's stream index of each of this chunk's streams (all of
-    /// them, in order, with one thread).
-    #[getter]
-    fn streams(&self) -> Vec<usize> {
-        self.streams.clone()
     }
 
     #[getter]
@@ -90,11 +75,6 @@ impl PyChunk {
     #[getter]
     fn payload_len(&self) -> usize {
         self.layout.payload_len
-    }
-
-    #[getter]
-    fn present_count(&self) -> usize {
-        self.present_count
     }
 
     #[getter]

@@ -44,10 +44,10 @@ pub(crate) fn host_dict<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let udp = PyDict::new(py);
     udp.set_item("scope", "network namespace")?;
-    udp.set_item("rcvbuf_errors", h.udp_rcvbuf_errors)?;
-    udp.set_item("in_errors", h.udp_in_errors)?;
-    udp.set_item("in_csum_errors", h.udp_in_csum_errors)?;
-    udp.set_item("no_ports", h.udp_no_ports)?;
+    udp.set_item("rcvbuf_errors", h.udp.rcvbuf_errors)?;
+    udp.set_item("in_errors", h.udp.in_errors)?;
+    udp.set_item("in_csum_errors", h.udp.in_csum_errors)?;
+    udp.set_item("no_ports", h.udp.no_ports)?;
     let softnet = PyDict::new(py);
     softnet.set_item("scope", "host")?;
     softnet.set_item("dropped", h.softnet_dropped)?;

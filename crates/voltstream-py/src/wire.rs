@@ -83,6 +83,13 @@ fn locate(
     Ok((l.stream, l.index, offset))
 }
 
+/// `d[name] = r.name` for each field named: the dict speaks the `Repr`'s names.
+macro_rules! set_fields {
+    ($d:ident, $r:ident: $($f:ident),* $(,)?) => {
+        $($d.set_item(stringify!($f), $r.$f)?;)*
+    };
+}
+
 /// Parses one packet's header into a dict of its fields (Rust's reading, for
 /// checking Python writers against).
 #[pyfunction]
@@ -92,28 +99,14 @@ fn parse_header<'py>(py: Python<'py>, format: &str, packet: &[u8]) -> PyResult<B
         "vdif" => {
             let p = wire::VdifPacket::new_checked(packet).map_err(|e| wire_err(py, format, e))?;
             let r = wire::VdifRepr::parse(&p).map_err(|e| wire_err(py, format, e))?;
-            d.set_item("invalid", r.invalid)?;
-            d.set_item("legacy", r.legacy)?;
-            d.set_item("seconds", r.seconds)?;
-            d.set_item("ref_epoch", r.ref_epoch)?;
-            d.set_item("frame", r.frame)?;
-            d.set_item("version", r.version)?;
+            set_fields!(d, r: invalid, legacy, seconds, ref_epoch, frame, version);
             d.set_item("nchan", 1u64 << r.log2_nchan)?;
-            d.set_item("frame_len", r.frame_len)?;
-            d.set_item("complex", r.complex)?;
-            d.set_item("bits_per_sample", r.bits_per_sample)?;
-            d.set_item("thread", r.thread)?;
-            d.set_item("station", r.station)?;
-            d.set_item("edv", r.edv)?;
+            set_fields!(d, r: frame_len, complex, bits_per_sample, thread, station, edv);
         }
         "ynao" => {
             let p = wire::YnaoPacket::new_checked(packet).map_err(|e| wire_err(py, format, e))?;
             let r = wire::YnaoRepr::parse(&p).map_err(|e| wire_err(py, format, e))?;
-            d.set_item("sequence", r.sequence)?;
-            d.set_item("mjd", r.mjd)?;
-            d.set_item("second", r.second)?;
-            d.set_item("nanosecond", r.nanosecond)?;
-            d.set_item("subband", r.subband)?;
+            set_fields!(d, r: sequence, mjd, second, nanosecond, subband);
         }
         other => {
             return Err(py_error(

@@ -6,7 +6,7 @@
 use std::io;
 use std::time::Duration;
 
-use super::Received;
+use super::{Received, Sink};
 use crate::{Error, Result};
 
 /// Waits at most `timeout` for `fd` to become readable (or to report an
@@ -56,7 +56,7 @@ pub(crate) fn ready_within(
 /// Hands one payload on: whole, or as a truncation when it is longer than the
 /// engine's packets may be (the assembler counts it malformed).
 #[inline]
-pub(crate) fn pass<F: FnMut(Received<'_>)>(p: &[u8], max_packet: usize, sink: &mut F) {
+pub(crate) fn pass<F: Sink>(p: &[u8], max_packet: usize, sink: &mut F) {
     if p.len() <= max_packet {
         sink(Received::Packet(p));
     } else {

@@ -29,7 +29,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Engine, Received};
+use super::{Engine, Received, Sink};
 use crate::{Error, Result};
 
 /// What happens to one packet.
@@ -461,11 +461,7 @@ impl<E: Engine> Faults<E> {
 }
 
 impl<E: Engine> Engine for Faults<E> {
-    fn recv_batch<F: FnMut(Received<'_>)>(
-        &mut self,
-        timeout: Duration,
-        mut sink: F,
-    ) -> Result<usize> {
+    fn recv_batch<F: Sink>(&mut self, timeout: Duration, mut sink: F) -> Result<usize> {
         let (injector, batch) = (&mut self.injector, &mut self.batch);
         let n = self.inner.recv_batch(timeout, |p| match p {
             Received::Packet(b) => injector.push(b, &mut |d| batch.push(d)),

@@ -100,18 +100,15 @@ impl Flow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::testutil::sa;
     use crate::wire::net::build::udp_frame;
-
-    fn addr(s: &str) -> SocketAddr {
-        s.parse().unwrap()
-    }
 
     #[test]
     fn ours_by_address_family_and_port() {
         let p = [7u8; 20];
-        let src = addr("10.0.0.9:1");
-        let v4 = udp_frame(src, addr("10.0.0.1:7148"), 0, &p);
-        let v6 = udp_frame(addr("[fd00::9]:1"), addr("[fd00::1]:7148"), 1, &p);
+        let src = sa("10.0.0.9:1");
+        let v4 = udp_frame(src, sa("10.0.0.1:7148"), 0, &p);
+        let v6 = udp_frame(sa("[fd00::9]:1"), sa("[fd00::1]:7148"), 1, &p);
         let cases = [
             ("10.0.0.1:7148", &v4, true),
             ("0.0.0.0:7148", &v4, true),
@@ -125,14 +122,14 @@ mod tests {
             ("[fd00::2]:7148", &v6, false),
         ];
         for (bind, f, ours) in cases {
-            let got = Flow::new(addr(bind)).frame(f);
+            let got = Flow::new(sa(bind)).frame(f);
             assert_eq!(got == Frame::Udp(&p), ours, "{bind}");
             assert_eq!(got == Frame::Other, !ours, "{bind}");
             // Cut after the port: still told apart by its destination.
-            let got = Flow::new(addr(bind)).frame(&f[..f.len() - 1]);
+            let got = Flow::new(sa(bind)).frame(&f[..f.len() - 1]);
             assert_eq!(got, if ours { Frame::Cut } else { Frame::Other }, "{bind}");
         }
-        let flow = Flow::new(addr("10.0.0.1:7148"));
+        let flow = Flow::new(sa("10.0.0.1:7148"));
         // Cut inside the IP header: ours; before the ethertype: not.
         assert_eq!(flow.frame(&v4[..20]), Frame::Cut);
         assert_eq!(flow.frame(&v4[..13]), Frame::Other);

@@ -122,6 +122,13 @@ pub(crate) fn interface_of_ip(ip: IpAddr) -> Result<Option<String>> {
     Ok(found)
 }
 
+/// The interface that owns `ip`, for an engine told no interface: when none
+/// does, an error that says what to pass instead (`pass`).
+pub(crate) fn interface_owning(ip: IpAddr, pass: &str) -> Result<String> {
+    interface_of_ip(ip)?
+        .ok_or_else(|| Error::Config(format!("no interface has the address {ip}; pass {pass}")))
+}
+
 pub(crate) fn setsockopt<T>(
     fd: libc::c_int,
     level: libc::c_int,

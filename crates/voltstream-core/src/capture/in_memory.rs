@@ -14,7 +14,7 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Engine, Received};
+use super::{Engine, Received, Sink};
 use crate::Result;
 
 /// Most packets one `recv_batch` passes on, like a `recvmmsg` batch.
@@ -86,11 +86,7 @@ impl Feeder {
 }
 
 impl Engine for InMemoryEngine {
-    fn recv_batch<F: FnMut(Received<'_>)>(
-        &mut self,
-        timeout: Duration,
-        mut sink: F,
-    ) -> Result<usize> {
+    fn recv_batch<F: Sink>(&mut self, timeout: Duration, mut sink: F) -> Result<usize> {
         let pass = |item: Item, sink: &mut F| match item {
             Item::Packet(p) => sink(Received::Packet(&p)),
             Item::Truncated => sink(Received::Truncated),

@@ -63,7 +63,7 @@ macro_rules! unbuilt_engine {
                 $name
             }
 
-            fn recv_batch<F: FnMut(Received<'_>)>(&mut self, _: Duration, _: F) -> Result<usize> {
+            fn recv_batch<F: Sink>(&mut self, _: Duration, _: F) -> Result<usize> {
                 match self.never {}
             }
 
@@ -139,6 +139,13 @@ pub enum Received<'a> {
     Truncated,
 }
 
+/// Where an engine hands each packet of a batch: the capture thread's closure
+/// into the assembler, or a test's. A name for `FnMut(Received<'_>)`, so that
+/// every receive path states its sink the same way; static dispatch, inlined.
+pub trait Sink: FnMut(Received<'_>) {}
+
+impl<F: FnMut(Received<'_>)> Sink for F {}
+
 /// A capture backend.
 pub trait Engine: Send + 'static {
     /// Short name for reports ("socket", ...).
@@ -147,7 +154,7 @@ pub trait Engine: Send + 'static {
     /// Waits at most `timeout` for packets, then passes every packet of one batch
     /// to `sink` in arrival order. Returns how many packets it passed (0 on
     /// timeout or interruption).
-    fn recv_batch<F: FnMut(Received<'_>)>(&mut self, timeout: Duration, sink: F) -> Result<usize>;
+    fn recv_batch<F: Sink>(&mut self, timeout: Duration, sink: F) -> Result<usize>;
 
     /// Packets the kernel dropped before this engine could receive them, since it
     /// started. May make a system call: call it every few milliseconds, not per batch.

@@ -246,10 +246,7 @@ const _: () = assert!(size_of::<libc::ip_mreqn>() == 12);
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sa(s: &str) -> SocketAddr {
-        s.parse().unwrap()
-    }
+    use crate::capture::testutil::sa;
 
     #[test]
     fn plan_binds_the_wildcard_and_collects_groups() {

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::{
     multicast_plan_ip, packet_ring_fanout, CaptureGroup, ChunkConfig, DpdkConfig, DpdkEngine,
-    DpdkInfo, DpdkPort, Engine, PacketRingConfig, PacketRingEngine, Received, SocketConfig,
+    DpdkInfo, DpdkPort, Engine, PacketRingConfig, PacketRingEngine, Sink, SocketConfig,
     SocketEngine, ThreadsConfig, XdpConfig, XdpEngine, XdpInfo, XdpMode,
 };
 use crate::assemble::ChunkLayout;
@@ -107,7 +107,9 @@ impl EngineChoice {
 pub struct NetworkSpec {
     /// `host:port` the traffic is sent to; port 0 picks a free port.
     pub bind: String,
-    /// Interface to capture on (`None`: the one that owns the bind address).
+    /// Interface to capture on (`None`: the one that owns the bind address);
+    /// also the interface whose counters and NUMA node the capture reports. The
+    /// socket engine joins groups on it (`None`: where the routing table says).
     pub interface: Option<String>,
     /// Multicast groups to join (a group as the bind host is joined too): IPv4
     /// for every engine, IPv6 (with an IPv6 bind) for the socket engine.
@@ -257,14 +259,11 @@ impl CaptureSpec {
     }
 
     pub fn socket_config(&self) -> SocketConfig {
-        let net = &self.network;
-        let mut c = SocketConfig::new(net.bind.clone());
-        c.rcvbuf = net.queue_bytes;
-        c.batch = self.options.batch;
-        c.max_packet = self.max_packet();
-        c.multicast = net.multicast.clone();
-        c.interface = net.interface.clone();
-        c
+        SocketConfig {
+            net: self.network.clone(),
+            max_packet: self.max_packet(),
+            batch: self.options.batch,
+        }
     }
 
     pub fn ring_config(&self) -> PacketRingConfig {
@@ -291,19 +290,13 @@ impl CaptureSpec {
     }
 
     pub fn dpdk_config(&self) -> DpdkConfig {
-        let net = &self.network;
-        let mut c = DpdkConfig::new(net.bind.clone());
-        c.port = match (&self.options.dpdk_port, &net.interface) {
-            (Some(p), _) => Some(p.clone()),
-            (None, Some(i)) => Some(DpdkPort::AfPacket {
-                interface: i.clone(),
-            }),
-            (None, None) => None,
-        };
-        c.eal_args = self.options.dpdk_eal_args.clone();
-        c.queue_bytes = net.queue_bytes;
-        c.max_packet = self.max_packet();
-        c
+        DpdkConfig {
+            net: self.network.clone(),
+            port: self.options.dpdk_port.clone(),
+            eal_args: self.options.dpdk_eal_args.clone(),
+            max_packet: self.max_packet(),
+            ..DpdkConfig::new("")
+        }
     }
 
     /// Validates, opens the first engine of the choice that works and starts
@@ -412,7 +405,7 @@ impl<E: Engine> Engine for Gated<E> {
         self.inner.name()
     }
 
-    fn recv_batch<F: FnMut(Received<'_>)>(&mut self, timeout: Duration, sink: F) -> Result<usize> {
+    fn recv_batch<F: Sink>(&mut self, timeout: Duration, sink: F) -> Result<usize> {
         if !self.open.load(Ordering::Acquire) {
             std::thread::sleep(timeout.min(Duration::from_millis(1)));
             return Ok(0);
@@ -442,6 +435,7 @@ mod tests {
     use super::*;
     use crate::wire::SpeadHeapIndex;
     use std::net::UdpSocket;
+    use std::net::{IpAddr, Ipv4Addr};
     use std::time::Instant;
 
     const LEN: usize = 64;
@@ -514,7 +508,7 @@ mod tests {
         spec.network.bind = "[::]:7148".into();
         spec.network.multicast = vec!["ff15::7".parse().unwrap()];
         assert_eq!(spec.engines().unwrap(), [EngineChoice::Socket]);
-        assert_eq!(spec.socket_config().multicast, spec.network.multicast);
+        assert_eq!(spec.socket_config().net.multicast, spec.network.multicast);
         assert!(spec.ring_config().multicast.is_empty());
         spec.engine = EngineChoice::PacketRing;
         assert!(config_error(&spec).contains("IPv6 multicast groups need the socket engine"));
@@ -535,14 +529,14 @@ mod tests {
         spec.network.queue_bytes = 8 << 20;
         spec.options.ring_block_size = 1 << 20;
         spec.network.interface = Some("veth0".into());
-        assert_eq!(spec.socket_config().rcvbuf, 8 << 20);
+        assert_eq!(spec.socket_config().net.queue_bytes, 8 << 20);
         assert_eq!(spec.ring_config().blocks, 8);
         let xdp = spec.xdp_config();
         assert_eq!(xdp.frames, XdpConfig::frames_for(8 << 20, xdp.frame_size));
-        assert_eq!(spec.dpdk_config().queue_bytes, 8 << 20);
+        assert_eq!(spec.dpdk_config().net.queue_bytes, 8 << 20);
         // Without a port named, DPDK reads the capture's interface.
         assert_eq!(
-            spec.dpdk_config().port,
+            spec.dpdk_config().port(),
             Some(DpdkPort::AfPacket {
                 interface: "veth0".into()
             })

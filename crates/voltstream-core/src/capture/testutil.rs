@@ -3,6 +3,12 @@
 //! touching the host's network.
 
 use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+/// A socket address from its text (`"10.0.0.1:7148"`, `"[ff15::7]:7000"`).
+pub(crate) fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
 
 /// Runs `f` on a thread moved into a new network namespace with `lo` up;
 /// the namespace (and every link made in it) goes when the thread ends.
@@ -72,4 +78,28 @@ pub(crate) fn second_on_same_port<E: super::Engine>(
         open(&addr).err().expect("a second engine on one port"),
         addr,
     )
+}
+
+/// Sends `n` copies of `packet` from loopback to `e` before reading any, then
+/// drains `e` (each batch waiting at most `wait`) and checks what it reports:
+/// it got some (each whole) and the kernel dropped some, and as loopback loses
+/// packets only at the engine's queue, the two add up to `n`.
+pub(crate) fn drops_add_up<E: super::Engine>(e: &mut E, packet: &[u8], n: u64, wait: Duration) {
+    let to = e.local_addr().unwrap();
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..n {
+        tx.send_to(packet, to).unwrap();
+    }
+    let mut got = 0u64;
+    while e
+        .recv_batch(wait, |r| {
+            assert_eq!(r, super::Received::Packet(packet));
+            got += 1;
+        })
+        .unwrap()
+        > 0
+    {}
+    let drops = e.kernel_drops();
+    assert!(got > 0 && drops > 0, "got {got}, drops {drops}");
+    assert_eq!(got + drops, n);
 }

@@ -5,7 +5,8 @@
 //! built-in formats (their `mod field` tables) and the declarative
 //! [`crate::wire::Layout`] are made of. Two macros turn a format file's
 //! statement of its fields into code: `view!` declares the `Packet<T>` view
-//! (constructors and buffer access), `fields!` its getters. Reads past the
+//! (constructors and buffer access), `fields!` its getters. The payload
+//! formats and the network headers of `wire::net` use both alike. Reads past the
 //! buffer give zero and writes past it do nothing, so a view built with
 //! `new_unchecked` over short bytes still never panics. No function here
 //! panics on any input.
@@ -197,11 +198,48 @@ impl FieldValue for bool {
     }
 }
 
-/// Declares a format's `Packet<T>` view: the struct, `new_unchecked`,
+/// Declares a header's `Packet<T>` view: the struct, `new_unchecked`,
 /// `new_checked` (which runs the named check method the file writes) and
-/// `into_inner`.
+/// `into_inner`. Payload formats fail with [`WireError`]; the network headers
+/// of `wire::net` name their own error (`error Reason`) and add `payload`:
+/// `payload`, `into_payload` and `payload_mut` over the file's
+/// `payload_range` (where the header says its payload is).
 macro_rules! view {
     ($(#[$doc:meta])* checked by $check:ident) => {
+        $crate::wire::field::view!($(#[$doc])* checked by $check, error $crate::wire::WireError);
+    };
+    ($(#[$doc:meta])* checked by $check:ident, error $err:ty, payload) => {
+        $crate::wire::field::view!($(#[$doc])* checked by $check, error $err);
+
+        impl<T: AsRef<[u8]>> Packet<T> {
+            /// The payload; empty when the buffer is shorter than the header
+            /// says (possible only unchecked).
+            #[inline]
+            pub fn payload(&self) -> &[u8] {
+                let r = self.payload_range();
+                self.buffer.as_ref().get(r).unwrap_or(&[])
+            }
+        }
+
+        impl<'a> Packet<&'a [u8]> {
+            /// The payload, borrowed from the buffer rather than the view (a
+            /// view made on the stack can hand it on).
+            #[inline]
+            pub fn into_payload(self) -> &'a [u8] {
+                let r = self.payload_range();
+                self.buffer.get(r).unwrap_or(&[])
+            }
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+            /// The payload, writable; empty if the view is too short.
+            pub fn payload_mut(&mut self) -> &mut [u8] {
+                let r = self.payload_range();
+                self.buffer.as_mut().get_mut(r).unwrap_or(&mut [])
+            }
+        }
+    };
+    ($(#[$doc:meta])* checked by $check:ident, error $err:ty) => {
         $(#[$doc])*
         #[derive(Debug, Clone)]
         pub struct Packet<T: AsRef<[u8]>> {
@@ -220,7 +258,7 @@ macro_rules! view {
             #[doc = concat!("[`Self::", stringify!($check), "`]")]
             /// passes, and then no accessor can read past the frame.
             #[inline]
-            pub fn new_checked(buffer: T) -> Result<Self, $crate::wire::WireError> {
+            pub fn new_checked(buffer: T) -> Result<Self, $err> {
                 let p = Packet { buffer };
                 p.$check()?;
                 Ok(p)

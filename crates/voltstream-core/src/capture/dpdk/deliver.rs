@@ -3,7 +3,7 @@
 use super::DpdkCounts;
 use crate::capture::batch::pass;
 use crate::capture::flow::{Flow, Frame};
-use crate::capture::Received;
+use crate::capture::{Received, Sink};
 
 /// Per-frame work of a burst: classification, parsing, counting.
 pub(super) struct Deliver {
@@ -14,11 +14,7 @@ pub(super) struct Deliver {
 
 impl Deliver {
     /// Passes one whole frame on; returns how many packets reached `sink` (0 or 1).
-    pub(super) fn frame<F: FnMut(Received<'_>)>(
-        &mut self,
-        l2: Option<&[u8]>,
-        sink: &mut F,
-    ) -> usize {
+    pub(super) fn frame<F: Sink>(&mut self, l2: Option<&[u8]>, sink: &mut F) -> usize {
         self.counts.frames += 1;
         let Some(l2) = l2 else {
             sink(Received::Truncated); // a chain longer than the scratch buffer

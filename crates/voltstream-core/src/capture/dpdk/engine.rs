@@ -11,7 +11,7 @@ use super::deliver::Deliver;
 use super::eal::{eal_args, huge_pages_free};
 use super::*;
 use crate::capture::flow::Flow;
-use crate::capture::host::{guard, if_index, interface_of_ip, resolve_ip};
+use crate::capture::host::{guard, if_index, interface_owning, resolve_ip};
 use crate::memory::page_size;
 
 /// Whether this build has the DPDK engine.
@@ -205,25 +205,25 @@ impl DpdkEngine {
     /// creates the mbuf pool on its NUMA node and starts one RX queue.
     pub fn open(config: &DpdkConfig) -> Result<Self> {
         config.validate()?;
-        let bind = resolve_ip(&config.bind)?;
-        let port = match &config.port {
-            Some(p) => p.clone(),
+        let bind = resolve_ip(&config.net.bind)?;
+        let port = match config.port() {
+            Some(p) => p,
             None => DpdkPort::AfPacket {
-                interface: interface_of_ip(bind.ip())?.ok_or_else(|| {
-                    Error::Config(format!(
-                        "no interface has address {}; pass the DPDK port (an interface, a \
-                         PCI address or device arguments)",
-                        bind.ip()
-                    ))
-                })?,
+                interface: interface_owning(
+                    bind.ip(),
+                    "the DPDK port (an interface, a PCI address or device arguments)",
+                )?,
             },
         };
         let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
         let (devargs, ring, guard) = match &port {
             DpdkPort::AfPacket { interface } => {
                 if_index(interface)?;
-                let ring =
-                    AfPacketRing::for_config(config.max_packet, config.queue_bytes, page_size());
+                let ring = AfPacketRing::for_config(
+                    config.max_packet,
+                    config.net.queue_bytes,
+                    page_size(),
+                );
                 let (guard, _) = guard(bind)?;
                 let name = format!("net_af_packet_vs{}_{serial}", std::process::id());
                 (ring.devargs(&name, interface), Some(ring), Some(guard))
@@ -254,7 +254,7 @@ impl DpdkEngine {
         let mbufs = match ring {
             Some(_) => 2047,
             None => {
-                (config.queue_bytes / (data_room + 256))
+                (config.net.queue_bytes / (data_room + 256))
                     .max(2 * config.rx_descriptors as usize + 2 * config.batch + 1024)
                     .next_power_of_two()
                     - 1
@@ -420,7 +420,7 @@ impl DpdkEngine {
     }
 
     /// One burst: returns (frames read, packets passed).
-    fn burst<F: FnMut(Received<'_>)>(&mut self, sink: &mut F) -> (usize, usize) {
+    fn burst<F: Sink>(&mut self, sink: &mut F) -> (usize, usize) {
         // SAFETY: `bufs` and `frames` hold `batch` entries each.
         let n = unsafe {
             vs_rx(
@@ -458,11 +458,7 @@ impl Engine for DpdkEngine {
         "dpdk"
     }
 
-    fn recv_batch<F: FnMut(Received<'_>)>(
-        &mut self,
-        timeout: Duration,
-        mut sink: F,
-    ) -> Result<usize> {
+    fn recv_batch<F: Sink>(&mut self, timeout: Duration, mut sink: F) -> Result<usize> {
         if !self.registered {
             // SAFETY: registers the calling thread; failure only costs the cache.
             self.registered = unsafe { vs_thread_register() } == 0;

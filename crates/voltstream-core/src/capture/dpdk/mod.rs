@@ -63,7 +63,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::limits::within;
-use super::{Engine, Received};
+use super::{Engine, NetworkSpec, Sink};
 use crate::{Error, Result};
 
 /// Bytes in front of the frame's IP header in a TPACKET_V2 ring frame of
@@ -132,18 +132,19 @@ fn pci_address(s: &str) -> Option<String> {
 /// Settings of the DPDK engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DpdkConfig {
-    /// `ipv4:port` the traffic is sent to; port 0 picks a free port (only with
-    /// [`DpdkPort::AfPacket`], whose guard socket binds it).
-    pub bind: String,
-    /// The port; `None`: `net_af_packet` on the interface that owns the bind address.
+    /// Where packets come from: `bind` is the `ip:port` the traffic is sent
+    /// to (port 0 picks a free port, only with [`DpdkPort::AfPacket`], whose
+    /// guard socket binds it); `interface` the AF_PACKET port's when no `port`
+    /// is named; the queue is the receive queue's memory (the `net_af_packet`
+    /// ring, or the mbufs behind a NIC's descriptors). No multicast groups.
+    pub net: NetworkSpec,
+    /// The port; `None`: `net_af_packet` on `net.interface`, else on the
+    /// interface that owns the bind address ([`DpdkConfig::port`]).
     pub port: Option<DpdkPort>,
     /// More EAL arguments, after ours (e.g. `--log-level=pmd.net.af_packet:debug`).
     pub eal_args: Vec<String>,
     /// Use huge pages when the kernel has them reserved (`--no-huge` otherwise).
     pub huge_pages: bool,
-    /// Memory for the receive queue: the `net_af_packet` ring, or the mbufs
-    /// behind a NIC's descriptors.
-    pub queue_bytes: usize,
     /// RX descriptors asked of a NIC (adjusted to its limits).
     pub rx_descriptors: u16,
     /// Largest UDP payload accepted whole; longer ones are reported truncated.
@@ -156,19 +157,30 @@ pub struct DpdkConfig {
 }
 
 impl DpdkConfig {
-    /// Defaults: 64 MiB of queue, 4096 descriptors, bursts of 64, huge pages
-    /// when reserved, adaptive polling.
+    /// Defaults: [`NetworkSpec::new`] (64 MiB of queue), 4096 descriptors,
+    /// bursts of 64, huge pages when reserved, adaptive polling.
     pub fn new(bind: impl Into<String>) -> Self {
         DpdkConfig {
-            bind: bind.into(),
+            net: NetworkSpec::new(bind),
             port: None,
             eal_args: Vec::new(),
             huge_pages: true,
-            queue_bytes: 64 << 20,
             rx_descriptors: 4096,
             max_packet: 9000,
             batch: 64,
             busy_poll: false,
+        }
+    }
+
+    /// The port named, else an AF_PACKET port on the interface named (`None`:
+    /// the engine takes the interface that owns the bind address).
+    pub fn port(&self) -> Option<DpdkPort> {
+        match (&self.port, &self.net.interface) {
+            (Some(p), _) => Some(p.clone()),
+            (None, Some(i)) => Some(DpdkPort::AfPacket {
+                interface: i.clone(),
+            }),
+            (None, None) => None,
         }
     }
 
@@ -181,6 +193,13 @@ impl DpdkConfig {
         within("DPDK burst size", self.batch, 1..=1024)?;
         if self.rx_descriptors == 0 {
             return Err(Error::Config("rx_descriptors must be positive".into()));
+        }
+        if !self.net.multicast.is_empty() {
+            return Err(Error::Config(
+                "the DPDK engine joins no multicast groups; capture groups with engine='socket', \
+                 'packet_ring' or 'xdp'"
+                    .into(),
+            ));
         }
         Ok(())
     }

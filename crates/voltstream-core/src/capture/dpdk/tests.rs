@@ -1,6 +1,7 @@
 use super::deliver::Deliver;
 use super::*;
 use crate::capture::flow::Flow;
+use crate::capture::Received;
 use std::net::Ipv4Addr;
 
 #[test]

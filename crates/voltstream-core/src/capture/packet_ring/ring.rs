@@ -14,8 +14,8 @@ use super::PacketRingConfig;
 use crate::capture::batch::{pass, ready_within};
 use crate::capture::cbpf::{attach_filter, bpf, BPF_K, BPF_RET};
 use crate::capture::flow::{Flow, Frame};
-use crate::capture::host::{guard, if_index, interface_of_ip, map_ring, resolve_ip, setsockopt};
-use crate::capture::{multicast, Engine, Received};
+use crate::capture::host::{guard, if_index, interface_owning, map_ring, resolve_ip, setsockopt};
+use crate::capture::{multicast, Engine, Received, Sink};
 use crate::{Error, Result};
 
 // Linux constants not (or not everywhere) exported by the libc crate.
@@ -301,7 +301,7 @@ impl PacketRingEngine {
     }
 
     /// Hands every datagram of one user-owned block to `sink`; returns how many.
-    fn read_block<F: FnMut(Received<'_>)>(&self, blk: &[u8], sink: &mut F) -> usize {
+    fn read_block<F: Sink>(&self, blk: &[u8], sink: &mut F) -> usize {
         let u32_at = |at: usize| {
             blk.get(at..at + 4)
                 .map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
@@ -345,13 +345,7 @@ impl PacketRingEngine {
     }
 
     /// Passes one frame's datagrams on; returns how many reached `sink`.
-    fn deliver<F: FnMut(Received<'_>)>(
-        &self,
-        l2: &[u8],
-        wire_len: usize,
-        vnet: &[u8],
-        sink: &mut F,
-    ) -> usize {
+    fn deliver<F: Sink>(&self, l2: &[u8], wire_len: usize, vnet: &[u8], sink: &mut F) -> usize {
         let gso_type = vnet[1] & !VIRTIO_NET_HDR_GSO_ECN;
         let gso_size = u16::from_ne_bytes([vnet[4], vnet[5]]) as usize;
         let seg = match gso_type {
@@ -421,12 +415,10 @@ impl Target {
         let ip = local.ip();
         let interface = match &config.interface {
             Some(i) => i.clone(),
-            None => interface_of_ip(ip)?.ok_or_else(|| {
-                Error::Config(format!(
-                    "no interface has the address {ip}; pass the interface to capture on \
-                     (e.g. interface='lo' or 'eth0')"
-                ))
-            })?,
+            None => interface_owning(
+                ip,
+                "the interface to capture on (e.g. interface='lo' or 'eth0')",
+            )?,
         };
         let ifindex = if_index(&interface)?;
         // The guard's membership makes the kernel send the IGMP report (and
@@ -480,11 +472,7 @@ impl Engine for PacketRingEngine {
         "packet_ring"
     }
 
-    fn recv_batch<F: FnMut(Received<'_>)>(
-        &mut self,
-        timeout: Duration,
-        mut sink: F,
-    ) -> Result<usize> {
+    fn recv_batch<F: Sink>(&mut self, timeout: Duration, mut sink: F) -> Result<usize> {
         let b = self.next;
         // Waits last at least one retire period: see the module docs.
         let wait = timeout.max(self.min_wait);

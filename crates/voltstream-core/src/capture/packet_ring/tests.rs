@@ -4,8 +4,8 @@ use std::time::Duration;
 use super::*;
 use crate::capture::flow::{Flow, Frame};
 use crate::capture::test_collect as collect;
-use crate::capture::testutil::{second_on_same_port, send_all, varied_packets};
-use crate::capture::{Engine, Received};
+use crate::capture::testutil::{drops_add_up, second_on_same_port, send_all, varied_packets};
+use crate::capture::Engine;
 use crate::wire::net::build::udp_frame;
 use crate::Error;
 
@@ -129,24 +129,7 @@ fn ring_drops_are_counted_when_it_overflows() {
     cfg.blocks = 2;
     cfg.block_size = 128 << 10;
     let mut e = PacketRingEngine::open(&cfg).unwrap();
-    let to = e.local_addr().unwrap();
-    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let p = vec![0x5au8; 8000];
-    for _ in 0..100 {
-        tx.send_to(&p, to).unwrap();
-    }
-    let mut got = 0u64;
-    while e
-        .recv_batch(Duration::ZERO, |r| {
-            assert_eq!(r, Received::Packet(&p[..]));
-            got += 1;
-        })
-        .unwrap()
-        > 0
-    {}
-    let drops = e.kernel_drops();
-    assert!(got > 0 && drops > 0, "got {got}, drops {drops}");
-    assert_eq!(got + drops, 100);
+    drops_add_up(&mut e, &[0x5a; 8000], 100, Duration::ZERO);
 }
 
 #[test]

@@ -3,46 +3,38 @@
 
 use std::io;
 use std::mem::size_of;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use super::batch::wait_readable;
 use super::host::{bind_udp, interface_of_ip, resolve_ip, setsockopt};
 use super::limits::within;
-use super::{multicast, Engine, Received};
+use super::{multicast, Engine, NetworkSpec, Received, Sink};
 use crate::memory::Buffer;
 use crate::{Error, Result};
 
 /// Settings of the socket engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketConfig {
-    /// `host:port` to bind; port 0 picks a free port (see [`Engine::local_addr`]).
-    pub bind: String,
-    /// Requested receive buffer in bytes.
-    pub rcvbuf: usize,
+    /// Where packets come from; `port` 0 in `bind` picks a free port (see
+    /// [`Engine::local_addr`]). The queue is the socket's receive buffer
+    /// (`SO_RCVBUF`, as much as the kernel grants).
+    pub net: NetworkSpec,
     /// Largest packet accepted whole; anything longer is reported truncated.
     pub max_packet: usize,
     /// Packets per `recvmmsg` call.
     pub batch: usize,
-    /// IPv4 multicast groups to join (see [`super::multicast_plan`]); a group as the
-    /// bind host is joined too, IPv4 or IPv6 (`[ff15::7]:7000`).
-    pub multicast: Vec<IpAddr>,
-    /// Interface to join the groups on (`None`: the routing table's choice);
-    /// also the interface whose counters and NUMA node the capture reports.
-    pub interface: Option<String>,
 }
 
 impl SocketConfig {
-    /// Defaults: 64 MiB receive buffer, 64-packet batches, jumbo-frame buffers.
+    /// Defaults: [`NetworkSpec::new`] (64 MiB receive buffer), 64-packet
+    /// batches, jumbo-frame buffers.
     pub fn new(bind: impl Into<String>) -> Self {
         SocketConfig {
-            bind: bind.into(),
-            rcvbuf: 64 << 20,
+            net: NetworkSpec::new(bind),
             max_packet: 9000,
             batch: 64,
-            multicast: Vec::new(),
-            interface: None,
         }
     }
 }
@@ -81,15 +73,16 @@ impl SocketEngine {
             1..=1024,
         )?;
         within("max_packet", config.max_packet, 1..=65_536)?;
-        let addr = resolve_ip(&config.bind)?;
-        let groups = multicast::plan_ip(addr, &config.multicast)?;
+        let net = &config.net;
+        let addr = resolve_ip(&net.bind)?;
+        let groups = multicast::plan_ip(addr, &net.multicast)?;
         let sock = bind_udp(groups.as_ref().map_or(addr, |p| p.bind))?;
         if let Some(p) = &groups {
-            multicast::join(&sock, &p.groups, config.interface.as_deref())?;
+            multicast::join(&sock, &p.groups, net.interface.as_deref())?;
         }
         // The interface is known when named, or when the bind address is one of
         // its addresses (a failure to list interfaces only costs the report).
-        let interface = config.interface.clone().or_else(|| match addr.ip() {
+        let interface = net.interface.clone().or_else(|| match addr.ip() {
             ip if !ip.is_unspecified() && !ip.is_multicast() => interface_of_ip(ip).ok().flatten(),
             _ => None,
         });
@@ -99,7 +92,7 @@ impl SocketEngine {
         sock.set_nonblocking(true)
             .map_err(|e| Error::io("cannot make the capture socket non-blocking", e))?;
         let fd = sock.as_raw_fd();
-        let want = config.rcvbuf.min(i32::MAX as usize / 2) as libc::c_int;
+        let want = config.net.queue_bytes.min(i32::MAX as usize / 2) as libc::c_int;
         // Root may exceed net.core.rmem_max with SO_RCVBUFFORCE; others get the
         // capped SO_RCVBUF, and the achieved size is reported either way.
         if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &want).is_err() {
@@ -200,11 +193,7 @@ impl Engine for SocketEngine {
         "socket"
     }
 
-    fn recv_batch<F: FnMut(Received<'_>)>(
-        &mut self,
-        timeout: Duration,
-        mut sink: F,
-    ) -> Result<usize> {
+    fn recv_batch<F: Sink>(&mut self, timeout: Duration, mut sink: F) -> Result<usize> {
         // Under load the queue is never empty, so recvmmsg goes first and poll is
         // only paid when idle.
         let mut r = self.recvmmsg();

@@ -1,6 +1,6 @@
 use super::*;
 use crate::capture::test_collect as collect;
-use crate::capture::testutil::{second_on_same_port, send_all, varied_packets};
+use crate::capture::testutil::{drops_add_up, second_on_same_port, send_all, varied_packets};
 
 #[test]
 fn receives_in_order_and_flags_oversized_packets() {
@@ -22,24 +22,9 @@ fn receives_in_order_and_flags_oversized_packets() {
 #[test]
 fn kernel_drops_account_for_what_the_socket_lost() {
     let mut cfg = SocketConfig::new("127.0.0.1:0");
-    cfg.rcvbuf = 1; // clamped by the kernel to its minimum: a few packets fit
+    cfg.net.queue_bytes = 1; // clamped by the kernel to its minimum: a few packets fit
     let mut e = SocketEngine::bind(&cfg).unwrap();
-    let to = e.local_addr().unwrap();
-    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let p = vec![0x3cu8; 1400];
-    for _ in 0..300 {
-        tx.send_to(&p, to).unwrap();
-    }
-    let mut got = 0;
-    while e
-        .recv_batch(Duration::from_millis(20), |_| got += 1)
-        .unwrap()
-        > 0
-    {}
-    let drops = e.kernel_drops();
-    assert!(drops > 0 && got > 0, "got {got}, drops {drops}");
-    // Loopback loses packets only at the socket queue, so the two add up.
-    assert_eq!(got as u64 + drops, 300);
+    drops_add_up(&mut e, &[0x3c; 1400], 300, Duration::from_millis(20));
 }
 
 #[test]
@@ -73,7 +58,7 @@ fn joins_an_ipv6_group_and_receives_only_it() {
         }
         let group: Ipv6Addr = "ff15::7:2".parse().unwrap();
         let mut cfg = SocketConfig::new(format!("[{group}]:7001"));
-        cfg.interface = Some("vs6b".into());
+        cfg.net.interface = Some("vs6b".into());
         let mut e = SocketEngine::bind(&cfg).unwrap();
         assert_eq!(e.local_addr().unwrap(), "[::]:7001".parse().unwrap());
         let joined = crate::capture::joined_groups_v6("vs6b").unwrap();

@@ -8,7 +8,7 @@ use super::bpf::*;
 use super::xsk::*;
 use super::*;
 use crate::capture::batch::ready_within;
-use crate::capture::host::{guard, if_index, interface_of_ip, resolve_ip};
+use crate::capture::host::{guard, if_index, interface_owning, resolve_ip};
 use crate::capture::multicast;
 use crate::memory::page_size;
 use crate::memory::Placement;
@@ -64,12 +64,7 @@ impl XdpEngine {
         let ip = local.ip();
         let interface = match &config.interface {
             Some(i) => i.clone(),
-            None => interface_of_ip(ip)?.ok_or_else(|| {
-                Error::Config(format!(
-                    "no interface has the address {ip}; pass the interface to capture on \
-                     (e.g. interface='eth0')"
-                ))
-            })?,
+            None => interface_owning(ip, "the interface to capture on (e.g. interface='eth0')")?,
         };
         let ifindex = if_index(&interface)? as u32;
         // The guard's membership sends the IGMP report; the program picks
@@ -302,11 +297,7 @@ impl Engine for XdpEngine {
         "xdp"
     }
 
-    fn recv_batch<F: FnMut(Received<'_>)>(
-        &mut self,
-        timeout: Duration,
-        mut sink: F,
-    ) -> Result<usize> {
+    fn recv_batch<F: Sink>(&mut self, timeout: Duration, mut sink: F) -> Result<usize> {
         let rx = &self.xsk.rx;
         if !ready_within(self.xsk.fd.as_raw_fd(), timeout, "AF_XDP socket", || {
             rx.available() > 0

@@ -84,7 +84,7 @@ use std::time::Duration;
 use super::batch::pass;
 use super::flow::{Flow, Frame};
 use super::limits::within;
-use super::{Engine, Received};
+use super::{Engine, Received, Sink};
 use crate::{Error, Result};
 
 /// Where the XDP program is attached.
@@ -297,12 +297,7 @@ impl Reassembly {
 
 /// Passes one whole frame on; returns how many packets reached `sink` (0 or 1).
 #[cfg_attr(not(voltstream_xdp), allow(dead_code))]
-fn deliver<F: FnMut(Received<'_>)>(
-    l2: &[u8],
-    flow: Flow,
-    max_packet: usize,
-    sink: &mut F,
-) -> usize {
+fn deliver<F: Sink>(l2: &[u8], flow: Flow, max_packet: usize, sink: &mut F) -> usize {
     match flow.frame(l2) {
         Frame::Udp(p) => pass(p, max_packet, sink),
         Frame::Cut | Frame::Malformed => sink(Received::Truncated),

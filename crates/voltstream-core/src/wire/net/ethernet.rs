@@ -3,7 +3,7 @@
 //! what a capture sees; bytes after the IP datagram (padding of short frames)
 //! belong to the payload and are left to the IP layer to cut off.
 
-use super::{array, be16, set_be16, set_bytes, Reason};
+use super::{at_least, be16, fields, set_be16, view, Field, Reason};
 
 /// Bytes of the header without tags.
 pub const HEADER_LEN: usize = 14;
@@ -23,18 +23,33 @@ pub mod ethertype {
     pub const QINQ: u16 = 0x88a8;
 }
 
-mod field {
-    pub const DST: usize = 0;
-    pub const SRC: usize = 6;
-    /// The ethertype, or the first tag's TPID.
-    pub const TYPE: usize = 12;
+view! {
+    /// A read/write view of one Ethernet frame held in `T`.
+    checked by check_len, error Reason, payload
+}
+
+fields! {
+    dst_mac: u64 Field::be(0, 6),
+    src_mac: u64 Field::be(6, 6),
+    /// The ethertype, or the first tag's TPID; each tag moves the ethertype
+    /// on by [`TAG_LEN`].
+    first_type: u16 Field::be(12, 2),
+}
+
+/// A MAC address from the 6 low bytes of a field's value.
+fn mac(v: u64) -> [u8; 6] {
+    let b = v.to_be_bytes();
+    [b[2], b[3], b[4], b[5], b[6], b[7]]
+}
+
+/// A MAC address as a field's value.
+fn mac_value(m: [u8; 6]) -> u64 {
+    u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]])
 }
 
 fn is_tag(t: u16) -> bool {
     t == ethertype::VLAN || t == ethertype::QINQ
 }
-
-view!("Ethernet frame");
 
 impl<'a> Packet<&'a [u8]> {
     /// The ethertype and the payload of a frame whose header and tags are
@@ -54,15 +69,15 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// must be complete.
     #[inline]
     pub fn check_len(&self) -> Result<(), Reason> {
-        self.at_least(self.header_len()).map(|_| ())
+        at_least(self.buffer.as_ref(), self.header_len()).map(|_| ())
     }
 
     pub fn dst(&self) -> [u8; 6] {
-        array(self.buffer.as_ref(), field::DST)
+        mac(self.dst_mac())
     }
 
     pub fn src(&self) -> [u8; 6] {
-        array(self.buffer.as_ref(), field::SRC)
+        mac(self.src_mac())
     }
 
     /// How many VLAN tags precede the ethertype (0 to [`MAX_TAGS`]).
@@ -70,7 +85,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn tags(&self) -> usize {
         let b = self.buffer.as_ref();
         let mut n = 0;
-        while n < MAX_TAGS && is_tag(be16(b, field::TYPE + n * TAG_LEN)) {
+        while n < MAX_TAGS && is_tag(be16(b, field::first_type.offset + n * TAG_LEN)) {
             n += 1;
         }
         n
@@ -80,7 +95,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn tag(&self, i: usize) -> Option<(u16, u16)> {
         let b = self.buffer.as_ref();
         (i < self.tags()).then(|| {
-            let at = field::TYPE + i * TAG_LEN;
+            let at = field::first_type.offset + i * TAG_LEN;
             (be16(b, at), be16(b, at + 2))
         })
     }
@@ -140,13 +155,16 @@ impl Repr {
         {
             return Err(Reason::BadLength);
         }
-        let b = p.buffer.as_mut();
-        if b.len() < self.header_len() {
+        if p.buffer.as_ref().len() < self.header_len() {
             return Err(Reason::Truncated);
         }
-        set_bytes(b, field::DST, &self.dst);
-        set_bytes(b, field::SRC, &self.src);
-        let mut at = field::TYPE;
+        p.store(Stored {
+            dst_mac: mac_value(self.dst),
+            src_mac: mac_value(self.src),
+            first_type: self.ethertype, // a tag's TPID, when tagged: below
+        });
+        let b = p.buffer.as_mut();
+        let mut at = field::first_type.offset;
         for &(tpid, tci) in tags {
             set_be16(b, at, tpid);
             set_be16(b, at + 2, tci);

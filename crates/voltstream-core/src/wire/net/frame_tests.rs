@@ -20,6 +20,21 @@ fn payload(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 + 3) as u8).collect()
 }
 
+/// A UDP frame carrying `payload` for every case the walk tells apart: IPv4
+/// and IPv6, zero to two VLAN tags. `check` gets each with its case (whether
+/// IPv6, the tags, source and destination).
+fn for_each_frame(
+    payload: &[u8],
+    mut check: impl FnMut(Vec<u8>, bool, usize, SocketAddr, SocketAddr),
+) {
+    for v6 in [false, true] {
+        let (src, dst) = addrs(v6);
+        for tags in 0..=2 {
+            check(udp_frame(src, dst, tags, payload), v6, tags, src, dst);
+        }
+    }
+}
+
 /// Where the IP header starts in a frame with `tags` tags.
 fn l3(tags: usize) -> usize {
     14 + 4 * tags
@@ -28,46 +43,37 @@ fn l3(tags: usize) -> usize {
 #[test]
 fn udp_over_ipv4_and_ipv6_with_zero_one_or_two_tags() {
     let p = payload(100);
-    for v6 in [false, true] {
-        let (src, dst) = addrs(v6);
-        for tags in 0..=2 {
-            let f = udp_frame(src, dst, tags, &p);
-            assert_eq!(
-                classify(&f),
-                Ok(Udp {
-                    src,
-                    dst,
-                    payload: &p
-                })
-            );
-            // Ethernet padding after the IP datagram is ignored.
-            let mut padded = f.clone();
-            padded.extend_from_slice(&[0; 9]);
-            assert_eq!(classify(&padded).map(|u| u.payload), Ok(&p[..]));
-        }
-    }
+    for_each_frame(&p, |f, _, _, src, dst| {
+        assert_eq!(
+            classify(&f),
+            Ok(Udp {
+                src,
+                dst,
+                payload: &p
+            })
+        );
+        // Ethernet padding after the IP datagram is ignored.
+        let mut padded = f.clone();
+        padded.extend_from_slice(&[0; 9]);
+        assert_eq!(classify(&padded).map(|u| u.payload), Ok(&p[..]));
+    });
 }
 
 #[test]
 fn every_cut_is_rejected_and_says_how_far_it_read() {
-    let p = payload(40);
-    for v6 in [false, true] {
-        let (src, dst) = addrs(v6);
-        for tags in 0..=2 {
-            let f = udp_frame(src, dst, tags, &p);
-            let port_at = l3(tags) + if v6 { 40 } else { 20 } + 4;
-            for n in 0..f.len() {
-                let r = classify(&f[..n]).expect_err("a cut frame");
-                assert_eq!(r.reason, Reason::Truncated, "cut at {n}");
-                let seen = match n {
-                    n if n < l3(tags) => Seen::Link,
-                    n if n < port_at => Seen::Ip.max_with(n, l3(tags), v6, dst.ip()),
-                    _ => Seen::Port(dst),
-                };
-                assert_eq!(r.seen, seen, "cut at {n}");
-            }
+    for_each_frame(&payload(40), |f, v6, tags, _, dst| {
+        let port_at = l3(tags) + if v6 { 40 } else { 20 } + 4;
+        for n in 0..f.len() {
+            let r = classify(&f[..n]).expect_err("a cut frame");
+            assert_eq!(r.reason, Reason::Truncated, "cut at {n}");
+            let seen = match n {
+                n if n < l3(tags) => Seen::Link,
+                n if n < port_at => Seen::Ip.max_with(n, l3(tags), v6, dst.ip()),
+                _ => Seen::Port(dst),
+            };
+            assert_eq!(r.seen, seen, "cut at {n}");
         }
-    }
+    });
 }
 
 impl Seen {

@@ -4,29 +4,30 @@
 
 use std::net::Ipv4Addr;
 
-use super::{array, be16, set_be16, set_bytes, Reason};
+use super::{fields, view, Field, Reason};
 
 /// Bytes of a header without options.
 pub const HEADER_LEN: usize = 20;
 
-mod field {
-    pub const VER_IHL: usize = 0;
-    pub const LENGTH: usize = 2;
-    pub const IDENT: usize = 4;
-    pub const FLAGS_FRAG: usize = 6;
-    pub const TTL: usize = 8;
-    pub const PROTOCOL: usize = 9;
-    pub const CHECKSUM: usize = 10;
-    pub const SRC: usize = 12;
-    pub const DST: usize = 16;
-    /// More fragments, in the flags/offset word.
-    pub const MF: u16 = 0x2000;
-    pub const DF: u16 = 0x4000;
-    /// The fragment offset, in 8-byte units.
-    pub const OFFSET: u16 = 0x1fff;
-}
+ip_view!("IPv4 datagram", version 4);
 
-view!("IPv4 datagram", ip version 4);
+fields! {
+    /// IHL: the header's length in 4-byte words ([`Packet::header_len`]).
+    ihl: u8 Field::be(0, 1).part(0, 4),
+    /// Header and payload, in bytes.
+    pub total_len: usize Field::be(2, 2),
+    pub ident: u16 Field::be(4, 2),
+    pub dont_frag: bool Field::be(6, 2).part(14, 1),
+    /// More fragments follow.
+    pub more_frags: bool Field::be(6, 2).part(13, 1),
+    /// The fragment offset in 8-byte units ([`Packet::frag_offset`]).
+    frag_units: u16 Field::be(6, 2).part(0, 13),
+    pub ttl: u8 Field::be(8, 1),
+    pub protocol: u8 Field::be(9, 1),
+    pub checksum: u16 Field::be(10, 2),
+    src_bits: u32 Field::be(12, 4),
+    dst_bits: u32 Field::be(16, 4),
+}
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks untrusted bytes ([`Self::new_checked`]): version 4, a header of
@@ -49,60 +50,28 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Header length in bytes, options included (from IHL).
     #[inline]
     pub fn header_len(&self) -> usize {
-        (self.byte(field::VER_IHL) & 0x0f) as usize * 4
-    }
-
-    /// Header and payload, in bytes.
-    #[inline]
-    pub fn total_len(&self) -> usize {
-        be16(self.buffer.as_ref(), field::LENGTH) as usize
-    }
-
-    pub fn ident(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::IDENT)
-    }
-
-    pub fn dont_frag(&self) -> bool {
-        be16(self.buffer.as_ref(), field::FLAGS_FRAG) & field::DF != 0
-    }
-
-    #[inline]
-    pub fn more_frags(&self) -> bool {
-        be16(self.buffer.as_ref(), field::FLAGS_FRAG) & field::MF != 0
+        self.ihl() as usize * 4
     }
 
     /// Where this fragment's payload goes in the datagram, in bytes.
     #[inline]
     pub fn frag_offset(&self) -> usize {
-        (be16(self.buffer.as_ref(), field::FLAGS_FRAG) & field::OFFSET) as usize * 8
+        self.frag_units() as usize * 8
     }
 
     /// Part of a fragmented datagram: more follow, or it is not the first.
     #[inline]
     pub fn is_fragment(&self) -> bool {
-        be16(self.buffer.as_ref(), field::FLAGS_FRAG) & (field::MF | field::OFFSET) != 0
-    }
-
-    pub fn ttl(&self) -> u8 {
-        self.byte(field::TTL)
-    }
-
-    #[inline]
-    pub fn protocol(&self) -> u8 {
-        self.byte(field::PROTOCOL)
-    }
-
-    pub fn checksum(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::CHECKSUM)
+        self.more_frags() || self.frag_units() != 0
     }
 
     pub fn src(&self) -> Ipv4Addr {
-        Ipv4Addr::from(array::<4>(self.buffer.as_ref(), field::SRC))
+        Ipv4Addr::from(self.src_bits())
     }
 
     #[inline]
     pub fn dst(&self) -> Ipv4Addr {
-        Ipv4Addr::from(array::<4>(self.buffer.as_ref(), field::DST))
+        Ipv4Addr::from(self.dst_bits())
     }
 
     /// The payload: after the header and its options, up to the total length.
@@ -161,20 +130,27 @@ impl Repr {
     /// Writes a 20-byte header (DF set, checksum filled) at the start of `p`.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) -> Result<(), Reason> {
         let total = u16::try_from(HEADER_LEN + self.payload_len).map_err(|_| Reason::BadLength)?;
-        let b = p.buffer.as_mut();
-        let Some(h) = b.get_mut(..HEADER_LEN) else {
+        let Some(h) = p.buffer.as_mut().get_mut(..HEADER_LEN) else {
             return Err(Reason::Truncated);
         };
         h.fill(0);
-        h[field::VER_IHL] = 0x45;
-        set_be16(h, field::LENGTH, total);
-        set_be16(h, field::FLAGS_FRAG, field::DF);
-        h[field::TTL] = self.ttl;
-        h[field::PROTOCOL] = self.protocol;
-        set_bytes(h, field::SRC, &self.src.octets());
-        set_bytes(h, field::DST, &self.dst.octets());
+        p.store_version();
+        p.store(Stored {
+            ihl: (HEADER_LEN / 4) as u8,
+            total_len: total.into(),
+            ident: 0,
+            dont_frag: true,
+            more_frags: false,
+            frag_units: 0,
+            ttl: self.ttl,
+            protocol: self.protocol,
+            checksum: 0,
+            src_bits: self.src.into(),
+            dst_bits: self.dst.into(),
+        });
+        let h = &mut p.buffer.as_mut()[..HEADER_LEN];
         let sum = checksum(h);
-        set_be16(h, field::CHECKSUM, sum);
+        field::checksum.set(h, sum.into());
         Ok(())
     }
 }

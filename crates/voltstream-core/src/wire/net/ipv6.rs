@@ -4,7 +4,7 @@
 
 use std::net::Ipv6Addr;
 
-use super::{array, be16, set_be16, set_bytes, Reason};
+use super::{array, be16, fields, set_bytes, view, Field, Reason};
 
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 40;
@@ -24,17 +24,28 @@ pub mod next_header {
     pub const DST_OPTIONS: u8 = 60;
 }
 
-mod field {
-    pub const VERSION: usize = 0;
-    pub const PAYLOAD_LEN: usize = 4;
-    pub const NEXT_HEADER: usize = 6;
-    pub const HOP_LIMIT: usize = 7;
+ip_view!("IPv6 packet", version 6);
+
+fields! {
+    /// Traffic class and flow label: written 0, not interpreted.
+    class_flow: u32 Field::be(0, 4).part(0, 28),
+    /// Bytes after the fixed header, extension headers included.
+    pub payload_len: usize Field::be(4, 2),
+    pub next_header: u8 Field::be(6, 1),
+    pub hop_limit: u8 Field::be(7, 1),
+}
+
+/// Where the addresses are: 16 bytes each, wider than a [`Field`].
+mod addr {
     pub const SRC: usize = 8;
     pub const DST: usize = 24;
-    /// In an extension header: its next header, and its length in 8-byte
-    /// units beyond the first 8.
-    pub const EXT_NEXT: usize = 0;
-    pub const EXT_LEN: usize = 1;
+}
+
+/// Offsets inside an extension header.
+mod ext {
+    /// Its next header, and its length in 8-byte units beyond the first 8.
+    pub const NEXT: usize = 0;
+    pub const LEN: usize = 1;
     /// In a fragment header: offset (13 bits, 8-byte units), 2 reserved bits, M.
     pub const FRAG_WORD: usize = 2;
     pub const FRAG_LEN: usize = 8;
@@ -51,8 +62,6 @@ pub struct Upper {
     /// offset means `offset` points into the middle of the upper payload.
     pub fragment: Option<usize>,
 }
-
-view!("IPv6 packet", ip version 6);
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks untrusted bytes ([`Self::new_checked`]): version 6, the fixed
@@ -71,28 +80,13 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
-    /// Bytes after the fixed header, extension headers included.
-    #[inline]
-    pub fn payload_len(&self) -> usize {
-        be16(self.buffer.as_ref(), field::PAYLOAD_LEN) as usize
-    }
-
-    #[inline]
-    pub fn next_header(&self) -> u8 {
-        self.byte(field::NEXT_HEADER)
-    }
-
-    pub fn hop_limit(&self) -> u8 {
-        self.byte(field::HOP_LIMIT)
-    }
-
     pub fn src(&self) -> Ipv6Addr {
-        Ipv6Addr::from(array::<16>(self.buffer.as_ref(), field::SRC))
+        Ipv6Addr::from(array::<16>(self.buffer.as_ref(), addr::SRC))
     }
 
     #[inline]
     pub fn dst(&self) -> Ipv6Addr {
-        Ipv6Addr::from(array::<16>(self.buffer.as_ref(), field::DST))
+        Ipv6Addr::from(array::<16>(self.buffer.as_ref(), addr::DST))
     }
 
     /// The payload: after the fixed header, up to the payload length.
@@ -119,15 +113,15 @@ impl<T: AsRef<[u8]>> Packet<T> {
         for _ in 0..MAX_EXTENSIONS {
             let (len, next) = match up.protocol {
                 next_header::HOP_BY_HOP | next_header::ROUTING | next_header::DST_OPTIONS => {
-                    let Some(&n) = b.get(up.offset + field::EXT_LEN) else {
+                    let Some(&n) = b.get(up.offset + ext::LEN) else {
                         return Err(Reason::Truncated);
                     };
-                    (8 * (n as usize + 1), b.get(up.offset + field::EXT_NEXT))
+                    (8 * (n as usize + 1), b.get(up.offset + ext::NEXT))
                 }
                 next_header::FRAGMENT => {
-                    let word = be16(b, up.offset + field::FRAG_WORD);
+                    let word = be16(b, up.offset + ext::FRAG_WORD);
                     up.fragment = Some((word & !7) as usize);
-                    (field::FRAG_LEN, b.get(up.offset + field::EXT_NEXT))
+                    (ext::FRAG_LEN, b.get(up.offset + ext::NEXT))
                 }
                 _ => return Ok(up),
             };
@@ -176,17 +170,18 @@ impl Repr {
     /// Writes the fixed header (traffic class and flow label 0) at the start of `p`.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) -> Result<(), Reason> {
         let len = u16::try_from(self.payload_len).map_err(|_| Reason::BadLength)?;
-        let b = p.buffer.as_mut();
-        let Some(h) = b.get_mut(..HEADER_LEN) else {
+        let Some(h) = p.buffer.as_mut().get_mut(..HEADER_LEN) else {
             return Err(Reason::Truncated);
         };
-        h.fill(0);
-        h[field::VERSION] = 0x60;
-        set_be16(h, field::PAYLOAD_LEN, len);
-        h[field::NEXT_HEADER] = self.next_header;
-        h[field::HOP_LIMIT] = self.hop_limit;
-        set_bytes(h, field::SRC, &self.src.octets());
-        set_bytes(h, field::DST, &self.dst.octets());
+        set_bytes(h, addr::SRC, &self.src.octets());
+        set_bytes(h, addr::DST, &self.dst.octets());
+        p.store_version();
+        p.store(Stored {
+            class_flow: 0,
+            payload_len: len.into(),
+            next_header: self.next_header,
+            hop_limit: self.hop_limit,
+        });
         Ok(())
     }
 }

@@ -12,99 +12,56 @@
 //! extension headers) to its UDP datagram ([`Udp`]) or says why it has none
 //! ([`Rejected`]): the engines (`capture/`) decide from that what is theirs.
 
-/// What every view here shares: the struct, its constructors and the payload
-/// accessors, from the view's own `check_len` and `payload_range`.
-macro_rules! view {
-    // An IP header: also its version field, and the check every IP header
-    // starts with (the fixed header is there, and of this module's version).
-    ($what:literal, ip version $v:literal) => {
-        view!($what);
+// Each header states its fields with `fields!` and its view with `view!`
+// (`wire/field.rs`), the same macros as the payload formats; what is left
+// here is what only network headers share.
+use crate::wire::field::{fields, view, Field};
+
+/// The buffer's length, when it holds at least `min` bytes.
+#[inline(always)]
+fn at_least(b: &[u8], min: usize) -> Result<usize, Reason> {
+    match b.len() {
+        len if len < min => Err(Reason::Truncated),
+        len => Ok(len),
+    }
+}
+
+/// The IP version: the high nibble of the first byte, in IPv4 and IPv6 alike.
+const IP_VERSION: Field = Field::be(0, 1).part(4, 4);
+
+/// An IP header's view: `view!`, and what IPv4 and IPv6 share at their start,
+/// the version and the check every IP `check_len` begins with (the fixed
+/// header, `HEADER_LEN` bytes, is there, and of this file's version).
+macro_rules! ip_view {
+    ($what:literal, version $v:literal) => {
+        view! {
+            #[doc = concat!("A read/write view of one ", $what, " held in `T`.")]
+            checked by check_len, error Reason, payload
+        }
 
         impl<T: AsRef<[u8]>> Packet<T> {
-            /// The IP version: the high nibble of the first byte, in IPv4 and IPv6 alike.
+            #[doc = concat!("The IP version: ", $v, " in a header that passed the checks.")]
             #[inline]
             pub fn version(&self) -> u8 {
-                self.byte(0) >> 4
+                super::IP_VERSION.get(self.buffer.as_ref()) as u8
             }
 
             /// The buffer's length, when it holds the fixed header and the
             /// version is this header's.
             #[inline]
             fn fixed_header(&self) -> Result<usize, Reason> {
-                let len = self.at_least(HEADER_LEN)?;
+                let len = super::at_least(self.buffer.as_ref(), HEADER_LEN)?;
                 if self.version() != $v {
                     return Err(Reason::BadVersion);
                 }
                 Ok(len)
             }
         }
-    };
-    ($what:literal) => {
-        #[doc = concat!("A read/write view of one ", $what, " held in `T`.")]
-        #[derive(Debug, Clone)]
-        pub struct Packet<T: AsRef<[u8]>> {
-            buffer: T,
-        }
-
-        impl<T: AsRef<[u8]>> Packet<T> {
-            /// Wraps a buffer without checks; accessors still never panic
-            /// (reads past the end give zero, the payload is then empty).
-            #[inline]
-            pub fn new_unchecked(buffer: T) -> Self {
-                Packet { buffer }
-            }
-
-            /// Wraps untrusted bytes: the checks of [`Self::check_len`].
-            #[inline]
-            pub fn new_checked(buffer: T) -> Result<Self, Reason> {
-                let p = Packet { buffer };
-                p.check_len()?;
-                Ok(p)
-            }
-
-            pub fn into_inner(self) -> T {
-                self.buffer
-            }
-
-            /// The buffer's length, when it holds at least `min` bytes.
-            #[inline]
-            fn at_least(&self, min: usize) -> Result<usize, Reason> {
-                match self.buffer.as_ref().len() {
-                    len if len < min => Err(Reason::Truncated),
-                    len => Ok(len),
-                }
-            }
-
-            #[inline]
-            #[allow(dead_code)] // not every header has single-byte fields
-            fn byte(&self, at: usize) -> u8 {
-                self.buffer.as_ref().get(at).copied().unwrap_or(0)
-            }
-
-            /// The payload; empty when the buffer is shorter than the header
-            /// says (possible only unchecked).
-            #[inline]
-            pub fn payload(&self) -> &[u8] {
-                let r = self.payload_range();
-                self.buffer.as_ref().get(r).unwrap_or(&[])
-            }
-        }
-
-        impl<'a> Packet<&'a [u8]> {
-            /// The payload, borrowed from the buffer rather than the view (a
-            /// view made on the stack can hand it on).
-            #[inline]
-            pub fn into_payload(self) -> &'a [u8] {
-                let r = self.payload_range();
-                self.buffer.get(r).unwrap_or(&[])
-            }
-        }
 
         impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-            /// The payload, writable; empty if the view is too short.
-            pub fn payload_mut(&mut self) -> &mut [u8] {
-                let r = self.payload_range();
-                self.buffer.as_mut().get_mut(r).unwrap_or(&mut [])
+            /// Writes the version field (the other bits of its byte kept).
+            fn store_version(&mut self) {
+                super::IP_VERSION.set(self.buffer.as_mut(), $v);
             }
         }
     };

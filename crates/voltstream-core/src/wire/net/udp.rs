@@ -2,26 +2,31 @@
 //! nor written (0, "none", for IPv4): the capture trusts the NIC and the kernel,
 //! and the tests' frames never leave the process.
 
-use super::{be16, set_be16, Reason};
+use super::{at_least, fields, view, Field, Reason};
 
 /// Bytes of the header.
 pub const HEADER_LEN: usize = 8;
 
-mod field {
-    pub const SRC_PORT: usize = 0;
-    pub const DST_PORT: usize = 2;
-    pub const LENGTH: usize = 4;
-    pub const CHECKSUM: usize = 6;
+view! {
+    /// A read/write view of one UDP datagram held in `T`.
+    checked by check_len, error Reason, payload
 }
 
-view!("UDP datagram");
+fields! {
+    pub src_port: u16 Field::be(0, 2),
+    pub dst_port: u16 Field::be(2, 2),
+    /// The length field: header and payload, in bytes.
+    #[allow(clippy::len_without_is_empty)] // a header field, not a collection
+    pub len: usize Field::be(4, 2),
+    pub checksum: u16 Field::be(6, 2),
+}
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks untrusted bytes ([`Self::new_checked`]): the header complete, and
     /// its length field at least the header and no longer than the buffer.
     #[inline]
     pub fn check_len(&self) -> Result<(), Reason> {
-        let len = self.at_least(HEADER_LEN)?;
+        let len = at_least(self.buffer.as_ref(), HEADER_LEN)?;
         if self.len() < HEADER_LEN {
             return Err(Reason::BadLength);
         }
@@ -29,27 +34,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Reason::Truncated);
         }
         Ok(())
-    }
-
-    #[inline]
-    pub fn src_port(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::SRC_PORT)
-    }
-
-    #[inline]
-    pub fn dst_port(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::DST_PORT)
-    }
-
-    /// The length field: header and payload, in bytes.
-    #[inline]
-    #[allow(clippy::len_without_is_empty)] // a header field, not a collection
-    pub fn len(&self) -> usize {
-        be16(self.buffer.as_ref(), field::LENGTH) as usize
-    }
-
-    pub fn checksum(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
     /// The payload: after the header, up to the length field.
@@ -81,14 +65,15 @@ impl Repr {
     /// Writes the header (checksum 0) at the start of `p`.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) -> Result<(), Reason> {
         let len = u16::try_from(HEADER_LEN + self.payload_len).map_err(|_| Reason::BadLength)?;
-        let b = p.buffer.as_mut();
-        if b.len() < HEADER_LEN {
+        if p.buffer.as_ref().len() < HEADER_LEN {
             return Err(Reason::Truncated);
         }
-        set_be16(b, field::SRC_PORT, self.src_port);
-        set_be16(b, field::DST_PORT, self.dst_port);
-        set_be16(b, field::LENGTH, len);
-        set_be16(b, field::CHECKSUM, 0);
+        p.store(Stored {
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+            len: len.into(),
+            checksum: 0,
+        });
         Ok(())
     }
 }
