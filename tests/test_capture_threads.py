@@ -13,6 +13,7 @@ import pytest
 
 from loopback import free_bind, sender
 from voltstream import _core
+from voltstream.capture_config import CaptureSettings
 from voltstream.errors import ConfigError
 from voltstream.testing import Delay, Drop, Duplicate, FaultPlan, Foreign, Truncate
 
@@ -210,17 +211,16 @@ def test_run_capture_with_two_threads_merges_both_pols_back_exactly():
     assert sent.lost == [2 * 50 + 1]
     got = []
     bind = free_bind()
+    settings = CaptureSettings.of(
+        bind, packets_per_chunk=16, engine="packet_ring", threads=2, cpus=[0, 0]
+    )
     report = run_capture(
         fmt,
-        bind,
+        settings,
         duration_s=20,
         sink=lambda x, valid: got.append((x.copy(), valid.copy())),
-        packets_per_chunk=16,
         idle_timeout_s=0.5,
         on_start=sender(bind, sent.packets),
-        engine="packet_ring",
-        threads=2,
-        cpus=[0, 0],
     )
     x = np.concatenate([g[0] for g in got])
     valid = np.concatenate([g[1] for g in got])

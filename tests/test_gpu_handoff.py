@@ -15,6 +15,7 @@ import pytest
 
 from loopback import free_bind, sender
 from packed_ref import decode_ref
+from voltstream.capture_config import CaptureSettings
 from voltstream.formats import make_format
 from voltstream.pipeline.capture import run_capture
 from voltstream.pipeline.gpu import Handoff, StageConsumer
@@ -197,9 +198,9 @@ def test_live_chunks_reach_the_stage_as_sent_with_lost_packets_masked(name, kw):
 
     consumer.handoff.hold = logged_hold
     bind = free_bind()
-    report = run_capture(fmt, bind, 20, packets_per_chunk=ppc, idle_timeout_s=0.5,
-                         on_start=sender(bind, sent.packets), consumer=consumer,
-                         engine="socket")  # fmt: skip
+    settings = CaptureSettings.of(bind, packets_per_chunk=ppc, engine="socket")
+    report = run_capture(fmt, settings, 20, idle_timeout_s=0.5,
+                         on_start=sender(bind, sent.packets), consumer=consumer)  # fmt: skip
     got = np.concatenate(stage.samples)
     valid = np.concatenate(stage.valid)
     assert got.shape[0] == spp * npkt  # head and tail cut: exactly what was sent
@@ -234,9 +235,11 @@ def test_a_slow_stage_drops_whole_chunks_counted_exactly_and_they_become_gaps():
     stage = RecordingStage(fmt, ppc, log, delay_s=0.03)
     consumer = StageConsumer(stage, fmt)
     bind = free_bind()
-    report = run_capture(fmt, bind, 30, packets_per_chunk=ppc, nchunks=6, window=2,
-                         idle_timeout_s=1.0, on_start=sender(bind, packets, pace_every=16),
-                         consumer=consumer, engine="socket")  # fmt: skip
+    settings = CaptureSettings.of(bind, packets_per_chunk=ppc, nchunks=6, window=2,
+                                  engine="socket")  # fmt: skip
+    report = run_capture(fmt, settings, 30, idle_timeout_s=1.0,
+                         on_start=sender(bind, packets, pace_every=16),
+                         consumer=consumer)  # fmt: skip
     t = report.totals
     assert t["dropped"] > 0, "the stage was not slow enough to make the pool run dry"
     # Every packet sent is counted once: placed and delivered, missing, or dropped.

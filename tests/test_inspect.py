@@ -9,6 +9,7 @@ import threading
 import numpy as np
 
 from loopback import free_bind, send, sender
+from voltstream.capture_config import CaptureSettings
 from voltstream.cli import build_parser, main
 from voltstream.cli_options import format_from
 from voltstream.formats import make_format
@@ -62,8 +63,8 @@ def test_a_live_stream_is_described_and_its_options_capture_it_without_loss():
     args = build_parser().parse_args(["capture", "--bind", bind, "--duration", "1",
                                       *shlex.split(opts)])  # fmt: skip
     fmt2 = format_from(args)
-    report = run_capture(fmt2, bind, 20, packets_per_chunk=8, nchunks=64, idle_timeout_s=0.5,
-                         engine="socket", on_start=sender(bind, packets))  # fmt: skip
+    settings = CaptureSettings.of(bind, packets_per_chunk=8, nchunks=64, engine="socket")
+    report = run_capture(fmt2, settings, 20, idle_timeout_s=0.5, on_start=sender(bind, packets))
     t = report.totals
     assert t["received"] == len(ours) and t["foreign"] == len(ours) // 2
     assert report.lost == 0 and t["duplicate"] == 0 and t["malformed"] == 0

@@ -36,7 +36,7 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "capture_config": {"streams"},
     "monitor": set(),
     "testing": set(),  # fault plans for tests: packets in, packets out
-    "pipeline": {"dsp", "fold", "io", "formats"},
+    "pipeline": {"dsp", "fold", "io", "formats", "capture_config"},
     "fengine": {"dsp", "pipeline", "sim/spead"},
     # The command line sits on top and may import anything.
     "cli_options": {"*"},

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from loopback import free_bind, sender
+from voltstream.capture_config import CaptureSettings
 from voltstream.formats import StreamFormat, make_format
 from voltstream.pipeline.capture import run_capture
 from voltstream.sim.packetize import packetize_vdif
@@ -78,9 +79,10 @@ def test_every_counter_exact_with_faults(threads, complex_data, nbit, theirs_fir
     # Keep our first frame first when we learn the station ("ours first"), and theirs
     # when theirs come first: the station learnt is whichever valid frame came first.
     bind = free_bind()
+    settings = CaptureSettings.of(bind, packets_per_chunk=4, nchunks=64, engine="socket")
     report = run_capture(
-        capture_format(threads, ours_id if given else None), bind, 20, packets_per_chunk=4,
-        nchunks=64, idle_timeout_s=0.5, engine="socket", on_start=sender(bind, packets),
+        capture_format(threads, ours_id if given else None), settings, 20,
+        idle_timeout_s=0.5, on_start=sender(bind, packets),
     )  # fmt: skip
     t, per = report.totals, report.engine["streams"]
     locked = ours_id if given or not theirs_first else theirs_id

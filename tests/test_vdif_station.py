@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from loopback import free_bind, sender
+from voltstream.capture_config import CaptureSettings
 from voltstream.cli import build_parser
 from voltstream.errors import ConfigError
 from voltstream.formats import make_format
@@ -32,9 +33,9 @@ def test_frames_of_another_station_are_foreign_and_never_placed(theirs_first):
     packets = [p for pair in zip(*order, strict=True) for p in pair]
     got = []
     bind = free_bind()
-    report = run_capture(fmt, bind, 20, sink=lambda x, v: got.append(x.copy()),
-                         packets_per_chunk=8, nchunks=64, idle_timeout_s=0.5, engine="socket",
-                         on_start=sender(bind, packets))  # fmt: skip
+    settings = CaptureSettings.of(bind, packets_per_chunk=8, nchunks=64, engine="socket")
+    report = run_capture(fmt, settings, 20, sink=lambda x, v: got.append(x.copy()),
+                         idle_timeout_s=0.5, on_start=sender(bind, packets))  # fmt: skip
     t = report.totals
     assert t["foreign"] == 2 * nframes and t["received"] == 2 * nframes
     assert t["duplicate"] == 0 and t["missing"] == 0

@@ -41,7 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from voltstream.config_files import read_toml, validated
-from voltstream.errors import CaptureError
+from voltstream.errors import CaptureError, ConfigError
 from voltstream.streams import StreamDescription
 
 __all__ = [
@@ -107,6 +107,22 @@ class ThreadSettings(_Section):
     stream_threads: list[int] | None = Field(default=None, description="thread owning each stream")
 
 
+# Each ``_core.Capture`` keyword (besides the stream's): its section and field here.
+_KEYWORDS: dict[str, tuple[str, str]] = {
+    "bind": ("network", "bind"),
+    "interface": ("network", "interface"),
+    "multicast": ("network", "multicast"),
+    "queue_bytes": ("network", "queue_mb"),
+    "engine": ("engine", "kind"),
+    **{k: ("engine", k) for k in ("batch", "ring_block_size", "xdp_queue", "xdp_mode")},
+    **{k: ("engine", k) for k in ("dpdk_port", "dpdk_eal_args")},
+    **{k: ("chunks", k) for k in ("packets_per_chunk", "nchunks", "window", "resync_chunks")},
+    "threads": ("threads", "count"),
+    "cpus": ("threads", "cpus"),
+    "stream_threads": ("threads", "stream_threads"),
+}
+
+
 class CaptureSettings(_Section):
     """Everything about a capture but the stream format: the core spec's other parts."""
 
@@ -117,27 +133,29 @@ class CaptureSettings(_Section):
 
     def capture_kwargs(self) -> dict[str, Any]:
         """``_core.Capture`` keywords: one per field of the core's CaptureSpec."""
-        n, e, c, t = self.network, self.engine, self.chunks, self.threads
-        return dict(
-            bind=n.bind,
-            interface=n.interface,
-            multicast=list(n.multicast) or None,
-            queue_bytes=int(n.queue_mb * MIB),
-            engine=e.kind,
-            batch=e.batch,
-            ring_block_size=e.ring_block_size,
-            xdp_queue=e.xdp_queue,
-            xdp_mode=e.xdp_mode,
-            dpdk_port=e.dpdk_port,
-            dpdk_eal_args=e.dpdk_eal_args,
-            packets_per_chunk=c.packets_per_chunk,
-            nchunks=c.nchunks,
-            window=c.window,
-            resync_chunks=c.resync_chunks,
-            threads=t.count,
-            cpus=t.cpus,
-            stream_threads=t.stream_threads,
-        )
+        kw = {k: getattr(getattr(self, sec), name) for k, (sec, name) in _KEYWORDS.items()}
+        kw["queue_bytes"] = int(self.network.queue_mb * MIB)
+        kw["multicast"] = list(self.network.multicast) or None
+        return kw
+
+    @classmethod
+    def of(cls, bind: str, **keywords: Any) -> CaptureSettings:
+        """Settings from ``_core.Capture``'s keywords (the same names, flat); a keyword
+        given as None keeps its default."""
+        return cls(network=NetworkSettings(bind=bind)).replace(**keywords)
+
+    def replace(self, **keywords: Any) -> CaptureSettings:
+        """A copy with some ``_core.Capture`` keywords changed (None: unchanged),
+        validated again."""
+        data = self.model_dump()
+        for k, v in keywords.items():
+            if k not in _KEYWORDS:
+                raise ConfigError(f"unknown capture setting {k!r}; use one of {sorted(_KEYWORDS)}")
+            if v is None:
+                continue
+            section, name = _KEYWORDS[k]
+            data[section][name] = v / MIB if k == "queue_bytes" else v
+        return validated("capture settings", type(self).model_validate, data)
 
     def open(self, stream: Any) -> Any:
         """A ``_core.Capture`` (not started) of ``stream`` (anything with

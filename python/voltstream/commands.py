@@ -232,6 +232,23 @@ def _by_name(args: argparse.Namespace, *names: str) -> dict[str, Any]:
     return {name: getattr(args, name) for name in names}
 
 
+#: The capture options a verb may have, each a ``_core.Capture`` keyword of its name.
+_CAPTURE_OPTIONS = (
+    "packets_per_chunk", "window", "engine", "multicast", "interface", "threads", "cpus",
+    "dpdk_port", "dpdk_eal_args",
+)  # fmt: skip
+
+
+def _capture_settings(args: argparse.Namespace, bind: str) -> Any:
+    """The capture options a verb has, as one CaptureSettings (the core's sections);
+    an option the verb lacks or the user left unset keeps the settings' default."""
+    from voltstream.capture_config import CaptureSettings
+
+    given = {name: getattr(args, name, None) for name in _CAPTURE_OPTIONS}
+    ring_mb = getattr(args, "ring_mb", None)
+    return CaptureSettings.of(bind, queue_bytes=ring_mb and ring_mb << 20, **given)
+
+
 def _capture_format(args: argparse.Namespace) -> Any:
     """The capture's format: a stream description file, the digitiser stream's
     defaults, or the YNAO/VDIF options."""
@@ -276,34 +293,13 @@ def capture(args: argparse.Namespace) -> int:
     try:
         report = run_capture(
             fmt,
-            args.bind,
+            _capture_settings(args, args.bind),
             args.duration,
             sink=(lambda samples, valid: writer.write(samples)) if writer else None,
             idle_timeout_s=args.idle_timeout,
-            **_by_name(
-                args,
-                "packets_per_chunk",
-                "window",
-                "engine",
-                "multicast",
-                "interface",
-                "threads",
-                "cpus",
-            ),
             on_start=lambda: print(
                 f"capture: listening on {args.bind}", file=sys.stderr, flush=True
             ),  # fmt: skip
-            engine_options={
-                "queue_bytes": args.ring_mb << 20,
-                **{
-                    k: v
-                    for k, v in (
-                        ("dpdk_port", args.dpdk_port),
-                        ("dpdk_eal_args", args.dpdk_eal_args),
-                    )
-                    if v is not None
-                },
-            },  # fmt: skip
         )
     finally:
         if writer is not None:
@@ -363,14 +359,10 @@ def fold(args: argparse.Namespace) -> int:
         else:
             live = LiveReader(
                 fmt,
-                args.listen,
+                _capture_settings(args, args.listen),
                 args.duration,
                 obs,
                 idle_timeout_s=args.idle_timeout,
-                engine=args.engine,
-                threads=args.threads,
-                cpus=args.cpus,
-                packets_per_chunk=args.packets_per_chunk or 256,
             )
             live.start()
         reader = live
@@ -402,10 +394,9 @@ def fold(args: argparse.Namespace) -> int:
         from voltstream.pipeline.live import fold_live_gpu
 
         archive, report = fold_live_gpu(
-            fmt, args.listen, args.duration, obs, settings, idle_timeout_s=args.idle_timeout,
-            packets_per_chunk=args.packets_per_chunk, pool_mb=args.buffer_mb,
-            status=not args.no_status, engine=args.engine, threads=args.threads, cpus=args.cpus,
-            engine_options={"queue_bytes": args.ring_mb << 20},
+            fmt, _capture_settings(args, args.listen), args.duration, obs, settings,
+            idle_timeout_s=args.idle_timeout, packets_per_chunk=args.packets_per_chunk,
+            pool_mb=args.buffer_mb, status=not args.no_status,
             on_start=lambda: print(f"fold: listening on {args.listen}", file=sys.stderr,
                                    flush=True),
         )  # fmt: skip
@@ -611,6 +602,7 @@ DEMO_PULSAR = {"dm": 26.833, "period": 0.0333, "duty": 0.03, "pulse_phase": 0.25
 
 
 def demo(args: argparse.Namespace) -> int:
+    from voltstream.capture_config import CaptureSettings
     from voltstream.fold.reference import FoldSettings, profile_snr
     from voltstream.formats import make_format
     from voltstream.io.dada import DadaWriter, open_dada
@@ -666,7 +658,7 @@ def demo(args: argparse.Namespace) -> int:
     try:
         report = run_capture(
             fmt,
-            dest,
+            CaptureSettings.of(dest),
             duration_s=max(60.0, 20 * args.duration),
             sink=lambda samples, valid: writer.write(samples),
             idle_timeout_s=3.0,

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from loopback import free_bind, sender
+from voltstream.capture_config import CaptureSettings
 from voltstream.fold.gpu import gpu_available
 from voltstream.fold.reference import FoldSettings, profile_snr
 from voltstream.formats import make_format
@@ -84,14 +85,15 @@ def test_live_gpu_fold_equals_the_file_fold_of_the_recorded_packets(tmp_path, na
         parts.append((s.copy(), v.copy()))
 
     with DadaWriter(path, obs) as w:
-        rec = run_capture(fmt, bind, 30, sink=sink, packets_per_chunk=ppc, nchunks=512,
-                          idle_timeout_s=0.7, on_start=sender(bind, packets))  # fmt: skip
+        settings = CaptureSettings.of(bind, packets_per_chunk=ppc, nchunks=512)
+        rec = run_capture(fmt, settings, 30, sink=sink, idle_timeout_s=0.7,
+                          on_start=sender(bind, packets))  # fmt: skip
     assert rec.totals["missing"] == len(lost) and rec.lost == len(lost)
 
     bind = free_bind()
     live, report = fold_live_gpu(
         fmt,
-        bind,
+        CaptureSettings.of(bind),
         30,
         obs,
         FoldSettings(DM, pred, 128, tsub),

@@ -18,17 +18,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from voltstream.errors import CaptureError, ConfigError
+from voltstream.errors import ConfigError
 from voltstream.formats import StreamFormat
 from voltstream.pipeline.interfaces import ChunkSource, Consumer
 from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
 
 if TYPE_CHECKING:  # the compiled extension is imported when a capture opens
     from voltstream import _core
+    from voltstream.capture_config import CaptureSettings
 
 COUNTER_NAMES = (
     "received", "missing", "late", "duplicate", "invalid", "malformed", "foreign", "dropped",
@@ -213,73 +214,45 @@ def stream_labels(fmt: StreamFormat) -> list[str]:
     return [fmt.name.upper()]
 
 
-class CaptureOptions(TypedDict, total=False):
-    """How a capture is set up besides its format and address: ``_core.Capture``'s
-    keywords (``engine_options``: more of them, e.g. dpdk_port), for ``open_capture``
-    and ``run_capture``; ``CAPTURE_DEFAULTS`` where absent."""
-
-    packets_per_chunk: int
-    multicast: list[str] | None  # IPv4 groups to join on `interface`
-    nchunks: int
-    interface: str | None
-    window: int
-    cpus: list[int] | None
-    resync_chunks: int
-    engine_options: dict | None
-    engine: str
-    threads: int
-
-
-CAPTURE_DEFAULTS = CaptureOptions(
-    packets_per_chunk=256, nchunks=16, window=4, resync_chunks=64, engine="auto", threads=1
-)
-
-
-def open_capture(fmt: StreamFormat, bind: str, **options: Unpack[CaptureOptions]) -> _core.Capture:
-    """A `_core.Capture` for `fmt` (not started); engine errors become CaptureError."""
-    from voltstream import _core
-
-    o: dict[str, Any] = {**CAPTURE_DEFAULTS, **options}
-    extra = o.pop("engine_options", None) or {}
-    try:
-        return _core.Capture(bind=bind, **o, **fmt.capture_kwargs(), **extra)
-    except OSError as e:  # CaptureError is an OSError; keep its message
-        raise CaptureError(str(e)) from None
+def open_capture(fmt: StreamFormat, settings: CaptureSettings) -> _core.Capture:
+    """A `_core.Capture` of `fmt` as `settings` say (not started); engine errors
+    become CaptureError."""
+    return settings.open(fmt)
 
 
 def run_capture(
     fmt: StreamFormat,
-    bind: str,
+    settings: CaptureSettings,
     duration_s: float,
     sink: Any = None,
     *,
     idle_timeout_s: float | None = None,
     on_start: Callable[[], None] | None = None,
     consumer: Consumer | None = None,
-    **options: Unpack[CaptureOptions],
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
 
     `on_start` is called once the socket is bound, so a sender can be started
-    without racing the bind. `options` set the capture up (`CaptureOptions`). With
-    `threads` > 1 each capture thread assembles its own streams; the timeline groups
-    their chunks by chunk id (pipeline/timeline.py). Instead of `sink`, a `consumer`
-    (pipeline/interfaces.py `Consumer`) may take the timeline's blocks and gaps as
-    handles, as the GPU stages do. Without either,
-    chunks go back to the pool unread (capture alone).
+    without racing the bind. `settings` (capture_config.CaptureSettings) set the
+    capture up: address, engine, chunks, threads. With several capture threads each
+    assembles its own streams; the timeline groups their chunks by chunk id
+    (pipeline/timeline.py). Instead of `sink`, a `consumer` (pipeline/interfaces.py
+    `Consumer`) may take the timeline's blocks and gaps as handles, as the GPU stages
+    do. Without either, chunks go back to the pool unread (capture alone).
     """
     if duration_s <= 0:
         raise ConfigError(f"--duration must be positive, got {duration_s}")
+    bind = settings.network.bind
     report = CaptureReport(format=fmt.name, bind=bind, stream_labels=stream_labels(fmt))
-    o: CaptureOptions = {**CAPTURE_DEFAULTS, **options}
-    cap = open_capture(fmt, bind, **o)
+    cap = open_capture(fmt, settings)
     if consumer is None:
         consumer = TfpSink(fmt, sink, report) if sink is not None else CountingSink(fmt, report)
     timeline = ChunkTimeline(
-        cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads, o["resync_chunks"]
-    )
-    run = CaptureRun(cap, timeline, consumer, o.get("cpus"))
+        cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads,
+        settings.chunks.resync_chunks,
+    )  # fmt: skip
+    run = CaptureRun(cap, timeline, consumer, settings.threads.cpus)
     try:
         run.loop(duration_s, idle_timeout_s, on_start)
     finally:

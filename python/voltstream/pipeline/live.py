@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from voltstream.capture_config import CaptureSettings
 from voltstream.fold.reference import FoldSettings
 from voltstream.formats import StreamFormat
 from voltstream.observation import FoldedArchive, Observation
@@ -31,23 +32,20 @@ _END = object()
 
 
 class LiveReader:
-    """Captures `fmt` on `bind` for `duration_s` and yields (complex64 block, valid)."""
+    """Captures `fmt` as `capture` says for `duration_s` and yields (complex64 block,
+    valid)."""
 
     def __init__(
         self,
         fmt: StreamFormat,
-        bind: str,
+        capture: CaptureSettings,
         duration_s: float,
         obs: Observation,
         idle_timeout_s: float | None = None,
         max_queued_chunks: int = 64,
-        engine: str = "auto",
-        **capture_options: Any,
     ) -> None:
-        self.fmt, self.bind, self.obs = fmt, bind, obs
+        self.fmt, self.capture, self.obs = fmt, capture, obs
         self.duration_s, self.idle_timeout_s = duration_s, idle_timeout_s
-        self.engine = engine
-        self.capture_options = capture_options
         self._queue: queue.Queue = queue.Queue(maxsize=max_queued_chunks)
         self.report: CaptureReport | None = None
         self.error: BaseException | None = None
@@ -67,13 +65,11 @@ class LiveReader:
         try:
             self.report = run_capture(
                 self.fmt,
-                self.bind,
+                self.capture,
                 self.duration_s,
                 sink=lambda samples, valid: self._queue.put((samples, valid)),
                 idle_timeout_s=self.idle_timeout_s,
                 on_start=self._started.set,
-                engine=self.engine,
-                **self.capture_options,
             )
         except BaseException as e:  # handed to the reading thread
             self.error = e
@@ -125,30 +121,29 @@ def gpu_chunking(
 
 def fold_live_gpu(
     fmt: StreamFormat,
-    bind: str,
+    capture: CaptureSettings,
     duration_s: float,
     obs: Observation,
     settings: FoldSettings,
     idle_timeout_s: float | None = None,
     packets_per_chunk: int | None = None,
     pool_mb: float = GPU_POOL_MB,
-    window: int = 4,
     status: bool = True,
     on_start: Any = None,
-    **capture_options: Any,
 ) -> tuple[FoldedArchive, Any]:
     """Captures and folds on the GPU in one process, chunks straight from the capture's
     pool to the GPU (pipeline/gpu.py); returns (archive, capture report).
 
     The folder is built and warmed up (kernels compiled, FFT plans made) before the
     socket opens, so the first chunks do not wait on it. The chunk is the capture's
-    (``packets_per_chunk``), not ``settings.block_samples``.
+    (``packets_per_chunk``: None sizes it for the GPU), not ``settings.block_samples``;
+    the pool is ``pool_mb``, whatever ``capture`` says of chunks.
     """
     from voltstream.fold.gpu import GpuFolder
     from voltstream.pipeline.capture import run_capture
     from voltstream.pipeline.gpu import HostRegistry, StageConsumer, StatusLine
 
-    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, window)
+    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, capture.chunks.window)
     nsamp = ppc * fmt.samples_per_packet
     eng = GpuFolder.from_settings(
         obs, settings, packed=fmt.chunk_layout(ppc), chunk_samples=nsamp,
@@ -159,8 +154,8 @@ def fold_live_gpu(
     consumer = StageConsumer(eng, fmt, HostRegistry(), line, busy=eng.busy_ms)
     t0 = time.monotonic()
     report = run_capture(
-        fmt, bind, duration_s, packets_per_chunk=ppc, nchunks=nchunks, window=window,
-        idle_timeout_s=idle_timeout_s, on_start=on_start, consumer=consumer, **capture_options,
+        fmt, capture.replace(packets_per_chunk=ppc, nchunks=nchunks), duration_s,
+        idle_timeout_s=idle_timeout_s, on_start=on_start, consumer=consumer,
     )  # fmt: skip
     archive = eng.finish()
     wall = time.monotonic() - t0
