@@ -258,7 +258,14 @@ def build_parser() -> argparse.ArgumentParser:
         "has one per format). Replaces --format and its options",
     )
     add_engine(p)
-    p.add_argument("--bind", type=host_port, required=True, help="HOST:PORT to listen on")
+    p.add_argument(
+        "--listen",
+        "--bind",
+        dest="listen",
+        type=host_port,
+        required=True,
+        help="HOST:PORT to listen on (as fold, fengine and inspect; --bind is its old name)",
+    )
     add_run(p, what="capture", required=True)
     p.add_argument("--output", help="write the samples to this DADA file")
     p.add_argument("--source", default="J0000+0000", help="source name for the DADA header")

@@ -293,12 +293,12 @@ def capture(args: argparse.Namespace) -> int:
     try:
         report = run_capture(
             fmt,
-            _capture_settings(args, args.bind),
+            _capture_settings(args, args.listen),
             args.duration,
             sink=(lambda samples, valid: writer.write(samples)) if writer else None,
             idle_timeout_s=args.idle_timeout,
             on_start=lambda: print(
-                f"capture: listening on {args.bind}", file=sys.stderr, flush=True
+                f"capture: listening on {args.listen}", file=sys.stderr, flush=True
             ),  # fmt: skip
         )
     finally:
