@@ -129,7 +129,7 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
     elif "--bits" in fmt and "--bits" not in cli_help(product):
         raise Skip(f"`voltstream {product}` has no --bits (needed for {traffic})")
     elif product == "capture":
-        argv = VS + ["capture", "--bind", bind, *fmt, "--engine", a.engine, *tail]
+        argv = VS + ["capture", "--listen", bind, *fmt, "--engine", a.engine, *tail]
         argv += shlex.split(a.capture_args)
     else:
         argv = VS + ["fold", "--listen", bind, *fmt, "--engine", a.engine, "--device", a.device]

@@ -35,14 +35,14 @@ def test_top_level_help_lists_verbs():
 
 def test_unknown_format_is_rejected(capsys):
     with pytest.raises(SystemExit) as e:
-        main(["capture", "--format", "mk7", "--bind", "127.0.0.1:7000", "--duration", "1"])
+        main(["capture", "--format", "mk7", "--listen", "127.0.0.1:7000", "--duration", "1"])
     assert e.value.code == 2
     assert "invalid choice: 'mk7'" in capsys.readouterr().err
 
 
 def test_bad_host_port_is_rejected(capsys):
     with pytest.raises(SystemExit):
-        main(["capture", "--bind", "localhost", "--duration", "1"])
+        main(["capture", "--listen", "localhost", "--duration", "1"])
     assert "expected HOST:PORT" in capsys.readouterr().err
 
 
@@ -120,10 +120,15 @@ def test_capture_port_in_use_is_one_line(tmp_path):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-        r = run_cli("capture", "--bind", f"127.0.0.1:{port}", "--duration", "0.5")
+        r = run_cli("capture", "--listen", f"127.0.0.1:{port}", "--duration", "0.5")
     assert r.returncode == 2
     assert "in use" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_capture_keeps_bind_as_the_old_name_of_listen():
+    args = build_parser().parse_args(["capture", "--bind", "127.0.0.1:7000", "--duration", "1"])
+    assert args.listen == "127.0.0.1:7000"
 
 
 def test_end_to_end_loopback(tmp_path):

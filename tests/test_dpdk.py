@@ -144,7 +144,7 @@ def test_cli_passes_the_dpdk_port_through():
     small for the format's packets is refused (or, without the feature, the build hint)."""
     r = subprocess.run(
         [sys.executable, "-m", "voltstream.cli", "capture", "--format", "vdif",
-         "--bind", "127.0.0.1:7148", "--duration", "1", "--engine", "dpdk",
+         "--listen", "127.0.0.1:7148", "--duration", "1", "--engine", "dpdk",
          "--dpdk-port", "net_af_packet0,iface=lo,framesz=1024"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

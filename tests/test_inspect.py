@@ -60,7 +60,7 @@ def test_a_live_stream_is_described_and_its_options_capture_it_without_loss():
     assert info["stations"] == {3: len(ours), 9: len(ours) // 2}
     opts = info["options"].split("(capture: --bind HOST:PORT ")[1].rstrip(")")
     assert "--station 3" in opts
-    args = build_parser().parse_args(["capture", "--bind", bind, "--duration", "1",
+    args = build_parser().parse_args(["capture", "--listen", bind, "--duration", "1",
                                       *shlex.split(opts)])  # fmt: skip
     fmt2 = format_from(args)
     settings = CaptureSettings.of(bind, packets_per_chunk=8, nchunks=64, engine="socket")

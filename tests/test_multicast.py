@@ -165,7 +165,7 @@ def test_cli_capture_joins_groups_and_reports_them(tmp_path, capsys):
     from voltstream.cli import main
 
     report = tmp_path / "r.json"
-    rc = main(["capture", "--bind", "239.255.60.9:7162", "--multicast", "239.255.60.10",
+    rc = main(["capture", "--listen", "239.255.60.9:7162", "--multicast", "239.255.60.10",
                "--interface", "lo", "--engine", "socket", "--duration", "0.3",
                "--report", str(report)])  # fmt: skip
     assert rc == 0
@@ -177,5 +177,5 @@ def test_cli_capture_joins_groups_and_reports_them(tmp_path, capsys):
     assert eng["host"]["interface"]["name"] == "lo"
     assert set(eng["memory"]) == {"bytes", "huge_pages", "locked", "numa_node", "warnings"}
     with pytest.raises(SystemExit):
-        main(["capture", "--bind", "0.0.0.0:7162", "--multicast", "10.1.1.1", "--duration", "1"])
+        main(["capture", "--listen", "0.0.0.0:7162", "--multicast", "10.1.1.1", "--duration", "1"])
     assert "not an IPv4 multicast group" in capsys.readouterr().err

@@ -68,7 +68,7 @@ def run_capture_cli(tmp_path, args, packets):
         "-m",
         "voltstream.cli",
         "capture",
-        "--bind",
+        "--listen",
         bind,
         "--duration",
         "20",
@@ -154,7 +154,7 @@ def test_descriptions_are_validated_naming_each_key(tmp_path):
 def test_the_capture_cli_says_what_a_format_needs(tmp_path, capsys):
     from voltstream.cli import main
 
-    args = ["capture", "--bind", "127.0.0.1:9", "--duration", "1"]
+    args = ["capture", "--listen", "127.0.0.1:9", "--duration", "1"]
     assert main([*args, "--format", "codif"]) == 2
     assert "--format codif needs --stream FILE.toml" in capsys.readouterr().err
     (tmp_path / "c.toml").write_text(COUNTER_TOML)

@@ -124,7 +124,7 @@ def test_threads_learnt_from_the_stream_before_the_capture_opens(tmp_path):
     theirs = stream([9], True, 8, 0x4B41, 100, 6)
     packets = [*theirs[:20], *ours]
     report = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "voltstream.cli", "capture", "--bind", bind, "--format",
+    cmd = [sys.executable, "-m", "voltstream.cli", "capture", "--listen", bind, "--format",
            "vdif", "--nchan", "4", "--chan-bw", "0.1", "--vdif-payload", "800", "--station",
            "AB", "--vdif-threads", "auto", "--duration", "20", "--idle-timeout", "1",
            "--engine", "socket", "--report", str(report)]  # fmt: skip

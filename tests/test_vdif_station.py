@@ -44,7 +44,7 @@ def test_frames_of_another_station_are_foreign_and_never_placed(theirs_first):
 
 def test_station_on_the_command_line():
     args = build_parser().parse_args(["capture", "--format", "vdif", "--station", "Ef",
-                                      "--bind", "127.0.0.1:1", "--duration", "1"])  # fmt: skip
+                                      "--listen", "127.0.0.1:1", "--duration", "1"])  # fmt: skip
     assert args.station == (ord("E") << 8) | ord("f")
     with pytest.raises(ConfigError, match="0 .. 65535"):
         make_format("vdif", station=70000)
