@@ -36,7 +36,7 @@ pipeline description takes this table as its ``[capture]`` part.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,6 +46,7 @@ from voltstream.streams import StreamDescription
 
 __all__ = [
     "CaptureFile",
+    "CaptureFormat",
     "CaptureSettings",
     "ChunkSettings",
     "EngineSettings",
@@ -55,6 +56,28 @@ __all__ = [
 ]
 
 MIB = 1 << 20
+
+
+class CaptureFormat(Protocol):
+    """What a capture needs of its stream's format: ``formats.StreamFormat`` (YNAO and
+    VDIF with their sample geometry) and every ``streams.py`` description have it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def streams(self) -> int: ...
+
+    @property
+    def nchan(self) -> int: ...
+
+    @property
+    def npol(self) -> int: ...
+
+    @property
+    def samples_per_packet(self) -> int: ...
+
+    def capture_kwargs(self) -> dict[str, Any]: ...
 
 
 class _Section(BaseModel):
@@ -157,7 +180,7 @@ class CaptureSettings(_Section):
             data[section][name] = v / MIB if k == "queue_bytes" else v
         return validated("capture settings", type(self).model_validate, data)
 
-    def open(self, stream: Any) -> Any:
+    def open(self, stream: CaptureFormat) -> Any:
         """A ``_core.Capture`` (not started) of ``stream`` (anything with
         ``capture_kwargs()``: a stream description or a ``formats`` format); the
         core's configuration errors stay ConfigError, engine errors CaptureError."""

@@ -29,7 +29,7 @@ from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
 
 if TYPE_CHECKING:  # the compiled extension is imported when a capture opens
     from voltstream import _core
-    from voltstream.capture_config import CaptureSettings
+    from voltstream.capture_config import CaptureFormat, CaptureSettings
 
 COUNTER_NAMES = (
     "received", "missing", "late", "duplicate", "invalid", "malformed", "foreign", "dropped",
@@ -204,24 +204,24 @@ def _memory_lines(mem: dict | None) -> list[str]:
     return lines
 
 
-def stream_labels(fmt: StreamFormat) -> list[str]:
+def stream_labels(fmt: CaptureFormat) -> list[str]:
     """What each capture stream is, for the report."""
     labels = getattr(fmt, "labels", None)
     if callable(labels):  # a stream description
         return labels()
-    if fmt.name == "vdif":
+    if isinstance(fmt, StreamFormat) and fmt.name == "vdif":
         return [f"VDIF thread {t} (pol {p})" for p, t in enumerate(fmt.thread_ids)]
     return [fmt.name.upper()]
 
 
-def open_capture(fmt: StreamFormat, settings: CaptureSettings) -> _core.Capture:
+def open_capture(fmt: CaptureFormat, settings: CaptureSettings) -> _core.Capture:
     """A `_core.Capture` of `fmt` as `settings` say (not started); engine errors
     become CaptureError."""
     return settings.open(fmt)
 
 
 def run_capture(
-    fmt: StreamFormat,
+    fmt: CaptureFormat,
     settings: CaptureSettings,
     duration_s: float,
     sink: Any = None,
@@ -246,8 +246,15 @@ def run_capture(
     bind = settings.network.bind
     report = CaptureReport(format=fmt.name, bind=bind, stream_labels=stream_labels(fmt))
     cap = open_capture(fmt, settings)
-    if consumer is None:
-        consumer = TfpSink(fmt, sink, report) if sink is not None else CountingSink(fmt, report)
+    if consumer is None and sink is not None:
+        if not isinstance(fmt, StreamFormat):
+            raise ConfigError(
+                f"samples of a {fmt.name} stream cannot be written: only the YNAO and VDIF "
+                "formats carry their sample geometry; capture and count it without a sink"
+            )
+        consumer = TfpSink(fmt, sink, report)
+    elif consumer is None:
+        consumer = CountingSink(fmt, report)
     timeline = ChunkTimeline(
         cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads,
         settings.chunks.resync_chunks,
@@ -352,7 +359,7 @@ def _leave_cpus(cpus: Any) -> None:
 class CountingSink:
     """Capture alone: every block is counted and goes straight back to the pool."""
 
-    def __init__(self, fmt: StreamFormat, report: CaptureReport) -> None:
+    def __init__(self, fmt: CaptureFormat, report: CaptureReport) -> None:
         self.fmt, self.report = fmt, report
         self.bytes_per_sample = fmt.nchan * fmt.npol * 2
 
@@ -377,6 +384,7 @@ class TfpSink(CountingSink):
 
     def __init__(self, fmt: StreamFormat, sink: Any, report: CaptureReport) -> None:
         super().__init__(fmt, report)
+        self.tfp_fmt = fmt  # the sample geometry CountingSink does not need
         self.sink = sink
 
     def take(self, item: Any) -> None:
@@ -387,8 +395,8 @@ class TfpSink(CountingSink):
             samples, valid = np.zeros(shape, np.int8), np.zeros(n, bool)
         else:
             try:
-                raw = item.array(item.present.shape[0], self.fmt.payload_len)
-                samples = self.fmt.payload_to_tfp(raw, item.present)
+                raw = item.array(item.present.shape[0], self.tfp_fmt.payload_len)
+                samples = self.tfp_fmt.payload_to_tfp(raw, item.present)
                 del raw
             finally:
                 item.release()
