@@ -232,7 +232,7 @@ def main(argv=None) -> int:
                 "channelize_poly_note": poly_note,
                 "kernel_ms": k["ms"],
                 "kernel_GBps": {s: k["bytes"][s] / (k["ms"][s] / 1e3) / 1e9 for s in k["ms"]},
-                "heaps_sent": eng.counters.heaps_sent,
+                "heaps_made": eng.counters.heaps_made,
                 "flagged": eng.counters.flagged_spectra,
             }
             row["kernel_roofline"] = {

@@ -290,13 +290,13 @@ def test_capture_stopped_counts_heaps_instead_of_sending_and_control_applies_gai
     out = HeapOutput(eng.layout, [address(sink)])
     control = FakeControl(capturing=False)
     report = run_local(eng, out, [pk], control=control)
-    made = report.engine["heaps_sent"]
+    made = report.engine["heaps_made"]
     assert made > 0
     assert report.heaps_not_sent_capture_stopped == made
     assert report.output["heaps_sent"] == 0
     assert control.applied == report.blocks and report.control_updates == 1
     np.testing.assert_array_equal(eng.gains, 0.5)
-    assert control.sensors and control.sensors[-1]["heaps_sent"] == made
+    assert control.sensors and control.sensors[-1]["heaps_made"] == made
     assert control.sensors[-1]["saturated_pol1"] == report.engine["saturated"][1]
     got = drain(sink)
     sink.close()
@@ -323,7 +323,7 @@ def test_timeline_restart_keeps_running_with_a_fresh_engine(tmp_path):
         ref = FEngineReference(**SETTINGS)
         ref.set_gains(0.25)
         expected += ref.process(x, first * SPH)
-    assert report.engine["heaps_sent"] == len(expected)
+    assert report.engine["heaps_made"] == len(expected)
     packets = read_packet_file(tmp_path / "f.spead")[1:-1]
     layout = HeapLayout(NCH, NSPEC)
     got = [decode_output_heap(d, layout) for d in decode_packets(packets)]
@@ -611,6 +611,7 @@ def test_fengine_cli_runs_on_loopback(tmp_path):
         "input pol 1:",
         "heaps_skipped=",
         "saturated_pol1=",
+        "heaps_made=",
         "heaps_sent=",
     ):
         assert word in text
@@ -619,7 +620,7 @@ def test_fengine_cli_runs_on_loopback(tmp_path):
     assert report["heaps_unpaired"] == [1, 0]
     assert report["engine"]["heaps_skipped"] == 2  # the two slots the lost heap touches
     sent = report["output"]["heaps_sent"]
-    assert sent == report["engine"]["heaps_sent"] > 150
+    assert sent == report["engine"]["heaps_made"] > 150
     assert report["control_updates"] == 2  # the two gains of the settings file
     got = drain(sink)
     sink.close()

@@ -167,7 +167,7 @@ def test_engine_equals_reference_with_delays_gains_dither_and_loss(cp, in_bits, 
         r_heaps += ref.process(x[:, a:b], t0 + a, valid[:, a:b])
         g_heaps += gpu.process(x[:, a:b], t0 + a, valid[:, a:b])
     assert_same_heaps(g_heaps, r_heaps, out_bits)
-    for name in ("spectra", "flagged_spectra", "heaps_sent", "heaps_skipped"):
+    for name in ("spectra", "flagged_spectra", "heaps_made", "heaps_skipped"):
         assert getattr(gpu.counters, name) == getattr(ref.counters, name), name
     assert ref.counters.heaps_skipped > 0
     assert np.all(np.abs(gpu.counters.saturated - ref.counters.saturated) <= 50)
@@ -327,7 +327,7 @@ def test_packet_mode_gives_the_reference_heaps_as_packets(cp, out_bits, per_pack
     assert gpu.packet_pool.waits == 0
     g_heaps = [h for _, hs in batches for h in hs] + gpu.flush()
     assert_same_heaps(g_heaps, r_heaps, out_bits)
-    for name in ("spectra", "flagged_spectra", "heaps_sent", "heaps_skipped"):
+    for name in ("spectra", "flagged_spectra", "heaps_made", "heaps_skipped"):
         assert getattr(gpu.counters, name) == getattr(ref.counters, name), name
     assert gpu.timing["calls"] == 10 and gpu.timing["gpu_busy_s"] > 0
     # Every packet's header is the one heap-by-heap encoding gives, and the payload
@@ -349,7 +349,7 @@ def test_restart_in_place_starts_a_new_time_line(cp):
     x = random_samples(rng, 8 * block, 10)
     for i in range(4):
         gpu.process(x[:, i * block : (i + 1) * block], 10**6 + i * block)
-    before = gpu.counters.heaps_sent
+    before = gpu.counters.heaps_made
     gpu.flush()
     gpu.restart()
     r_heaps, g_heaps = [], []
@@ -358,4 +358,4 @@ def test_restart_in_place_starts_a_new_time_line(cp):
         r_heaps += ref.process(x[:, i * block : (i + 1) * block], t)
         g_heaps += gpu.process(x[:, i * block : (i + 1) * block], t)
     assert_same_heaps(g_heaps, r_heaps, 8)
-    assert gpu.counters.heaps_sent == before + ref.counters.heaps_sent
+    assert gpu.counters.heaps_made == before + ref.counters.heaps_made

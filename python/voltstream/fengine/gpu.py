@@ -365,7 +365,7 @@ class GpuFEngine(FEngineState):
         self.counters.spectra += len(slots) * nspec
         self.counters.flagged_spectra += nflag
         self.counters.heaps_skipped += (len(slots) - len(send)) * layout.n_substreams
-        self.counters.heaps_sent += len(send) * layout.n_substreams
+        self.counters.heaps_made += len(send) * layout.n_substreams
         if not send:
             return None
         avail = self.slots.end - self._base

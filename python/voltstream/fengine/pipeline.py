@@ -255,13 +255,13 @@ class FEngineReport:
         lines.append(
             f"  engine: spectra={eng.get('spectra', 0)}  "
             f"flagged_spectra={eng.get('flagged_spectra', 0)}  "
-            f"heaps_made={eng.get('heaps_sent', 0)}  heaps_skipped={eng.get('heaps_skipped', 0)}  "
+            f"heaps_made={eng.get('heaps_made', 0)}  heaps_skipped={eng.get('heaps_skipped', 0)}  "
             f"saturated_pol0={sat[0]}  saturated_pol1={sat[1]}"
         )
         extra = {
             k: v
             for k, v in eng.items()
-            if k not in ("spectra", "flagged_spectra", "heaps_sent", "heaps_skipped", "saturated")
+            if k not in ("spectra", "flagged_spectra", "heaps_made", "heaps_skipped", "saturated")
         }
         if extra:
             lines.append("  engine (more): " + "  ".join(f"{k}={v}" for k, v in extra.items()))
