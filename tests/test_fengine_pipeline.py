@@ -19,6 +19,7 @@ import fengine_local
 from cli_process import run_cli
 from voltstream import device as device_mod
 from voltstream.cli import main
+from voltstream.digitiser import unpack_heaps
 from voltstream.errors import ConfigError, FormatError
 from voltstream.fengine import FEngineReference, HeapLayout, OutputHeap, decode_packets
 from voltstream.fengine.engines import engine_device, make_engine, resolve_device
@@ -35,14 +36,14 @@ from voltstream.fengine.heaps import (
     split_packets,
 )
 from voltstream.fengine.output import HeapOutput, parse_destinations, read_packet_file
-from voltstream.fengine.pipeline import (
-    apply_settings,
+from voltstream.fengine.pipeline import apply_settings, run_fengine
+from voltstream.sim.spead import (
+    depacketize_spead_dig,
     digitiser_packets,
     digitiser_samples,
-    run_fengine,
-    unpack_heaps,
+    pack_samples,
+    unpack_samples,
 )
-from voltstream.sim.spead import depacketize_spead_dig, pack_samples, unpack_samples
 from voltstream.testing import Drop, FaultPlan
 
 NCH, TAPS, NSPEC, SPH, BITS, FS = 32, 8, 8, 512, 10, 1e6

@@ -22,10 +22,7 @@ from voltstream.fengine.heaps import (
     heap_counter,
 )
 from voltstream.fengine.output import HeapOutput
-from voltstream.fengine.pipeline import (
-    digitiser_packets,
-    digitiser_samples,
-)
+from voltstream.sim.spead import digitiser_packets, digitiser_samples
 from voltstream.testing import Drop, FaultPlan
 
 NCH, TAPS, NSPEC, SPH, BITS, FS = 64, 16, 16, 1024, 10, 1e6

@@ -35,7 +35,7 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "monitor": set(),
     "testing": set(),  # fault plans for tests: packets in, packets out
     "pipeline": {"dsp", "io", "formats"},
-    "fengine": {"dsp", "pipeline", "sim/spead"},
+    "fengine": {"dsp", "pipeline"},
     # The command line sits on top and may import anything.
     "cli_options": {"*"},
     "commands": {"*"},

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
+from voltstream.digitiser import SAMPLE_BITS
 from voltstream.errors import ConfigError, FormatError
 from voltstream.sim.spead import (
     DIG_ID,
     DIG_RAW_DATA,
     DIG_STATUS,
     DIG_TIMESTAMP,
-    SPEAD_BITS,
     depacketize_spead_dig,
     pack_samples,
     packetize_spead_dig,
@@ -29,7 +29,7 @@ def _random_samples(rng, bits, n):
     return rng.integers(-(1 << (bits - 1)), 1 << (bits - 1), n)
 
 
-@pytest.mark.parametrize("bits", SPEAD_BITS)
+@pytest.mark.parametrize("bits", SAMPLE_BITS)
 def test_pack_matches_reference_and_round_trips(bits):
     rng = np.random.default_rng(bits)
     s = _random_samples(rng, bits, 64 * 8)
@@ -86,7 +86,7 @@ def test_packetize_layout_and_round_trip():
     np.testing.assert_array_equal(d["status"], status)
 
 
-@pytest.mark.parametrize("bits", SPEAD_BITS)
+@pytest.mark.parametrize("bits", SAMPLE_BITS)
 def test_default_heaps_every_width(bits):
     rng = np.random.default_rng(100 + bits)
     s = _random_samples(rng, bits, 4096 * 2)

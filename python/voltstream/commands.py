@@ -142,7 +142,7 @@ def _parse_drops(text: str) -> set[tuple[int, int]]:
 def simulate_spead_dig(args: argparse.Namespace) -> int:
     """`voltstream simulate --format spead-dig`: digitiser heaps of both pols."""
     from voltstream.digitiser import SAMPLE_BITS as SPEAD_BITS
-    from voltstream.fengine.pipeline import digitiser_packets, digitiser_samples
+    from voltstream.sim.spead import digitiser_packets, digitiser_samples
 
     bits, sph, fs = args.sample_bits, args.samples_per_heap, args.sample_rate_hz
     if bits not in SPEAD_BITS:
