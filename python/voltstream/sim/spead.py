@@ -20,14 +20,21 @@ of both polarisations (``voltstream simulate --format spead-dig`` uses them).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
 
 from voltstream.digitiser import check_bits, heap_bytes, pack_samples, unpack_samples
 from voltstream.errors import ConfigError, FormatError
-from voltstream.spead_items import MAGIC, VERSION, headers, pointers
+from voltstream.spead_items import (
+    HEADER_LEN,
+    HEAP_CNT,
+    HEAP_OFFSET,
+    HEAP_SIZE,
+    PAYLOAD_LENGTH,
+    headers,
+    parse_packet,
+    pointers,
+)
 
 __all__ = [
     "DIG_ID",
@@ -39,18 +46,16 @@ __all__ = [
     "digitiser_samples",
     "pack_samples",
     "packetize_spead_dig",
-    "parse_spead_header",
     "spead_dig_packet_len",
     "unpack_samples",
 ]
 
-HEAP_CNT, HEAP_SIZE, HEAP_OFFSET, PAYLOAD_LEN = 0x1, 0x2, 0x3, 0x4
 DIG_TIMESTAMP = 0x1600
 DIG_ID = 0x3101
 DIG_STATUS = 0x3102
 DIG_RAW_DATA = 0x3300
 _N_ITEMS = 8
-_HEADER_LEN = 8 + 8 * _N_ITEMS
+_HEADER_LEN = HEADER_LEN + 8 * _N_ITEMS
 
 
 def spead_dig_packet_len(samples_per_heap: int = 4096, bits: int = 10) -> int:
@@ -90,7 +95,7 @@ def packetize_spead_dig(
         pointers(HEAP_CNT, ts // np.uint64(samples_per_heap), addr_bits=a),
         pointers(HEAP_SIZE, nbytes, addr_bits=a),
         pointers(HEAP_OFFSET, 0, addr_bits=a),
-        pointers(PAYLOAD_LEN, nbytes, addr_bits=a),
+        pointers(PAYLOAD_LENGTH, nbytes, addr_bits=a),
         pointers(DIG_TIMESTAMP, ts, addr_bits=a),
         pointers(DIG_ID, digitiser_id, addr_bits=a),
         pointers(DIG_STATUS, np.broadcast_to(status, (n,)), addr_bits=a),
@@ -100,41 +105,6 @@ def packetize_spead_dig(
     out[:, :_HEADER_LEN] = headers([np.broadcast_to(c, (n,)) for c in columns], a)
     out[:, _HEADER_LEN:] = pack_samples(s, bits).reshape(n, nbytes)
     return out
-
-
-def parse_spead_header(packet: Any) -> dict:
-    """Reads one SPEAD-64-XX packet: flavour, items and payload.
-
-    Returns ``{"heap_address_bits", "items": [(immediate, id, value), ...],
-    "payload": bytes}``; raises FormatError for a bad magic, version or
-    flavour, a missing or non-immediate standard item, or a short packet.
-    """
-    b = bytes(packet)
-    if len(b) < 8:
-        raise FormatError(f"SPEAD packet of {len(b)} bytes is shorter than its header")
-    if b[0] != MAGIC or b[1] != VERSION or b[2] + b[3] != 8 or not 1 <= b[3] <= 7:
-        raise FormatError(f"not a SPEAD-64-XX packet header: {b[:4].hex()}")
-    addr = 8 * b[3]
-    n_items = int.from_bytes(b[6:8], "big")
-    start = 8 + 8 * n_items
-    if len(b) < start:
-        raise FormatError(f"SPEAD packet is shorter than its {n_items} item pointers")
-    items = []
-    for k in range(n_items):
-        raw = int.from_bytes(b[8 + 8 * k : 16 + 8 * k], "big")
-        items.append(
-            (bool(raw >> 63), (raw >> addr) & ((1 << (63 - addr)) - 1), raw & ((1 << addr) - 1))
-        )
-    std = {i: v for imm, i, v in items if imm and i in (HEAP_CNT, HEAP_OFFSET, PAYLOAD_LEN)}
-    if len(std) != 3:
-        raise FormatError("SPEAD packet lacks an immediate heap counter, offset or length")
-    if len(b) < start + std[PAYLOAD_LEN]:
-        raise FormatError("SPEAD packet is shorter than its payload length")
-    return {
-        "heap_address_bits": addr,
-        "items": items,
-        "payload": b[start : start + std[PAYLOAD_LEN]],
-    }
 
 
 def depacketize_spead_dig(packets: npt.ArrayLike, *, bits: int = 10) -> dict:
@@ -147,18 +117,15 @@ def depacketize_spead_dig(packets: npt.ArrayLike, *, bits: int = 10) -> dict:
     check_bits(bits)
     ts, ids, status, samples = [], [], [], []
     for row in np.atleast_2d(np.asarray(packets, dtype=np.uint8)):
-        h = parse_spead_header(row.tobytes())
-        imm = {i: v for im, i, v in h["items"] if im}
-        missing = {HEAP_SIZE, DIG_TIMESTAMP, DIG_ID} - imm.keys()
-        if missing:
-            raise FormatError(f"digitiser heap lacks items {sorted(hex(m) for m in missing)}")
-        size = len(h["payload"])
+        packet = parse_packet(row)
+        imm = packet.require(HEAP_CNT, HEAP_SIZE, HEAP_OFFSET, DIG_TIMESTAMP, DIG_ID)
+        size = len(packet.payload)
         if imm[HEAP_OFFSET] != 0 or imm[HEAP_SIZE] != size or size * 8 % bits:
             raise FormatError("not a single-packet digitiser heap of whole samples")
         ts.append(imm[DIG_TIMESTAMP])
         ids.append(imm[DIG_ID])
         status.append(imm.get(DIG_STATUS, 0))
-        samples.append(unpack_samples(np.frombuffer(h["payload"], np.uint8), bits))
+        samples.append(unpack_samples(np.frombuffer(packet.payload, np.uint8), bits))
     return {
         "timestamp": np.array(ts, dtype=np.uint64),
         "digitiser_id": np.array(ids, dtype=np.uint64),
