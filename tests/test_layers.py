@@ -29,7 +29,7 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "dsp": {"io/baseband"},  # gpu_workers reads files (the multi-GPU file driver)
     "io": {"dsp/dedisperse", "dsp/packed", "pipeline/interfaces"},
     "sim": {"dsp/dedisperse", "io/vdif"},
-    "formats": {"dsp/packed", "sim/packetize"},
+    "formats": {"dsp/packed", "sim/packetize", "io/vdif"},
     "streams": {"formats"},
     "capture_config": {"streams"},
     "monitor": set(),
