@@ -347,7 +347,7 @@ def test_apply_settings_sets_gains_and_delays_per_pol():
 def test_run_fengine_rejects_bad_input_settings():
     eng = make_engine("cpu", **SETTINGS)
     with pytest.raises(ConfigError, match="8, 10, 12 or 16"):
-        run_fengine("127.0.0.1:0", eng, input_bits=9, duration_s=1)
+        run_fengine("127.0.0.1:0", eng, sample_bits=9, duration_s=1)
     with pytest.raises(ConfigError, match="two different ids"):
         run_fengine("127.0.0.1:0", eng, dig_ids=(3, 3), duration_s=1)
 
@@ -355,16 +355,16 @@ def test_run_fengine_rejects_bad_input_settings():
 class PackedEngine(FEngineReference):
     """The GPU engine's input surface on the CPU: packed bytes in, and a flush."""
 
-    def __init__(self, *args, input_bits: int, **kw):
+    def __init__(self, *args, sample_bits: int, **kw):
         super().__init__(*args, **kw)
-        self.input_bits = input_bits
+        self.sample_bits = sample_bits
         self.packed_calls = 0
         self.held: list = []
 
     def process_packed(self, raw, timestamp, valid=None):
         assert raw.dtype == np.uint8 and raw.ndim == 2 and raw.flags.c_contiguous
         self.packed_calls += 1
-        samples = unpack_heaps(raw, self.input_bits)
+        samples = unpack_heaps(raw, self.sample_bits)
         # Hold the newest heaps back until flush, as a pipelined GPU engine may.
         out, self.held = self.held, self.process(samples, timestamp, valid)
         return out
@@ -377,7 +377,7 @@ class PackedEngine(FEngineReference):
 def test_an_engine_with_process_packed_gets_the_heap_bytes(tmp_path):
     x, pk = sim(0, 80)
     pk = FaultPlan(at={2 * 30: Drop()}).apply(pk).rows()  # pol 0, heap 30
-    eng = PackedEngine(**SETTINGS, input_bits=BITS)
+    eng = PackedEngine(**SETTINGS, sample_bits=BITS)
     out = HeapOutput(eng.layout, [], output_file=tmp_path / "p.spead")
     report = run_local(eng, out, [pk])
     assert eng.packed_calls == report.blocks > 1

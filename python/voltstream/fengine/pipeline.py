@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from voltstream.digitiser import SAMPLE_BITS, heap_bytes, unpack_heaps
+from voltstream.digitiser import heap_bytes, unpack_heaps
 from voltstream.errors import CaptureError, ConfigError
 from voltstream.fengine.packets import PacketBatch, heap_count, release_batches
 from voltstream.pipeline.capture import CaptureRun
@@ -50,7 +50,6 @@ if TYPE_CHECKING:  # CuPy at run time only: pipeline.gpu imports it lazily
     from voltstream.pipeline.gpu import HostRegistry
 
 __all__ = [
-    "INPUT_BITS",
     "FEngineReport",
     "apply_settings",
     "counters_dict",
@@ -58,8 +57,6 @@ __all__ = [
     "run_fengine",
 ]
 
-#: Digitiser sample widths the input accepts.
-INPUT_BITS = SAMPLE_BITS
 #: The capture's kernel ring: it rides out a stalled capture thread for 60 ms at
 #: 34 Gb/s (one MeerKAT antenna).
 RING_BYTES = 256 << 20
@@ -307,7 +304,7 @@ class _Feeder:
         """Whether the engine takes packed bytes of our sample width."""
         return (
             callable(getattr(self.engine, "process_packed", None))
-            and getattr(self.engine, "input_bits", None) == self.bits
+            and getattr(self.engine, "sample_bits", None) == self.bits
         )
 
     def _block(self, ts: int, samples: np.ndarray, present: np.ndarray, block: Any = None) -> None:
@@ -462,7 +459,7 @@ def run_fengine(
     output: Any = None,
     *,
     dig_ids: tuple[int, int] = (0, 1),
-    input_bits: int = 10,
+    sample_bits: int = 10,
     samples_per_heap: int = 4096,
     duration_s: float | None = None,
     idle_timeout_s: float | None = None,
@@ -491,12 +488,12 @@ def run_fengine(
     capture starts. ``engine_factory`` (no arguments, a fresh engine) lets the run survive a
     digitiser re-sync. ``chunk_heaps``: digitiser heaps per polarisation per block,
     by default ``default_chunk_heaps`` (about 16 MiB per polarisation). An engine with
-    ``process_packed`` and ``input_bits`` equal to ``input_bits`` (the GPU engine)
+    ``process_packed`` and ``sample_bits`` equal to ``sample_bits`` (the GPU engine)
     gets the packed heap bytes; any other gets int16 samples.
     """
     from voltstream import _core
 
-    nbytes = heap_bytes(samples_per_heap, input_bits)
+    nbytes = heap_bytes(samples_per_heap, sample_bits)
     ids = [int(i) for i in dig_ids]
     if len(ids) != 2 or ids[0] == ids[1]:
         raise ConfigError(f"digitiser ids {dig_ids}: give two different ids, pol 0 then pol 1")
@@ -524,7 +521,7 @@ def run_fengine(
             engine=capture_engine,
             digitiser_ids=ids,
             samples_per_heap=int(samples_per_heap),
-            sample_bits=int(input_bits),
+            sample_bits=int(sample_bits),
             queue_bytes=RING_BYTES,
             cpus=cpus,
         )
@@ -535,7 +532,7 @@ def run_fengine(
         engine,
         output,
         report,
-        bits=int(input_bits),
+        bits=int(sample_bits),
         samples_per_heap=int(samples_per_heap),
         control=control,
         factory=engine_factory,
