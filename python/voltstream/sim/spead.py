@@ -140,10 +140,10 @@ def digitiser_samples(
     *,
     samples_per_heap: int = 4096,
     bits: int = 10,
-    sample_rate_hz: float = 1712e6,
     tone_hz: float | None = None,
     tone_amplitude: float = 0.0,
     noise_rms: float = 0.0,
+    sample_rate_hz: float = 1712e6,
     seed: int = 1,
 ) -> np.ndarray:
     """Digitiser samples, int16 ``(2, n_heaps * samples_per_heap)``, of heaps
