@@ -70,7 +70,7 @@ def product_extras(report: dict) -> dict:
         got = {
             "heaps_paired": report.get("heaps_paired"),
             "heaps_absent": report.get("heaps_absent"),
-            "heaps_made": eng.get("heaps_sent"),
+            "heaps_made": eng.get("heaps_made"),
             "heaps_skipped": eng.get("heaps_skipped"),
             "flagged_spectra": eng.get("flagged_spectra"),
             "heaps_output": out.get("heaps_sent") or out.get("heaps_written"),

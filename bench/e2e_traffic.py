@@ -1,7 +1,7 @@
 """The load side of bench/e2e.py: packet formats, restamping, sender processes.
 
 A sender holds one buffer of valid packets, made once by the project's packetizers
-(`voltstream.sim.packetize`, `voltstream.fengine.pipeline.digitiser_packets`), and
+(`voltstream.sim.packetize`, `voltstream.sim.spead.digitiser_packets`), and
 before each send rewrites only the header fields that place a packet in time,
 vectorised over all rows, so it is never bound by synthesis:
 
@@ -154,7 +154,7 @@ class Spead:
     TS = (1 << 63) | (0x1600 << 48)  # immediate time stamp
 
     def template(self, rows: int) -> np.ndarray:
-        from voltstream.fengine.pipeline import digitiser_packets, digitiser_samples
+        from voltstream.sim.spead import digitiser_packets, digitiser_samples
 
         n = max(1, min(rows, 16) // 2)
         x = digitiser_samples(0, n, samples_per_heap=self.SPH, bits=10, noise_rms=20.0)

@@ -131,7 +131,7 @@ def kernel_times(cp, eng, dev_raw, block: int, repeat: int) -> dict:
             ms.append(cp.cuda.get_elapsed_time(a, b))
         res[name] = float(np.median(ms))
     nsamp = 2 * nspec * n
-    bits = eng.input_bits
+    bits = eng.sample_bits
     # Bytes each kernel must move (read + write), per block.
     moved = {
         "fir": nsamp * bits / 8 + nsamp * 4,
@@ -145,12 +145,12 @@ def naive_times(cp, eng, dev_raw, host_raw, repeat: int) -> tuple[float, float]:
     gains = cp.ones((2, eng.nchan), dtype=cp.complex64)
 
     def gpu_only():
-        naive_channelize(cp, dev_raw, eng.input_bits, eng._w, eng.nchan, gains, SPH)
+        naive_channelize(cp, dev_raw, eng.sample_bits, eng._w, eng.nchan, gains, SPH)
         cp.cuda.Device().synchronize()
 
     def with_copies():
         d = cp.asarray(host_raw)
-        q = naive_channelize(cp, d, eng.input_bits, eng._w, eng.nchan, gains, SPH)
+        q = naive_channelize(cp, d, eng.sample_bits, eng._w, eng.nchan, gains, SPH)
         cp.asnumpy(q)
 
     gpu_only()
@@ -211,7 +211,7 @@ def main(argv=None) -> int:
         dev_raw = cp.zeros((2, (host.shape[1] + 8 + 15) // 16 * 16), dtype=cp.uint8)
         dev_raw[:, : host.shape[1]] = cp.asarray(host)
         for nchan in args.channels:
-            eng = GpuFEngine(nchan, args.taps, SPH, input_bits=bits, sample_rate_hz=1712e6)
+            eng = GpuFEngine(nchan, args.taps, SPH, sample_bits=bits, sample_rate_hz=1712e6)
             gsamp = 2 * block * args.nblocks / 1e9
             t_pinned = engine_pinned(cp, eng, pinned, block, args.nblocks)
             # 8-bit output is one byte per input sample (4-bit: half a byte).
@@ -232,7 +232,7 @@ def main(argv=None) -> int:
                 "channelize_poly_note": poly_note,
                 "kernel_ms": k["ms"],
                 "kernel_GBps": {s: k["bytes"][s] / (k["ms"][s] / 1e3) / 1e9 for s in k["ms"]},
-                "heaps_sent": eng.counters.heaps_sent,
+                "heaps_made": eng.counters.heaps_made,
                 "flagged": eng.counters.flagged_spectra,
             }
             row["kernel_roofline"] = {

@@ -19,7 +19,7 @@ import e2e  # noqa: E402
 import e2e_receivers as rx  # noqa: E402
 import e2e_traffic as tr  # noqa: E402
 from voltstream import _core  # noqa: E402
-from voltstream.sim.spead import parse_spead_header  # noqa: E402
+from voltstream.spead_items import parse_packet  # noqa: E402
 
 FORMATS = ["ynao", "vdif8", "vdif2", "spead"]
 
@@ -31,7 +31,7 @@ def place(t, packet: bytes) -> tuple[int, int]:
     if t.name.startswith("vdif"):
         return _core.locate("vdif", packet, **t.locate_kwargs())[:2]
     # No Rust locator for SPEAD: read the items (the real capture test below checks it).
-    imm = {i: v for im, i, v in parse_spead_header(packet)["items"] if im}
+    imm = parse_packet(packet).immediates()
     assert imm[0x1] == imm[0x1600] // 4096  # heap counter = time stamp / samples per heap
     assert imm[0x1600] % 4096 == 0
     return int(imm[0x3101]), int(imm[0x1600] // 4096)

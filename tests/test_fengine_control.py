@@ -231,24 +231,24 @@ def sensor_values(control, name=None):
 
 def test_sensors_appear_after_update(control):
     before = sensor_values(control)
-    assert before["heaps_sent"] == ("unknown", "0")
+    assert before["heaps_made"] == ("unknown", "0")
     assert "received" in before  # capture counters exist from the start
     assert "my_rate" not in before
     # From another thread, as the pipeline would.
     t = threading.Thread(
         target=control.update_sensors,
-        args=({"heaps_sent": 12, "saturated_pol1": np.int64(3), "my_rate": 2.5},),
+        args=({"heaps_made": 12, "saturated_pol1": np.int64(3), "my_rate": 2.5},),
     )
     t.start()
     t.join()
     # The update lands on the server loop; the next request is served after it.
     after = sensor_values(control)
-    assert after["heaps_sent"] == ("nominal", "12")
+    assert after["heaps_made"] == ("nominal", "12")
     assert after["saturated_pol1"] == ("nominal", "3")
     assert float(after["my_rate"][1]) == 2.5
-    assert sensor_values(control, "heaps_sent") == {"heaps_sent": ("nominal", "12")}
-    control.update_sensors({"heaps_sent": 13})
-    assert sensor_values(control, "heaps_sent")["heaps_sent"][1] == "13"
+    assert sensor_values(control, "heaps_made") == {"heaps_made": ("nominal", "12")}
+    control.update_sensors({"heaps_made": 13})
+    assert sensor_values(control, "heaps_made")["heaps_made"][1] == "13"
 
 
 def test_sensor_updates_bad_and_before_start():
@@ -257,18 +257,18 @@ def test_sensor_updates_bad_and_before_start():
     with pytest.raises(ConfigError, match="not a katcp sensor name"):
         ctl.update_sensors({"bad name": 1})
     with pytest.raises(ConfigError, match="whole numbers"):
-        ctl.update_sensors({"heaps_sent": 1.5})
+        ctl.update_sensors({"heaps_made": 1.5})
     with pytest.raises(ConfigError, match="int or a float"):
-        ctl.update_sensors({"heaps_sent": "many"})
+        ctl.update_sensors({"heaps_made": "many"})
     ctl.start()
     try:
         values = sensor_values(ctl)
         assert values["heaps_skipped"] == ("nominal", "4")
         assert values["extra.count"] == ("nominal", "1")
-        assert values["heaps_sent"][0] == "unknown"
+        assert values["heaps_made"][0] == "unknown"
     finally:
         ctl.stop()
-    ctl.update_sensors({"heaps_sent": 2})  # after stop: kept, no error
+    ctl.update_sensors({"heaps_made": 2})  # after stop: kept, no error
 
 
 def test_bad_engine_settings_and_port_in_use(control):
@@ -404,4 +404,4 @@ def test_halt_from_a_client_ends_the_thread(control):
     thread.join(5)
     assert not thread.is_alive()
     control.stop()  # still fine
-    control.update_sensors({"heaps_sent": 1})  # no loop to call into: kept quietly
+    control.update_sensors({"heaps_made": 1})  # no loop to call into: kept quietly

@@ -19,6 +19,7 @@ import fengine_local
 from cli_process import run_cli
 from voltstream import device as device_mod
 from voltstream.cli import main
+from voltstream.digitiser import unpack_heaps
 from voltstream.errors import ConfigError, FormatError
 from voltstream.fengine import FEngineReference, HeapLayout, OutputHeap, decode_packets
 from voltstream.fengine.engines import engine_device, make_engine, resolve_device
@@ -35,14 +36,14 @@ from voltstream.fengine.heaps import (
     split_packets,
 )
 from voltstream.fengine.output import HeapOutput, parse_destinations, read_packet_file
-from voltstream.fengine.pipeline import (
-    apply_settings,
+from voltstream.fengine.pipeline import apply_settings, run_fengine
+from voltstream.sim.spead import (
+    depacketize_spead_dig,
     digitiser_packets,
     digitiser_samples,
-    run_fengine,
-    unpack_heaps,
+    pack_samples,
+    unpack_samples,
 )
-from voltstream.sim.spead import depacketize_spead_dig, pack_samples, unpack_samples
 from voltstream.testing import Drop, FaultPlan
 
 NCH, TAPS, NSPEC, SPH, BITS, FS = 32, 8, 8, 512, 10, 1e6
@@ -290,13 +291,13 @@ def test_capture_stopped_counts_heaps_instead_of_sending_and_control_applies_gai
     out = HeapOutput(eng.layout, [address(sink)])
     control = FakeControl(capturing=False)
     report = run_local(eng, out, [pk], control=control)
-    made = report.engine["heaps_sent"]
+    made = report.engine["heaps_made"]
     assert made > 0
     assert report.heaps_not_sent_capture_stopped == made
     assert report.output["heaps_sent"] == 0
     assert control.applied == report.blocks and report.control_updates == 1
     np.testing.assert_array_equal(eng.gains, 0.5)
-    assert control.sensors and control.sensors[-1]["heaps_sent"] == made
+    assert control.sensors and control.sensors[-1]["heaps_made"] == made
     assert control.sensors[-1]["saturated_pol1"] == report.engine["saturated"][1]
     got = drain(sink)
     sink.close()
@@ -323,7 +324,7 @@ def test_timeline_restart_keeps_running_with_a_fresh_engine(tmp_path):
         ref = FEngineReference(**SETTINGS)
         ref.set_gains(0.25)
         expected += ref.process(x, first * SPH)
-    assert report.engine["heaps_sent"] == len(expected)
+    assert report.engine["heaps_made"] == len(expected)
     packets = read_packet_file(tmp_path / "f.spead")[1:-1]
     layout = HeapLayout(NCH, NSPEC)
     got = [decode_output_heap(d, layout) for d in decode_packets(packets)]
@@ -346,7 +347,7 @@ def test_apply_settings_sets_gains_and_delays_per_pol():
 def test_run_fengine_rejects_bad_input_settings():
     eng = make_engine("cpu", **SETTINGS)
     with pytest.raises(ConfigError, match="8, 10, 12 or 16"):
-        run_fengine("127.0.0.1:0", eng, input_bits=9, duration_s=1)
+        run_fengine("127.0.0.1:0", eng, sample_bits=9, duration_s=1)
     with pytest.raises(ConfigError, match="two different ids"):
         run_fengine("127.0.0.1:0", eng, dig_ids=(3, 3), duration_s=1)
 
@@ -354,16 +355,16 @@ def test_run_fengine_rejects_bad_input_settings():
 class PackedEngine(FEngineReference):
     """The GPU engine's input surface on the CPU: packed bytes in, and a flush."""
 
-    def __init__(self, *args, input_bits: int, **kw):
+    def __init__(self, *args, sample_bits: int, **kw):
         super().__init__(*args, **kw)
-        self.input_bits = input_bits
+        self.sample_bits = sample_bits
         self.packed_calls = 0
         self.held: list = []
 
     def process_packed(self, raw, timestamp, valid=None):
         assert raw.dtype == np.uint8 and raw.ndim == 2 and raw.flags.c_contiguous
         self.packed_calls += 1
-        samples = unpack_heaps(raw, self.input_bits)
+        samples = unpack_heaps(raw, self.sample_bits)
         # Hold the newest heaps back until flush, as a pipelined GPU engine may.
         out, self.held = self.held, self.process(samples, timestamp, valid)
         return out
@@ -376,7 +377,7 @@ class PackedEngine(FEngineReference):
 def test_an_engine_with_process_packed_gets_the_heap_bytes(tmp_path):
     x, pk = sim(0, 80)
     pk = FaultPlan(at={2 * 30: Drop()}).apply(pk).rows()  # pol 0, heap 30
-    eng = PackedEngine(**SETTINGS, input_bits=BITS)
+    eng = PackedEngine(**SETTINGS, sample_bits=BITS)
     out = HeapOutput(eng.layout, [], output_file=tmp_path / "p.spead")
     report = run_local(eng, out, [pk])
     assert eng.packed_calls == report.blocks > 1
@@ -611,6 +612,7 @@ def test_fengine_cli_runs_on_loopback(tmp_path):
         "input pol 1:",
         "heaps_skipped=",
         "saturated_pol1=",
+        "heaps_made=",
         "heaps_sent=",
     ):
         assert word in text
@@ -619,7 +621,7 @@ def test_fengine_cli_runs_on_loopback(tmp_path):
     assert report["heaps_unpaired"] == [1, 0]
     assert report["engine"]["heaps_skipped"] == 2  # the two slots the lost heap touches
     sent = report["output"]["heaps_sent"]
-    assert sent == report["engine"]["heaps_sent"] > 150
+    assert sent == report["engine"]["heaps_made"] > 150
     assert report["control_updates"] == 2  # the two gains of the settings file
     got = drain(sink)
     sink.close()

@@ -90,7 +90,7 @@ def test_heap_equals_chain_computed_by_hand():
             assert (h.timestamp, h.substream, h.frequency) == (t0, sub, sub * nchan // nsub)
             assert h.payload.dtype == np.int8 and h.payload.shape == (4, nspec, 2, 2)
             np.testing.assert_array_equal(h.payload, expected[sub * 4 : sub * 4 + 4])
-    assert eng.counters.heaps_sent == len(heaps)
+    assert eng.counters.heaps_made == len(heaps)
     assert eng.counters.heaps_skipped == 0
 
 
@@ -121,7 +121,7 @@ def test_blockwise_equals_one_shot():
     assert len(whole) > 40
     same_heaps(whole, parts)
     assert one.counters.heaps_skipped > 0
-    for name in ("spectra", "flagged_spectra", "heaps_sent", "heaps_skipped"):
+    for name in ("spectra", "flagged_spectra", "heaps_made", "heaps_skipped"):
         assert getattr(one.counters, name) == getattr(blocks.counters, name)
     np.testing.assert_array_equal(one.counters.saturated, blocks.counters.saturated)
     # History is bounded: the block engine keeps no more than the PFB and delay need.
@@ -150,7 +150,7 @@ def test_flagged_heaps_are_not_sent():
     same_heaps(heaps, [h for h in clean if h.timestamp // heap_len != 5])
     assert eng.counters.flagged_spectra == len(hit)
     assert eng.counters.heaps_skipped == 1
-    assert eng.counters.heaps_sent == len(clean) - 1
+    assert eng.counters.heaps_made == len(clean) - 1
 
 
 def test_gap_between_blocks_counts_as_missing():
@@ -234,7 +234,7 @@ def test_delay_beyond_maximum_flags_spectra():
     eng = engine(max_delay_samples=4)
     eng.set_delay_model(0, DelayModel(delay_s=6.0 / FS))
     assert eng.process(x, 0) == []
-    assert eng.counters.heaps_sent == 0
+    assert eng.counters.heaps_made == 0
     assert eng.counters.flagged_spectra == eng.counters.spectra > 0
 
 

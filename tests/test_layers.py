@@ -31,13 +31,13 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "fold": {"dsp"},
     "io": {"dsp/dedisperse", "dsp/packed", "pipeline/interfaces"},
     "sim": {"dsp/dedisperse", "io/vdif"},
-    "formats": {"dsp/packed", "sim/packetize"},
+    "formats": {"dsp/packed", "sim/packetize", "io/vdif"},
     "streams": {"formats"},
     "capture_config": {"streams"},
     "monitor": set(),
     "testing": set(),  # fault plans for tests: packets in, packets out
     "pipeline": {"dsp", "fold", "io", "formats", "capture_config"},
-    "fengine": {"dsp", "pipeline", "sim/spead"},
+    "fengine": {"dsp", "pipeline"},
     # The command line sits on top and may import anything.
     "cli_options": {"*"},
     "commands": {"*"},

@@ -118,7 +118,7 @@ def test_a_one_thread_vdif_stream_described_in_a_file(tmp_path):
 
 
 def test_digitiser_heaps_with_the_meerkat_defaults(tmp_path):
-    from voltstream.fengine.pipeline import digitiser_packets, digitiser_samples
+    from voltstream.sim.spead import digitiser_packets, digitiser_samples
 
     x = digitiser_samples(0, 32, samples_per_heap=4096, bits=10, noise_rms=20.0)
     packets = digitiser_packets(x, 0, samples_per_heap=4096, bits=10, dig_ids=(0, 1))

@@ -3,20 +3,20 @@
 import numpy as np
 import pytest
 
+from voltstream.digitiser import SAMPLE_BITS
 from voltstream.errors import ConfigError, FormatError
 from voltstream.sim.spead import (
     DIG_ID,
     DIG_RAW_DATA,
     DIG_STATUS,
     DIG_TIMESTAMP,
-    SPEAD_BITS,
     depacketize_spead_dig,
     pack_samples,
     packetize_spead_dig,
-    parse_spead_header,
     spead_dig_packet_len,
     unpack_samples,
 )
+from voltstream.spead_items import parse_packet
 
 
 def _reference_pack(samples, bits):
@@ -29,7 +29,7 @@ def _random_samples(rng, bits, n):
     return rng.integers(-(1 << (bits - 1)), 1 << (bits - 1), n)
 
 
-@pytest.mark.parametrize("bits", SPEAD_BITS)
+@pytest.mark.parametrize("bits", SAMPLE_BITS)
 def test_pack_matches_reference_and_round_trips(bits):
     rng = np.random.default_rng(bits)
     s = _random_samples(rng, bits, 64 * 8)
@@ -86,14 +86,14 @@ def test_packetize_layout_and_round_trip():
     np.testing.assert_array_equal(d["status"], status)
 
 
-@pytest.mark.parametrize("bits", SPEAD_BITS)
+@pytest.mark.parametrize("bits", SAMPLE_BITS)
 def test_default_heaps_every_width(bits):
     rng = np.random.default_rng(100 + bits)
     s = _random_samples(rng, bits, 4096 * 2)
     pk = packetize_spead_dig(s, bits=bits, timestamp=4096 * 7, digitiser_id=1)
     assert pk.shape == (2, 72 + 4096 * bits // 8)
-    h = parse_spead_header(pk[1])
-    assert h["heap_address_bits"] == 48 and len(h["payload"]) == 4096 * bits // 8
+    h = parse_packet(pk[1])
+    assert h.addr_bits == 48 and len(h.payload) == 4096 * bits // 8
     np.testing.assert_array_equal(depacketize_spead_dig(pk, bits=bits)["samples"], s)
 
 
@@ -101,9 +101,9 @@ def test_other_flavour():
     s = np.arange(-32, 32)
     pk = packetize_spead_dig(s, bits=8, samples_per_heap=64, heap_address_bits=40)
     assert list(pk[0, :4]) == [0x53, 4, 3, 5]
-    h = parse_spead_header(pk[0])
-    assert h["heap_address_bits"] == 40
-    assert (True, DIG_TIMESTAMP, 0) in h["items"]
+    h = parse_packet(pk[0])
+    assert h.addr_bits == 40
+    assert (True, DIG_TIMESTAMP, 0) in h.items
     np.testing.assert_array_equal(depacketize_spead_dig(pk, bits=8)["samples"], s)
 
 
@@ -149,7 +149,7 @@ def test_decoder_refuses_bad_packets():
     with pytest.raises(FormatError):
         depacketize_spead_dig(pk[:-1], bits=8)  # payload cut short
     with pytest.raises(FormatError):
-        parse_spead_header(pk[:7])
+        parse_packet(pk[:7])
 
 
 def test_decoder_random_bytes_raise_only_format_errors():
@@ -169,5 +169,5 @@ def test_decoder_random_bytes_raise_only_format_errors():
         except FormatError:
             continue
         ok += 1
-        assert d["samples"].size == len(parse_spead_header(b.tobytes())["payload"])
+        assert d["samples"].size == len(parse_packet(b.tobytes()).payload)
     assert ok > 100

@@ -142,16 +142,12 @@ def _parse_drops(text: str) -> set[tuple[int, int]]:
 
 def simulate_spead_dig(args: argparse.Namespace) -> int:
     """`voltstream simulate --format spead-dig`: digitiser heaps of both pols."""
-    from voltstream.digitiser import SAMPLE_BITS as SPEAD_BITS
-    from voltstream.fengine.pipeline import digitiser_packets, digitiser_samples
+    from voltstream.digitiser import check_bits, heap_bytes
+    from voltstream.sim.spead import digitiser_packets, digitiser_samples
 
     bits, sph, fs = args.sample_bits, args.samples_per_heap, args.sample_rate_hz
-    if bits not in SPEAD_BITS:
-        raise ConfigError(f"--sample-bits {bits}: use 8, 10, 12 or 16")
-    if sph * bits % 8:
-        raise ConfigError(
-            f"--samples-per-heap {sph} x {bits} bits is not whole bytes: use a multiple of 4"
-        )
+    check_bits(bits, "--sample-bits")
+    heap_bytes(sph, bits, "--samples-per-heap")
     ids = _parse_dig_ids(args.dig_ids)
     drops = _parse_drops(args.drop)
     n_heaps = args.heaps or max(1, int(args.duration * fs // sph))
@@ -456,14 +452,14 @@ def _fold_on(
 
 def fengine(args: argparse.Namespace) -> int:
     """`voltstream fengine`: capture, channelise, send; prints every counter at the end."""
+    from voltstream.digitiser import check_bits
     from voltstream.dsp.pfb import check_pfb_shape
     from voltstream.fengine.engines import make_engine, resolve_device
     from voltstream.fengine.heaps import HeapLayout
     from voltstream.fengine.output import HeapOutput, parse_destinations
-    from voltstream.fengine.pipeline import INPUT_BITS, apply_settings, run_fengine
+    from voltstream.fengine.pipeline import apply_settings, run_fengine
 
-    if args.sample_bits not in INPUT_BITS:
-        raise ConfigError(f"--sample-bits {args.sample_bits}: use 8, 10, 12 or 16")
+    check_bits(args.sample_bits, "--sample-bits")
     if args.bits not in (4, 8):
         raise ConfigError(f"--bits {args.bits}: the output is 8-bit or 4-bit, use 8 or 4")
     nchan, taps = check_pfb_shape(args.channels, args.taps)
@@ -510,7 +506,7 @@ def fengine(args: argparse.Namespace) -> int:
             )
 
     def factory() -> Any:
-        return make_engine(device, input_bits=args.sample_bits, **settings)
+        return make_engine(device, sample_bits=args.sample_bits, **settings)
 
     engine = factory()
     if control is not None:
@@ -547,7 +543,7 @@ def fengine(args: argparse.Namespace) -> int:
             engine,
             output,
             dig_ids=dig_ids,
-            input_bits=args.sample_bits,
+            sample_bits=args.sample_bits,
             duration_s=args.duration,
             idle_timeout_s=args.idle_timeout,
             capture_engine=args.engine,

@@ -17,15 +17,41 @@ import numpy.typing as npt
 
 from voltstream.errors import ConfigError, FormatError
 
-__all__ = ["SAMPLE_BITS", "check_bits", "pack_samples", "unpack_heaps", "unpack_samples"]
+__all__ = [
+    "SAMPLE_BITS",
+    "check_bits",
+    "heap_bytes",
+    "pack_samples",
+    "unpack_heaps",
+    "unpack_samples",
+]
 
 #: Digitiser sample widths.
 SAMPLE_BITS = (8, 10, 12, 16)
 
 
-def check_bits(bits: int) -> None:
+def check_bits(bits: int, name: str = "digitiser sample width") -> None:
+    """A ConfigError unless ``bits`` is a digitiser sample width; ``name`` is what
+    the message calls it (a command-line option names itself, ``--sample-bits``)."""
     if bits not in SAMPLE_BITS:
-        raise ConfigError(f"digitiser sample width {bits} is not supported; use 8, 10, 12 or 16")
+        raise ConfigError(f"{name} {bits} is not supported; use 8, 10, 12 or 16")
+
+
+def heap_bytes(samples_per_heap: int, bits: int, name: str = "samples per heap") -> int:
+    """Bytes of one heap of ``samples_per_heap`` packed ``bits``-bit samples.
+
+    A ConfigError unless the width is a digitiser's and the heap a positive whole
+    number of samples filling whole bytes (the packing has no padding).
+    """
+    check_bits(bits)
+    if int(samples_per_heap) != samples_per_heap or samples_per_heap < 1:
+        raise ConfigError(f"{name} {samples_per_heap}: give a positive whole number")
+    if samples_per_heap * bits % 8:
+        raise ConfigError(
+            f"{name} {samples_per_heap} x {bits} bits is not a whole number of bytes: "
+            "give a multiple of 4 samples (MeerKAT uses 4096)"
+        )
+    return int(samples_per_heap) * bits // 8
 
 
 def pack_samples(samples: npt.ArrayLike, bits: int) -> np.ndarray:

@@ -3,7 +3,9 @@ format, and how a chunk's payload bytes become TFP samples.
 
 The byte layouts themselves live in the Rust wire layer and docs/formats.md; this
 module only knows the sizes it needs to reshape payloads, and the options the
-capture engine takes for each format.
+capture engine takes for each format. The sizes are written once, where the
+Python side writes or reads the bytes: the YNAO frame's in ``sim/packetize.py``
+(its packetizer), VDIF's in ``io/vdif.py`` (its file format).
 """
 
 from __future__ import annotations
@@ -15,20 +17,24 @@ import numpy as np
 
 from voltstream.dsp.packed import PackedLayout
 from voltstream.errors import ConfigError
+from voltstream.io import vdif
 from voltstream.observation import Observation
+from voltstream.sim.packetize import (
+    YNAO_DATA_LEN,
+    YNAO_HEADER_LEN,
+    YNAO_NCHAN,
+    YNAO_NPOL,
+    YNAO_NSPEC,
+    packetize_vdif,
+    packetize_ynao,
+)
 
 FORMATS = ("ynao", "vdif")
 
-#: The YNAO/ROACH2 frame: 64 spectra x 32 channels x 2 pols x int8 (re, im).
-YNAO_SPECTRA, YNAO_NCHAN, YNAO_NPOL = 64, 32, 2
-YNAO_HEADER_BYTES = 24
-YNAO_PAYLOAD_BYTES = YNAO_SPECTRA * YNAO_NCHAN * YNAO_NPOL * 2
-
 #: VDIF defaults: 8-bit complex, one thread per polarisation, 8000-byte payloads.
-VDIF_HEADER_BYTES = 32
 VDIF_DEFAULT_PAYLOAD = 8000
-#: Our VDIF frames count seconds from reference epoch 0: 2000-01-01 (MJD 51544).
-VDIF_EPOCH_MJD = 51544
+#: Our VDIF frames count seconds from reference epoch 0 (2000-01-01).
+VDIF_EPOCH_MJD = vdif.ref_epoch_mjd(0)
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,7 @@ class StreamFormat:
 
     @property
     def packet_len(self) -> int:
-        return self.payload_len + (YNAO_HEADER_BYTES if self.name == "ynao" else VDIF_HEADER_BYTES)
+        return self.payload_len + (YNAO_HEADER_LEN if self.name == "ynao" else vdif.HEADER_LEN)
 
     @property
     def streams(self) -> int:
@@ -123,8 +129,6 @@ class StreamFormat:
         npol) already scaled to the 8-bit range. `first_sample` counts samples since
         the observation start `obs`, so every packet's time stamp and index are exact.
         """
-        from voltstream.sim import packetize
-
         if samples.dtype == np.int8:
             samples = samples.astype(np.float32).view(np.complex64)[..., 0]
 
@@ -134,7 +138,7 @@ class StreamFormat:
         if self.name == "ynao":
             ns = round(first_sample * self.tsamp_s * 1e9) + round(obs.start_sec * 1e9)
             days, ns = divmod(ns, 86400 * 10**9)
-            return packetize.packetize_ynao(
+            return packetize_ynao(
                 samples,
                 start_sequence=first_sample // spp,
                 mjd=obs.start_mjd + days,
@@ -144,7 +148,7 @@ class StreamFormat:
             )
         fps = self.capture_kwargs()["frames_per_second"]
         start_frame = (obs.start_mjd - VDIF_EPOCH_MJD) * 86400 * fps + round(obs.start_sec * fps)
-        return packetize.packetize_vdif(
+        return packetize_vdif(
             samples,
             frames_per_second=fps,
             nbit=self.bits,
@@ -215,7 +219,7 @@ def make_format(
         if bits != 8:
             raise ConfigError("the YNAO frame carries 8-bit samples; --bits is for VDIF")
         return StreamFormat(
-            "ynao", YNAO_NCHAN, YNAO_NPOL, YNAO_SPECTRA, YNAO_PAYLOAD_BYTES, chan_bw_mhz, freq_mhz
+            "ynao", YNAO_NCHAN, YNAO_NPOL, YNAO_NSPEC, YNAO_DATA_LEN, chan_bw_mhz, freq_mhz
         )
     nchan = 32 if nchan is None else nchan
     if nchan < 1 or nchan & (nchan - 1):

@@ -5,24 +5,49 @@ or -48) and the channelised heaps the F-engine sends (``fengine/heaps.py``, -48)
 A packet starts with 8 bytes (magic 0x53, version 4, item-pointer width, heap-address
 width, two zero bytes, the number of item pointers, big-endian), then the pointers,
 8 bytes each, big-endian: bit 63 set = immediate, then the item id in the bits above
-the address width and the value (or heap address) in the bits below it. The Rust
-capture parses the same bytes (``wire::spead``); decoding in Python stays with the
-tests and tools that need it.
+the address width and the value (or heap address) in the bits below it, then
+``payload length`` (item 0x4) bytes of payload. The standard items (heap counter,
+size, offset, payload length) have their ids here, once.
+
+``parse_packet`` is the one Python decoder of the same bytes, for the tests and
+tools that read packets back (the simulator's digitiser heaps, the F-engine's
+output heaps and its packet files); the Rust capture has its own
+(``wire::spead``), fuzzed, for the hot path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from voltstream.errors import ConfigError
+from voltstream.errors import ConfigError, FormatError
 
-__all__ = ["MAGIC", "VERSION", "header", "headers", "pointer", "pointers"]
+__all__ = [
+    "HEADER_LEN",
+    "HEAP_CNT",
+    "HEAP_OFFSET",
+    "HEAP_SIZE",
+    "MAGIC",
+    "PAYLOAD_LENGTH",
+    "VERSION",
+    "Packet",
+    "header",
+    "headers",
+    "parse_packet",
+    "pointer",
+    "pointers",
+]
 
 MAGIC = 0x53
 VERSION = 4
+#: Bytes of the packet header, before the item pointers.
+HEADER_LEN = 8
+#: The items that place a packet's payload in its heap (SPEAD protocol, 2012).
+HEAP_CNT, HEAP_SIZE, HEAP_OFFSET, PAYLOAD_LENGTH = 0x1, 0x2, 0x3, 0x4
 
 
 def pointers(
@@ -63,3 +88,77 @@ def headers(columns: Sequence[np.ndarray], addr_bits: int = 48) -> np.ndarray:
     words = np.stack(cols, axis=-1).astype(">u8")
     out[..., 8:] = words.view(np.uint8).reshape(shape + (-1,))
     return out
+
+
+@dataclass(frozen=True)
+class Packet:
+    """One SPEAD-64-XX packet as read by ``parse_packet``."""
+
+    #: The flavour's heap-address width (48 for SPEAD-64-48).
+    addr_bits: int
+    #: ``(immediate, item id, value or heap address)`` per item pointer, in packet order.
+    items: tuple[tuple[bool, int, int], ...]
+    #: The ``payload length`` bytes after the item pointers.
+    payload: bytes
+    #: Bytes the packet takes: header, item pointers and payload.
+    size: int
+
+    def immediates(self) -> dict[int, int]:
+        """Immediate items by id (of an id given twice, the last)."""
+        return {i: v for imm, i, v in self.items if imm}
+
+    def addresses(self) -> dict[int, int]:
+        """Addressed items by id: their heap addresses (of an id given twice, the last)."""
+        return {i: v for imm, i, v in self.items if not imm}
+
+    def require(self, *item_ids: int) -> dict[int, int]:
+        """``immediates()``, or a FormatError naming those of ``item_ids`` it lacks."""
+        got = self.immediates()
+        missing = [hex(i) for i in item_ids if i not in got]
+        if missing:
+            raise FormatError(f"SPEAD packet lacks the immediate items {', '.join(missing)}")
+        return got
+
+
+def parse_packet(data: Any, addr_bits: int | None = None) -> Packet:
+    """The SPEAD packet at the start of ``data`` (bytes-like).
+
+    Bytes after the packet are left alone (``Packet.size`` says where the next of a
+    buffer of packets back to back starts). ``addr_bits`` pins the flavour (48:
+    SPEAD-64-48); None takes any SPEAD-64-XX. A FormatError for a bad header, too
+    few bytes for the item pointers or the payload, or no immediate payload length.
+    """
+    if isinstance(data, np.ndarray):  # a row of a packet array, say
+        data = np.ascontiguousarray(data, dtype=np.uint8)
+    b = memoryview(data).cast("B")
+    if len(b) < HEADER_LEN:
+        raise FormatError(f"SPEAD packet of {len(b)} B is shorter than its 8-byte header")
+    head = bytes(b[:4])
+    if addr_bits is not None:
+        expected = bytes([MAGIC, VERSION, 8 - addr_bits // 8, addr_bits // 8])
+        if head != expected:
+            raise FormatError(
+                f"not a SPEAD-64-{addr_bits} packet (header {head.hex()}, expected "
+                f"{expected.hex()}): check the sender's flavour"
+            )
+    elif head[0] != MAGIC or head[1] != VERSION or head[2] + head[3] != 8 or not 1 <= head[3] <= 7:
+        raise FormatError(
+            f"no SPEAD packet header (got {head.hex()}, a SPEAD-64-XX header expected)"
+        )
+    addr = 8 * head[3]
+    n_items = int.from_bytes(b[6:8], "big")
+    start = HEADER_LEN + 8 * n_items
+    if len(b) < start:
+        raise FormatError(f"SPEAD packet of {len(b)} B is too short for its {n_items} items")
+    id_mask, value_mask = (1 << (63 - addr)) - 1, (1 << addr) - 1
+    items = tuple(
+        (bool(w >> 63), (w >> addr) & id_mask, w & value_mask)
+        for w in np.frombuffer(b[HEADER_LEN:start], dtype=">u8").tolist()
+    )
+    packet = Packet(addr, items, b"", start)
+    length = packet.require(PAYLOAD_LENGTH)[PAYLOAD_LENGTH]
+    if len(b) - start < length:
+        raise FormatError(
+            f"SPEAD packet promises {length} payload bytes but carries {len(b) - start}"
+        )
+    return Packet(addr, items, bytes(b[start : start + length]), start + length)

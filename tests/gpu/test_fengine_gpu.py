@@ -56,13 +56,15 @@ def quantised_close(got, want, bits, max_fraction=5e-3):
     return int(np.count_nonzero(diff))
 
 
-@pytest.mark.parametrize("in_bits", [8, 10, 12, 16])
+@pytest.mark.parametrize("sample_bits", [8, 10, 12, 16])
 @pytest.mark.parametrize("nchan,taps", [(32, 1), (64, 4), (1024, 16), (256, 7)])
-def test_fir_fft_matches_reference(cp, in_bits, nchan, taps):
+def test_fir_fft_matches_reference(cp, sample_bits, nchan, taps):
     rng = np.random.default_rng()
-    eng = gpu_engine(nchan=nchan, taps=taps, spectra_per_heap=4, input_bits=in_bits)
+    eng = gpu_engine(nchan=nchan, taps=taps, spectra_per_heap=4, sample_bits=sample_bits)
     nspec = 37
-    x = random_samples(rng, (nspec + taps - 1) * 2 * nchan + 8 * int(rng.integers(0, 9)), in_bits)
+    x = random_samples(
+        rng, (nspec + taps - 1) * 2 * nchan + 8 * int(rng.integers(0, 9)), sample_bits
+    )
     got = eng.channelize(x)
     for p in range(2):
         want = pfb_channelize(x[p], nchan, taps)
@@ -119,11 +121,11 @@ def test_postprocess_matches_reference(cp, out_bits, dither):
 def make_pair(**kw):
     args = dict(nchan=64, taps=8, spectra_per_heap=6, sample_rate_hz=FS, n_substreams=4)
     args.update(kw)
-    in_bits = args.pop("input_bits", 16)
-    return FEngineReference(**args), gpu_engine(input_bits=in_bits, **args)
+    sample_bits = args.pop("sample_bits", 16)
+    return FEngineReference(**args), gpu_engine(sample_bits=sample_bits, **args)
 
 
-def configure(engines, rng, nchan, in_bits, out_bits, t0):
+def configure(engines, rng, nchan, sample_bits, out_bits, t0):
     # Delays that step by whole samples during the run (coarse-delay changes).
     models = [
         DelayModel(
@@ -132,7 +134,7 @@ def configure(engines, rng, nchan, in_bits, out_bits, t0):
         DelayModel(3.7 / FS, delay_rate=-1e-4, phase_rad=-1.0, epoch_sample=t0 + 5000),
     ]
     # Output near 30 (8-bit) or 3 (4-bit) steps rms: a few values clip.
-    scale = (30.0 if out_bits == 8 else 3.0) / (((1 << (in_bits - 1)) - 1) / 5)
+    scale = (30.0 if out_bits == 8 else 3.0) / (((1 << (sample_bits - 1)) - 1) / 5)
     gains = (rng.standard_normal((2, nchan)) + 1j * rng.standard_normal((2, nchan))) * scale
     for e in engines:
         e.set_gains(gains)
@@ -149,14 +151,16 @@ def assert_same_heaps(gpu_heaps, ref_heaps, bits):
         quantised_close(g.payload, r.payload, bits)
 
 
-@pytest.mark.parametrize("in_bits,out_bits", [(16, 8), (10, 8), (8, 4), (12, 8)])
-def test_engine_equals_reference_with_delays_gains_dither_and_loss(cp, in_bits, out_bits):
+@pytest.mark.parametrize("sample_bits,out_bits", [(16, 8), (10, 8), (8, 4), (12, 8)])
+def test_engine_equals_reference_with_delays_gains_dither_and_loss(cp, sample_bits, out_bits):
     rng = np.random.default_rng()
-    ref, gpu = make_pair(input_bits=in_bits, bits=out_bits, max_delay_samples=96, dither_seed=7)
+    ref, gpu = make_pair(
+        sample_bits=sample_bits, bits=out_bits, max_delay_samples=96, dither_seed=7
+    )
     t0 = 123_456 * 8
-    configure([ref, gpu], rng, 64, in_bits, out_bits, t0)
+    configure([ref, gpu], rng, 64, sample_bits, out_bits, t0)
     n = 40 * 768
-    x = random_samples(rng, n, in_bits)
+    x = random_samples(rng, n, sample_bits)
     valid = np.ones((2, n), dtype=bool)
     valid[0, 9000:9008] = False  # one lost packet in pol 0
     valid[:, 21000:21100] = False  # a burst in both
@@ -167,7 +171,7 @@ def test_engine_equals_reference_with_delays_gains_dither_and_loss(cp, in_bits, 
         r_heaps += ref.process(x[:, a:b], t0 + a, valid[:, a:b])
         g_heaps += gpu.process(x[:, a:b], t0 + a, valid[:, a:b])
     assert_same_heaps(g_heaps, r_heaps, out_bits)
-    for name in ("spectra", "flagged_spectra", "heaps_sent", "heaps_skipped"):
+    for name in ("spectra", "flagged_spectra", "heaps_made", "heaps_skipped"):
         assert getattr(gpu.counters, name) == getattr(ref.counters, name), name
     assert ref.counters.heaps_skipped > 0
     assert np.all(np.abs(gpu.counters.saturated - ref.counters.saturated) <= 50)
@@ -192,7 +196,7 @@ def test_both_engines_follow_the_plan_they_are_given(cp):
     x = random_samples(rng, 24 * 768, 16)
     outputs = []
     for plan in (right, wrong):
-        ref, gpu = FEngineReference(plan=plan), gpu_engine(plan=plan, input_bits=16)
+        ref, gpu = FEngineReference(plan=plan), gpu_engine(plan=plan, sample_bits=16)
         assert gpu.plan is plan and gpu.slots.plan is plan
         configure([ref, gpu], np.random.default_rng(5), 64, 16, 8, t0)
         r_heaps, g_heaps = [], []
@@ -207,7 +211,7 @@ def test_both_engines_follow_the_plan_they_are_given(cp):
 
 def test_gap_and_async_path_equal_reference(cp):
     rng = np.random.default_rng()
-    ref, gpu = make_pair(input_bits=10, max_delay_samples=64, dither_seed=3, nchan=128)
+    ref, gpu = make_pair(sample_bits=10, max_delay_samples=64, dither_seed=3, nchan=128)
     block = 4096
     t0 = 4096 * 1000
     configure([ref, gpu], rng, 128, 10, 8, t0)
@@ -231,7 +235,7 @@ def test_gap_and_async_path_equal_reference(cp):
 
 def test_tone_sweep_gives_the_weights_response_on_the_gpu(cp):
     nchan, taps = 1024, 16
-    eng = gpu_engine(nchan=nchan, taps=taps, spectra_per_heap=4, input_bits=16)
+    eng = gpu_engine(nchan=nchan, taps=taps, spectra_per_heap=4, sample_bits=16)
     w = pfb_weights(nchan, taps)
     k0 = 200
     offsets = np.linspace(-2.0, 2.0, 41)
@@ -254,7 +258,7 @@ def test_tone_sweep_gives_the_weights_response_on_the_gpu(cp):
 def test_delay_shows_as_phase_slope_across_channels(cp):
     rng = np.random.default_rng()
     nchan = 256
-    gpu = gpu_engine(nchan=nchan, taps=8, spectra_per_heap=32, sample_rate_hz=FS, input_bits=16)
+    gpu = gpu_engine(nchan=nchan, taps=8, spectra_per_heap=32, sample_rate_hz=FS, sample_bits=16)
     tau = 0.37 / FS
     gpu.set_delay_model(1, DelayModel(delay_s=tau))
     gpu.set_gains(0.015)
@@ -305,7 +309,7 @@ def test_packet_mode_gives_the_reference_heaps_as_packets(cp, out_bits, per_pack
     from voltstream.fengine.packets import PacketBatch, PacketFormat
 
     rng = np.random.default_rng()
-    ref, gpu = make_pair(input_bits=10, bits=out_bits, max_delay_samples=64, feng_id=1)
+    ref, gpu = make_pair(sample_bits=10, bits=out_bits, max_delay_samples=64, feng_id=1)
     t0 = 4096 * 100
     configure([ref, gpu], rng, 64, 10, out_bits, t0)
     fmt = PacketFormat(gpu.layout, per_packet, feng_id=1, n_fengs=2)
@@ -327,7 +331,7 @@ def test_packet_mode_gives_the_reference_heaps_as_packets(cp, out_bits, per_pack
     assert gpu.packet_pool.waits == 0
     g_heaps = [h for _, hs in batches for h in hs] + gpu.flush()
     assert_same_heaps(g_heaps, r_heaps, out_bits)
-    for name in ("spectra", "flagged_spectra", "heaps_sent", "heaps_skipped"):
+    for name in ("spectra", "flagged_spectra", "heaps_made", "heaps_skipped"):
         assert getattr(gpu.counters, name) == getattr(ref.counters, name), name
     assert gpu.timing["calls"] == 10 and gpu.timing["gpu_busy_s"] > 0
     # Every packet's header is the one heap-by-heap encoding gives, and the payload
@@ -344,12 +348,12 @@ def test_restart_in_place_starts_a_new_time_line(cp):
     """restart(): after a jump back in time the GPU engine, its buffers and pools kept,
     gives what a fresh reference gives for the new time line."""
     rng = np.random.default_rng()
-    ref, gpu = make_pair(input_bits=10)
+    ref, gpu = make_pair(sample_bits=10)
     block = 4096
     x = random_samples(rng, 8 * block, 10)
     for i in range(4):
         gpu.process(x[:, i * block : (i + 1) * block], 10**6 + i * block)
-    before = gpu.counters.heaps_sent
+    before = gpu.counters.heaps_made
     gpu.flush()
     gpu.restart()
     r_heaps, g_heaps = [], []
@@ -358,4 +362,4 @@ def test_restart_in_place_starts_a_new_time_line(cp):
         r_heaps += ref.process(x[:, i * block : (i + 1) * block], t)
         g_heaps += gpu.process(x[:, i * block : (i + 1) * block], t)
     assert_same_heaps(g_heaps, r_heaps, 8)
-    assert gpu.counters.heaps_sent == before + ref.counters.heaps_sent
+    assert gpu.counters.heaps_made == before + ref.counters.heaps_made

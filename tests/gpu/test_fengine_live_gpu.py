@@ -27,7 +27,7 @@ def test_live_gpu_fengine_equals_the_reference(tmp_path, lose):
     if lose:
         pk = np.ascontiguousarray(np.delete(pk, [2 * 70 + 1], axis=0))  # pol 1, heap 70
         valid[70 * SPH : 71 * SPH] = False
-    eng = make_engine("gpu", input_bits=BITS, **SETTINGS)
+    eng = make_engine("gpu", sample_bits=BITS, **SETTINGS)
     out = HeapOutput(eng.layout, [], output_file=tmp_path / "g.spead")
     report = run_local(eng, out, [pk])
     assert report.blocks > 2 and report.capture["totals"]["missing"] == int(lose)

@@ -54,6 +54,7 @@ import numpy.typing as npt
 from voltstream import __version__
 from voltstream.dsp.delay import DelayModel
 from voltstream.errors import ConfigError
+from voltstream.fengine.plan import NPOL
 from voltstream.pipeline.capture import COUNTER_NAMES
 
 __all__ = [
@@ -67,12 +68,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-NPOL = 2
 # Sensors that exist from start-up (integer, status "unknown" until the first
 # update_sensors): the F-engine's counters and the capture engine's.
 FENGINE_COUNTERS = (
     "spectra",
-    "heaps_sent",
+    "heaps_made",
     "heaps_skipped",
     "flagged_spectra",
     "saturated_pol0",

@@ -66,7 +66,7 @@ class PackedFEngine(FEngine, Protocol):
     """An F-engine that takes the digitiser's packed bytes as they arrive (the GPU
     engine): the live pipeline feeds it chunks without unpacking them on the host."""
 
-    input_bits: int
+    sample_bits: int
     last_copy: Any  # CUDA event: the input block's copy to the device completed
 
     def process_packed(
@@ -102,10 +102,10 @@ def resolve_device(device: str) -> str:
     return _resolve(device, need=_gpu_class)
 
 
-def make_engine(device: str = "cpu", *, input_bits: int | None = None, **settings: Any) -> FEngine:
+def make_engine(device: str = "cpu", *, sample_bits: int | None = None, **settings: Any) -> FEngine:
     """A new F-engine on ``device`` (``cpu``, ``gpu`` or ``auto``) with ``settings``.
 
-    ``settings`` are FEngineReference's keywords. ``input_bits`` (the digitiser
+    ``settings`` are FEngineReference's keywords. ``sample_bits`` (the digitiser
     sample width) goes to the GPU engine only, which then takes the packed heap
     bytes as they arrive (``process_packed``); the CPU engine takes unpacked samples.
     Errors from either engine (bad settings, no GPU, CUDA failures) come back as
@@ -117,7 +117,7 @@ def make_engine(device: str = "cpu", *, input_bits: int | None = None, **setting
 
         return FEngineReference(**settings)
     cls = _gpu_class()
-    extra = {} if input_bits is None else {"input_bits": int(input_bits)}
+    extra = {} if sample_bits is None else {"sample_bits": int(sample_bits)}
     try:
         return cls(**settings, **extra)
     except ConfigError:

@@ -70,7 +70,7 @@ class GpuFEngine(FEngineState):
     ``FEnginePlan``), its host time line (``slots``, a ``SlotPlanner``) and kernels;
     the same heaps as ``FEngineReference``, which the GPU tests hold it to.
 
-    ``input_bits`` is the width of the digitiser samples (8, 10, 12, 16) as they are
+    ``sample_bits`` is the width of the digitiser samples (8, 10, 12, 16) as they are
     given to ``process_packed``; ``process`` takes integer samples and packs them.
     For 10- and 12-bit input, blocks and gaps must be whole multiples of 8 samples
     (a byte boundary); digitiser heaps of 4096 samples are.
@@ -80,16 +80,16 @@ class GpuFEngine(FEngineState):
     #: one before and the copy out of the one before that all overlap.
     ASYNC_DEPTH = 3
 
-    def __init__(self, *args: Any, input_bits: int = 16, **settings: Any) -> None:
+    def __init__(self, *args: Any, sample_bits: int = 16, **settings: Any) -> None:
         super().__init__(*args, **settings)
         cp = cupy_module()
         try:
             cp.cuda.runtime.getDeviceCount()
         except Exception as exc:  # CUDARuntimeError without a driver or device
             raise GpuError(f"no usable CUDA device: {exc}") from exc
-        self.input_bits = int(input_bits)
+        self.sample_bits = int(sample_bits)
         self.kernels = FEngineTemplate(
-            self.input_bits, self.plan.taps, self.layout.bits
+            self.sample_bits, self.plan.taps, self.layout.bits
         ).instantiate(self.nchan)
         self._w = cp.asarray(self.plan.weights, dtype=cp.float32)
         # The kernel's dither hash starts from splitmix64(seed): once, not per call.
@@ -189,15 +189,15 @@ class GpuFEngine(FEngineState):
         return self.flush()
 
     def _pack(self, x: np.ndarray) -> np.ndarray:
-        """Integer samples ``(2, n)`` -> packed ``input_bits`` big-endian bytes ``(2, nbytes)``."""
+        """Integer samples ``(2, n)`` -> packed ``sample_bits`` big-endian bytes ``(2, nbytes)``."""
         if x.dtype.kind == "f":
             if not np.all(np.isfinite(x)) or np.any(x != np.rint(x)):
                 raise ConfigError("the GPU F-engine takes integer digitiser samples")
             x = x.astype(np.int64)
-        bits = self.input_bits
+        bits = self.sample_bits
         lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
         if x.size and (x.min() < lo or x.max() > hi):
-            raise ConfigError(f"samples must lie in {lo}..{hi} for input_bits={bits}")
+            raise ConfigError(f"samples must lie in {lo}..{hi} for sample_bits={bits}")
         if bits == 8:
             raw = x.astype(np.int8).view(np.uint8)
         elif bits == 16:
@@ -254,11 +254,11 @@ class GpuFEngine(FEngineState):
                 f"packed input must be uint8 (2 polarisations, nbytes), got {raw.dtype} {raw.shape}"
             )
         nbits = raw.shape[1] * 8
-        if nbits % self.input_bits:
+        if nbits % self.sample_bits:
             raise ConfigError(
-                f"{raw.shape[1]} bytes are not a whole number of {self.input_bits}-bit samples"
+                f"{raw.shape[1]} bytes are not a whole number of {self.sample_bits}-bit samples"
             )
-        return nbits // self.input_bits
+        return nbits // self.sample_bits
 
     # --- one call
 
@@ -270,9 +270,9 @@ class GpuFEngine(FEngineState):
             raise ConfigError(f"valid_step={step} does not divide the block's {n} samples")
         ok = self._valid_mask(valid, n // step)
         gap = self.slots.gap_before(timestamp)
-        if self.input_bits not in (8, 16) and (gap % 8 or n % 8):
+        if self.sample_bits not in (8, 16) and (gap % 8 or n % 8):
             raise ConfigError(
-                f"{self.input_bits}-bit input must come in whole bytes: blocks and gaps must be "
+                f"{self.sample_bits}-bit input must come in whole bytes: blocks and gaps must be "
                 f"multiples of 8 samples (got {n} samples after a gap of {gap})"
             )
         if self.slots.fresh:
@@ -299,7 +299,7 @@ class GpuFEngine(FEngineState):
             ) from None
 
     def _bytes(self, samples: int) -> int:
-        return samples * self.input_bits // 8
+        return samples * self.sample_bits // 8
 
     def _append(self, cp: Any, raw: npt.ArrayLike, old_end: int, gap: int, n: int) -> None:
         """Device buffer = retained history + zeroed gap + the new block (+ padding).
@@ -365,7 +365,7 @@ class GpuFEngine(FEngineState):
         self.counters.spectra += len(slots) * nspec
         self.counters.flagged_spectra += nflag
         self.counters.heaps_skipped += (len(slots) - len(send)) * layout.n_substreams
-        self.counters.heaps_sent += len(send) * layout.n_substreams
+        self.counters.heaps_made += len(send) * layout.n_substreams
         if not send:
             return None
         avail = self.slots.end - self._base

@@ -56,19 +56,25 @@ import numpy as np
 import numpy.typing as npt
 
 from voltstream.errors import ConfigError, FormatError
-from voltstream.spead_items import header, headers, pointer, pointers
+from voltstream.spead_items import (
+    HEADER_LEN,
+    HEAP_CNT,
+    HEAP_OFFSET,
+    HEAP_SIZE,
+    PAYLOAD_LENGTH,
+    header,
+    headers,
+    parse_packet,
+    pointer,
+    pointers,
+)
 
 __all__ = [
     "DESCRIPTOR_HEAP_CNT",
-    "HEADER_LEN",
     "ITEM_DESCRIPTOR",
     "ITEM_FENG_ID",
     "ITEM_FENG_RAW",
     "ITEM_FREQUENCY",
-    "ITEM_HEAP_CNT",
-    "ITEM_HEAP_OFFSET",
-    "ITEM_HEAP_SIZE",
-    "ITEM_PAYLOAD_LENGTH",
     "ITEM_STREAM_CTRL",
     "ITEM_TIMESTAMP",
     "PACKET_HEADER_LEN",
@@ -91,10 +97,6 @@ __all__ = [
     "split_packets",
 ]
 
-ITEM_HEAP_CNT = 0x1
-ITEM_HEAP_SIZE = 0x2
-ITEM_HEAP_OFFSET = 0x3
-ITEM_PAYLOAD_LENGTH = 0x4
 ITEM_TIMESTAMP = 0x1600
 ITEM_FENG_ID = 0x4101
 ITEM_FREQUENCY = 0x4103
@@ -108,15 +110,11 @@ DESC_NAME, DESC_DESCRIPTION, DESC_SHAPE, DESC_FORMAT, DESC_ID, DESC_DTYPE = rang
 DESCRIPTOR_HEAP_CNT = (1 << 48) - 2
 STOP_HEAP_CNT = (1 << 48) - 1
 
-SPEAD_MAGIC = 0x53
-SPEAD_VERSION = 4
-ITEM_POINTER_WIDTH = 2
-HEAP_ADDRESS_WIDTH = 6
-HEADER_LEN = 8
-_IMMEDIATE = 1 << 63
-_VALUE_MASK = (1 << 48) - 1
-_ID_MASK = (1 << 15) - 1
-_PACKET_ITEMS = (ITEM_HEAP_CNT, ITEM_HEAP_SIZE, ITEM_HEAP_OFFSET, ITEM_PAYLOAD_LENGTH)
+#: The F-engine's flavour: SPEAD-64-48 (48-bit heap addresses and immediates).
+ADDR_BITS = 48
+_VALUE_MASK = (1 << ADDR_BITS) - 1
+_ID_MASK = (1 << (63 - ADDR_BITS)) - 1
+_PACKET_ITEMS = (HEAP_CNT, HEAP_SIZE, HEAP_OFFSET, PAYLOAD_LENGTH)
 _N_ITEMS = 8
 #: Bytes before the payload in every data packet: the header and eight item pointers.
 PACKET_HEADER_LEN = HEADER_LEN + 8 * _N_ITEMS
@@ -257,10 +255,10 @@ def packet_headers(
     per_heap = lambda values: np.asarray(values, dtype=np.uint64).reshape(-1, 1)  # noqa: E731
     return headers(
         [
-            pointers(ITEM_HEAP_CNT, cnt),
-            pointers(ITEM_HEAP_SIZE, size),
-            pointers(ITEM_HEAP_OFFSET, offsets[None, :]),
-            pointers(ITEM_PAYLOAD_LENGTH, per_packet),
+            pointers(HEAP_CNT, cnt),
+            pointers(HEAP_SIZE, size),
+            pointers(HEAP_OFFSET, offsets[None, :]),
+            pointers(PAYLOAD_LENGTH, per_packet),
             pointers(ITEM_TIMESTAMP, per_heap(timestamps)),
             pointers(ITEM_FENG_ID, feng_id),
             pointers(ITEM_FREQUENCY, per_heap(frequencies)),
@@ -270,39 +268,10 @@ def packet_headers(
 
 
 def _parse_packet(packet: bytes) -> tuple[dict[int, int], dict[int, int], bytes]:
-    if len(packet) < HEADER_LEN:
-        raise FormatError(f"SPEAD packet of {len(packet)} B is shorter than its 8-byte header")
-    magic, version, ptr_width, addr_width = packet[0], packet[1], packet[2], packet[3]
-    if (magic, version, ptr_width, addr_width) != (
-        SPEAD_MAGIC,
-        SPEAD_VERSION,
-        ITEM_POINTER_WIDTH,
-        HEAP_ADDRESS_WIDTH,
-    ):
-        raise FormatError(
-            f"not a SPEAD-64-48 packet (header {bytes(packet[:4]).hex()}, expected 53040206): "
-            "check the sender's flavour"
-        )
-    nitems = int.from_bytes(packet[6:8], "big")
-    end = HEADER_LEN + 8 * nitems
-    if len(packet) < end:
-        raise FormatError(f"SPEAD packet of {len(packet)} B is too short for {nitems} items")
-    words = np.frombuffer(packet[HEADER_LEN:end], dtype=">u8")
-    immediates: dict[int, int] = {}
-    addresses: dict[int, int] = {}
-    for word in words.tolist():
-        item_id = (word >> 48) & _ID_MASK
-        target = immediates if word & _IMMEDIATE else addresses
-        target[item_id] = word & _VALUE_MASK
-    missing = [hex(i) for i in _PACKET_ITEMS if i not in immediates]
-    if missing:
-        raise FormatError(f"SPEAD packet lacks the immediate items {', '.join(missing)}")
-    length = immediates[ITEM_PAYLOAD_LENGTH]
-    if len(packet) - end < length:
-        raise FormatError(
-            f"SPEAD packet promises {length} payload bytes but carries {len(packet) - end}"
-        )
-    return immediates, addresses, bytes(packet[end : end + length])
+    """Immediates, addresses and payload of one SPEAD-64-48 packet with the four
+    standard items (``spead_items.parse_packet`` reads it)."""
+    p = parse_packet(packet, ADDR_BITS)
+    return p.require(*_PACKET_ITEMS), p.addresses(), p.payload
 
 
 def decode_packets(packets: Iterable) -> list[DecodedHeap]:
@@ -319,9 +288,9 @@ def decode_packets(packets: Iterable) -> list[DecodedHeap]:
         else:
             packet = np.asarray(raw, dtype=np.uint8).tobytes()
         immediates, addresses, data = _parse_packet(packet)
-        cnt = immediates[ITEM_HEAP_CNT]
-        size = immediates[ITEM_HEAP_SIZE]
-        offset = immediates[ITEM_HEAP_OFFSET]
+        cnt = immediates[HEAP_CNT]
+        size = immediates[HEAP_SIZE]
+        offset = immediates[HEAP_OFFSET]
         if offset + len(data) > size:
             raise FormatError(
                 f"heap {cnt}: packet bytes {offset}..{offset + len(data)} overrun heap size {size}"
@@ -374,8 +343,8 @@ def decode_output_heap(decoded: DecodedHeap, layout: HeapLayout) -> OutputHeap:
 
 # Item descriptors, the stop heap, and files of back-to-back packets.
 
-_ADDR_BYTES = HEAP_ADDRESS_WIDTH  # 48-bit sizes in shape entries
-_FORMAT_LEN_BYTES = 8 - HEAP_ADDRESS_WIDTH  # 16-bit bit counts in format entries
+_ADDR_BYTES = ADDR_BITS // 8  # 48-bit sizes in shape entries
+_FORMAT_LEN_BYTES = 8 - ADDR_BITS // 8  # 16-bit bit counts in format entries
 
 
 @dataclass(frozen=True)
@@ -447,10 +416,10 @@ def _heap_packet(heap_cnt: int, items: list[int], payload: bytes) -> bytes:
     """One packet holding a whole heap: the four packet items, then ``items``."""
     size = len(payload)
     pointers = [
-        _pointer(ITEM_HEAP_CNT, heap_cnt),
-        _pointer(ITEM_HEAP_SIZE, size),
-        _pointer(ITEM_HEAP_OFFSET, 0),
-        _pointer(ITEM_PAYLOAD_LENGTH, size),
+        _pointer(HEAP_CNT, heap_cnt),
+        _pointer(HEAP_SIZE, size),
+        _pointer(HEAP_OFFSET, 0),
+        _pointer(PAYLOAD_LENGTH, size),
         *items,
     ]
     return _packet(pointers, payload)
@@ -484,15 +453,11 @@ def encode_descriptor(desc: ItemDescriptor) -> bytes:
 def _addressed_fields(packet: bytes) -> tuple[dict[int, int], list[tuple[int, bytes]]]:
     """Immediates and ``(id, bytes)`` of each addressed item (repeats kept) of a
     one-packet heap; an addressed item runs to the next address or the end."""
-    if len(packet) < HEADER_LEN:
-        raise FormatError(f"SPEAD packet of {len(packet)} B is shorter than its header")
-    nitems = int.from_bytes(packet[6:8], "big")
-    end = HEADER_LEN + 8 * nitems
-    immediates, _, payload = _parse_packet(packet)
-    if immediates[ITEM_HEAP_OFFSET] != 0 or immediates[ITEM_HEAP_SIZE] != len(payload):
+    p = parse_packet(packet, ADDR_BITS)
+    immediates, payload = p.require(*_PACKET_ITEMS), p.payload
+    if immediates[HEAP_OFFSET] != 0 or immediates[HEAP_SIZE] != len(payload):
         raise FormatError("descriptor heaps must fit in one packet")
-    words = np.frombuffer(packet[HEADER_LEN:end], dtype=">u8").tolist()
-    addressed = [((w >> 48) & _ID_MASK, w & _VALUE_MASK) for w in words if not w & _IMMEDIATE]
+    addressed = [(item_id, addr) for imm, item_id, addr in p.items if not imm]
     # Sorted by address (stably, so items sharing an address keep their order), each
     # item ends where the next begins: the first of two at one address is empty.
     order = sorted(range(len(addressed)), key=lambda i: addressed[i][1])
@@ -574,24 +539,11 @@ def split_packets(buffer: Any) -> Iterator[bytes]:
     data = memoryview(buffer).cast("B")
     pos = 0
     while pos < len(data):
-        if len(data) - pos < HEADER_LEN:
-            raise FormatError(f"{len(data) - pos} stray bytes at offset {pos}: truncated file?")
-        if data[pos] != SPEAD_MAGIC or data[pos + 1] != SPEAD_VERSION:
-            raise FormatError(f"no SPEAD packet header at offset {pos}: not a packet file")
-        nitems = int.from_bytes(data[pos + 6 : pos + 8], "big")
-        end = pos + HEADER_LEN + 8 * nitems
-        if end > len(data):
-            raise FormatError(f"packet at offset {pos} is cut short: truncated file?")
-        words = np.frombuffer(data[pos + HEADER_LEN : end], dtype=">u8").tolist()
-        lengths = [
-            w & _VALUE_MASK
-            for w in words
-            if w & _IMMEDIATE and (w >> 48) & _ID_MASK == ITEM_PAYLOAD_LENGTH
-        ]
-        if not lengths:
-            raise FormatError(f"packet at offset {pos} has no payload length item")
-        stop = end + lengths[0]
-        if stop > len(data):
-            raise FormatError(f"packet at offset {pos} is cut short: truncated file?")
-        yield bytes(data[pos:stop])
-        pos = stop
+        try:
+            size = parse_packet(data[pos:]).size
+        except FormatError as e:
+            raise FormatError(
+                f"at offset {pos}: {e} (a truncated file, or not a packet file?)"
+            ) from None
+        yield bytes(data[pos : pos + size])
+        pos += size

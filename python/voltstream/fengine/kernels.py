@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from voltstream.digitiser import SAMPLE_BITS
+from voltstream.digitiser import check_bits
 from voltstream.dsp.cuda import Buffer, Operation, Template
 from voltstream.errors import ConfigError
 from voltstream.fengine.plan import NPOL
@@ -25,13 +25,12 @@ class FEngineTemplate(Template):
     source = "fengine.cu"
     FIR_THREADS = 128
 
-    def __init__(self, in_bits: int, taps: int, out_bits: int) -> None:
-        if in_bits not in SAMPLE_BITS:
-            raise ConfigError(f"input sample width {in_bits}: use one of {SAMPLE_BITS}")
+    def __init__(self, sample_bits: int, taps: int, out_bits: int) -> None:
+        check_bits(sample_bits)
         if out_bits not in (4, 8):
             raise ConfigError(f"output sample width {out_bits}: use 8 or 4")
-        self.in_bits, self.taps, self.out_bits = int(in_bits), int(taps), int(out_bits)
-        super().__init__({"IN_BITS": in_bits, "TAPS": taps, "OUT_BITS": out_bits})
+        self.sample_bits, self.taps, self.out_bits = int(sample_bits), int(taps), int(out_bits)
+        super().__init__({"IN_BITS": sample_bits, "TAPS": taps, "OUT_BITS": out_bits})
 
     def instantiate(self, nchan: int) -> FEngineOp:
         if nchan < 2 or nchan % 2:

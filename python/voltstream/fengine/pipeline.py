@@ -23,12 +23,7 @@ tail of heaps never sent can be cut rather than counted as lost.
 Between blocks, a katcp control object (``voltstream.fengine.control``, optional)
 applies queued gain and delay changes, says whether to send (``?capture-start`` /
 ``?capture-stop``; heaps made while stopped are counted, not sent) and receives the
-counters for its sensors.
-
-``digitiser_samples`` and ``digitiser_packets`` make test input: a tone plus
-Gaussian noise, quantised like a digitiser, as interleaved heap packets of both
-polarisations (``voltstream simulate --format spead-dig`` uses them).
-"""
+counters for its sensors."""
 
 from __future__ import annotations
 
@@ -42,9 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import numpy.typing as npt
 
-from voltstream.digitiser import SAMPLE_BITS, unpack_heaps
+from voltstream.digitiser import heap_bytes, unpack_heaps
 from voltstream.errors import CaptureError, ConfigError
 from voltstream.fengine.packets import PacketBatch, heap_count, release_batches
 from voltstream.pipeline.capture import CaptureRun
@@ -56,19 +50,13 @@ if TYPE_CHECKING:  # CuPy at run time only: pipeline.gpu imports it lazily
     from voltstream.pipeline.gpu import HostRegistry
 
 __all__ = [
-    "INPUT_BITS",
     "FEngineReport",
     "apply_settings",
     "counters_dict",
     "default_chunk_heaps",
-    "digitiser_packets",
-    "digitiser_samples",
     "run_fengine",
-    "unpack_heaps",
 ]
 
-#: Digitiser sample widths the input accepts.
-INPUT_BITS = SAMPLE_BITS
 #: The capture's kernel ring: it rides out a stalled capture thread for 60 ms at
 #: 34 Gb/s (one MeerKAT antenna).
 RING_BYTES = 256 << 20
@@ -95,83 +83,6 @@ def default_chunk_heaps(heap_bytes: int) -> int:
     Gb/s a 2 x 20 MiB chunk lasts 10 ms, against about 1 ms of Python per chunk; a
     chunk of 4 output heap slots was 160 MiB at 32768 channels (6 in the pool)."""
     return max(64, 1 << round(math.log2(max(1.0, CHUNK_BYTES_PER_POL / heap_bytes))))
-
-
-def _check_input(bits: int, samples_per_heap: int) -> None:
-    if bits not in INPUT_BITS:
-        raise ConfigError(f"digitiser sample width {bits} bits: use 8, 10, 12 or 16")
-    if int(samples_per_heap) != samples_per_heap or samples_per_heap < 1:
-        raise ConfigError(f"samples per heap {samples_per_heap}: give a positive whole number")
-    if samples_per_heap * bits % 8:
-        raise ConfigError(
-            f"{samples_per_heap} samples of {bits} bits are not a whole number of bytes: "
-            "give a multiple of 4 samples (MeerKAT uses 4096)"
-        )
-
-
-def digitiser_samples(
-    first_heap: int,
-    n_heaps: int,
-    *,
-    samples_per_heap: int = 4096,
-    bits: int = 10,
-    sample_rate_hz: float = 1712e6,
-    tone_hz: float | None = None,
-    tone_amplitude: float = 0.0,
-    noise_rms: float = 0.0,
-    seed: int = 1,
-) -> np.ndarray:
-    """Digitiser samples, int16 ``(2, n_heaps * samples_per_heap)``, of heaps
-    ``first_heap ..``: ``A cos(2 pi f t / fs)`` in both polarisations plus independent
-    Gaussian noise, rounded and clipped to the signed ``bits``-bit range.
-
-    ``t`` is the absolute sample count, and the noise of heap ``k`` is drawn from
-    ``default_rng((seed, k))``, so any split into calls gives the same samples.
-    """
-    _check_input(bits, samples_per_heap)
-    if n_heaps < 0 or first_heap < 0:
-        raise ConfigError("heap numbers must be >= 0")
-    n = n_heaps * samples_per_heap
-    t0 = first_heap * samples_per_heap
-    x = np.zeros((2, n), dtype=np.float64)
-    if tone_amplitude and tone_hz is not None:
-        t = np.arange(t0, t0 + n, dtype=np.float64)
-        # The phase modulo one turn in exact integer arithmetic would need f/fs
-        # rational; float64 keeps the phase error far below a quantisation step.
-        x += tone_amplitude * np.cos(2 * np.pi * (tone_hz / sample_rate_hz) * t)
-    if noise_rms:
-        for k in range(n_heaps):
-            rng = np.random.default_rng((int(seed), first_heap + k))
-            sl = slice(k * samples_per_heap, (k + 1) * samples_per_heap)
-            x[:, sl] += noise_rms * rng.standard_normal((2, samples_per_heap))
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    return np.clip(np.rint(x), lo, hi).astype(np.int16)
-
-
-def digitiser_packets(
-    samples: npt.ArrayLike,
-    first_heap: int,
-    *,
-    samples_per_heap: int = 4096,
-    bits: int = 10,
-    dig_ids: tuple[int, int] = (0, 1),
-) -> np.ndarray:
-    """Heap packets of both polarisations, interleaved (pol 0 heap k, pol 1 heap k, ...):
-    uint8 ``(2 * n_heaps, packet_len)``."""
-    from voltstream.sim.spead import packetize_spead_dig
-
-    x = np.asarray(samples)
-    pols = [
-        packetize_spead_dig(
-            x[p],
-            bits=bits,
-            samples_per_heap=samples_per_heap,
-            timestamp=first_heap * samples_per_heap,
-            digitiser_id=int(dig_ids[p]),
-        )
-        for p in range(2)
-    ]
-    return np.ascontiguousarray(np.stack(pols, axis=1).reshape(-1, pols[0].shape[1]))
 
 
 def counters_dict(counters: Any) -> dict:
@@ -263,13 +174,13 @@ class FEngineReport:
         lines.append(
             f"  engine: spectra={eng.get('spectra', 0)}  "
             f"flagged_spectra={eng.get('flagged_spectra', 0)}  "
-            f"heaps_made={eng.get('heaps_sent', 0)}  heaps_skipped={eng.get('heaps_skipped', 0)}  "
+            f"heaps_made={eng.get('heaps_made', 0)}  heaps_skipped={eng.get('heaps_skipped', 0)}  "
             f"saturated_pol0={sat[0]}  saturated_pol1={sat[1]}"
         )
         extra = {
             k: v
             for k, v in eng.items()
-            if k not in ("spectra", "flagged_spectra", "heaps_sent", "heaps_skipped", "saturated")
+            if k not in ("spectra", "flagged_spectra", "heaps_made", "heaps_skipped", "saturated")
         }
         if extra:
             lines.append("  engine (more): " + "  ".join(f"{k}={v}" for k, v in extra.items()))
@@ -401,7 +312,7 @@ class _Feeder:
         """Whether the engine takes packed bytes of our sample width."""
         return (
             callable(getattr(self.engine, "process_packed", None))
-            and getattr(self.engine, "input_bits", None) == self.bits
+            and getattr(self.engine, "sample_bits", None) == self.bits
         )
 
     def _block(self, ts: int, samples: np.ndarray, present: np.ndarray, block: Any = None) -> None:
@@ -552,7 +463,7 @@ def run_fengine(
     output: Any = None,
     *,
     dig_ids: tuple[int, int] = (0, 1),
-    input_bits: int = 10,
+    sample_bits: int = 10,
     samples_per_heap: int = 4096,
     duration_s: float | None = None,
     idle_timeout_s: float | None = None,
@@ -581,12 +492,12 @@ def run_fengine(
     capture starts. ``engine_factory`` (no arguments, a fresh engine) lets the run survive a
     digitiser re-sync. ``chunk_heaps``: digitiser heaps per polarisation per block,
     by default ``default_chunk_heaps`` (about 16 MiB per polarisation). An engine with
-    ``process_packed`` and ``input_bits`` equal to ``input_bits`` (the GPU engine)
+    ``process_packed`` and ``sample_bits`` equal to ``sample_bits`` (the GPU engine)
     gets the packed heap bytes; any other gets int16 samples.
     """
     from voltstream import _core
 
-    _check_input(input_bits, samples_per_heap)
+    nbytes = heap_bytes(samples_per_heap, sample_bits)
     ids = [int(i) for i in dig_ids]
     if len(ids) != 2 or ids[0] == ids[1]:
         raise ConfigError(f"digitiser ids {dig_ids}: give two different ids, pol 0 then pol 1")
@@ -595,9 +506,8 @@ def run_fengine(
             raise ConfigError(f"{name}={value} must be positive")
     layout = getattr(engine, "layout", None)
     slot = layout.samples_per_heap if layout is not None else samples_per_heap
-    heap_bytes = int(samples_per_heap) * int(input_bits) // 8
     if chunk_heaps is None:
-        chunk_heaps = default_chunk_heaps(heap_bytes)
+        chunk_heaps = default_chunk_heaps(nbytes)
     if int(chunk_heaps) < 1:
         raise ConfigError(f"chunk_heaps={chunk_heaps} must be at least 1")
     chunk_heaps = int(chunk_heaps)
@@ -610,12 +520,12 @@ def run_fengine(
             listen,
             chunk_heaps,
             nchunks=nchunks
-            or max(window + 4, min(256, POOL_BYTES // (2 * chunk_heaps * heap_bytes))),  # fmt: skip
+            or max(window + 4, min(256, POOL_BYTES // (2 * chunk_heaps * nbytes))),  # fmt: skip
             window=window,
             engine=capture_engine,
             digitiser_ids=ids,
             samples_per_heap=int(samples_per_heap),
-            sample_bits=int(input_bits),
+            sample_bits=int(sample_bits),
             queue_bytes=RING_BYTES,
             cpus=cpus,
         )
@@ -626,13 +536,13 @@ def run_fengine(
         engine,
         output,
         report,
-        bits=int(input_bits),
+        bits=int(sample_bits),
         samples_per_heap=int(samples_per_heap),
         control=control,
         factory=engine_factory,
         max_gap=max_gap,
         stats=cap.stats,
-        status=StatusLine("fengine", heap_bytes) if status else None,
+        status=StatusLine("fengine", nbytes) if status else None,
         warm_samples=chunk_heaps * int(samples_per_heap),
     )
     if output is not None:

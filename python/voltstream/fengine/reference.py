@@ -56,7 +56,7 @@ class FEngineCounters:
 
     spectra: int = 0
     flagged_spectra: int = 0
-    heaps_sent: int = 0
+    heaps_made: int = 0
     heaps_skipped: int = 0
     saturated: np.ndarray = field(default_factory=lambda: np.zeros(NPOL, dtype=np.int64))
 
@@ -276,7 +276,7 @@ class FEngineReference(FEngineState):
             dither,
         )
         self.counters.saturated += saturated
-        self.counters.heaps_sent += layout.n_substreams
+        self.counters.heaps_made += layout.n_substreams
         c = layout.channels_per_heap
         return [
             OutputHeap(

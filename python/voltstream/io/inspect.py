@@ -6,6 +6,11 @@ complex, frame length, legacy or extended headers, time span and gaps); a YNAO f
 stream is recognised by its header; a DADA file by its ASCII header. The result is a
 plain dict (``--json``) and the lines :func:`describe` prints, ending with the
 command-line options that take the stream, or why the CLI cannot take it yet.
+
+One header parser per source: a VDIF file's frames are read by the file format's
+own (``io/vdif.py`` ``decode_headers``, vectorised, as ``open_vdif`` reads them),
+packets from the network by the Rust wire layer (``_core.parse_header``), which
+also tells VDIF from YNAO. Both give the same fields.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from voltstream.errors import ConfigError, FormatError
+from voltstream.io.vdif import HEADER_LEN, LEGACY_HEADER_LEN, decode_headers
 
 __all__ = ["describe", "inspect_file", "inspect_packets", "listen_packets"]
 
@@ -46,8 +52,6 @@ def inspect_file(path: str | Path) -> dict:
             "source": o.source, "telescope": o.telescope,
             "options": f"voltstream fold {p} --dm DM --period P -o out.fits",
         }  # fmt: skip
-    from voltstream.io.vdif import LEGACY_HEADER_LEN, decode_headers
-
     if len(head) < LEGACY_HEADER_LEN:
         raise FormatError(f"{path}: too short for a DADA header or a VDIF frame")
     flen = int(decode_headers(np.frombuffer(head[:16], np.uint8)[None])["frame_len"][0])
@@ -56,7 +60,7 @@ def inspect_file(path: str | Path) -> dict:
                           f"{flen} in its first header)")  # fmt: skip
     n = min(MAX_FRAMES, p.stat().st_size // flen)
     raw = np.fromfile(p, np.uint8, count=n * flen).reshape(n, flen)
-    info = inspect_packets(list(raw), "vdif")
+    info = _vdif(n, decode_headers(raw)) if n else inspect_packets([])
     info["path"] = str(p)
     info["frames_in_file"] = p.stat().st_size // flen
     info["options"] = (f"voltstream fold {p} --dm DM --period P -o out.fits; the same stream "
@@ -124,15 +128,17 @@ def inspect_packets(packets: list, hint: str | None = None) -> dict:
             heads = [_core.parse_header(kind, bytes(p)) for p in packets]
         except Exception:  # FormatError from the Rust parser: not this format
             continue
-        return _vdif(packets, heads) if kind == "vdif" else _ynao(packets, heads)
+        if kind == "vdif":
+            return _vdif(len(packets), {k: np.array([h[k] for h in heads]) for k in heads[0]})
+        return _ynao(packets, heads)
     sizes = sorted({len(p) for p in packets})
     return {"kind": "unknown", "packets": len(packets), "sizes": sizes[:8],
             "options": "neither VDIF nor YNAO frames: describe the layout to _core.Capture("
                        "format='layout', ...) (docs/formats.md)"}  # fmt: skip
 
 
-def _vdif(packets: list[bytes], heads: list[dict[str, Any]]) -> dict:
-    col = {k: np.array([h[k] for h in heads]) for k in heads[0]}
+def _vdif(n_frames: int, col: dict[str, np.ndarray]) -> dict:
+    """Describes ``n_frames`` VDIF frames from their header fields, one array each."""
     threads = sorted(set(col["thread"].tolist()))
     stations = {int(s): int((col["station"] == s).sum()) for s in np.unique(col["station"])}
     flen = sorted(set(col["frame_len"].tolist()))
@@ -155,7 +161,7 @@ def _vdif(packets: list[bytes], heads: list[dict[str, Any]]) -> dict:
             i = np.unique(idx[col["thread"] == th])
             gaps += int(i[-1] - i[0] + 1 - len(i))
     info = {
-        "kind": "vdif", "packets": len(packets), "stations": stations, "threads": threads,
+        "kind": "vdif", "packets": n_frames, "stations": stations, "threads": threads,
         "frames_per_thread": per_thread_frames, "frame_len": flen, "nchan": nchan,
         "bits": bits, "complex": cplx, "legacy": bool(col["legacy"].any()),
         "edv": sorted(set(col["edv"].tolist())), "invalid_frames": int(col["invalid"].sum()),
@@ -171,7 +177,7 @@ def _vdif_options(i: dict) -> str:
     one = all(len(i[k]) == 1 for k in ("frame_len", "nchan", "bits", "complex"))
     if not one:
         return "frames of several shapes: capture each stream on a port of its own"
-    hdr = 16 if i["legacy"] else 32
+    hdr = LEGACY_HEADER_LEN if i["legacy"] else HEADER_LEN
     payload, nchan, bits = i["frame_len"][0] - hdr, i["nchan"][0], i["bits"][0]
     why = []
     if not i["complex"][0]:

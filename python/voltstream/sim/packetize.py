@@ -31,12 +31,14 @@ __all__ = [
     "ynao_headers",
 ]
 
-YNAO_HEADER_LEN = 24
-YNAO_DATA_LEN = 8192
-YNAO_FRAME_LEN = YNAO_HEADER_LEN + YNAO_DATA_LEN
+#: The YNAO/ROACH2 frame: a 24-byte header, then 64 spectra x 32 channels x 2 pols
+#: x int8 (re, im). ``formats.py`` takes its sizes from here.
 YNAO_NSPEC = 64
 YNAO_NCHAN = 32
 YNAO_NPOL = 2
+YNAO_HEADER_LEN = 24
+YNAO_DATA_LEN = YNAO_NSPEC * YNAO_NCHAN * YNAO_NPOL * 2
+YNAO_FRAME_LEN = YNAO_HEADER_LEN + YNAO_DATA_LEN
 
 _YNAO_HEADER = np.dtype(
     [
