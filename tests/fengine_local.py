@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 from voltstream import _core
+from voltstream.capture_config import CaptureSettings
 from voltstream.fengine.pipeline import run_fengine
 
 
@@ -32,7 +33,7 @@ def run_local(engine, output, packet_sets, *, bits, samples_per_heap, rate=0.3, 
     its report once the sender is done."""
     on_start, threads = send_on_start(packet_sets, rate)
     report = run_fengine(
-        "127.0.0.1:0",
+        CaptureSettings.of("127.0.0.1:0"),
         engine,
         output,
         sample_bits=bits,

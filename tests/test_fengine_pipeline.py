@@ -18,6 +18,7 @@ import pytest
 import fengine_local
 from cli_process import run_cli
 from voltstream import device as device_mod
+from voltstream.capture_config import CaptureSettings
 from voltstream.cli import main
 from voltstream.digitiser import unpack_heaps
 from voltstream.errors import ConfigError, FormatError
@@ -347,9 +348,9 @@ def test_apply_settings_sets_gains_and_delays_per_pol():
 def test_run_fengine_rejects_bad_input_settings():
     eng = make_engine("cpu", **SETTINGS)
     with pytest.raises(ConfigError, match="8, 10, 12 or 16"):
-        run_fengine("127.0.0.1:0", eng, sample_bits=9, duration_s=1)
+        run_fengine(CaptureSettings.of("127.0.0.1:0"), eng, sample_bits=9, duration_s=1)
     with pytest.raises(ConfigError, match="two different ids"):
-        run_fengine("127.0.0.1:0", eng, dig_ids=(3, 3), duration_s=1)
+        run_fengine(CaptureSettings.of("127.0.0.1:0"), eng, dig_ids=(3, 3), duration_s=1)
 
 
 class PackedEngine(FEngineReference):

@@ -37,7 +37,7 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "monitor": set(),
     "testing": set(),  # fault plans for tests: packets in, packets out
     "pipeline": {"dsp", "fold", "io", "formats", "capture_config"},
-    "fengine": {"dsp", "pipeline"},
+    "fengine": {"dsp", "pipeline", "streams", "capture_config"},
     # The command line sits on top and may import anything.
     "cli_options": {"*"},
     "commands": {"*"},

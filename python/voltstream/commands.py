@@ -539,18 +539,17 @@ def fengine(args: argparse.Namespace) -> int:
     previous = _stop_on_sigterm()
     try:
         report = run_fengine(
-            args.listen,
+            _capture_settings(args, args.listen),
             engine,
             output,
             dig_ids=dig_ids,
             sample_bits=args.sample_bits,
             duration_s=args.duration,
             idle_timeout_s=args.idle_timeout,
-            capture_engine=args.engine,
             control=control,
             engine_factory=factory,
             status=not args.no_status,
-            **_by_name(args, "samples_per_heap", "chunk_heaps", "cpus"),
+            **_by_name(args, "samples_per_heap", "chunk_heaps"),
             on_start=lambda address: print(f"fengine: listening on {address}", flush=True),
         )
     finally:

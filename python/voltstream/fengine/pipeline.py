@@ -38,12 +38,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from voltstream.capture_config import CaptureSettings
 from voltstream.digitiser import heap_bytes, unpack_heaps
-from voltstream.errors import CaptureError, ConfigError
+from voltstream.errors import ConfigError
 from voltstream.fengine.packets import PacketBatch, heap_count, release_batches
 from voltstream.pipeline.capture import CaptureRun
 from voltstream.pipeline.gpu import Handoff, StatusLine, release_pool
 from voltstream.pipeline.timeline import ChunkTimeline, Gap
+from voltstream.streams import spead_dig
 
 if TYPE_CHECKING:  # CuPy at run time only: pipeline.gpu imports it lazily
     from voltstream.fengine.engines import FEngine, PackedFEngine
@@ -458,7 +460,7 @@ def _sensor_values(report: FEngineReport, eng: dict, capture: dict, sent: int) -
 
 
 def run_fengine(
-    listen: str,
+    capture: CaptureSettings,
     engine: Any,
     output: Any = None,
     *,
@@ -468,35 +470,33 @@ def run_fengine(
     duration_s: float | None = None,
     idle_timeout_s: float | None = None,
     chunk_heaps: int | None = None,
-    nchunks: int | None = None,
-    window: int = 4,
-    capture_engine: str = "auto",
     control: Any = None,
     engine_factory: Any = None,
     on_start: Any = None,
     stop_event: threading.Event | None = None,
     status: bool = False,
-    cpus: list[int] | None = None,
 ) -> FEngineReport:
-    """Runs the F-engine: capture on ``listen``, ``engine`` in the middle, ``output`` out.
+    """Runs the F-engine: the digitiser stream captured as ``capture`` says (address,
+    engine, window, the capture thread's CPU), ``engine`` in the middle, ``output`` out.
+    The chunk (``chunk_heaps``), the pool and the kernel queue are sized here, for
+    heaps of ``samples_per_heap`` samples of ``sample_bits`` bits.
 
     ``engine`` has FEngineReference's interface (``make_engine``); ``output`` is a
     ``HeapOutput`` (started here, closed at the end) or None to only count.
     Stops after ``duration_s``, after ``idle_timeout_s`` without input once data has
     come, when ``stop_event`` is set, or on Ctrl-C (``report.interrupted``); with
     none of them it runs until interrupted. ``on_start(address)`` is called once the
-    socket is bound, with the bound ``HOST:PORT`` (``listen`` may give port 0).
+    socket is bound, with the bound ``HOST:PORT`` (the capture may ask for port 0).
     ``status`` prints one line a second on stderr (Gb/s in and processed, pool
-    fill, losses, GPU busy). ``cpus``: the capture thread's CPU (pinned; the
-    engine's Python keeps off it). A GPU engine is warmed up on blocks of zeros before the
-    capture starts. ``engine_factory`` (no arguments, a fresh engine) lets the run survive a
-    digitiser re-sync. ``chunk_heaps``: digitiser heaps per polarisation per block,
-    by default ``default_chunk_heaps`` (about 16 MiB per polarisation). An engine with
+    fill, losses, GPU busy). The capture thread's CPU (``capture.threads.cpus``) is
+    pinned and the engine's Python keeps off it. A GPU engine is warmed up on blocks of
+    zeros before the capture starts. ``engine_factory`` (no arguments, a fresh engine)
+    lets the run survive a digitiser re-sync. ``chunk_heaps``: digitiser heaps per
+    polarisation per block, by default ``default_chunk_heaps`` (about 16 MiB per
+    polarisation). An engine with
     ``process_packed`` and ``sample_bits`` equal to ``sample_bits`` (the GPU engine)
     gets the packed heap bytes; any other gets int16 samples.
     """
-    from voltstream import _core
-
     nbytes = heap_bytes(samples_per_heap, sample_bits)
     ids = [int(i) for i in dig_ids]
     if len(ids) != 2 or ids[0] == ids[1]:
@@ -513,24 +513,17 @@ def run_fengine(
     chunk_heaps = int(chunk_heaps)
     from voltstream.fengine.engines import engine_device
 
-    report = FEngineReport(listen=listen, device=engine_device(engine))
-    try:
-        cap = _core.Capture(
-            "spead",
-            listen,
-            chunk_heaps,
-            nchunks=nchunks
-            or max(window + 4, min(256, POOL_BYTES // (2 * chunk_heaps * nbytes))),  # fmt: skip
-            window=window,
-            engine=capture_engine,
-            digitiser_ids=ids,
-            samples_per_heap=int(samples_per_heap),
-            sample_bits=int(sample_bits),
-            queue_bytes=RING_BYTES,
-            cpus=cpus,
-        )
-    except OSError as e:  # CaptureError is an OSError; keep its message
-        raise CaptureError(str(e)) from None
+    report = FEngineReport(listen=capture.network.bind, device=engine_device(engine))
+    stream = spead_dig(
+        digitiser_ids=ids, samples_per_heap=int(samples_per_heap), sample_bits=int(sample_bits)
+    )
+    window = capture.chunks.window
+    nchunks = max(window + 4, min(256, POOL_BYTES // (2 * chunk_heaps * nbytes)))
+    capture = capture.replace(
+        packets_per_chunk=chunk_heaps, nchunks=nchunks, queue_bytes=RING_BYTES
+    )
+    cap = capture.open(stream)
+    cpus = capture.threads.cpus
     max_gap = 8 * max(chunk_heaps * samples_per_heap, slot)
     feeder = _Feeder(
         engine,
@@ -551,7 +544,7 @@ def run_fengine(
     run = CaptureRun(cap, timeline, feeder, capture_cpus=cpus)
 
     def started() -> None:
-        report.address = cap.address or listen
+        report.address = cap.address or capture.network.bind
         if on_start is not None:
             on_start(report.address)
 
