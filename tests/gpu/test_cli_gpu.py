@@ -9,7 +9,7 @@ import pytest
 from voltstream.cli import build_parser
 from voltstream.commands import _fold_on
 from voltstream.device import resolve_device
-from voltstream.fold.reference import profile_snr
+from voltstream.fold.reference import FoldSettings, profile_snr
 from voltstream.io.dada import DadaWriter, open_dada
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.observation import Observation
@@ -67,7 +67,8 @@ def fold(path, *extra):
     reader = open_dada(path)
     pred = ConstantPeriod(PERIOD, reader.obs.start_mjd, reader.obs.start_sec)
     device = resolve_device(args.device)
-    return device, _fold_on(device, args, reader, pred, 0.03)
+    settings = FoldSettings(args.dm, pred, args.nbin, 0.03, pol_mode=args.pol)
+    return device, _fold_on(device, args, reader, settings)
 
 
 @pytest.mark.parametrize("extra", [(), ("--workers-per-gpu", "2")])
