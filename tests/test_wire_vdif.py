@@ -107,7 +107,9 @@ def test_rust_rejects_bad_frames():
         _core.locate("vdif", f[:4] + bytes([5]) + f[5:], frames_per_second=5)  # frame 5 of 5
     with pytest.raises(ConfigError):
         _core.locate("vdif", f)
-    with pytest.raises(ConfigError, match="unknown packet format"):
+    with pytest.raises(ConfigError, match="unknown capture format 'mark5b'"):
+        _core.locate("mark5b", f, **kw)  # locate() knows the formats Capture() knows
+    with pytest.raises(ConfigError, match="needs digitiser_ids"):
         _core.locate("spead", f, **kw)
     with pytest.raises(FormatError):
         _core.parse_header("vdif", b"\x00" * 15)

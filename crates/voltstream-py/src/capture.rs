@@ -22,10 +22,10 @@ use voltstream_core::capture::{
     XdpInfo, XdpMode,
 };
 use voltstream_core::stats::{Counters, Snapshot};
-use voltstream_core::wire::{FormatSpec, SpeadHeapIndex};
 
 use crate::chunk::PyChunk;
 use crate::errors::{py_error, to_py};
+use crate::format_args::{format_spec, FormatArgs};
 use crate::layout::layout_from_dict;
 use crate::report::{dpdk_dict, host_dict, memory_dict, stats_dict, threads_list, xdp_dict};
 
@@ -38,15 +38,6 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub(crate) fn config_error(msg: String) -> PyErr {
     Python::attach(|py| py_error(py, "ConfigError", msg))
-}
-
-/// A keyword that `format` cannot do without.
-fn need<T>(value: Option<T>, format: &str, what: &str) -> PyResult<T> {
-    value.ok_or_else(|| {
-        config_error(format!(
-            "format '{format}' needs {what}; pass it to Capture()"
-        ))
-    })
 }
 
 pub(crate) fn capture_error(msg: String) -> PyErr {
@@ -139,73 +130,33 @@ impl PyCapture {
             })
             .collect::<PyResult<Vec<_>>>()?;
         let xdp_mode = XdpMode::parse(xdp_mode).map_err(to_py)?;
-        let format = match format {
-            "ynao" => FormatSpec::Ynao { subband },
-            "vdif" => FormatSpec::Vdif {
-                threads: need(vdif_threads, "vdif", "vdif_threads (e.g. [0])")?,
-                frame_len: need(
-                    vdif_frame_len,
-                    "vdif",
-                    "vdif_frame_len (bytes, header included)",
-                )?,
-                frames_per_second: need(frames_per_second, "vdif", "frames_per_second")?,
+        let format = format_spec(
+            format,
+            FormatArgs {
+                vdif_threads,
+                vdif_frame_len,
+                frames_per_second,
+                subband,
                 station,
-                legacy: vdif_legacy,
-            },
-            "spead" => {
-                let ids = need(digitiser_ids, "spead", "digitiser_ids (e.g. [0, 1])")?;
-                // Heap index from the heap counter when its step is given,
-                // else from the time stamp item (docs/formats.md).
-                let index = match heap_cnt_step {
-                    Some(step) => SpeadHeapIndex::HeapCnt { step },
-                    None => SpeadHeapIndex::Timestamp,
-                };
-                let mut spec = match heap_bytes {
-                    Some(b) => FormatSpec::spead_heaps(ids, samples_per_heap, b, 1, index),
-                    None => FormatSpec::spead_digitiser(ids, samples_per_heap, sample_bits),
-                }
-                .map_err(to_py)?;
-                if let FormatSpec::Spead {
-                    heap_address_bits: a,
-                    timestamp_id: t,
-                    digitiser_id_item: d,
-                    packets_per_heap: n,
-                    heap_index: h,
-                    ..
-                } = &mut spec
-                {
-                    (*a, *t, *d) = (heap_address_bits, timestamp_id, digitiser_id_item);
-                    (*n, *h) = (packets_per_heap, index);
-                }
-                spec
-            }
-            "codif" => FormatSpec::Codif {
-                threads: need(codif_threads, "codif", "codif_threads (e.g. [0])")?,
-                frame_len: need(
-                    codif_frame_len,
-                    "codif",
-                    "codif_frame_len (bytes, header included)",
-                )?,
-                frames_per_period: need(frames_per_period, "codif", "frames_per_period")?,
-                station,
-                group,
-            },
-            "counter" => FormatSpec::Counter {
                 streams,
-                payload_len: need(payload_len, "counter", "payload_len (bytes per packet)")?,
+                payload_len,
+                digitiser_ids,
+                samples_per_heap,
+                sample_bits,
+                heap_address_bits,
+                timestamp_id,
+                digitiser_id_item,
+                codif_threads,
+                codif_frame_len,
+                frames_per_period,
+                group,
+                layout: layout.map(|d| layout_from_dict(&d)).transpose()?,
+                packets_per_heap,
+                heap_bytes,
+                heap_cnt_step,
+                vdif_legacy,
             },
-            "layout" => FormatSpec::Layout(layout_from_dict(&need(
-                layout,
-                "layout",
-                "layout={packet_len, index, ...}",
-            )?)?),
-            other => {
-                return Err(config_error(format!(
-                    "unknown capture format '{other}'; use 'vdif', 'ynao', 'spead', 'codif', \
-                     'counter' or 'layout'"
-                )))
-            }
-        };
+        )?;
         // Each keyword is one field of the core library's CaptureSpec, which
         // checks them and how they fit together.
         let mut spec = CaptureSpec::new(format, bind, packets_per_chunk);

@@ -3,9 +3,18 @@
 
 use pyo3::prelude::*;
 
+/// `d[name] = src.name` for each field named: the dict keys are the core
+/// library's field names, so the report cannot drift from the counters.
+macro_rules! set_fields {
+    ($d:expr, $src:expr, [$($field:ident),+ $(,)?]) => {
+        $( $d.set_item(stringify!($field), &$src.$field)?; )+
+    };
+}
+
 mod capture;
 mod chunk;
 mod errors;
+mod format_args;
 mod layout;
 mod report;
 mod send;

@@ -10,14 +10,6 @@ use voltstream_core::host_counters::HostCounters;
 use voltstream_core::memory::MemoryReport;
 use voltstream_core::stats::{Counters, Snapshot, StreamCounters};
 
-/// `d[name] = src.name` for each field named: the dict keys are the core
-/// library's field names, so the report cannot drift from the counters.
-macro_rules! set_fields {
-    ($d:expr, $src:expr, [$($field:ident),+ $(,)?]) => {
-        $( $d.set_item(stringify!($field), &$src.$field)?; )+
-    };
-}
-
 /// How the AF_XDP engine runs, and the kernel's and the XDP program's counters
 /// (as of the capture thread's last read, every few milliseconds).
 pub(crate) fn xdp_dict<'py>(py: Python<'py>, info: &XdpInfo) -> PyResult<Bound<'py, PyDict>> {

@@ -3,9 +3,10 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use voltstream_core::wire::{self, FormatSpec, Locate, WireError};
+use voltstream_core::wire::{self, Locate, WireError};
 
 use crate::errors::{py_error, to_py};
+use crate::format_args::{format_spec, FormatArgs};
 
 fn wire_err(py: Python<'_>, format: &str, e: WireError) -> PyErr {
     let what = match e {
@@ -15,40 +16,6 @@ fn wire_err(py: Python<'_>, format: &str, e: WireError) -> PyErr {
         WireError::Invalid { .. } => "is flagged invalid by its sender (its samples are lost)",
     };
     py_error(py, "FormatError", format!("{format} packet {what} ({e})"))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn spec(
-    py: Python<'_>,
-    format: &str,
-    packet_len: usize,
-    threads: Option<Vec<u16>>,
-    frame_len: Option<usize>,
-    frames_per_second: Option<u32>,
-    station: Option<u16>,
-    subband: Option<u8>,
-) -> PyResult<FormatSpec> {
-    match format {
-        "vdif" => Ok(FormatSpec::Vdif {
-            threads: threads.unwrap_or_else(|| vec![0]),
-            frame_len: frame_len.unwrap_or(packet_len),
-            frames_per_second: frames_per_second.ok_or_else(|| {
-                py_error(
-                    py,
-                    "ConfigError",
-                    "VDIF locate needs frames_per_second= (frames per second per thread)".into(),
-                )
-            })?,
-            station,
-            legacy: false,
-        }),
-        "ynao" => Ok(FormatSpec::Ynao { subband }),
-        other => Err(py_error(
-            py,
-            "ConfigError",
-            format!("unknown packet format {other:?}; use 'vdif' or 'ynao'"),
-        )),
-    }
 }
 
 /// Classifies one packet as a capture would: returns (stream, index,
@@ -67,27 +34,21 @@ fn locate(
     station: Option<u16>,
     subband: Option<u8>,
 ) -> PyResult<(usize, u64, usize)> {
-    let s = spec(
-        py,
-        format,
-        packet.len(),
-        threads,
-        frame_len,
+    // The same keywords as Capture(), with a one-packet test's defaults: thread
+    // 0, a frame as long as the packet.
+    let args = FormatArgs {
+        vdif_threads: Some(threads.unwrap_or_else(|| vec![0])),
+        vdif_frame_len: Some(frame_len.unwrap_or(packet.len())),
         frames_per_second,
         station,
         subband,
-    )?;
+        ..Default::default()
+    };
+    let s = format_spec(format, args)?;
     let loc = s.locator().map_err(to_py)?;
     let l = loc.locate(packet).map_err(|e| wire_err(py, format, e))?;
     let offset = packet.len() - l.payload.len();
     Ok((l.stream, l.index, offset))
-}
-
-/// `d[name] = r.name` for each field named: the dict speaks the `Repr`'s names.
-macro_rules! set_fields {
-    ($d:ident, $r:ident: $($f:ident),* $(,)?) => {
-        $($d.set_item(stringify!($f), $r.$f)?;)*
-    };
 }
 
 /// Parses one packet's header into a dict of its fields (Rust's reading, for
@@ -99,14 +60,18 @@ fn parse_header<'py>(py: Python<'py>, format: &str, packet: &[u8]) -> PyResult<B
         "vdif" => {
             let p = wire::VdifPacket::new_checked(packet).map_err(|e| wire_err(py, format, e))?;
             let r = wire::VdifRepr::parse(&p).map_err(|e| wire_err(py, format, e))?;
-            set_fields!(d, r: invalid, legacy, seconds, ref_epoch, frame, version);
+            set_fields!(d, r, [invalid, legacy, seconds, ref_epoch, frame, version]);
             d.set_item("nchan", 1u64 << r.log2_nchan)?;
-            set_fields!(d, r: frame_len, complex, bits_per_sample, thread, station, edv);
+            set_fields!(
+                d,
+                r,
+                [frame_len, complex, bits_per_sample, thread, station, edv]
+            );
         }
         "ynao" => {
             let p = wire::YnaoPacket::new_checked(packet).map_err(|e| wire_err(py, format, e))?;
             let r = wire::YnaoRepr::parse(&p).map_err(|e| wire_err(py, format, e))?;
-            set_fields!(d, r: sequence, mjd, second, nanosecond, subband);
+            set_fields!(d, r, [sequence, mjd, second, nanosecond, subband]);
         }
         other => {
             return Err(py_error(
