@@ -22,12 +22,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
+import voltstream.fengine.kernels  # noqa: E402, F401 - its Templates state their variants
+import voltstream.fold.kernels  # noqa: E402, F401
 from voltstream.dsp.cuda import (  # noqa: E402
-    KERNEL_VARIANTS,
     NVRTC_OPTIONS,
+    Template,
     kernel_source,
     kernel_sources,
 )
+
+
+def template_variants() -> dict[str, list[tuple[tuple[str, int], ...]]]:
+    """Every -D set each source's Templates may compile (their VARIANTS)."""
+    found: dict[str, list[tuple[tuple[str, int], ...]]] = {}
+    todo = list(Template.__subclasses__())
+    while todo:
+        t = todo.pop()
+        todo += t.__subclasses__()
+        found.setdefault(t.source, []).extend(
+            v for v in t.VARIANTS if v not in found.get(t.source, [])
+        )
+    return found
 
 
 def find_nvrtc() -> str:
@@ -113,9 +128,10 @@ def main(argv=None) -> int:
     print(f"NVRTC {nvrtc.version()}, options: {' '.join(options)}")
     failed = []
     builds = 0
+    variants = template_variants()
     for path in sources:
-        # The defaults first, then every -D set the runtime uses (KERNEL_VARIANTS).
-        for defines in ((), *KERNEL_VARIANTS.get(path.name, ())):
+        # The defaults first, then every -D set a Template may ask for (its VARIANTS).
+        for defines in ((), *variants.get(path.name, ())):
             flags = [f"-D{k}={v}" for k, v in defines]
             name = " ".join([path.name, *flags])
             ok, log, ptx = nvrtc.compile(kernel_source(path.name), path.name, options + flags)

@@ -28,7 +28,6 @@ from voltstream.errors import ConfigError, VoltstreamError
 
 __all__ = [
     "KERNEL_DIR",
-    "KERNEL_VARIANTS",
     "NVRTC_OPTIONS",
     "Buffer",
     "GpuError",
@@ -45,27 +44,6 @@ KERNEL_DIR = Path(__file__).with_name("kernels")
 # Shared by the runtime loader and the CI compile check. No fast-math: the fold
 # kernel keeps the pulse phase in float64 and the detection in IEEE float32.
 NVRTC_OPTIONS: tuple[str, ...] = ("--std=c++17",)
-
-# -D sets the runtime compiles besides each file's defaults, so that CI's NVRTC
-# check (scripts/check_kernels.py) builds every variant a GPU run can ask for.
-KERNEL_VARIANTS: dict[str, tuple[tuple[tuple[str, int], ...], ...]] = {
-    "fold.cu": tuple(
-        (("NPOL", p), ("MODE", m), ("MIN_BLOCKS", b))
-        for p, m in ((1, 0), (2, 0), (2, 1), (2, 2), (2, 3))
-        for b in (1, 5, 6)
-    ),
-    "unpack_packed.cu": tuple(
-        (("NBIT", b), ("ENCODING", e), ("NDIM", d))
-        for b, e in ((2, 0), (2, 1), (2, 2), (4, 0), (4, 1), (8, 0), (8, 1))
-        for d in (1, 2)
-    ),
-    "fengine.cu": tuple(
-        (("IN_BITS", b), ("TAPS", t), ("OUT_BITS", o))
-        for b in (8, 10, 12, 16)
-        for t in (1, 16)
-        for o in (8, 4)
-    ),
-}
 
 
 class GpuError(VoltstreamError, RuntimeError):
@@ -140,6 +118,10 @@ class Template:
     a dictionary look-up."""
 
     source: ClassVar[str]
+    #: -D sets a run may ask this template for besides the file's defaults, stated
+    #: beside the checks that allow them, so that CI's NVRTC check
+    #: (scripts/check_kernels.py) builds every variant a GPU run can compile.
+    VARIANTS: ClassVar[tuple[tuple[tuple[str, int], ...], ...]] = ()
 
     def __init__(self, constants: Mapping[str, int] | None = None) -> None:
         self.constants = {k: int(v) for k, v in (constants or {}).items()}

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from voltstream.digitiser import check_bits
+from voltstream.digitiser import SAMPLE_BITS, check_bits
 from voltstream.dsp.cuda import Buffer, Operation, Template
 from voltstream.errors import ConfigError
 from voltstream.fengine.plan import NPOL
@@ -19,15 +19,25 @@ from voltstream.fengine.plan import NPOL
 __all__ = ["FEngineOp", "FEngineTemplate"]
 
 
+#: Output sample widths the F-engine quantises to (bits per real/imag part).
+OUT_BITS = (8, 4)
+
+
 class FEngineTemplate(Template):
     """fengine.cu for one (input bits, taps, output bits)."""
 
     source = "fengine.cu"
     FIR_THREADS = 128
+    VARIANTS = tuple(
+        (("IN_BITS", b), ("TAPS", t), ("OUT_BITS", o))
+        for b in SAMPLE_BITS
+        for t in (1, 16)
+        for o in OUT_BITS
+    )
 
     def __init__(self, sample_bits: int, taps: int, out_bits: int) -> None:
         check_bits(sample_bits)
-        if out_bits not in (4, 8):
+        if out_bits not in OUT_BITS:
             raise ConfigError(f"output sample width {out_bits}: use 8 or 4")
         self.sample_bits, self.taps, self.out_bits = int(sample_bits), int(taps), int(out_bits)
         super().__init__({"IN_BITS": sample_bits, "TAPS": taps, "OUT_BITS": out_bits})

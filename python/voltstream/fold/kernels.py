@@ -105,6 +105,11 @@ class PackedUnpackTemplate(Template):
     """Unpack of packed codes read through a ``PackedLayout``, and its carry kernel."""
 
     source = "unpack_packed.cu"
+    VARIANTS = tuple(
+        (("NBIT", b), ("ENCODING", e), ("NDIM", d))
+        for b, e in ((2, 0), (2, 1), (2, 2), (4, 0), (4, 1), (8, 0), (8, 1))
+        for d in (1, 2)
+    )
     TILE_T = 32
     TILE_CP = 32
     CARRY_THREADS = 128
@@ -232,6 +237,11 @@ class FoldTemplate(Template):
     """Detect + fold for one polarisation layout and detection mode."""
 
     source = "fold.cu"
+    VARIANTS = tuple(
+        (("NPOL", p), ("MODE", m), ("MIN_BLOCKS", b))
+        for p, m in ((1, 0), (2, 0), (2, 1), (2, 2), (2, 3))
+        for b in (1, 5, 6)
+    )
     KNOT_LOG2 = 12
     # __launch_bounds__ minimum blocks per SM (fold.cu's MIN_BLOCKS); the
     # benchmark's --fold-min-blocks compares values (docs/benchmarks.md).
