@@ -54,6 +54,7 @@ RUST_ALLOWED: dict[str, set[str]] = {
     "assemble": {"wire", "memory", "stats"},
     "ring": {"assemble"},
     "capture": {"wire", "assemble", "ring", "memory", "stats", "host_counters"},
+    "record": {"ring"},  # chunks from the capture's rings to files
     "send": {"capture"},  # capture::host: socket options, written once
 }
 

@@ -7,6 +7,7 @@
 //!   presence bitmaps and the loss taxonomy;
 //! - [`memory`]: buffer pools allocated at start-up;
 //! - [`ring`]: chunk handoff between the capture thread and consumers;
+//! - [`record`]: chunks to files on many disks, never holding the capture back;
 //! - [`send`]: paced UDP sender used by the simulator;
 //! - [`stats`]: counters shared with the monitor;
 //! - [`host_counters`]: the kernel's drop counters outside the capture (context).
@@ -18,6 +19,7 @@ pub mod capture;
 pub mod error;
 pub mod host_counters;
 pub mod memory;
+pub mod record;
 pub mod ring;
 pub mod send;
 pub mod stats;
