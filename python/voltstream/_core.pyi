@@ -171,3 +171,14 @@ class Capture:
     def __exit__(
         self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
     ) -> bool: ...
+
+class Recorder:
+    """Records every chunk of a started Capture to files on many disks (one writer
+    thread per directory, chunk files ``<dir>/<scan>/<scan>.<8-digit number>``);
+    never holds the capture back. Call ``finish()`` after the capture's ``stop()``."""
+
+    def __init__(
+        self, capture: Capture, dirs: list[str], scan: str, queue_chunks: int = 2
+    ) -> None: ...
+    def report(self) -> dict[str, Any]: ...
+    def finish(self) -> dict[str, Any]: ...

@@ -423,6 +423,11 @@ impl PyCapture {
         groups.iter().map(|g| g.to_string()).collect()
     }
 
+    /// The running capture threads, for the recorder.
+    pub(crate) fn running_group(&self) -> PyResult<Arc<CaptureGroup>> {
+        self.running()
+    }
+
     fn running(&self) -> PyResult<Arc<CaptureGroup>> {
         lock(&self.running)
             .clone()

@@ -16,6 +16,7 @@ mod chunk;
 mod errors;
 mod format_args;
 mod layout;
+mod record;
 mod report;
 mod send;
 mod wire;
@@ -29,5 +30,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     send::register(m)?;
     capture::register(m)?;
     chunk::register(m)?;
+    record::register(m)?;
     Ok(())
 }
