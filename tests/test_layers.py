@@ -34,6 +34,7 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "formats": {"dsp/packed", "sim/packetize", "io/vdif"},
     "streams": {"formats"},
     "capture_config": {"streams"},
+    "record": {"capture_config"},
     "monitor": set(),
     "testing": set(),  # fault plans for tests: packets in, packets out
     "pipeline": {"dsp", "fold", "io", "formats", "capture_config"},
@@ -54,7 +55,7 @@ RUST_ALLOWED: dict[str, set[str]] = {
     "assemble": {"wire", "memory", "stats"},
     "ring": {"assemble"},
     "capture": {"wire", "assemble", "ring", "memory", "stats", "host_counters"},
-    "record": {"ring"},  # chunks from the capture's rings to files
+    "record": {"ring", "assemble"},  # chunks from the capture's rings to files
     "send": {"capture"},  # capture::host: socket options, written once
 }
 

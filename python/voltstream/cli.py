@@ -198,6 +198,58 @@ def _add_fengine_parser(verbs: Any) -> None:
     ))  # fmt: skip
 
 
+def _add_capture_options(p: argparse.ArgumentParser) -> None:
+    """What a stream is and how it is captured: shared by capture and record."""
+    add_format_options(p, extra_formats=("spead-dig", "codif", "spead", "counter", "layout"))
+    p.add_argument(
+        "--stream",
+        help='a stream description (TOML: format = "vdif" | "codif" | "spead-dig" | '
+        '"spead" | "counter" | "layout" | "ynao", and its geometry; docs/formats.md '
+        "has one per format). Replaces --format and its options",
+    )
+    add_engine(p)
+    p.add_argument(
+        "--listen",
+        "--bind",
+        dest="listen",
+        type=host_port,
+        required=True,
+        help="HOST:PORT to listen on (as fold, fengine and inspect; --bind is its old name)",
+    )
+    p.add_argument(
+        "--multicast",
+        type=groups,
+        default=None,
+        metavar="GROUP[,GROUP]",
+        help="IPv4 multicast groups to join (IGMP) and receive on the --bind port; "
+        "--bind then is 0.0.0.0:PORT (or GROUP:PORT). Several groups on one port (e.g. one "
+        "per polarisation) assemble onto one timeline",
+    )
+    add_options(p, (
+        ("--interface", None, None,
+         "interface to capture on and join the groups on (needed by packet_ring and xdp "
+         "with --multicast). Default: the one that owns the --bind address"),
+        ("--packets-per-chunk", positive(int), 256, "packets per stream per chunk. Default: 256"),
+        ("--window", positive(int), 4, "reorder window in chunks. Default: 4"),
+    ))  # fmt: skip
+    add_capture_threads(
+        p,
+        "capture threads (packet_ring engine): each owns a contiguous block of streams, "
+        "steered to it in the kernel by stream id; the report shows each thread's counters. "
+        "Default: 1",
+    )
+    add_ring_mb(p)
+    add_options(p, (
+        ("--dpdk-port", None, None,
+         "with --engine dpdk: a PCI address (0000:3b:00.0, bound to vfio-pci), EAL "
+         "device arguments (net_af_packet0,iface=eth1,framesz=16384,blocksz=65536), or an "
+         "interface name (net_af_packet, ring sized by voltstream). Default: net_af_packet on "
+         "the interface that owns the --bind address"),
+        ("--dpdk-eal-args", None, None,
+         "with --engine dpdk: more EAL arguments, e.g. '--log-level=pmd.net.*:debug'"),
+    ))  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="voltstream",
@@ -250,56 +302,38 @@ def build_parser() -> argparse.ArgumentParser:
         "parses can be counted (--stream FILE.toml describes it); --output writes the "
         "samples of YNAO and VDIF streams.",
     )
-    add_format_options(p, extra_formats=("spead-dig", "codif", "spead", "counter", "layout"))
-    p.add_argument(
-        "--stream",
-        help='a stream description (TOML: format = "vdif" | "codif" | "spead-dig" | '
-        '"spead" | "counter" | "layout" | "ynao", and its geometry; docs/formats.md '
-        "has one per format). Replaces --format and its options",
-    )
-    add_engine(p)
-    p.add_argument(
-        "--listen",
-        "--bind",
-        dest="listen",
-        type=host_port,
-        required=True,
-        help="HOST:PORT to listen on (as fold, fengine and inspect; --bind is its old name)",
-    )
+    _add_capture_options(p)
     add_run(p, what="capture", required=True)
     p.add_argument("--output", help="write the samples to this DADA file")
     p.add_argument("--source", default="J0000+0000", help="source name for the DADA header")
+
+    p = verbs.add_parser(
+        "record",
+        help="record a UDP stream to files on many disks at once (VLBI, baseband)",
+        description="Capture a stream (every option of `capture`) and write every chunk, "
+        "straight from the capture's memory, to files on several directories at once: one "
+        "writer thread per directory (a disk or a RAID set), each chunk to the least-loaded "
+        "one, as <dir>/<scan>/<scan>.<8-digit number> (jive5ab's FlexBuff 'vbs' layout: a "
+        "chunk's payloads, stream after stream; readers order the files by number). A file "
+        "is renamed into place only when complete. The capture is never held back: a chunk "
+        "no disk has room for is dropped whole and counted, and a disk that fails is taken "
+        "out and counted while recording goes on on the others. Large chunks suit disks: "
+        "--packets-per-chunk 4096 makes 32 MiB files of 8 KiB packets.",
+    )
+    _add_capture_options(p)
+    add_run(p, what="record", required=True)
     p.add_argument(
-        "--multicast",
-        type=groups,
-        default=None,
-        metavar="GROUP[,GROUP]",
-        help="IPv4 multicast groups to join (IGMP) and receive on the --bind port; "
-        "--bind then is 0.0.0.0:PORT (or GROUP:PORT). Several groups on one port (e.g. one "
-        "per polarisation) assemble onto one timeline",
+        "--dirs",
+        type=lambda v: [d for d in v.split(",") if d],
+        required=True,
+        metavar="DIR[,DIR]",
+        help="directories to record into, one per disk (each gets a writer thread)",
     )
+    p.add_argument("--scan", required=True, help="scan name: a folder on every disk")
     add_options(p, (
-        ("--interface", None, None,
-         "interface to capture on and join the groups on (needed by packet_ring and xdp "
-         "with --multicast). Default: the one that owns the --bind address"),
-        ("--packets-per-chunk", positive(int), 256, "packets per stream per chunk. Default: 256"),
-        ("--window", positive(int), 4, "reorder window in chunks. Default: 4"),
-    ))  # fmt: skip
-    add_capture_threads(
-        p,
-        "capture threads (packet_ring engine): each owns a contiguous block of streams, "
-        "steered to it in the kernel by stream id; the report shows each thread's counters. "
-        "Default: 1",
-    )
-    add_ring_mb(p)
-    add_options(p, (
-        ("--dpdk-port", None, None,
-         "with --engine dpdk: a PCI address (0000:3b:00.0, bound to vfio-pci), EAL "
-         "device arguments (net_af_packet0,iface=eth1,framesz=16384,blocksz=65536), or an "
-         "interface name (net_af_packet, ring sized by voltstream). Default: net_af_packet on "
-         "the interface that owns the --bind address"),
-        ("--dpdk-eal-args", None, None,
-         "with --engine dpdk: more EAL arguments, e.g. '--log-level=pmd.net.*:debug'"),
+        ("--queue-chunks", positive(int), 2,
+         "chunks each disk's writer may hold queued before the next chunk goes to another "
+         "disk (or, with every queue full, is dropped and counted). Default: 2"),
     ))  # fmt: skip
 
     p = verbs.add_parser(

@@ -303,6 +303,30 @@ def capture(args: argparse.Namespace) -> int:
     return _print_report(report, args.report)
 
 
+def record(args: argparse.Namespace) -> int:
+    from voltstream import record as rec
+
+    report = rec.record(
+        _capture_format(args),
+        _capture_settings(args, args.listen),
+        args.dirs,
+        args.scan,
+        args.duration,
+        idle_timeout_s=args.idle_timeout,
+        queue_chunks=args.queue_chunks,
+        on_start=lambda address: print(
+            f"record: listening on {address}, scan {args.scan} -> {', '.join(args.dirs)}",
+            file=sys.stderr,
+            flush=True,
+        ),
+    )
+    for line in rec.summary_lines(report):
+        print(line)
+    if args.report:
+        rec.write_report(report, args.report)
+    return 0
+
+
 def _print_report(report: Any, path: str | None) -> int:
     """The end of a run, alike for every verb: the report's summary on stdout, the
     whole report as JSON where ``--report`` asks; 0, the verb's exit status."""

@@ -73,13 +73,26 @@ fn report_dict<'py>(py: Python<'py>, r: &RecordReport) -> PyResult<Bound<'py, Py
     for w in &r.writers {
         let wd = PyDict::new(py);
         wd.set_item("dir", w.dir.to_string_lossy())?;
-        set_fields!(wd, w, [chunks, bytes, direct_chunks, lost_chunks, failed]);
+        set_fields!(
+            wd,
+            w,
+            [
+                chunks,
+                bytes,
+                direct_chunks,
+                lost_chunks,
+                zero_filled_packets,
+                failed
+            ]
+        );
         writers.append(wd)?;
     }
     d.set_item(
         "chunks_lost",
         r.writers.iter().map(|w| w.lost_chunks).sum::<u64>(),
     )?;
+    let zeroed: u64 = r.writers.iter().map(|w| w.zero_filled_packets).sum();
+    d.set_item("zero_filled_packets", zeroed)?;
     d.set_item("writers", writers)?;
     Ok(d)
 }

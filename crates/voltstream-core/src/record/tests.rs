@@ -30,8 +30,20 @@ fn disk(test: &str, k: usize) -> PathBuf {
 /// Captures `chunks` whole chunks of two counter streams from memory, recording
 /// them as `spec` says; `during` runs once the recorder has started.
 fn record(chunks: u64, spec: &RecordSpec, during: impl FnOnce()) -> super::RecordReport {
+    record_without(chunks, spec, &[], during)
+}
+
+/// As `record`, with the packets `skip` (stream, index) never sent.
+fn record_without(
+    chunks: u64,
+    spec: &RecordSpec,
+    skip: &[(u16, u64)],
+    during: impl FnOnce(),
+) -> super::RecordReport {
     let packets = (0..chunks * PER_CHUNK as u64)
-        .flat_map(|i| (0..2u16).map(move |s| packet(s, i)))
+        .flat_map(|i| (0..2u16).map(move |s| (s, i)))
+        .filter(|si| !skip.contains(si))
+        .map(|(s, i)| packet(s, i))
         .collect::<Vec<_>>();
     let engine = InMemoryEngine::from_packets(packets);
     let locate = FormatSpec::Counter {
@@ -46,7 +58,7 @@ fn record(chunks: u64, spec: &RecordSpec, during: impl FnOnce()) -> super::Recor
     let rec = Recorder::start(vec![cap.consumer()], spec).unwrap();
     during();
     // Every packet read (the last chunks stay open until the stop flushes them).
-    let all = chunks * 2 * PER_CHUNK as u64;
+    let all = chunks * 2 * PER_CHUNK as u64 - skip.len() as u64;
     let deadline = Instant::now() + Duration::from_secs(10);
     while cap.stats().counters.total().received < all && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
@@ -159,6 +171,25 @@ fn a_disk_that_falls_behind_costs_whole_chunks_counted_never_the_capture() {
     assert_eq!(files.len() as u64, report.chunks_written);
     for (n, path) in files {
         assert_eq!(fs::read(&path).unwrap(), expected_chunk(n));
+    }
+    disks.iter().for_each(|d| fs::remove_dir_all(d).unwrap());
+}
+
+#[test]
+fn a_packet_that_never_came_is_written_as_zeros_and_counted() {
+    let disks = vec![disk("zero", 0)];
+    let mut spec = RecordSpec::new(disks.clone(), "scan4");
+    spec.queue_chunks = 8;
+    let report = record_without(4, &spec, &[(1, 5)], || {});
+    assert_eq!(report.chunks_written, 4);
+    assert_eq!(report.writers[0].zero_filled_packets, 1);
+    let files = chunk_files(&disks, "scan4");
+    let mut want = expected_chunk(0);
+    let slot = PER_CHUNK + 5; // stream 1, packet 5
+    want[slot * LEN..(slot + 1) * LEN].fill(0);
+    assert_eq!(fs::read(&files[0].1).unwrap(), want);
+    for (n, path) in &files[1..] {
+        assert_eq!(fs::read(path).unwrap(), expected_chunk(*n));
     }
     disks.iter().for_each(|d| fs::remove_dir_all(d).unwrap());
 }

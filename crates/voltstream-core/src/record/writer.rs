@@ -20,6 +20,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::assemble::Chunk;
 use crate::ring::Lease;
 use crate::{Error, Result};
 
@@ -40,6 +41,7 @@ pub struct WriterState {
     bytes: AtomicU64,
     lost: AtomicU64,
     direct: AtomicU64,
+    zeroed: AtomicU64,
     failed: Mutex<Option<String>>,
 }
 
@@ -54,6 +56,9 @@ pub struct WriterReport {
     pub direct_chunks: u64,
     /// Chunks handed to this writer that were not written: queued when it failed.
     pub lost_chunks: u64,
+    /// Packet slots written as zeros: their packet never arrived (the capture
+    /// counts why: missing, or past the end of the stream in the last chunk).
+    pub zero_filled_packets: u64,
     /// Why the writer stopped writing (the first error), if it did.
     pub failed: Option<String>,
 }
@@ -136,6 +141,7 @@ impl Writer {
             bytes: s.bytes.load(Ordering::Acquire),
             direct_chunks: s.direct.load(Ordering::Acquire),
             lost_chunks: s.lost.load(Ordering::Acquire),
+            zero_filled_packets: s.zeroed.load(Ordering::Acquire),
             failed: s.failed.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         }
     }
@@ -148,10 +154,14 @@ impl Drop for Writer {
 }
 
 fn run(rx: &Receiver<Job>, state: &WriterState) {
-    for job in rx.iter() {
+    for mut job in rx.iter() {
         if state.is_failed() {
             state.lost.fetch_add(1, Ordering::AcqRel);
         } else {
+            // A slot whose packet never came holds a stale payload from the
+            // chunk's last use: it is written as zeros, never as old data.
+            let zeroed = zero_absent(&mut job.lease);
+            state.zeroed.fetch_add(zeroed, Ordering::AcqRel);
             match write_chunk_file(&job.path, job.lease.data()) {
                 Ok(direct) => {
                     state.chunks.fetch_add(1, Ordering::AcqRel);
@@ -169,6 +179,30 @@ fn run(rx: &Receiver<Job>, state: &WriterState) {
         drop(job);
         state.queued.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Zeroes the payload of every packet slot the chunk's bitmap marks absent;
+/// returns how many.
+fn zero_absent(chunk: &mut Chunk) -> u64 {
+    let layout = chunk.layout();
+    if chunk.present_count() == layout.packets() {
+        return 0;
+    }
+    let absent: Vec<usize> = (0..layout.packets())
+        .filter(|&slot| {
+            let (s, k) = (
+                slot / layout.packets_per_chunk,
+                slot % layout.packets_per_chunk,
+            );
+            !chunk.is_present(s, k)
+        })
+        .collect();
+    let data = chunk.data_mut();
+    for &slot in &absent {
+        let start = slot * layout.payload_len;
+        data[start..start + layout.payload_len].fill(0);
+    }
+    absent.len() as u64
 }
 
 /// Writes `data` as the file `path` (whole, or not at all: under a temporary
