@@ -198,6 +198,19 @@ def _add_fengine_parser(verbs: Any) -> None:
     ))  # fmt: skip
 
 
+RECORD_DESCRIPTION = (
+    "Capture a stream (every option of `capture`) and write every chunk, "
+    "straight from the capture's memory, to files on several directories at once: one "
+    "writer thread per directory (a disk or a RAID set), each chunk to the least-loaded "
+    "one, as <dir>/<scan>/<scan>.<8-digit number> (jive5ab's FlexBuff 'vbs' layout: a "
+    "chunk's payloads, stream after stream; readers order the files by number). A file "
+    "is renamed into place only when complete. The capture is never held back: a chunk "
+    "no disk has room for is dropped whole and counted, and a disk that fails is taken "
+    "out and counted while recording goes on on the others. Large chunks suit disks: "
+    "--packets-per-chunk 4096 makes 32 MiB files of 8 KiB packets."
+)
+
+
 def _add_capture_options(p: argparse.ArgumentParser) -> None:
     """What a stream is and how it is captured: shared by capture and record."""
     add_format_options(p, extra_formats=("spead-dig", "codif", "spead", "counter", "layout"))
@@ -310,15 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser(
         "record",
         help="record a UDP stream to files on many disks at once (VLBI, baseband)",
-        description="Capture a stream (every option of `capture`) and write every chunk, "
-        "straight from the capture's memory, to files on several directories at once: one "
-        "writer thread per directory (a disk or a RAID set), each chunk to the least-loaded "
-        "one, as <dir>/<scan>/<scan>.<8-digit number> (jive5ab's FlexBuff 'vbs' layout: a "
-        "chunk's payloads, stream after stream; readers order the files by number). A file "
-        "is renamed into place only when complete. The capture is never held back: a chunk "
-        "no disk has room for is dropped whole and counted, and a disk that fails is taken "
-        "out and counted while recording goes on on the others. Large chunks suit disks: "
-        "--packets-per-chunk 4096 makes 32 MiB files of 8 KiB packets.",
+        description=RECORD_DESCRIPTION,
     )
     _add_capture_options(p)
     add_run(p, what="record", required=True)

@@ -86,6 +86,26 @@ fn chunk_files(disks: &[PathBuf], scan: &str) -> Vec<(u64, PathBuf)> {
     files
 }
 
+/// Every file holds its chunk's payloads exactly.
+fn assert_intact(files: &[(u64, PathBuf)]) {
+    for (n, path) in files {
+        assert_eq!(
+            fs::read(path).unwrap(),
+            expected_chunk(*n),
+            "{}",
+            path.display()
+        );
+    }
+}
+
+/// One disk and a spec recording `scan` on it with `queue` chunks of queue.
+fn one_disk(test: &str, scan: &str, queue: usize) -> (Vec<PathBuf>, RecordSpec) {
+    let disks = vec![disk(test, 0)];
+    let mut spec = RecordSpec::new(disks.clone(), scan);
+    spec.queue_chunks = queue;
+    (disks, spec)
+}
+
 fn expected_chunk(c: u64) -> Vec<u8> {
     let mut want = Vec::new();
     for s in 0..2u16 {
@@ -109,14 +129,7 @@ fn every_chunk_lands_whole_in_its_numbered_file_across_the_disks() {
     let files = chunk_files(&disks, "scan1");
     let numbers: Vec<u64> = files.iter().map(|(n, _)| *n).collect();
     assert_eq!(numbers, (0..30).collect::<Vec<_>>());
-    for (n, path) in &files {
-        assert_eq!(
-            fs::read(path).unwrap(),
-            expected_chunk(*n),
-            "{}",
-            path.display()
-        );
-    }
+    assert_intact(&files);
     // Idle disks share the work; no writer failed, nothing is left half-written.
     for w in &report.writers {
         assert!(
@@ -148,9 +161,7 @@ fn a_failed_disk_is_taken_out_and_every_chunk_is_counted_once() {
     let accounted = report.chunks_written + report.chunks_unwritten + bad.lost_chunks;
     assert_eq!(accounted, 40, "{report:?}");
     // What the good disk holds is whole and correct.
-    for (n, path) in chunk_files(&disks[..1], "scan2") {
-        assert_eq!(fs::read(&path).unwrap(), expected_chunk(n));
-    }
+    assert_intact(&chunk_files(&disks[..1], "scan2"));
     assert_eq!(report.chunks_written, good.chunks);
     disks.iter().for_each(|d| fs::remove_dir_all(d).unwrap());
 }
@@ -158,9 +169,7 @@ fn a_failed_disk_is_taken_out_and_every_chunk_is_counted_once() {
 #[test]
 fn a_disk_that_falls_behind_costs_whole_chunks_counted_never_the_capture() {
     // One disk, a one-chunk queue, a burst far faster than fdatasync'ed writes.
-    let disks = vec![disk("slow", 0)];
-    let mut spec = RecordSpec::new(disks.clone(), "scan3");
-    spec.queue_chunks = 1;
+    let (disks, spec) = one_disk("slow", "scan3", 1);
     let report = record(30, &spec, || {});
     assert_eq!(
         report.chunks_written + report.chunks_unwritten,
@@ -169,17 +178,13 @@ fn a_disk_that_falls_behind_costs_whole_chunks_counted_never_the_capture() {
     );
     let files = chunk_files(&disks, "scan3");
     assert_eq!(files.len() as u64, report.chunks_written);
-    for (n, path) in files {
-        assert_eq!(fs::read(&path).unwrap(), expected_chunk(n));
-    }
+    assert_intact(&files);
     disks.iter().for_each(|d| fs::remove_dir_all(d).unwrap());
 }
 
 #[test]
 fn a_packet_that_never_came_is_written_as_zeros_and_counted() {
-    let disks = vec![disk("zero", 0)];
-    let mut spec = RecordSpec::new(disks.clone(), "scan4");
-    spec.queue_chunks = 8;
+    let (disks, spec) = one_disk("zero", "scan4", 8);
     let report = record_without(4, &spec, &[(1, 5)], || {});
     assert_eq!(report.chunks_written, 4);
     assert_eq!(report.writers[0].zero_filled_packets, 1);
@@ -188,9 +193,7 @@ fn a_packet_that_never_came_is_written_as_zeros_and_counted() {
     let slot = PER_CHUNK + 5; // stream 1, packet 5
     want[slot * LEN..(slot + 1) * LEN].fill(0);
     assert_eq!(fs::read(&files[0].1).unwrap(), want);
-    for (n, path) in &files[1..] {
-        assert_eq!(fs::read(path).unwrap(), expected_chunk(*n));
-    }
+    assert_intact(&files[1..]);
     disks.iter().for_each(|d| fs::remove_dir_all(d).unwrap());
 }
 
