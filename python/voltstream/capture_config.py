@@ -41,7 +41,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from voltstream.config_files import read_toml, validated
-from voltstream.errors import CaptureError, ConfigError
+from voltstream.errors import ConfigError
 from voltstream.streams import StreamDescription
 
 __all__ = [
@@ -182,14 +182,11 @@ class CaptureSettings(_Section):
 
     def open(self, stream: CaptureFormat) -> Any:
         """A ``_core.Capture`` (not started) of ``stream`` (anything with
-        ``capture_kwargs()``: a stream description or a ``formats`` format); the
-        core's configuration errors stay ConfigError, engine errors CaptureError."""
+        ``capture_kwargs()``: a stream description or a ``formats`` format). The core
+        raises ConfigError for what does not fit, CaptureError when an engine fails."""
         from voltstream import _core
 
-        try:
-            return _core.Capture(**stream.capture_kwargs(), **self.capture_kwargs())
-        except OSError as e:  # CaptureError is an OSError; keep its message
-            raise CaptureError(str(e)) from None
+        return _core.Capture(**stream.capture_kwargs(), **self.capture_kwargs())
 
 
 class CaptureFile(CaptureSettings):

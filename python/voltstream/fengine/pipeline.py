@@ -42,7 +42,7 @@ from voltstream.capture_config import CaptureSettings
 from voltstream.digitiser import heap_bytes, unpack_heaps
 from voltstream.errors import ConfigError
 from voltstream.fengine.packets import PacketBatch, heap_count, release_batches
-from voltstream.pipeline.capture import CaptureRun
+from voltstream.pipeline.capture import STREAM_COUNTERS, CaptureRun
 from voltstream.pipeline.gpu import Handoff, StatusLine, release_pool
 from voltstream.pipeline.timeline import ChunkTimeline, Gap
 from voltstream.streams import spead_dig
@@ -75,7 +75,6 @@ _REPORT_COUNTERS = (
     "heaps_not_sent_capture_stopped",
     "samples_fed",
 )
-_CAPTURE_COUNTERS = ("received", "missing", "late", "duplicate", "dropped")
 
 
 def default_chunk_heaps(heap_bytes: int) -> int:
@@ -158,7 +157,7 @@ class FEngineReport:
         for s in cap.get("streams", []):
             pol = s.get("stream", "?")
             lines.append(
-                f"  input pol {pol}: " + "  ".join(f"{k}={s.get(k, 0)}" for k in _CAPTURE_COUNTERS)
+                f"  input pol {pol}: " + "  ".join(f"{k}={s.get(k, 0)}" for k in STREAM_COUNTERS)
             )
         lines.append(
             f"  input: malformed={cap.get('malformed', 0)}  foreign={cap.get('foreign', 0)}  "
@@ -443,10 +442,10 @@ def _sensor_values(report: FEngineReport, eng: dict, capture: dict, sent: int) -
         else:
             flat[k] = v
     totals = capture.get("totals", {})
-    for k in (*_CAPTURE_COUNTERS, "malformed", "foreign"):
+    for k in (*STREAM_COUNTERS, "malformed", "foreign"):
         flat[k] = totals.get(k, capture.get(k, 0))
     for s in capture.get("streams", []):
-        for k in _CAPTURE_COUNTERS:
+        for k in STREAM_COUNTERS:
             flat[f"{k}_pol{s.get('stream', 0)}"] = s.get(k, 0)
     # The report's own counters under their own names (each name written once).
     for k in _REPORT_COUNTERS:

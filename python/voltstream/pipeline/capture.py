@@ -382,9 +382,10 @@ class CountingSink:
 class TfpSink(CountingSink):
     """Blocks to int8 TFP samples (absent packets zero) for `sink(samples, valid)`."""
 
+    fmt: StreamFormat  # the sample geometry CountingSink does not need
+
     def __init__(self, fmt: StreamFormat, sink: Any, report: CaptureReport) -> None:
         super().__init__(fmt, report)
-        self.tfp_fmt = fmt  # the sample geometry CountingSink does not need
         self.sink = sink
 
     def take(self, item: Any) -> None:
@@ -395,8 +396,8 @@ class TfpSink(CountingSink):
             samples, valid = np.zeros(shape, np.int8), np.zeros(n, bool)
         else:
             try:
-                raw = item.array(item.present.shape[0], self.tfp_fmt.payload_len)
-                samples = self.tfp_fmt.payload_to_tfp(raw, item.present)
+                raw = item.array(item.present.shape[0], self.fmt.payload_len)
+                samples = self.fmt.payload_to_tfp(raw, item.present)
                 del raw
             finally:
                 item.release()
