@@ -127,6 +127,31 @@ impl Chunk {
         &self.present
     }
 
+    /// Zeroes the payload slot of every packet the bitmap marks absent (their bytes
+    /// are left from the chunk's last use); returns how many. For consumers that
+    /// write the chunk out whole, such as the recorder.
+    pub fn zero_absent(&mut self) -> usize {
+        let packets = self.layout.packets();
+        if self.present_count == packets {
+            return 0;
+        }
+        let len = self.layout.payload_len;
+        let data = self.data.as_mut_slice();
+        let mut zeroed = 0;
+        for (w, &word) in self.present.iter().enumerate() {
+            // Absent slots of this word, bits past the last packet masked off.
+            let valid = (packets - w * 64).min(64);
+            let mut absent = !word & (u64::MAX >> (64 - valid));
+            while absent != 0 {
+                let slot = w * 64 + absent.trailing_zeros() as usize;
+                data[slot * len..(slot + 1) * len].fill(0);
+                absent &= absent - 1;
+                zeroed += 1;
+            }
+        }
+        zeroed
+    }
+
     /// Whether packet `packet` of stream `stream` arrived; false when out of range.
     pub fn is_present(&self, stream: usize, packet: usize) -> bool {
         if stream >= self.layout.streams || packet >= self.layout.packets_per_chunk {

@@ -9,12 +9,15 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::writer::{Job, Writer, WriterReport};
-use crate::ring::Consumer;
+use crate::ring::{Consumer, Lease};
 use crate::{Error, Result};
 
 /// How long the dispatcher waits on one capture thread's ring before looking at
 /// the next (and at whether the capture has ended).
 const POLL: Duration = Duration::from_millis(20);
+/// With several rings, the dispatcher polls them without blocking; after a round
+/// that found nothing it naps this long (a chunk of any ring waits at most this).
+const IDLE_NAP: Duration = Duration::from_millis(1);
 
 /// Where and how a scan is recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,38 +142,60 @@ impl Recorder {
 fn dispatch(consumers: &[Consumer], writers: &[Writer], unwritten: &AtomicU64, scan: &str) {
     let mut number = 0u64;
     let mut turn = 0usize;
+    let mut idle = false;
     loop {
         if consumers.iter().all(Consumer::is_finished) {
             return;
         }
+        let mut took = false;
         for consumer in consumers {
-            let Some(lease) = consumer.pop(POLL) else {
-                continue;
+            // Empty each ring before looking at the next: a busy capture thread
+            // must not wait on an idle one. Block only after a round found nothing.
+            let wait = if idle && consumers.len() == 1 {
+                POLL
+            } else {
+                Duration::ZERO
             };
-            let name = format!("{scan}.{number:08}");
-            number += 1;
-            turn = turn.wrapping_add(1);
-            if let Some(w) = least_loaded(writers, turn) {
-                let job = Job {
-                    lease,
-                    path: writers[w].dir.join(&name),
-                };
-                if writers[w].offer(job) {
-                    continue;
+            while let Some(lease) = consumer.pop(wait) {
+                took = true;
+                let name = format!("{scan}.{number:08}");
+                number += 1;
+                turn = turn.wrapping_add(1);
+                if !hand_over(writers, turn, lease, &name) {
+                    // No room anywhere: the chunk goes back to the pool unwritten.
+                    unwritten.fetch_add(1, Ordering::AcqRel);
+                }
+                if wait > Duration::ZERO {
+                    break;
                 }
             }
-            // No room anywhere: the chunk goes back to the pool unwritten.
-            unwritten.fetch_add(1, Ordering::AcqRel);
+        }
+        idle = !took;
+        if idle && consumers.len() > 1 {
+            std::thread::sleep(IDLE_NAP);
         }
     }
 }
 
-/// The live writer with the fewest chunks queued (and room for one more), ties
-/// broken by turns so that idle disks share the work.
-fn least_loaded(writers: &[Writer], turn: usize) -> Option<usize> {
+/// Offers the chunk to the live writers, least loaded first (ties broken by
+/// turns, so that idle disks share the work); false when none had room.
+fn hand_over(writers: &[Writer], turn: usize, lease: Lease, name: &str) -> bool {
     let n = writers.len();
-    (0..n)
+    let mut order: Vec<usize> = (0..n)
         .map(|k| (turn + k) % n)
         .filter(|&w| !writers[w].state.is_failed())
-        .min_by_key(|&w| writers[w].state.queued())
+        .collect();
+    order.sort_by_key(|&w| writers[w].state.queued());
+    let mut job = Job {
+        lease,
+        path: PathBuf::new(),
+    };
+    for w in order {
+        job.path = writers[w].dir.join(name);
+        match writers[w].offer(job) {
+            None => return true,
+            Some(refused) => job = refused,
+        }
+    }
+    false
 }

@@ -20,7 +20,6 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::assemble::Chunk;
 use crate::ring::Lease;
 use crate::{Error, Result};
 
@@ -109,18 +108,18 @@ impl Writer {
         })
     }
 
-    /// Hands `job` over without waiting. False when the queue is full (or the
-    /// writer gone): the job is dropped, so its chunk goes back to the pool.
-    pub fn offer(&self, job: Job) -> bool {
+    /// Hands `job` over without waiting; gives it back when the queue is full
+    /// (or the writer gone).
+    pub fn offer(&self, job: Job) -> Option<Job> {
         let Some(queue) = &self.queue else {
-            return false;
+            return Some(job);
         };
         self.state.queued.fetch_add(1, Ordering::AcqRel);
         match queue.try_send(job) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+            Ok(()) => None,
+            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
                 self.state.queued.fetch_sub(1, Ordering::AcqRel);
-                false
+                Some(job)
             }
         }
     }
@@ -160,7 +159,7 @@ fn run(rx: &Receiver<Job>, state: &WriterState) {
         } else {
             // A slot whose packet never came holds a stale payload from the
             // chunk's last use: it is written as zeros, never as old data.
-            let zeroed = zero_absent(&mut job.lease);
+            let zeroed = job.lease.zero_absent() as u64;
             state.zeroed.fetch_add(zeroed, Ordering::AcqRel);
             match write_chunk_file(&job.path, job.lease.data()) {
                 Ok(direct) => {
@@ -181,38 +180,16 @@ fn run(rx: &Receiver<Job>, state: &WriterState) {
     }
 }
 
-/// Zeroes the payload of every packet slot the chunk's bitmap marks absent;
-/// returns how many.
-fn zero_absent(chunk: &mut Chunk) -> u64 {
-    let layout = chunk.layout();
-    if chunk.present_count() == layout.packets() {
-        return 0;
-    }
-    let absent: Vec<usize> = (0..layout.packets())
-        .filter(|&slot| {
-            let (s, k) = (
-                slot / layout.packets_per_chunk,
-                slot % layout.packets_per_chunk,
-            );
-            !chunk.is_present(s, k)
-        })
-        .collect();
-    let data = chunk.data_mut();
-    for &slot in &absent {
-        let start = slot * layout.payload_len;
-        data[start..start + layout.payload_len].fill(0);
-    }
-    absent.len() as u64
-}
-
 /// Writes `data` as the file `path` (whole, or not at all: under a temporary
 /// name until complete). Returns whether O_DIRECT was used.
 fn write_chunk_file(path: &Path, data: &[u8]) -> io::Result<bool> {
     let partial = path.with_extension("partial");
     let aligned = data.len() % DIRECT_ALIGN == 0 && data.as_ptr() as usize % DIRECT_ALIGN == 0;
+    // O_DIRECT bypasses the page cache, but the file's size and blocks are only
+    // durable after a sync: the rename below must not name an incomplete file.
     let direct = aligned
         && open(&partial, libc::O_DIRECT)
-            .and_then(|mut f| f.write_all(data))
+            .and_then(|mut f| f.write_all(data).and_then(|()| f.sync_data()))
             .is_ok();
     if !direct {
         let mut f = open(&partial, 0)?;
