@@ -305,9 +305,14 @@ impl Engine for XdpEngine {
             return Ok(0);
         }
         let n = self.xsk.rx.available().min(self.batch);
+        // Every chunk read goes straight back to the kernel: the fill ring has a
+        // slot for every chunk, so it always has room. The kernel sees the slots
+        // only at submit(), after every packet of the batch was handed on.
+        debug_assert!(self.xsk.fill.free() >= n);
         let mut passed = 0;
         for i in 0..n {
             let d = self.xsk.rx.desc(i);
+            self.xsk.fill.put(d.addr & self.chunk_mask);
             let piece = self.umem.get(d.addr, d.len);
             let more = d.options & libc::XDP_PKT_CONTD != 0;
             if !more && !self.joined.active {
@@ -328,13 +333,6 @@ impl Engine for XdpEngine {
                     passed += 1;
                 }
             }
-        }
-        // Every chunk read goes straight back to the kernel: the fill ring
-        // has a slot for every chunk, so it always has room for these.
-        debug_assert!(self.xsk.fill.free() >= n);
-        for i in 0..n {
-            let addr = self.xsk.rx.desc(i).addr & self.chunk_mask;
-            self.xsk.fill.put(addr);
         }
         self.xsk.rx.release(n);
         self.xsk.fill.submit();
