@@ -41,7 +41,7 @@ CHUNK_BYTES = PER_CHUNK * (PACKET - 10)
 def record_drain(dirs: list[Path], n: int) -> dict:
     cap = _core.Capture(
         "counter", "127.0.0.1:0", PER_CHUNK, nchunks=8, window=2, payload_len=PACKET - 10,
-        queue_bytes=n * PACKET * 2 + (64 << 20), engine="auto",
+        queue_bytes=n * PACKET * 2 + (64 << 20), engine="auto", whole_packets=True,
     )  # fmt: skip
     cap.start(paused=True)
     rec = _core.Recorder(cap, [str(d) for d in dirs], f"bench{time.monotonic_ns()}")

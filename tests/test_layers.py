@@ -34,7 +34,7 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "formats": {"dsp/packed", "sim/packetize", "io/vdif"},
     "streams": {"formats"},
     "capture_config": {"streams"},
-    "record": {"capture_config"},
+    "record": {"capture_config", "io/dada"},
     "monitor": set(),
     "testing": set(),  # fault plans for tests: packets in, packets out
     "pipeline": {"dsp", "fold", "io", "formats", "capture_config"},

@@ -25,10 +25,14 @@ def packet(i: int, s: int) -> bytes:
     return i.to_bytes(8, "big") + s.to_bytes(2, "big") + payload
 
 
-def open_capture() -> _core.Capture:
+def open_capture(whole_packets: bool = True) -> _core.Capture:
     stream = parse_stream({"format": "counter", "streams": STREAMS, "payload_len": LEN})
     settings = CaptureSettings.of(
-        "127.0.0.1:0", engine="socket", packets_per_chunk=PER_CHUNK, nchunks=64
+        "127.0.0.1:0",
+        engine="socket",
+        packets_per_chunk=PER_CHUNK,
+        nchunks=64,
+        whole_packets=whole_packets,
     )
     return settings.open(stream)
 
@@ -54,14 +58,14 @@ def test_a_recorded_capture_is_every_chunk_in_numbered_files(tmp_path):
     report = rec.finish()
     assert report["chunks_written"] == nchunks and report["chunks_unwritten"] == 0
     assert report["chunks_lost"] == 0
-    assert report["bytes_written"] == nchunks * PER_CHUNK * STREAMS * LEN
+    assert report["bytes_written"] == nchunks * PER_CHUNK * STREAMS * (LEN + 10)
     files = sorted((int(p.name.split(".")[-1]), p) for d in disks for p in (d / "scan_a").iterdir())
     assert [n for n, _ in files] == list(range(nchunks))
-    for n, path in files:
-        data = np.frombuffer(path.read_bytes(), np.uint8).reshape(STREAMS, PER_CHUNK, LEN)
+    for n, path in files:  # whole packets, as received
+        data = np.frombuffer(path.read_bytes(), np.uint8).reshape(STREAMS, PER_CHUNK, LEN + 10)
         for s in range(STREAMS):
             for k in range(PER_CHUNK):
-                assert data[s, k].tobytes() == packet(n * PER_CHUNK + k, s)[10:]
+                assert data[s, k].tobytes() == packet(n * PER_CHUNK + k, s)
     assert all(w["chunks"] > 0 and w["failed"] is None for w in report["writers"])
     assert rec.finish() == report  # idempotent
 
@@ -79,53 +83,58 @@ def test_the_recorder_refuses_what_it_cannot_do(tmp_path):
             _core.Recorder(cap, [str(tmp_path)], "taken")
         with pytest.raises(ConfigError, match="at least one directory"):
             _core.Recorder(cap, [], "s")
+        with pytest.raises(ConfigError, match="dada layout needs a capture with whole_packets"):
+            _core.Recorder(cap, [str(tmp_path)], "s", layout="dada")
+        with pytest.raises(ConfigError, match='layout "tar"'):
+            _core.Recorder(cap, [str(tmp_path)], "s", layout="tar")
     finally:
         cap.stop()
+    with pytest.raises(ConfigError, match="whole packets in chunks need packets of one length"):
+        CaptureSettings.of("127.0.0.1:0", whole_packets=True).open(
+            parse_stream({"format": "spead-dig", "digitiser_ids": [0, 1]})
+        )
     assert not (Path(tmp_path) / "s").exists()
 
 
-def test_the_record_verb_records_a_simulated_stream_end_to_end(tmp_path):
-    """`voltstream simulate` -> loopback -> `voltstream record` into two directories:
-    the files hold every packet's payload in order; the report counts every chunk."""
+def test_repair_cuts_files_to_whole_packets_and_rewrites_headers_and_manifest(tmp_path):
+    """What a crash leaves, made by hand: each file ends inside a packet or block."""
     import json
-    import subprocess
-    import sys
+    import struct
 
-    from cli_process import run_cli
-    from loopback import free_bind
+    from voltstream.record import Manifest, repair
 
-    bind = free_bind()
-    disks = [tmp_path / "d0", tmp_path / "d1"]
-    for d in disks:
-        d.mkdir()
-    report_path = tmp_path / "r.json"
-    recorder = subprocess.Popen(
-        [sys.executable, "-m", "voltstream.cli", "record", "--format", "ynao", "--listen",
-         bind, "--engine", "socket", "--packets-per-chunk", "64", "--duration", "20",
-         "--idle-timeout", "1", "--dirs", ",".join(map(str, disks)), "--scan", "sim1",
-         "--report", str(report_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        time.sleep(1.5)  # the recorder binds before the simulator sends
-        sim = run_cli("simulate", "--format", "ynao", "--signal", "noise", "--duration", "0.2",
-                      "--dest", bind, "--rate", "0.5")  # fmt: skip
-        assert sim.returncode == 0, sim.stderr
-        out, err = recorder.communicate(timeout=30)
-    finally:
-        recorder.kill()
-    assert recorder.returncode == 0, err
-    report = json.loads(report_path.read_text())
-    r, totals = report["record"], report["capture"]["totals"]
-    assert "record: scan sim1" in out and totals["missing"] == 0
-    chunks = r["chunks_written"]
-    assert chunks > 0 and r["chunks_unwritten"] == 0 and r["chunks_lost"] == 0
-    files = sorted((p for d in disks for p in (d / "sim1").iterdir()), key=lambda p: p.name)
-    assert len(files) == chunks
-    assert sum(p.stat().st_size for p in files) == r["bytes_written"]
-    # Whole chunks of 64 x 8192-byte payloads; the last chunk's slots after the
-    # stream ended are written as zeros and counted, never as stale pool bytes.
-    assert r["bytes_written"] == chunks * 64 * 8192
-    assert r["bytes_written"] == totals["bytes"] + r["zero_filled_packets"] * 8192
-    last = files[-1].read_bytes()
-    assert last.endswith(bytes(8192 * r["zero_filled_packets"]))
+    d = tmp_path / "d0"
+    (d / "s").mkdir(parents=True)
+    slot = 100
+    head = b"HDR_SIZE 4096\nFILE_SIZE 1000\nFILE_NUMBER 0\nOBS_OFFSET 0\n".ljust(4096, b"\0")
+    (d / "s" / "s_s00_0000000000000000.dada").write_bytes(head + bytes(range(250)))
+    (d / "s" / "s_s00_0000000000000250.dada").write_bytes(head + bytes(300))
+    Manifest([d], "s", {"layout": "dada", "packet_len": slot}).write({"record": {}})
+    done = repair([d], "s")
+    assert done["files"] == 2 and len(done["truncated"]) == 1 and len(done["headers"]) == 2
+    first = (d / "s" / "s_s00_0000000000000000.dada").read_bytes()
+    assert len(first) == 4096 + 200 and first[4096:] == bytes(range(200))
+    assert b"FILE_SIZE 200\n" in first[:4096] and len(first[:4096].rstrip(b"\0")) < 4096
+    manifest = json.loads((d / "s.manifest.json").read_text())
+    assert manifest["repaired"] and [f["bytes"] for f in manifest["files"]] == [200, 300]
+
+    # Mark6: a whole block, then a block cut short by the crash.
+    m = tmp_path / "m0"
+    m.mkdir()
+    block = struct.pack("<ii", 0, 8 + 64) + bytes(64)
+    cut = struct.pack("<ii", 1, 8 + 64) + bytes(10)
+    (m / "k").write_bytes(struct.pack("<Iiiii", 0xFEED6666, 2, 72, 2, 16) + block + cut)
+    done = repair([m], "k")
+    assert done["layout"] == "mark6" and done["files"] == 1 and done["truncated"]
+    assert (m / "k").stat().st_size == 20 + len(block)
+
+    # vbs: a chunk being written is a .partial file; it goes, the whole ones stay.
+    v = tmp_path / "v0"
+    (v / "c").mkdir(parents=True)
+    (v / "c" / "c.00000000").write_bytes(bytes(64))
+    (v / "c" / "c.partial").write_bytes(bytes(10))
+    done = repair([v], "c")
+    assert done["layout"] == "vbs" and done["files"] == 1 and len(done["removed"]) == 1
+    assert sorted(p.name for p in (v / "c").iterdir()) == ["c.00000000"]
+    with pytest.raises(ConfigError, match="no scan 'nothing'"):
+        repair([v], "nothing")

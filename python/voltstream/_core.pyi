@@ -134,8 +134,11 @@ class Capture:
         dpdk_port: str | None = None,
         dpdk_eal_args: str | None = None,
         vdif_legacy: bool = False,
+        whole_packets: bool = False,
     ) -> None:
-        """VDIF: `vdif_legacy` takes frames with 16-byte legacy headers (others are
+        """`whole_packets` keeps each packet whole in its chunk slot (the UDP payload,
+        format header included; not for SPEAD), as recorders of VLBI layouts need.
+        VDIF: `vdif_legacy` takes frames with 16-byte legacy headers (others are
         malformed); with no `station`, the first valid frame of a listed thread fixes it.
         SPEAD ('spead'): a heap of `heap_bytes` (default samples_per_heap * sample_bits
         / 8) arrives as `packets_per_heap` packets of equal payload; packet k of heap h
@@ -164,6 +167,10 @@ class Capture:
     @property
     def payload_len(self) -> int: ...
     @property
+    def slot_len(self) -> int: ...
+    @property
+    def whole_packets(self) -> bool: ...
+    @property
     def packet_len(self) -> int: ...
     @property
     def packets_per_chunk(self) -> int: ...
@@ -174,11 +181,24 @@ class Capture:
 
 class Recorder:
     """Records every chunk of a started Capture to files on many disks (one writer
-    thread per directory, chunk files ``<dir>/<scan>/<scan>.<8-digit number>``);
-    never holds the capture back. Call ``finish()`` after the capture's ``stop()``."""
+    thread per directory) in a layout: vbs, mark6, vdif (these need a capture with
+    whole_packets=True) or dada; never holds the capture back. Call ``finish()``
+    after the capture's ``stop()``."""
 
     def __init__(
-        self, capture: Capture, dirs: list[str], scan: str, queue_chunks: int = 2
+        self,
+        capture: Capture,
+        dirs: list[str],
+        scan: str,
+        layout: str = "vbs",
+        queue_chunks: int = 2,
+        file_chunks: int = 16,
+        dada_header: str | None = None,
+        frames_per_second: int | None = None,
+        packet_format: int = 2,
     ) -> None: ...
+    def pieces(self, start: int = 0) -> list[dict[str, Any]]:
+        """Finished files (Mark6: blocks) from position `start` of the log on: path,
+        streams, number, first_index, packets, offset, bytes."""
     def report(self) -> dict[str, Any]: ...
     def finish(self) -> dict[str, Any]: ...

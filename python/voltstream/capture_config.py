@@ -120,6 +120,9 @@ class ChunkSettings(_Section):
     nchunks: int = Field(default=16, ge=2, description="chunks in the pool")
     window: int = Field(default=4, ge=1, description="chunks open for late packets")
     resync_chunks: int = Field(default=64, ge=1, description="a jump beyond this resynchronises")
+    whole_packets: bool = Field(
+        default=False, description="slots hold whole packets, headers included (recording)"
+    )
 
 
 class ThreadSettings(_Section):
@@ -139,7 +142,10 @@ _KEYWORDS: dict[str, tuple[str, str]] = {
     "engine": ("engine", "kind"),
     **{k: ("engine", k) for k in ("batch", "ring_block_size", "xdp_queue", "xdp_mode")},
     **{k: ("engine", k) for k in ("dpdk_port", "dpdk_eal_args")},
-    **{k: ("chunks", k) for k in ("packets_per_chunk", "nchunks", "window", "resync_chunks")},
+    **{
+        k: ("chunks", k)
+        for k in ("packets_per_chunk", "nchunks", "window", "resync_chunks", "whole_packets")
+    },
     "threads": ("threads", "count"),
     "cpus": ("threads", "cpus"),
     "stream_threads": ("threads", "stream_threads"),

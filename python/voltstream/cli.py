@@ -198,20 +198,35 @@ def _add_fengine_parser(verbs: Any) -> None:
     ))  # fmt: skip
 
 
-RECORD_DESCRIPTION = (
-    "Capture a stream (every option of `capture`) and write every chunk, "
-    "straight from the capture's memory, to files on several directories at once: one "
-    "writer thread per directory (a disk or a RAID set), each chunk to the least-loaded "
-    "one, as <dir>/<scan>/<scan>.<8-digit number> (jive5ab's FlexBuff 'vbs' layout: a "
-    "chunk's payloads, stream after stream; readers order the files by number). A file "
-    "is renamed into place only when complete. The capture is never held back: a chunk "
-    "no disk has room for is dropped whole and counted, and a disk that fails is taken "
-    "out and counted while recording goes on on the others. Large chunks suit disks: "
-    "--packets-per-chunk 4096 makes 32 MiB files of 8 KiB packets."
-)
+RECORD_DESCRIPTION = """\
+Capture a stream (every option of `capture`) and write every chunk, straight from
+the capture's memory, to files on several directories at once: one writer thread
+per directory (a disk or a RAID set), each chunk to the least-loaded one. The
+capture is never held back: a chunk no disk has room for is dropped whole and
+counted, and a disk that fails or fills is taken out and counted while recording
+goes on on the others. Every file is written in whole chunks and synced, so after
+a crash each one is readable to its last whole chunk; `--repair SCAN` then makes
+headers and the manifest agree with the disks.
+
+Layouts (--layout; docs/formats.md, "Recordings"):
+  vbs    jive5ab FlexBuff: each chunk a file <dir>/<scan>/<scan>.<8-digit number>,
+         packets as received (headers included); numbers count across all disks
+  mark6  Mark6 scatter-gather (d-plane v2): one file <dir>/<scan> per disk, a
+         20-byte file header, then a block per chunk (8-byte header: number, size)
+  vdif   per VDIF thread, files <scan>_s<stream>_<number>.vdif of consecutive
+         frames (--file-size); a missing frame is a fill frame (invalid bit set)
+  dada   per stream, PSRDADA files <scan>_s<stream>_<OBS_OFFSET>.dada of the
+         samples, missing packets zeroed (YNAO, counter and layout streams)
+Every disk gets <dir>/<scan>.manifest.json: files, order, time ranges, counters.
+
+Examples:
+  voltstream record --format vdif --listen 0.0.0.0:50000 --dirs /mnt/disk0,/mnt/disk1 \\
+      --scan r4100_ef_no0001 --layout vdif --packets-per-chunk 4096 --duration 600
+  voltstream record --repair r4100_ef_no0001 --dirs /mnt/disk0,/mnt/disk1
+"""
 
 
-def _add_capture_options(p: argparse.ArgumentParser) -> None:
+def _add_capture_options(p: argparse.ArgumentParser, *, listen_required: bool = True) -> None:
     """What a stream is and how it is captured: shared by capture and record."""
     add_format_options(p, extra_formats=("spead-dig", "codif", "spead", "counter", "layout"))
     p.add_argument(
@@ -226,7 +241,7 @@ def _add_capture_options(p: argparse.ArgumentParser) -> None:
         "--bind",
         dest="listen",
         type=host_port,
-        required=True,
+        required=listen_required,
         help="HOST:PORT to listen on (as fold, fengine and inspect; --bind is its old name)",
     )
     p.add_argument(
@@ -324,9 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
         "record",
         help="record a UDP stream to files on many disks at once (VLBI, baseband)",
         description=RECORD_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_capture_options(p)
-    add_run(p, what="record", required=True)
+    _add_capture_options(p, listen_required=False)
+    add_run(p, what="record (Default: until Ctrl-C)", required=False)
     p.add_argument(
         "--dirs",
         type=lambda v: [d for d in v.split(",") if d],
@@ -334,11 +350,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR[,DIR]",
         help="directories to record into, one per disk (each gets a writer thread)",
     )
-    p.add_argument("--scan", required=True, help="scan name: a folder on every disk")
+    p.add_argument("--scan", help="scan name: a folder (Mark6: a file) on every disk")
     add_options(p, (
+        ("--layout", None, "vbs", "how the files are laid out (above). Default: vbs",
+         ("vbs", "mark6", "vdif", "dada")),
+        ("--file-size", positive(int), 1 << 30,
+         "bytes per vdif or dada file, cut at whole chunks. Default: 1073741824 (1 GiB)"),
+        ("--source", None, "J0000+0000", "source name for DADA headers"),
         ("--queue-chunks", positive(int), 2,
          "chunks each disk's writer may hold queued before the next chunk goes to another "
          "disk (or, with every queue full, is dropped and counted). Default: 2"),
+        ("--repair", None, None,
+         "instead of recording: repair scan REPAIR on --dirs after a crash (cut files to "
+         "their last whole packet or block, fix DADA headers, rewrite the manifest)"),
     ))  # fmt: skip
 
     p = verbs.add_parser(

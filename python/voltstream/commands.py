@@ -306,16 +306,31 @@ def capture(args: argparse.Namespace) -> int:
 def record(args: argparse.Namespace) -> int:
     from voltstream import record as rec
 
+    if args.repair:
+        done = rec.repair(args.dirs, args.repair)
+        print(
+            f"record --repair {done['scan']} ({done['layout']}): {done['files']} files; "
+            f"{len(done['truncated'])} cut to their last whole packet, {len(done['removed'])} "
+            f"partial chunks removed, {len(done['headers'])} DADA headers rewritten; "
+            "manifest rewritten"
+        )
+        return 0
+    if not args.scan or not args.listen:
+        raise ConfigError("give --scan NAME and --listen HOST:PORT (or --repair SCAN)")
     report = rec.record(
         _capture_format(args),
         _capture_settings(args, args.listen),
         args.dirs,
         args.scan,
         args.duration,
+        layout=args.layout,
+        file_size=args.file_size,
+        source=args.source,
         idle_timeout_s=args.idle_timeout,
         queue_chunks=args.queue_chunks,
         on_start=lambda address: print(
-            f"record: listening on {address}, scan {args.scan} -> {', '.join(args.dirs)}",
+            f"record: listening on {address}, scan {args.scan} ({args.layout}) -> "
+            f"{', '.join(args.dirs)}",
             file=sys.stderr,
             flush=True,
         ),

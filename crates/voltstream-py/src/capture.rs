@@ -74,7 +74,7 @@ impl PyCapture {
         codif_frame_len = None, frames_per_period = None, group = None, layout = None,
         xdp_queue = 0, xdp_mode = "auto", packets_per_heap = 1, heap_bytes = None,
         heap_cnt_step = None, multicast = None, threads = 1, cpus = None, stream_threads = None,
-        dpdk_port = None, dpdk_eal_args = None, vdif_legacy = false
+        dpdk_port = None, dpdk_eal_args = None, vdif_legacy = false, whole_packets = false
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -119,6 +119,7 @@ impl PyCapture {
         dpdk_port: Option<String>,
         dpdk_eal_args: Option<String>,
         vdif_legacy: bool,
+        whole_packets: bool,
     ) -> PyResult<Self> {
         let groups = multicast
             .unwrap_or_default()
@@ -178,6 +179,7 @@ impl PyCapture {
                 .unwrap_or_default(),
         };
         spec.chunks.nchunks = nchunks;
+        spec.chunks.whole_packets = whole_packets;
         spec.chunks.assembler.window = window;
         spec.chunks.assembler.resync_chunks = resync_chunks;
         spec.threads = ThreadsConfig {
@@ -377,13 +379,25 @@ impl PyCapture {
 
     /// For each capture thread, the (global) stream indices its chunks hold.
     #[getter]
-    fn thread_streams(&self) -> Vec<Vec<usize>> {
+    pub(crate) fn thread_streams(&self) -> Vec<Vec<usize>> {
         voltstream_core::capture::thread_streams(&self.owners, self.spec.threads.threads)
     }
 
     #[getter]
     fn payload_len(&self) -> usize {
         self.spec.format.payload_len()
+    }
+
+    /// Bytes of each packet's slot in a chunk: `packet_len` with
+    /// `whole_packets=True`, else `payload_len`.
+    #[getter]
+    fn slot_len(&self) -> usize {
+        self.spec.slot_len()
+    }
+
+    #[getter]
+    pub(crate) fn whole_packets(&self) -> bool {
+        self.spec.chunks.whole_packets
     }
 
     #[getter]

@@ -6,42 +6,103 @@ use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use voltstream_core::record::{RecordReport, RecordSpec, Recorder};
+use voltstream_core::record::{Layout, Piece, RecordReport, RecordSpec, Recorder};
 
-use crate::capture::{capture_error, lock, PyCapture};
+use crate::capture::{capture_error, config_error, lock, PyCapture};
 use crate::errors::to_py;
 
 /// Records every chunk of a started capture: one writer thread per directory,
-/// chunk files `<dir>/<scan>/<scan>.<8-digit number>`; never holds the capture
-/// back (chunks no disk has room for are counted `chunks_unwritten`). Call
+/// in the layout asked (vbs, mark6, vdif, dada); never holds the capture back
+/// (chunks no disk has room for are counted `chunks_unwritten`). Call
 /// `finish()` after the capture's `stop()`.
 #[pyclass(module = "voltstream._core", name = "Recorder", frozen)]
 pub struct PyRecorder {
     running: Mutex<Option<Recorder>>,
     last: Mutex<Option<RecordReport>>,
+    /// Every piece, kept when the recorder finishes.
+    pieces: Mutex<Vec<Piece>>,
 }
 
 #[pymethods]
 impl PyRecorder {
     #[new]
-    #[pyo3(signature = (capture, dirs, scan, queue_chunks = 2))]
+    #[pyo3(signature = (
+        capture, dirs, scan, layout = "vbs", queue_chunks = 2, file_chunks = 16,
+        dada_header = None, frames_per_second = None, packet_format = 2
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         capture: &PyCapture,
         dirs: Vec<PathBuf>,
         scan: String,
+        layout: &str,
         queue_chunks: usize,
+        file_chunks: usize,
+        dada_header: Option<String>,
+        frames_per_second: Option<u32>,
+        packet_format: i32,
     ) -> PyResult<Self> {
+        let layout = match layout {
+            "vbs" => Layout::Vbs,
+            "mark6" => Layout::Mark6 { packet_format },
+            "vdif" => Layout::Vdif {
+                frames_per_second: frames_per_second.unwrap_or(0),
+            },
+            "dada" => Layout::Dada {
+                header: dada_header.unwrap_or_default(),
+            },
+            other => {
+                return Err(config_error(format!(
+                    "layout {other:?}: use vbs, mark6, vdif or dada"
+                )))
+            }
+        };
+        if layout.whole_packets() != capture.whole_packets() {
+            let want = if layout.whole_packets() {
+                "True"
+            } else {
+                "False"
+            };
+            return Err(config_error(format!(
+                "the {} layout needs a capture with whole_packets={want}",
+                layout.name()
+            )));
+        }
         let group = capture.running_group()?;
         let consumers = (0..group.threads().len())
             .filter_map(|t| group.consumer(t))
             .collect();
         let mut spec = RecordSpec::new(dirs, scan);
         spec.queue_chunks = queue_chunks;
-        let rec = Recorder::start(consumers, &spec).map_err(to_py)?;
+        spec.file_chunks = file_chunks;
+        spec.layout = layout;
+        let rec = Recorder::start(consumers, capture.thread_streams(), &spec).map_err(to_py)?;
         Ok(PyRecorder {
             running: Mutex::new(Some(rec)),
             last: Mutex::new(None),
+            pieces: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The finished files (Mark6: blocks) from position `start` of the log on,
+    /// each a dict: path, streams, number, first_index, packets, offset, bytes.
+    #[pyo3(signature = (start = 0))]
+    fn pieces<'py>(&self, py: Python<'py>, start: usize) -> PyResult<Bound<'py, PyList>> {
+        let pieces = match lock(&self.running).as_ref() {
+            Some(rec) => rec.pieces(start),
+            None => lock(&self.pieces)
+                .get(start..)
+                .map(<[Piece]>::to_vec)
+                .unwrap_or_default(),
+        };
+        let list = PyList::empty(py);
+        for p in &pieces {
+            let d = PyDict::new(py);
+            d.set_item("path", p.path.to_string_lossy())?;
+            set_fields!(d, p, [streams, number, first_index, packets, offset, bytes]);
+            list.append(d)?;
+        }
+        Ok(list)
     }
 
     /// Counters now: chunks and bytes written, chunks unwritten, per writer.
@@ -59,8 +120,9 @@ impl PyRecorder {
     /// counted, ends the writers, and returns the final report. Idempotent.
     fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         if let Some(rec) = lock(&self.running).take() {
-            let report = py.detach(|| rec.finish());
+            let (report, pieces) = py.detach(|| rec.finish());
             *lock(&self.last) = Some(report);
+            *lock(&self.pieces) = pieces;
         }
         self.report(py)
     }
@@ -81,7 +143,7 @@ fn report_dict<'py>(py: Python<'py>, r: &RecordReport) -> PyResult<Bound<'py, Py
                 bytes,
                 direct_chunks,
                 lost_chunks,
-                zero_filled_packets,
+                filled_packets,
                 failed
             ]
         );
@@ -91,8 +153,8 @@ fn report_dict<'py>(py: Python<'py>, r: &RecordReport) -> PyResult<Bound<'py, Py
         "chunks_lost",
         r.writers.iter().map(|w| w.lost_chunks).sum::<u64>(),
     )?;
-    let zeroed: u64 = r.writers.iter().map(|w| w.zero_filled_packets).sum();
-    d.set_item("zero_filled_packets", zeroed)?;
+    let zeroed: u64 = r.writers.iter().map(|w| w.filled_packets).sum();
+    d.set_item("filled_packets", zeroed)?;
     d.set_item("writers", writers)?;
     Ok(d)
 }

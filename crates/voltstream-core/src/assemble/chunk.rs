@@ -131,25 +131,38 @@ impl Chunk {
     /// are left from the chunk's last use); returns how many. For consumers that
     /// write the chunk out whole, such as the recorder.
     pub fn zero_absent(&mut self) -> usize {
+        self.fill_absent(|_, slot| slot.fill(0))
+    }
+
+    /// Calls `fill(slot, bytes)` for every absent slot (slot = stream position *
+    /// packets_per_chunk + packet) with its bytes, walking the bitmap a word at
+    /// a time; returns how many there were. Present slots are not touched.
+    pub fn fill_absent(&mut self, mut fill: impl FnMut(usize, &mut [u8])) -> usize {
         let packets = self.layout.packets();
         if self.present_count == packets {
             return 0;
         }
         let len = self.layout.payload_len;
         let data = self.data.as_mut_slice();
-        let mut zeroed = 0;
+        let mut filled = 0;
         for (w, &word) in self.present.iter().enumerate() {
             // Absent slots of this word, bits past the last packet masked off.
             let valid = (packets - w * 64).min(64);
             let mut absent = !word & (u64::MAX >> (64 - valid));
             while absent != 0 {
                 let slot = w * 64 + absent.trailing_zeros() as usize;
-                data[slot * len..(slot + 1) * len].fill(0);
+                fill(slot, &mut data[slot * len..(slot + 1) * len]);
                 absent &= absent - 1;
-                zeroed += 1;
+                filled += 1;
             }
         }
-        zeroed
+        filled
+    }
+
+    /// The first slot of stream position `stream` whose packet arrived.
+    pub fn first_present(&self, stream: usize) -> Option<usize> {
+        let per = self.layout.packets_per_chunk;
+        (0..per).find(|&p| self.is_present(stream, p))
     }
 
     /// Whether packet `packet` of stream `stream` arrived; false when out of range.

@@ -31,6 +31,10 @@ pub struct ChunkConfig {
     /// Chunks allocated at start-up (the pool); at least `window + 1` so that a
     /// consumer holding one chunk does not starve the assembler.
     pub nchunks: usize,
+    /// Each packet's slot holds the whole packet (the UDP payload, format header
+    /// included) instead of its sample bytes: frames as received, for recorders
+    /// of VLBI layouts. Needs a format whose packets have one length.
+    pub whole_packets: bool,
 }
 
 impl ChunkConfig {
@@ -39,6 +43,7 @@ impl ChunkConfig {
         ChunkConfig {
             assembler: AssemblerConfig::new(packets_per_chunk),
             nchunks: 8,
+            whole_packets: false,
         }
     }
 

@@ -22,7 +22,7 @@ use super::{
     SocketEngine, ThreadsConfig, XdpConfig, XdpEngine, XdpInfo, XdpMode,
 };
 use crate::assemble::ChunkLayout;
-use crate::wire::FormatSpec;
+use crate::wire::{FormatSpec, Locator};
 use crate::{Error, Result};
 
 /// Slack above the format's packet length, so that over-long packets arrive
@@ -223,10 +223,17 @@ impl CaptureSpec {
             )));
         }
         self.chunks.validate()?;
+        if self.chunks.whole_packets && matches!(format, FormatSpec::Spead { .. }) {
+            return Err(Error::Config(
+                "whole packets in chunks need packets of one length; SPEAD's vary (record \
+                 SPEAD streams with their payloads only)"
+                    .into(),
+            ));
+        }
         ChunkLayout {
             streams: format.streams(),
             packets_per_chunk: per_chunk,
-            payload_len: format.payload_len(),
+            payload_len: self.slot_len(),
         }
         .validate()?;
         let owners = self.threads.owners(format.streams())?;
@@ -325,7 +332,7 @@ impl CaptureSpec {
     ) -> Result<Started> {
         let (group, xdp, dpdk) = match choice {
             EngineChoice::PacketRing if self.threads.threads > 1 => {
-                let locator = self.format.locator()?;
+                let locator = self.locator()?;
                 let n = self.threads.threads;
                 let engines = packet_ring_fanout(&self.ring_config(), &locator, owners, n)?
                     .into_iter()
@@ -360,10 +367,30 @@ impl CaptureSpec {
         Ok(Started { group, xdp, dpdk })
     }
 
+    /// Bytes each packet's slot in a chunk holds: the sample bytes, or the whole
+    /// packet with `chunks.whole_packets`.
+    pub fn slot_len(&self) -> usize {
+        if self.chunks.whole_packets {
+            self.format.packet_len()
+        } else {
+            self.format.payload_len()
+        }
+    }
+
+    /// The format's classifier, keeping whole packets where the chunks ask so.
+    fn locator(&self) -> Result<Locator> {
+        let locator = self.format.locator()?;
+        Ok(if self.chunks.whole_packets {
+            locator.whole_packets(self.format.packet_len())
+        } else {
+            locator
+        })
+    }
+
     /// One engine is a group of one thread, owning every stream.
     fn start_one<E: Engine>(&self, engine: E) -> Result<CaptureGroup> {
         let owners = vec![0; self.format.streams()];
-        let locator = self.format.locator()?;
+        let locator = self.locator()?;
         CaptureGroup::start(
             vec![engine],
             locator,

@@ -15,9 +15,13 @@
 //! Not yet (docs/research/recorder-design.md): the DADA, VDIF and Mark6 layouts,
 //! the scan manifest and repair, the `record` verb.
 
+mod files;
+mod layout;
 mod recorder;
 mod writer;
 
+pub use files::Piece;
+pub use layout::{Layout, DADA_HEADER_LEN, MARK6_SYNC, VDIF_FILL_WORD};
 pub use recorder::{RecordReport, RecordSpec, Recorder};
 pub use writer::WriterReport;
 

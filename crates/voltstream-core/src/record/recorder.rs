@@ -1,13 +1,19 @@
 //! The recorder: a dispatcher thread takes every chunk the capture delivers and
 //! hands it to the least-loaded writer (one per directory), never waiting for one.
+//! In the DADA and VDIF layouts a file holds consecutive chunks, so the chunks
+//! of a file go to the writer that opened it while it has room; when it has none
+//! (or a chunk is missing) the file ends there and the next one starts on the
+//! least-loaded writer.
 
 use std::fs;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::files::{Files, Piece, Place};
+use super::layout::{Layout, Names};
 use super::writer::{Job, Writer, WriterReport};
 use crate::ring::{Consumer, Lease};
 use crate::{Error, Result};
@@ -24,10 +30,13 @@ const IDLE_NAP: Duration = Duration::from_millis(1);
 pub struct RecordSpec {
     /// One directory per disk (or RAID set); each gets one writer thread.
     pub dirs: Vec<PathBuf>,
-    /// The scan's name: a folder `<dir>/<scan>/` on every disk, holding the chunk
-    /// files `<scan>.<8-digit number>` (jive5ab's FlexBuff "vbs" layout: chunk
-    /// numbers count across all disks, so a reader orders them by number).
+    /// The scan's name: its folder `<dir>/<scan>/` on every disk (its file, in
+    /// the Mark6 layout) and the stem of its file names.
     pub scan: String,
+    pub layout: Layout,
+    /// DADA and VDIF: chunks per file (a file may end sooner: a missing chunk,
+    /// or its disk out of room, ends it).
+    pub file_chunks: usize,
     /// Chunks each writer may hold queued before the dispatcher passes it over.
     pub queue_chunks: usize,
 }
@@ -37,6 +46,8 @@ impl RecordSpec {
         RecordSpec {
             dirs,
             scan: scan.into(),
+            layout: Layout::Vbs,
+            file_chunks: 16,
             queue_chunks: 2,
         }
     }
@@ -58,7 +69,10 @@ impl RecordSpec {
         if self.queue_chunks == 0 {
             return Err(Error::Config("queue_chunks must be at least 1".into()));
         }
-        Ok(())
+        if self.file_chunks == 0 {
+            return Err(Error::Config("file_chunks must be at least 1".into()));
+        }
+        self.layout.validate()
     }
 }
 
@@ -79,40 +93,62 @@ pub struct Recorder {
     writers: Arc<Vec<Writer>>,
     unwritten: Arc<AtomicU64>,
     dispatcher: Option<JoinHandle<()>>,
+    pieces: Arc<Mutex<Vec<Piece>>>,
 }
 
 impl Recorder {
-    /// Creates `<dir>/<scan>/` on every disk (refusing a scan that is already
-    /// there) and starts the writers and the dispatcher, which reads `consumers`
-    /// (one per capture thread) until the capture ends.
-    pub fn start(consumers: Vec<Consumer>, spec: &RecordSpec) -> Result<Recorder> {
+    /// Creates the scan's folder (Mark6: checks its file is new) on every disk
+    /// and starts the writers and the dispatcher, which reads `consumers` (one
+    /// per capture thread; `rings[k]` the global stream ids of thread `k`'s
+    /// chunk positions) until the capture ends.
+    pub fn start(
+        consumers: Vec<Consumer>,
+        rings: Vec<Vec<usize>>,
+        spec: &RecordSpec,
+    ) -> Result<Recorder> {
         spec.validate()?;
+        let layout = Arc::new(spec.layout.clone());
+        let rings = Arc::new(rings);
+        let pieces = Arc::new(Mutex::new(Vec::new()));
         let mut writers = Vec::with_capacity(spec.dirs.len());
         for dir in &spec.dirs {
-            let scan_dir = dir.join(&spec.scan);
-            fs::create_dir(&scan_dir).map_err(|e| {
-                Error::io(
-                    format!("cannot create the scan folder {}", scan_dir.display()),
-                    e,
-                )
-            })?;
-            writers.push(Writer::start(scan_dir, spec.queue_chunks)?);
+            let names = Names::new(dir, &spec.scan, &layout);
+            claim(&names, &layout)?;
+            let files = Files::new(
+                names,
+                layout.clone(),
+                rings.clone(),
+                spec.file_chunks as u64,
+                pieces.clone(),
+            );
+            writers.push(Writer::start(dir.clone(), files, spec.queue_chunks)?);
         }
         let writers = Arc::new(writers);
         let unwritten = Arc::new(AtomicU64::new(0));
         let dispatcher = {
-            let (writers, unwritten, scan) =
-                (writers.clone(), unwritten.clone(), spec.scan.clone());
+            let (writers, unwritten) = (writers.clone(), unwritten.clone());
+            let plan = Plan {
+                runs: layout.runs(),
+                file_chunks: spec.file_chunks,
+            };
             std::thread::Builder::new()
                 .name("vs-record-dispatch".into())
-                .spawn(move || dispatch(&consumers, &writers, &unwritten, &scan))
+                .spawn(move || dispatch(&consumers, &writers, &unwritten, plan))
                 .map_err(|e| Error::io("cannot start the recorder's dispatcher", e))?
         };
         Ok(Recorder {
             writers,
             unwritten,
             dispatcher: Some(dispatcher),
+            pieces,
         })
+    }
+
+    /// The finished pieces (files, Mark6 blocks) from number `from` of the log
+    /// on, in the order they were finished: what the manifest lists.
+    pub fn pieces(&self, from: usize) -> Vec<Piece> {
+        let log = self.pieces.lock().unwrap_or_else(|e| e.into_inner());
+        log.get(from..).map(<[Piece]>::to_vec).unwrap_or_default()
     }
 
     /// Counters now (while it runs, or after `finish`).
@@ -127,28 +163,76 @@ impl Recorder {
     }
 
     /// Waits for the dispatcher (it ends once the capture has stopped and every
-    /// chunk was taken), then for the writers to write what they hold.
-    pub fn finish(mut self) -> RecordReport {
+    /// chunk was taken), then for the writers to write what they hold and close
+    /// their files; returns the report and every piece.
+    pub fn finish(mut self) -> (RecordReport, Vec<Piece>) {
         if let Some(d) = self.dispatcher.take() {
             let _ = d.join();
         }
         if let Some(writers) = Arc::get_mut(&mut self.writers) {
             writers.iter_mut().for_each(Writer::finish);
         }
-        self.report()
+        (self.report(), self.pieces(0))
     }
 }
 
-fn dispatch(consumers: &[Consumer], writers: &[Writer], unwritten: &AtomicU64, scan: &str) {
+/// Makes the scan's place on one disk, refusing a scan that is already there.
+fn claim(names: &Names, layout: &Layout) -> Result<()> {
+    if layout.has_folder() {
+        return fs::create_dir(&names.folder).map_err(|e| {
+            Error::io(
+                format!("cannot create the scan folder {}", names.folder.display()),
+                e,
+            )
+        });
+    }
+    let file = names.mark6();
+    if file.exists() {
+        return Err(Error::Config(format!(
+            "{} exists: pick a new scan name",
+            file.display()
+        )));
+    }
+    if !names.folder.is_dir() {
+        return Err(Error::Config(format!(
+            "{} is not a directory",
+            names.folder.display()
+        )));
+    }
+    Ok(())
+}
+
+/// How the dispatcher groups chunks into files.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    /// Files hold runs of consecutive chunks (DADA, VDIF).
+    runs: bool,
+    file_chunks: usize,
+}
+
+/// One capture thread's place in the recording.
+#[derive(Debug, Default)]
+struct RingState {
+    /// First packet index recorded (OBS_OFFSET's origin); set by the first chunk.
+    origin: Option<u64>,
+    /// The chunk id that would continue the open run.
+    expect: u64,
+    /// The open run: its writer, file number and chunks so far.
+    open: Option<(usize, u64, usize)>,
+    next_file: u64,
+}
+
+fn dispatch(consumers: &[Consumer], writers: &[Writer], unwritten: &AtomicU64, plan: Plan) {
     let mut number = 0u64;
     let mut turn = 0usize;
     let mut idle = false;
+    let mut rings: Vec<RingState> = consumers.iter().map(|_| RingState::default()).collect();
     loop {
         if consumers.iter().all(Consumer::is_finished) {
             return;
         }
         let mut took = false;
-        for consumer in consumers {
+        for (ring, consumer) in consumers.iter().enumerate() {
             // Empty each ring before looking at the next: a busy capture thread
             // must not wait on an idle one. Block only after a round found nothing.
             let wait = if idle && consumers.len() == 1 {
@@ -158,10 +242,22 @@ fn dispatch(consumers: &[Consumer], writers: &[Writer], unwritten: &AtomicU64, s
             };
             while let Some(lease) = consumer.pop(wait) {
                 took = true;
-                let name = format!("{scan}.{number:08}");
-                number += 1;
                 turn = turn.wrapping_add(1);
-                if !hand_over(writers, turn, lease, &name) {
+                let state = &mut rings[ring];
+                let origin = *state.origin.get_or_insert(lease.first_index());
+                let place = Place {
+                    number,
+                    file: 0,
+                    ring,
+                    origin,
+                };
+                number += 1;
+                let handed = if plan.runs {
+                    hand_over_run(writers, turn, lease, place, state, plan.file_chunks)
+                } else {
+                    hand_over(writers, turn, Job { lease, place }).is_some()
+                };
+                if !handed {
                     // No room anywhere: the chunk goes back to the pool unwritten.
                     unwritten.fetch_add(1, Ordering::AcqRel);
                 }
@@ -177,25 +273,60 @@ fn dispatch(consumers: &[Consumer], writers: &[Writer], unwritten: &AtomicU64, s
     }
 }
 
+/// DADA/VDIF: the chunk continues its ring's open file on that file's writer
+/// when it is the next chunk, the file has room and the writer takes it;
+/// otherwise it starts a new file on the least-loaded writer.
+fn hand_over_run(
+    writers: &[Writer],
+    turn: usize,
+    lease: Lease,
+    mut place: Place,
+    state: &mut RingState,
+    file_chunks: usize,
+) -> bool {
+    let id = lease.chunk_id();
+    let next = state.expect == id;
+    state.expect = id + 1;
+    let mut job = Job { lease, place };
+    if let Some((w, file, chunks)) = state.open.take() {
+        if next && chunks < file_chunks && !writers[w].state.is_failed() {
+            job.place.file = file;
+            match writers[w].offer(job) {
+                None => {
+                    state.open = Some((w, file, chunks + 1));
+                    return true;
+                }
+                Some(refused) => job = refused,
+            }
+        }
+    }
+    place.file = state.next_file;
+    job.place = place;
+    match hand_over(writers, turn, job) {
+        Some(w) => {
+            state.open = Some((w, place.file, 1));
+            state.next_file += 1;
+            true
+        }
+        None => false,
+    }
+}
+
 /// Offers the chunk to the live writers, least loaded first (ties broken by
-/// turns, so that idle disks share the work); false when none had room.
-fn hand_over(writers: &[Writer], turn: usize, lease: Lease, name: &str) -> bool {
+/// turns, so that idle disks share the work); the writer that took it, or
+/// `None` when none had room.
+fn hand_over(writers: &[Writer], turn: usize, mut job: Job) -> Option<usize> {
     let n = writers.len();
     let mut order: Vec<usize> = (0..n)
         .map(|k| (turn + k) % n)
         .filter(|&w| !writers[w].state.is_failed())
         .collect();
     order.sort_by_key(|&w| writers[w].state.queued());
-    let mut job = Job {
-        lease,
-        path: PathBuf::new(),
-    };
     for w in order {
-        job.path = writers[w].dir.join(name);
         match writers[w].offer(job) {
-            None => return true,
+            None => return Some(w),
             Some(refused) => job = refused,
         }
     }
-    false
+    None
 }

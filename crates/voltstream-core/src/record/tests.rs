@@ -4,13 +4,13 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::{RecordSpec, Recorder};
+use super::{Layout, RecordSpec, Recorder};
 use crate::capture::{Capture, ChunkConfig, InMemoryEngine};
-use crate::wire::FormatSpec;
+use crate::wire::{vdif, FormatSpec, Locator};
 use crate::Error;
 
 const LEN: usize = 1024;
-const PER_CHUNK: usize = 8; // 2 streams x 8 x 1024 bytes = 16 KiB: O_DIRECT-aligned
+const PER_CHUNK: usize = 8; // 2 streams x 8 packets a chunk
 
 fn packet(stream: u16, index: u64) -> Vec<u8> {
     let mut p = index.to_be_bytes().to_vec();
@@ -45,29 +45,52 @@ fn record_without(
         .filter(|si| !skip.contains(si))
         .map(|(s, i)| packet(s, i))
         .collect::<Vec<_>>();
-    let engine = InMemoryEngine::from_packets(packets);
     let locate = FormatSpec::Counter {
         streams: 2,
         payload_len: LEN,
     }
     .locator()
     .unwrap();
+    let locate = if spec.layout.whole_packets() {
+        locate.whole_packets(LEN + 10)
+    } else {
+        locate
+    };
+    run_capture(packets, locate, 2 * chunks * PER_CHUNK as u64, spec, during)
+}
+
+/// Captures `packets` (`all` of them ours) from memory into `spec`'s recording.
+fn run_capture(
+    packets: Vec<Vec<u8>>,
+    locate: Locator,
+    all: u64,
+    spec: &RecordSpec,
+    during: impl FnOnce(),
+) -> super::RecordReport {
+    let chunks = all / PER_CHUNK as u64;
+    let skipped = all - packets.len() as u64;
+    let engine = InMemoryEngine::from_packets(packets);
+    let streams: Vec<usize> = (0..locate_streams(&locate)).collect();
     let mut cfg = ChunkConfig::new(PER_CHUNK);
     cfg.nchunks = 2 * chunks as usize + 4;
     let cap = Capture::start(engine, locate, &cfg, None).unwrap();
-    let rec = Recorder::start(vec![cap.consumer()], spec).unwrap();
+    let rec = Recorder::start(vec![cap.consumer()], vec![streams], spec).unwrap();
     during();
     // Every packet read (the last chunks stay open until the stop flushes them).
-    let all = chunks * 2 * PER_CHUNK as u64 - skip.len() as u64;
+    let all = all - skipped;
     let deadline = Instant::now() + Duration::from_secs(10);
     while cap.stats().counters.total().received < all && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     cap.stop().unwrap();
-    let report = rec.finish();
+    let (report, _) = rec.finish();
     // The recorder never held the capture back: no chunk lacked a free buffer.
     assert_eq!(cap.stats().counters.chunks_dropped, 0);
     report
+}
+
+fn locate_streams(l: &Locator) -> usize {
+    crate::wire::Locate::streams(l)
 }
 
 /// Every chunk file of `scan` on `disks`, by number.
@@ -106,14 +129,17 @@ fn one_disk(test: &str, scan: &str, queue: usize) -> (Vec<PathBuf>, RecordSpec) 
     (disks, spec)
 }
 
+/// Chunk `c` as the vbs layout writes it: whole packets, stream by stream.
 fn expected_chunk(c: u64) -> Vec<u8> {
-    let mut want = Vec::new();
-    for s in 0..2u16 {
-        for k in 0..PER_CHUNK as u64 {
-            want.extend_from_slice(&packet(s, c * PER_CHUNK as u64 + k)[10..]);
-        }
-    }
-    want
+    (0..2u16).flat_map(|s| expected_run(s, c, 1, 0)).collect()
+}
+
+/// `chunks` chunks of stream `s` from chunk `c` on, each packet from byte `skip`.
+fn expected_run(s: u16, c: u64, chunks: u64, skip: usize) -> Vec<u8> {
+    let per = PER_CHUNK as u64;
+    (c * per..(c + chunks) * per)
+        .flat_map(|i| packet(s, i)[skip..].to_vec())
+        .collect()
 }
 
 #[test]
@@ -125,7 +151,10 @@ fn every_chunk_lands_whole_in_its_numbered_file_across_the_disks() {
     let report = record(30, &spec, || {});
     assert_eq!(report.chunks_unwritten, 0);
     assert_eq!(report.chunks_written, 30);
-    assert_eq!(report.bytes_written, 30 * 2 * PER_CHUNK as u64 * LEN as u64);
+    assert_eq!(
+        report.bytes_written,
+        30 * 2 * PER_CHUNK as u64 * (LEN as u64 + 10)
+    );
     let files = chunk_files(&disks, "scan1");
     let numbers: Vec<u64> = files.iter().map(|(n, _)| *n).collect();
     assert_eq!(numbers, (0..30).collect::<Vec<_>>());
@@ -187,11 +216,11 @@ fn a_packet_that_never_came_is_written_as_zeros_and_counted() {
     let (disks, spec) = one_disk("zero", "scan4", 8);
     let report = record_without(4, &spec, &[(1, 5)], || {});
     assert_eq!(report.chunks_written, 4);
-    assert_eq!(report.writers[0].zero_filled_packets, 1);
+    assert_eq!(report.writers[0].filled_packets, 1);
     let files = chunk_files(&disks, "scan4");
     let mut want = expected_chunk(0);
-    let slot = PER_CHUNK + 5; // stream 1, packet 5
-    want[slot * LEN..(slot + 1) * LEN].fill(0);
+    let (slot, len) = (PER_CHUNK + 5, LEN + 10); // stream 1, packet 5; whole packets
+    want[slot * len..(slot + 1) * len].fill(0);
     assert_eq!(fs::read(&files[0].1).unwrap(), want);
     assert_intact(&files[1..]);
     disks.iter().for_each(|d| fs::remove_dir_all(d).unwrap());
@@ -208,7 +237,7 @@ fn bad_specs_and_existing_scans_are_refused_by_name() {
     assert!(config(RecordSpec::new(vec![d.clone()], "../up")).contains("scan name"));
     assert!(config(RecordSpec::new(vec![d.clone()], "")).contains("scan name"));
     fs::create_dir(d.join("taken")).unwrap();
-    let err = Recorder::start(vec![], &RecordSpec::new(vec![d.clone()], "taken"))
+    let err = Recorder::start(vec![], vec![], &RecordSpec::new(vec![d.clone()], "taken"))
         .err()
         .unwrap()
         .to_string();
@@ -217,4 +246,205 @@ fn bad_specs_and_existing_scans_are_refused_by_name() {
         "{err}"
     );
     fs::remove_dir_all(&d).unwrap();
+}
+
+/// Every file of `scan` on `disks` whose name ends with `ext`, sorted by name.
+fn files_ending(disks: &[PathBuf], scan: &str, ext: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = disks
+        .iter()
+        .flat_map(|d| fs::read_dir(d.join(scan)).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(ext))
+        .collect();
+    files.sort_by_key(|p| p.file_name().unwrap().to_owned());
+    files
+}
+
+fn dada_key(header: &str, key: &str) -> u64 {
+    let line = header.lines().find(|l| l.starts_with(&format!("{key} ")));
+    line.unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn dada_files_hold_runs_of_one_stream_with_headers_that_say_where() {
+    let (disks, mut spec) = one_disk("dada", "scan5", 30);
+    spec.layout = Layout::Dada {
+        header: "HDR_VERSION 1.0\nNBIT 8".into(),
+    };
+    spec.file_chunks = 3;
+    let report = record(7, &spec, || {});
+    assert_eq!(report.chunks_written, 7, "{report:?}");
+    let part = (PER_CHUNK * LEN) as u64; // one stream's bytes of a chunk
+    for s in 0..2u16 {
+        let files = files_ending(&disks, "scan5", ".dada");
+        let mine: Vec<_> = files
+            .iter()
+            .filter(|p| p.to_string_lossy().contains(&format!("_s{s:02}_")))
+            .collect();
+        assert_eq!(mine.len(), 3, "{files:?}"); // 3 + 3 + 1 chunks
+        for (k, path) in mine.iter().enumerate() {
+            let bytes = fs::read(path).unwrap();
+            let text = String::from_utf8_lossy(&bytes[..super::DADA_HEADER_LEN]);
+            let text = text.trim_end_matches('\0');
+            assert!(text.starts_with("HDR_VERSION 1.0\nNBIT 8\n"), "{text}");
+            let chunks = if k < 2 { 3 } else { 1 };
+            assert_eq!(dada_key(text, "FILE_SIZE"), chunks * part, "{text}");
+            assert_eq!(dada_key(text, "FILE_NUMBER"), k as u64);
+            assert_eq!(dada_key(text, "OBS_OFFSET"), 3 * k as u64 * part);
+            assert_eq!(dada_key(text, "HDR_SIZE"), 4096);
+            let name = format!("scan5_s{s:02}_{:016}.dada", 3 * k as u64 * part);
+            assert!(path.ends_with(&name), "{path:?}");
+            let data = &bytes[super::DADA_HEADER_LEN..];
+            assert!(
+                data == expected_run(s, 3 * k as u64, chunks, 10),
+                "{path:?}"
+            );
+        }
+    }
+    disks.iter().for_each(|d| fs::remove_dir_all(d).unwrap());
+}
+
+#[test]
+fn a_missing_chunk_ends_a_dada_file_and_the_next_starts_at_its_offset() {
+    let (disks, mut spec) = one_disk("dadagap", "scan6", 30);
+    spec.layout = Layout::Dada {
+        header: String::new(),
+    };
+    spec.file_chunks = 10;
+    // Chunk 2 of 6 never arrives (both streams), so the run breaks there.
+    let skip: Vec<(u16, u64)> = (0..2u16)
+        .flat_map(|s| (2 * PER_CHUNK as u64..3 * PER_CHUNK as u64).map(move |i| (s, i)))
+        .collect();
+    let report = record_without(6, &spec, &skip, || {});
+    let files = files_ending(&disks, "scan6", ".dada");
+    let offsets: Vec<u64> = files
+        .iter()
+        .map(|p| {
+            let text = String::from_utf8_lossy(&fs::read(p).unwrap()[..256]).into_owned();
+            dada_key(&text, "OBS_OFFSET")
+        })
+        .collect();
+    let part = (PER_CHUNK * LEN) as u64;
+    // Each stream: chunks 0-1 in one file, 3-5 in the next (the assembler may
+    // deliver the gap as a chunk of absent packets instead: then one file).
+    assert!(
+        offsets == vec![0, 3 * part, 0, 3 * part] || offsets == vec![0, 0],
+        "{offsets:?} {report:?}"
+    );
+    disks.iter().for_each(|d| fs::remove_dir_all(d).unwrap());
+}
+
+/// The Mark6 blocks of `path`: (block number, data), checking the file header.
+fn mark6_blocks(path: &std::path::Path, packet_size: i32) -> Vec<(u32, Vec<u8>)> {
+    let bytes = fs::read(path).unwrap();
+    let word = |at: usize| i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    assert_eq!(word(0) as u32, super::MARK6_SYNC);
+    assert_eq!((word(4), word(12), word(16)), (2, 2, packet_size));
+    let mut blocks = Vec::new();
+    let mut at = 20;
+    while at < bytes.len() {
+        let (number, size) = (word(at) as u32, word(at + 4) as usize);
+        assert!(size <= word(8) as usize);
+        blocks.push((number, bytes[at + 8..at + size].to_vec()));
+        at += size;
+    }
+    assert_eq!(at, bytes.len(), "no partial block");
+    blocks
+}
+
+#[test]
+fn mark6_files_gather_back_into_every_chunk_in_order() {
+    let disks: Vec<_> = (0..2).map(|k| disk("mark6", k)).collect();
+    let mut spec = RecordSpec::new(disks.clone(), "scan7");
+    spec.layout = Layout::Mark6 { packet_format: 2 };
+    spec.queue_chunks = 30;
+    let report = record(12, &spec, || {});
+    assert_eq!(report.chunks_written, 12);
+    let mut blocks: Vec<_> = disks
+        .iter()
+        .flat_map(|d| mark6_blocks(&d.join("scan7"), (LEN + 10) as i32))
+        .collect();
+    blocks.sort();
+    assert_eq!(blocks.len(), 12);
+    for (n, (number, data)) in blocks.iter().enumerate() {
+        assert_eq!(*number as usize, n);
+        assert!(*data == expected_chunk(n as u64), "block {n}");
+    }
+    disks.iter().for_each(|d| fs::remove_dir_all(d).unwrap());
+}
+
+fn vdif_frame(seconds: u32, frame: u32) -> Vec<u8> {
+    let repr = vdif::Repr {
+        invalid: false,
+        legacy: false,
+        seconds,
+        ref_epoch: 52,
+        frame,
+        version: 1,
+        log2_nchan: 0,
+        frame_len: 1056,
+        complex: false,
+        bits_per_sample: 8,
+        thread: 3,
+        station: 0x5a5a,
+        edv: 0,
+    };
+    let mut b: Vec<u8> = (0..1056).map(|k| (k as u32 * 7 + frame) as u8).collect();
+    repr.emit(&mut vdif::Packet::new_unchecked(&mut b[..]))
+        .unwrap();
+    b
+}
+
+#[test]
+fn a_vdif_frame_that_never_came_is_written_as_a_fill_frame_with_its_time() {
+    let (disks, mut spec) = one_disk("vdif", "scan8", 30);
+    let fps = 10;
+    spec.layout = Layout::Vdif {
+        frames_per_second: fps,
+    };
+    let format = FormatSpec::Vdif {
+        threads: vec![3],
+        frame_len: 1056,
+        frames_per_second: fps,
+        station: None,
+        legacy: false,
+    };
+    let all: Vec<(u32, u32)> = (0..4 * PER_CHUNK as u32)
+        .map(|i| (100 + i / fps, i % fps))
+        .collect();
+    let lost = 13; // second 101, frame 3
+    let packets = all
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != lost)
+        .map(|(_, &(s, f))| vdif_frame(s, f))
+        .collect();
+    let locate = format.locator().unwrap().whole_packets(1056);
+    // The capture's first index is 100 s * fps: chunks start there.
+    let report = run_capture(packets, locate, all.len() as u64, &spec, || {});
+    assert_eq!(report.writers[0].filled_packets, 1, "{report:?}");
+    let files = files_ending(&disks, "scan8", ".vdif");
+    let bytes: Vec<u8> = files.iter().flat_map(|p| fs::read(p).unwrap()).collect();
+    assert_eq!(bytes.len(), all.len() * 1056);
+    for (i, frame) in bytes.chunks(1056).enumerate() {
+        let (s, f) = all[i];
+        if i != lost {
+            assert!(frame == vdif_frame(s, f), "frame {i}");
+            continue;
+        }
+        let h = vdif::Packet::new_checked(frame).unwrap();
+        assert!(h.invalid() && h.seconds() == s && h.frame() == f);
+        assert_eq!((h.thread(), h.station(), h.frame_len()), (3, 0x5a5a, 1056));
+        let words: Vec<u32> = frame[32..]
+            .chunks(4)
+            .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+            .collect();
+        assert!(words.iter().all(|&w| w == super::VDIF_FILL_WORD));
+    }
+    disks.iter().for_each(|d| fs::remove_dir_all(d).unwrap());
 }

@@ -1,35 +1,23 @@
 //! One writer thread per directory (a disk or a RAID set): it takes chunk leases
-//! from a short queue and writes each chunk's data to its own file, straight from
-//! the chunk pool, then gives the chunk back.
-//!
-//! A file is written under a temporary name and renamed when complete, so a reader
-//! (or a crash) sees whole chunk files or none. With O_DIRECT (the chunk's data is
-//! page-aligned, and its length a multiple of 4096) the bytes go from the pool to
-//! the disk without the page cache; where the file system refuses O_DIRECT (tmpfs)
-//! or the length is unaligned, the write is buffered and `fdatasync`ed before the
-//! rename, which also keeps the page cache from growing. The first write error
-//! takes the writer out: its queued chunks are counted lost, nothing else is
-//! written to its directory, and the dispatcher stops choosing it.
+//! from a short queue and writes each one straight from the chunk pool into the
+//! layout's files (`files.rs`), then gives the chunk back. The first write error
+//! takes the writer out: its open files are closed at their last whole chunk,
+//! its queued chunks are counted lost, and the dispatcher stops choosing it.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use super::files::{Files, Place};
 use crate::ring::Lease;
 use crate::{Error, Result};
 
-/// Alignment O_DIRECT needs of a write's address, length and offset here.
-const DIRECT_ALIGN: usize = 4096;
-
-/// A chunk to write, and the name its file gets once complete.
+/// A chunk to write, and where it goes in the recording.
 pub(crate) struct Job {
     pub lease: Lease,
-    pub path: PathBuf,
+    pub place: Place,
 }
 
 /// What one writer has done; read by the recorder's report while it runs.
@@ -55,9 +43,10 @@ pub struct WriterReport {
     pub direct_chunks: u64,
     /// Chunks handed to this writer that were not written: queued when it failed.
     pub lost_chunks: u64,
-    /// Packet slots written as zeros: their packet never arrived (the capture
-    /// counts why: missing, or past the end of the stream in the last chunk).
-    pub zero_filled_packets: u64,
+    /// Packet slots written as fill (VDIF fill frames, zeros in the other
+    /// layouts): their packet never arrived (the capture counts why: missing,
+    /// or past the end of the stream in the last chunk).
+    pub filled_packets: u64,
     /// Why the writer stopped writing (the first error), if it did.
     pub failed: Option<String>,
 }
@@ -89,15 +78,16 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread writing into `dir`, with room for `depth` queued chunks.
-    pub fn start(dir: PathBuf, depth: usize) -> Result<Writer> {
+    /// Starts the thread writing `files` into `dir`, with room for `depth`
+    /// queued chunks.
+    pub fn start(dir: PathBuf, files: Files, depth: usize) -> Result<Writer> {
         let (tx, rx) = sync_channel(depth.max(1));
         let state = Arc::new(WriterState::default());
         let thread = {
             let state = state.clone();
             std::thread::Builder::new()
                 .name("vs-record".into())
-                .spawn(move || run(&rx, &state))
+                .spawn(move || run(&rx, &state, files))
                 .map_err(|e| Error::io("cannot start a recorder writer thread", e))?
         };
         Ok(Writer {
@@ -140,7 +130,7 @@ impl Writer {
             bytes: s.bytes.load(Ordering::Acquire),
             direct_chunks: s.direct.load(Ordering::Acquire),
             lost_chunks: s.lost.load(Ordering::Acquire),
-            zero_filled_packets: s.zeroed.load(Ordering::Acquire),
+            filled_packets: s.zeroed.load(Ordering::Acquire),
             failed: s.failed.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         }
     }
@@ -152,25 +142,26 @@ impl Drop for Writer {
     }
 }
 
-fn run(rx: &Receiver<Job>, state: &WriterState) {
+fn run(rx: &Receiver<Job>, state: &WriterState, mut files: Files) {
     for mut job in rx.iter() {
         if state.is_failed() {
             state.lost.fetch_add(1, Ordering::AcqRel);
         } else {
-            // A slot whose packet never came holds a stale payload from the
-            // chunk's last use: it is written as zeros, never as old data.
-            let zeroed = job.lease.zero_absent() as u64;
-            state.zeroed.fetch_add(zeroed, Ordering::AcqRel);
-            match write_chunk_file(&job.path, job.lease.data()) {
-                Ok(direct) => {
+            match files.write(&mut job.lease, job.place) {
+                Ok(w) => {
                     state.chunks.fetch_add(1, Ordering::AcqRel);
-                    state.direct.fetch_add(u64::from(direct), Ordering::AcqRel);
-                    let len = job.lease.data().len() as u64;
-                    state.bytes.fetch_add(len, Ordering::AcqRel);
+                    state
+                        .direct
+                        .fetch_add(u64::from(w.direct), Ordering::AcqRel);
+                    state.bytes.fetch_add(w.bytes, Ordering::AcqRel);
+                    state.zeroed.fetch_add(w.filled, Ordering::AcqRel);
                 }
                 Err(e) => {
-                    state.fail(format!("{}: {e}", job.path.display()));
+                    let at = files.folder().display();
+                    state.fail(format!("{at}: writing chunk {}: {e}", job.place.number));
                     state.lost.fetch_add(1, Ordering::AcqRel);
+                    // What is open ends at its last whole chunk; the disk is out.
+                    let _ = files.close_all();
                 }
             }
         }
@@ -178,33 +169,7 @@ fn run(rx: &Receiver<Job>, state: &WriterState) {
         drop(job);
         state.queued.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// Writes `data` as the file `path` (whole, or not at all: under a temporary
-/// name until complete). Returns whether O_DIRECT was used.
-fn write_chunk_file(path: &Path, data: &[u8]) -> io::Result<bool> {
-    let partial = path.with_extension("partial");
-    let aligned = data.len() % DIRECT_ALIGN == 0 && data.as_ptr() as usize % DIRECT_ALIGN == 0;
-    // O_DIRECT bypasses the page cache, but the file's size and blocks are only
-    // durable after a sync: the rename below must not name an incomplete file.
-    let direct = aligned
-        && open(&partial, libc::O_DIRECT)
-            .and_then(|mut f| f.write_all(data).and_then(|()| f.sync_data()))
-            .is_ok();
-    if !direct {
-        let mut f = open(&partial, 0)?;
-        f.write_all(data)?;
-        f.sync_data()?;
+    if let Err(e) = files.close_all() {
+        state.fail(format!("closing the files: {e}"));
     }
-    fs::rename(&partial, path)?;
-    Ok(direct)
-}
-
-fn open(path: &Path, flags: libc::c_int) -> io::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(flags)
-        .open(path)
 }

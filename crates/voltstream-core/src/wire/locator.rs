@@ -19,7 +19,7 @@ macro_rules! registry {
 
         $(impl From<$ty> for Locator {
             fn from(l: $ty) -> Locator {
-                Locator { kind: Kind::$variant(l) }
+                Locator { kind: Kind::$variant(l), whole: 0 }
             }
         })*
 
@@ -31,6 +31,9 @@ macro_rules! registry {
             }
 
             fn payload_len(&self) -> usize {
+                if self.whole != 0 {
+                    return self.whole;
+                }
                 match &self.kind {
                     $(Kind::$variant(l) => Locate::payload_len(l),)*
                 }
@@ -44,9 +47,15 @@ macro_rules! registry {
 
             #[inline]
             fn locate<'a>(&self, packet: &'a [u8]) -> Result<Located<'a>, WireError> {
-                match &self.kind {
-                    $(Kind::$variant(l) => Locate::locate(l, packet),)*
+                let mut at = match &self.kind {
+                    $(Kind::$variant(l) => Locate::locate(l, packet)?,)*
+                };
+                if self.whole != 0 {
+                    // The format checked the packet's length; a longer one keeps
+                    // its first `whole` bytes, as the sample bytes would be kept.
+                    at.payload = packet.get(..self.whole).ok_or(WireError::Truncated)?;
                 }
+                Ok(at)
             }
         }
 
@@ -65,6 +74,19 @@ macro_rules! registry {
 #[derive(Debug, Clone)]
 pub struct Locator {
     kind: Kind,
+    /// Non-zero: each packet's slot holds its first `whole` bytes, header
+    /// included, instead of its sample bytes (see [`Locator::whole_packets`]).
+    whole: usize,
+}
+
+impl Locator {
+    /// Makes every located payload the whole packet of `packet_len` bytes
+    /// (the UDP payload, format header included): what a recorder of VLBI
+    /// layouts writes, frames as received. Only for fixed-length formats.
+    pub fn whole_packets(mut self, packet_len: usize) -> Self {
+        self.whole = packet_len;
+        self
+    }
 }
 
 registry! {

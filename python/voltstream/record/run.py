@@ -1,0 +1,177 @@
+"""``voltstream record``'s run: start the capture and the core's recorder, watch
+both (counters, finished files into the manifest) until the duration, an idle
+timeout or Ctrl-C, stop both, and return one report: the capture's counters (every
+packet) and the recorder's (every chunk: written, unwritten because no disk had
+room, lost with a failed disk).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from voltstream.capture_config import CaptureFormat, CaptureSettings
+from voltstream.errors import ConfigError, RecordError
+from voltstream.record.layouts import RecordLayout, check
+from voltstream.record.manifest import Manifest
+
+#: How often the run looks at its counters (and at Ctrl-C).
+POLL_S = 0.2
+#: How often the manifest is rewritten while files complete.
+MANIFEST_EVERY_S = 2.0
+#: Default size of DADA and VDIF files (cut at whole chunks).
+FILE_SIZE = 1 << 30
+
+
+def record(
+    stream: CaptureFormat,
+    settings: CaptureSettings,
+    dirs: Sequence[str],
+    scan: str,
+    duration_s: float | None,
+    *,
+    layout: str = "vbs",
+    file_size: int = FILE_SIZE,
+    source: str = "J0000+0000",
+    idle_timeout_s: float | None = None,
+    queue_chunks: int = 2,
+    on_start: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Records `stream` as `settings` capture it into `dirs` (one writer each) as
+    scan `scan` in `layout`, for `duration_s` seconds (None: until Ctrl-C), or until
+    `idle_timeout_s` without a packet once data has come. ``on_start(address)``
+    once it listens."""
+    from voltstream import _core
+
+    if duration_s is not None and not duration_s > 0:
+        raise ConfigError(f"--duration must be positive, got {duration_s}")
+    if not dirs:
+        raise ConfigError("give --dirs: one or more directories, one per disk")
+    if not file_size > 0:
+        raise ConfigError(f"--file-size must be positive, got {file_size}")
+    settings = settings.replace(whole_packets=check(layout) != "dada")
+    cap = settings.open(stream)
+    part = cap.packets_per_chunk * cap.slot_len
+    plan = RecordLayout.choose(layout, stream, chunk_part=part, file_size=file_size, source=source)
+    cap.start()
+    try:
+        rec = _core.Recorder(
+            cap, list(dirs), scan, queue_chunks=queue_chunks, **plan.recorder_kwargs()
+        )
+    except BaseException:
+        cap.stop()
+        raise
+    manifest = Manifest(dirs, scan, _describe(stream, cap, plan))
+    manifest.write({})
+    if on_start is not None:
+        on_start(cap.address or settings.network.bind)
+    t0 = time.monotonic()
+    interrupted = False
+    seen = 0
+
+    def update(final: bool = False) -> dict[str, Any]:
+        nonlocal seen
+        pieces = rec.pieces(seen)
+        seen += len(pieces)
+        manifest.add(pieces)
+        counters = {"record": rec.report(), "capture": cap.stats()}
+        manifest.write(counters, complete=final)
+        return counters
+
+    try:
+        _wait(cap, t0, duration_s, idle_timeout_s, every=(MANIFEST_EVERY_S, update))
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        cap.stop()
+        rec.finish()
+        counters = update(final=True)
+    return {
+        "scan": scan,
+        "layout": layout,
+        "dirs": list(dirs),
+        "duration_s": time.monotonic() - t0,
+        "interrupted": interrupted,
+        "files": len(manifest.doc["files"]),
+        "manifest_unwritable": manifest.unwritable,
+        **counters,
+    }
+
+
+def _describe(stream: CaptureFormat, cap: Any, plan: RecordLayout) -> dict[str, Any]:
+    """What the manifest says of the recording before any file: enough to read it
+    back (layout, packet length, stream format) without the command line."""
+    per_second = getattr(stream, "packets_per_second", None)
+    if plan.frames_per_second:
+        per_second = plan.frames_per_second
+    return {
+        "layout": plan.name,
+        "format": stream.name,
+        "capture_kwargs": stream.capture_kwargs(),
+        "packet_len": cap.slot_len,
+        "whole_packets": cap.whole_packets,
+        "packets_per_chunk": cap.packets_per_chunk,
+        "thread_streams": cap.thread_streams,
+        "file_chunks": plan.file_chunks,
+        "packets_per_second": per_second,
+    }
+
+
+def _wait(
+    cap: Any,
+    t0: float,
+    duration_s: float | None,
+    idle_timeout_s: float | None,
+    every: tuple[float, Callable[[], object]],
+) -> None:
+    """Until the duration ends, or the stream has been silent for the idle timeout;
+    calls ``every[1]()`` every ``every[0]`` seconds meanwhile."""
+    last, quiet_since, ticked = 0, time.monotonic(), time.monotonic()
+    while duration_s is None or time.monotonic() - t0 < duration_s:
+        time.sleep(POLL_S)
+        packets = cap.stats()["packets"]
+        now = time.monotonic()
+        if now - ticked >= every[0]:
+            every[1]()
+            ticked = now
+        if packets != last:
+            last, quiet_since = packets, now
+        elif packets and idle_timeout_s is not None and now - quiet_since >= idle_timeout_s:
+            return
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The report in a few lines: what reached the disks, and what did not."""
+    r, totals = report["record"], report["capture"]["totals"]
+    gib = r["bytes_written"] / 2**30
+    lines = [
+        f"record: scan {report['scan']} ({report['layout']}): {r['chunks_written']} chunks "
+        f"({gib:.3f} GiB, {report['files']} files) written to {len(r['writers'])} disk(s) in "
+        f"{report['duration_s']:.1f} s; {r['chunks_unwritten']} unwritten (no disk had room), "
+        f"{r['chunks_lost']} lost with a failed disk; {r['filled_packets']} packet slots "
+        "filled (never arrived: VDIF fill frames, else zeros)",
+        f"  capture: received={totals['received']} missing={totals['missing']} "
+        f"late={totals['late']} malformed={totals['malformed']} foreign={totals['foreign']} "
+        f"dropped={totals['dropped']} kernel_drops={report['capture']['kernel_drops']}",
+    ]
+    for w in r["writers"]:
+        state = f"FAILED: {w['failed']}" if w["failed"] else "ok"
+        lines.append(
+            f"  {w['dir']}: {w['chunks']} chunks, {w['bytes'] / 2**30:.3f} GiB "
+            f"({w['direct_chunks']} with O_DIRECT), {w['lost_chunks']} lost, {state}"
+        )
+    for d, why in report["manifest_unwritable"].items():
+        lines.append(f"  manifest not written to {d}: {why}")
+    if report["interrupted"]:
+        lines.append("  (interrupted: the capture was stopped and every chunk accounted for)")
+    return lines
+
+
+def write_report(report: dict[str, Any], path: str | Path) -> None:
+    try:
+        Path(path).write_text(json.dumps(report, indent=2) + "\n")
+    except OSError as e:
+        raise RecordError(f"cannot write the report {path}: {e.strerror}") from None
