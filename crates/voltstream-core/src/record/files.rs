@@ -66,6 +66,9 @@ pub(crate) struct Written {
 /// A DADA or VDIF file being appended to.
 struct Run {
     file: File,
+    /// The same file opened with O_DIRECT, for aligned chunk data (None where
+    /// the file system refuses it, e.g. tmpfs, or after it refused a write).
+    direct: Option<File>,
     piece: Piece,
     /// Data bytes the DADA header announced when the file was opened.
     planned: u64,
@@ -234,7 +237,7 @@ impl Files {
     ) -> io::Result<Written> {
         let chunk = lease.layout();
         let part = chunk.packets_per_chunk * chunk.payload_len;
-        let mut bytes = 0;
+        let (mut bytes, mut all_direct) = (0, true);
         for (pos, &stream) in streams.iter().enumerate() {
             let data = &lease.data()[pos * part..(pos + 1) * part];
             if self.runs.get(&stream).map(|r| r.piece.number) != Some(place.file) {
@@ -249,21 +252,36 @@ impl Files {
                 unreachable!("inserted above");
             };
             let at = run.piece.offset + run.piece.bytes;
-            if let Err(e) = run
-                .file
-                .write_all_at(data, at)
-                .and_then(|()| run.file.sync_data())
-            {
+            let aligned = is_aligned(data) && at % DIRECT_ALIGN as u64 == 0;
+            let direct = match run.direct.as_ref().filter(|_| aligned) {
+                Some(f) => match f.write_all_at(data, at) {
+                    Ok(()) => true,
+                    Err(_) => {
+                        run.direct = None; // refused: buffered from now on
+                        false
+                    }
+                },
+                None => false,
+            };
+            let done = if direct {
+                Ok(())
+            } else {
+                run.file.write_all_at(data, at)
+            };
+            // Synced before the chunk counts as written: the file's new size (and,
+            // buffered, its data) must survive a power cut.
+            if let Err(e) = done.and_then(|()| run.file.sync_data()) {
                 let _ = run.file.set_len(at); // back to the last whole chunk
                 return Err(e);
             }
+            all_direct &= direct;
             run.piece.bytes += part as u64;
             run.piece.packets += chunk.packets_per_chunk as u64;
             bytes += part as u64;
         }
         Ok(Written {
             bytes,
-            direct: false,
+            direct: all_direct && bytes > 0,
             filled: 0,
         })
     }
@@ -291,14 +309,17 @@ impl Files {
                 let piece = piece_at(path, stream, place.file, first, DADA_HEADER_LEN);
                 return Ok(Run {
                     file: f,
+                    direct: open_direct(&piece.path),
                     piece,
                     planned,
                 });
             }
             _ => (self.names.vdif(stream, place.file), 0, 0),
         };
+        let file = open_new(&path, 0)?;
         Ok(Run {
-            file: open_new(&path, 0)?,
+            file,
+            direct: open_direct(&path),
             piece: piece_at(path, stream, place.file, first, offset),
             planned,
         })
@@ -373,13 +394,26 @@ fn dada_obs_offset(run: &Run) -> u64 {
         .unwrap_or(0)
 }
 
+fn is_aligned(data: &[u8]) -> bool {
+    data.len() % DIRECT_ALIGN == 0 && data.as_ptr() as usize % DIRECT_ALIGN == 0
+}
+
+/// A second, O_DIRECT handle on a file just created (None where refused).
+fn open_direct(path: &Path) -> Option<File> {
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .ok()
+}
+
 /// Writes `data` as the file `path`, whole or not at all: under a temporary
 /// name until complete and synced. Returns whether O_DIRECT was used.
 fn write_whole_file(path: &Path, data: &[u8]) -> io::Result<bool> {
     let mut partial = path.as_os_str().to_owned();
     partial.push(".partial");
     let partial = PathBuf::from(partial);
-    let aligned = data.len() % DIRECT_ALIGN == 0 && data.as_ptr() as usize % DIRECT_ALIGN == 0;
+    let aligned = is_aligned(data);
     // O_DIRECT bypasses the page cache, but the file's size and blocks are only
     // durable after a sync: the rename below must not name an incomplete file.
     let direct = aligned

@@ -260,6 +260,19 @@ fn files_ending(disks: &[PathBuf], scan: &str, ext: &str) -> Vec<PathBuf> {
     files
 }
 
+fn takes_direct(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join("direct-probe");
+    let ok = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe)
+        .is_ok();
+    let _ = fs::remove_file(probe);
+    ok
+}
+
 fn dada_key(header: &str, key: &str) -> u64 {
     let line = header.lines().find(|l| l.starts_with(&format!("{key} ")));
     line.unwrap()
@@ -279,6 +292,12 @@ fn dada_files_hold_runs_of_one_stream_with_headers_that_say_where() {
     spec.file_chunks = 3;
     let report = record(7, &spec, || {});
     assert_eq!(report.chunks_written, 7, "{report:?}");
+    // Each stream's part of a chunk (8 KiB) is page-aligned in the pool, and so is
+    // its place after the 4096-byte header: written with O_DIRECT where the file
+    // system takes it (not tmpfs).
+    if takes_direct(&disks[0]) {
+        assert_eq!(report.writers[0].direct_chunks, 7, "{report:?}");
+    }
     let part = (PER_CHUNK * LEN) as u64; // one stream's bytes of a chunk
     for s in 0..2u16 {
         let files = files_ending(&disks, "scan5", ".dada");
