@@ -341,6 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
          "disk (or, with every queue full, is dropped and counted). Default: 2"),
     ))  # fmt: skip
 
+    from voltstream.replay.cli import add_replay_parser
+
+    add_replay_parser(verbs)
+
     p = verbs.add_parser(
         "fold",
         help="coherently dedisperse, detect and fold a baseband file into PSRFITS",
