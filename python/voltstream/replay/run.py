@@ -68,8 +68,8 @@ def replay(
                 step = _step(batch.times, prev_t, n)
             elif rate_gbps:
                 r = sender.send(pk, plen, rate_gbps, at=nbytes * 8 / (rate_gbps * 1e9))
-            else:
-                r = sender.send(pk, plen, 0.0)
+            else:  # unpaced, on the same clock (seconds cover the whole replay)
+                r = sender.send(pk, plen, 0.0, at=0.0)
             packets += int(r["packets"])
             nbytes += int(r["bytes"])
             late_s = max(late_s, float(r["late_s"]))

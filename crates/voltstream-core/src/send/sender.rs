@@ -137,7 +137,6 @@ impl Sender {
         packet_len: usize,
         rate_bits_per_s: f64,
     ) -> Result<SendStats> {
-        self.restart_clock();
         let pace = if rate_bits_per_s == 0.0 {
             Pace::Unpaced
         } else {
@@ -146,7 +145,8 @@ impl Sender {
                 at_s: 0.0,
             }
         };
-        self.send_paced(packets, packet_len, pace)
+        // Its own origin: the shared clock of scheduled sends is left alone.
+        self.send_from(packets, packet_len, pace, Instant::now())
     }
 
     /// Sends `packets` as [`Sender::send`] does, each packet due as `pace` says
@@ -158,6 +158,17 @@ impl Sender {
         packets: &[u8],
         packet_len: usize,
         pace: Pace<'_>,
+    ) -> Result<SendStats> {
+        self.send_from(packets, packet_len, pace, self.clock)
+    }
+
+    /// The send loop: packets due as `pace` says, in seconds after `origin`.
+    fn send_from(
+        &mut self,
+        packets: &[u8],
+        packet_len: usize,
+        pace: Pace<'_>,
+        origin: Instant,
     ) -> Result<SendStats> {
         if packet_len == 0 || packet_len > MAX_UDP {
             return Err(Error::Config(format!(
@@ -203,7 +214,7 @@ impl Sender {
                 }
             };
             if let Some(due) = due {
-                late_s = late_s.max(wait_until(self.clock, due));
+                late_s = late_s.max(wait_until(origin, due));
             }
             let chunk = &packets[sent * packet_len..(sent + k) * packet_len];
             let mut done = 0;
