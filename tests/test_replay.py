@@ -277,3 +277,20 @@ def test_read_ahead_hands_on_errors_and_stops_when_left():
     it = read_ahead(endless, depth=2)
     next(it)
     it.close()  # joins the reader thread: returns only if the reader stopped
+
+
+def test_vdif_realtime_follows_the_frame_numbers_and_needs_the_frame_rate(tmp_path):
+    pk = rf.frames(rf.samples(20, seed=6))  # 20 frames a thread at 1000 frames/s
+    ds = dirs(tmp_path)
+    rf.write_vbs(ds, "rt", pk, per_file=8)
+    (ds[0] / "rt.manifest.json").write_text(json.dumps({"frames_per_second": 1000}))
+    rx = Receiver()
+    rep = run_cli(["rt", "--dirs", ",".join(map(str, ds)), "--dest", rx.dest, "--realtime"],
+                  tmp_path)  # fmt: skip
+    assert rx.packets() == [p.tobytes() for p in pk]
+    # The recording's own rate: 40 frames over 20 ms (19 frame steps and one more).
+    assert rep["realtime"] and rep["asked_gbps"] == pytest.approx(pk.nbytes * 8 / 0.020 / 1e9)
+    (ds[0] / "rt.manifest.json").unlink()
+    with pytest.raises(ConfigError, match="frames-per-second"):
+        replay(PacketFiles([ds[0] / "rt" / "rt.00000000"], rf.FMT.packet_len), rx.dest,
+               realtime=True)  # fmt: skip

@@ -105,7 +105,8 @@ def replay(
 
 
 def _step(times: np.ndarray, before: float, n: int) -> float:
-    """The mean interval between a batch's packets (the one before it if it has one)."""
-    if n > 1:
-        return float(times[-1] - times[0]) / (n - 1)
-    return max(0.0, float(times[-1]) - before)
+    """The mean interval between a batch's distinct packet times (threads of one frame
+    share a time), or the gap from the batch before when it has only one."""
+    gaps = np.diff(times, prepend=before if n == 1 else times[0])
+    gaps = gaps[gaps > 0]
+    return float(gaps.mean()) if gaps.size else 0.0
