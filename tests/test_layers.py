@@ -35,6 +35,9 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "streams": {"formats"},
     "capture_config": {"streams"},
     "record": {"capture_config", "io/dada"},
+    # Replay reads recordings (io), rebuilds packets (formats); its cli module builds
+    # the verb's options from cli_options.
+    "replay": {"io", "formats", "cli_options"},
     "monitor": set(),
     "testing": set(),  # fault plans for tests: packets in, packets out
     "pipeline": {"dsp", "fold", "io", "formats", "capture_config"},

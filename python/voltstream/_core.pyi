@@ -29,9 +29,21 @@ class Sender:
     """Paced UDP sender: sendmmsg batches, UDP GSO where the kernel has it."""
 
     def __init__(self, dest: str, bind: str | None = None) -> None: ...
-    def send(self, buffer: Any, packet_len: int, rate_gbps: float) -> dict[str, Any]:
+    def send(
+        self,
+        buffer: Any,
+        packet_len: int,
+        rate_gbps: float,
+        at: float | None = None,
+        times: Any | None = None,
+    ) -> dict[str, Any]:
         """Sends `buffer` (n * packet_len bytes) at `rate_gbps` (0 = unpaced); releases
-        the GIL. Returns packets, bytes, seconds, rate_gbps, gso."""
+        the GIL. With `at` the first packet is due at that time on the sender's clock
+        (it carries across calls); with `times` (float64, one per packet) each packet
+        is due at its own time. Returns packets, bytes, seconds, rate_gbps, gso, late_s."""
+    def restart_clock(self) -> None: ...
+    @property
+    def clock(self) -> float: ...
     @property
     def dest(self) -> str: ...
     @property
@@ -197,6 +209,8 @@ class Recorder:
         frames_per_second: int | None = None,
         packet_format: int = 2,
     ) -> None: ...
+    # frames_per_second: a VDIF stream's; its missing frames become VDIF fill
+    # frames in every layout but dada (required by the vdif layout).
     def pieces(self, start: int = 0) -> list[dict[str, Any]]:
         """Finished files (Mark6: blocks) from position `start` of the log on: path,
         streams, number, first_index, packets, offset, bytes."""

@@ -365,6 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
          "their last whole packet or block, fix DADA headers, rewrite the manifest)"),
     ))  # fmt: skip
 
+    from voltstream.replay.cli import add_replay_parser
+
+    add_replay_parser(verbs)
+
     p = verbs.add_parser(
         "fold",
         help="coherently dedisperse, detect and fold a baseband file into PSRFITS",

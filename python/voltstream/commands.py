@@ -342,6 +342,12 @@ def record(args: argparse.Namespace) -> int:
     return 0
 
 
+def replay(args: argparse.Namespace) -> int:
+    from voltstream.replay.cli import run
+
+    return run(args)
+
+
 def _print_report(report: Any, path: str | None) -> int:
     """The end of a run, alike for every verb: the report's summary on stdout, the
     whole report as JSON where ``--report`` asks; 0, the verb's exit status."""

@@ -75,6 +75,10 @@ impl PyRecorder {
         let mut spec = RecordSpec::new(dirs, scan);
         spec.queue_chunks = queue_chunks;
         spec.file_chunks = file_chunks;
+        if frames_per_second == Some(0) {
+            return Err(config_error("frames_per_second must be positive".into()));
+        }
+        spec.vdif_fill = frames_per_second;
         spec.layout = layout;
         let rec = Recorder::start(consumers, capture.thread_streams(), &spec).map_err(to_py)?;
         Ok(PyRecorder {

@@ -61,17 +61,26 @@ class RecordLayout:
         layout cuts files: whole chunks of one stream (`chunk_part` bytes each)."""
         check(name)
         file_chunks = max(1, file_size // max(chunk_part, 1))
+        # A VDIF stream's frame that never came is a fill frame in every layout
+        # of whole packets (vdif, vbs, mark6).
+        fps = None
+        if stream.name == "vdif":
+            fps = int(stream.capture_kwargs()["frames_per_second"])
         if name == "vdif":
-            if stream.name != "vdif":
+            if fps is None:
                 raise ConfigError(
                     f"--layout vdif records VDIF streams; a {stream.name} stream records as "
                     "vbs, mark6 or dada"
                 )
-            fps = int(stream.capture_kwargs()["frames_per_second"])
             return cls(name, file_chunks, frames_per_second=fps)
         if name == "dada":
             return cls(name, file_chunks, dada_header=dada_keys(stream, source))
-        return cls(name, file_chunks, packet_format=_MARK6_PACKET_FORMAT.get(stream.name, 2))
+        return cls(
+            name,
+            file_chunks,
+            frames_per_second=fps,
+            packet_format=_MARK6_PACKET_FORMAT.get(stream.name, 2),
+        )
 
 
 def check(name: str) -> str:

@@ -81,6 +81,8 @@ pub(crate) struct Files {
     rings: Arc<Vec<Vec<usize>>>,
     /// DADA/VDIF: chunks per file, for the header's planned FILE_SIZE.
     file_chunks: u64,
+    /// VDIF streams' frames per second: absent slots become fill frames.
+    vdif_fill: Option<u32>,
     runs: HashMap<usize, Run>,
     mark6: Option<(File, u64)>,
     /// VDIF: a real frame's header per stream, the model of its fill frames.
@@ -94,6 +96,7 @@ impl Files {
         layout: Arc<Layout>,
         rings: Arc<Vec<Vec<usize>>>,
         file_chunks: u64,
+        vdif_fill: Option<u32>,
         log: Arc<Mutex<Vec<Piece>>>,
     ) -> Files {
         Files {
@@ -101,6 +104,7 @@ impl Files {
             layout,
             rings,
             file_chunks: file_chunks.max(1),
+            vdif_fill,
             runs: HashMap::new(),
             mark6: None,
             templates: HashMap::new(),
@@ -115,12 +119,12 @@ impl Files {
 
     /// Writes one chunk where `place` says; absent slots become fill first.
     pub fn write(&mut self, lease: &mut Lease, place: Place) -> io::Result<Written> {
+        #[cfg(test)]
+        stall_while_marked(&self.names.folder);
         let streams = self.rings.get(place.ring).cloned().unwrap_or_default();
-        let filled = match *self.layout {
-            Layout::Vdif { frames_per_second } => {
-                self.fill_vdif(lease, &streams, frames_per_second)
-            }
-            _ => lease.zero_absent() as u64,
+        let filled = match self.vdif_fill {
+            Some(fps) => self.fill_vdif(lease, &streams, fps),
+            None => lease.zero_absent() as u64,
         };
         let mut written = match &*self.layout {
             Layout::Vbs => self.write_vbs(lease, place, &streams)?,
@@ -351,6 +355,15 @@ impl Files {
                 None => frame.fill(0),
             },
         ) as u64
+    }
+}
+
+/// Tests stand in for a disk that stops answering: while the scan folder holds a
+/// file named `STALL`, this writer waits before each chunk.
+#[cfg(test)]
+fn stall_while_marked(folder: &Path) {
+    while folder.join("STALL").exists() {
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 

@@ -5,6 +5,7 @@
 //! (or a chunk is missing) the file ends there and the next one starts on the
 //! least-loaded writer.
 
+use std::collections::VecDeque;
 use std::fs;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +25,9 @@ const POLL: Duration = Duration::from_millis(20);
 /// With several rings, the dispatcher polls them without blocking; after a round
 /// that found nothing it naps this long (a chunk of any ring waits at most this).
 const IDLE_NAP: Duration = Duration::from_millis(1);
+/// Free pool chunks a capture thread keeps while the dispatcher holds chunks no
+/// writer had room for: below this, the oldest held chunk goes back unwritten.
+const RESERVE: usize = 2;
 
 /// Where and how a scan is recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +43,10 @@ pub struct RecordSpec {
     pub file_chunks: usize,
     /// Chunks each writer may hold queued before the dispatcher passes it over.
     pub queue_chunks: usize,
+    /// A VDIF stream's frames per second: in every layout of whole packets, a
+    /// frame that never arrived is written as a VDIF fill frame (its time, the
+    /// invalid bit) rather than zeros. Implied by the vdif layout.
+    pub vdif_fill: Option<u32>,
 }
 
 impl RecordSpec {
@@ -49,6 +57,17 @@ impl RecordSpec {
             layout: Layout::Vbs,
             file_chunks: 16,
             queue_chunks: 2,
+            vdif_fill: None,
+        }
+    }
+
+    /// Frames per second of the VDIF stream whose missing frames become fill
+    /// frames, if any (never in DADA, which holds samples only).
+    pub fn fill_frames_per_second(&self) -> Option<u32> {
+        match self.layout {
+            Layout::Vdif { frames_per_second } => Some(frames_per_second),
+            Layout::Dada { .. } => None,
+            _ => self.vdif_fill,
         }
     }
 
@@ -119,6 +138,7 @@ impl Recorder {
                 layout.clone(),
                 rings.clone(),
                 spec.file_chunks as u64,
+                spec.fill_frames_per_second(),
                 pieces.clone(),
             );
             writers.push(Writer::start(dir.clone(), files, spec.queue_chunks)?);
@@ -227,23 +247,30 @@ fn dispatch(consumers: &[Consumer], writers: &[Writer], unwritten: &AtomicU64, p
     let mut turn = 0usize;
     let mut idle = false;
     let mut rings: Vec<RingState> = consumers.iter().map(|_| RingState::default()).collect();
+    // Chunks taken from a ring that no writer had room for yet, oldest first, with
+    // their chunk numbers (given when taken: a chunk dropped leaves a gap).
+    let mut waiting: Vec<VecDeque<(Lease, u64)>> =
+        consumers.iter().map(|_| VecDeque::new()).collect();
     loop {
-        if consumers.iter().all(Consumer::is_finished) {
-            return;
-        }
         let mut took = false;
         for (ring, consumer) in consumers.iter().enumerate() {
             // Empty each ring before looking at the next: a busy capture thread
             // must not wait on an idle one. Block only after a round found nothing.
-            let wait = if idle && consumers.len() == 1 {
+            let wait = if idle && consumers.len() == 1 && waiting[ring].is_empty() {
                 POLL
             } else {
                 Duration::ZERO
             };
             while let Some(lease) = consumer.pop(wait) {
                 took = true;
-                turn = turn.wrapping_add(1);
-                let state = &mut rings[ring];
+                waiting[ring].push_back((lease, number));
+                number += 1;
+                if wait > Duration::ZERO {
+                    break;
+                }
+            }
+            let state = &mut rings[ring];
+            while let Some((lease, number)) = waiting[ring].pop_front() {
                 let origin = *state.origin.get_or_insert(lease.first_index());
                 let place = Place {
                     number,
@@ -251,23 +278,36 @@ fn dispatch(consumers: &[Consumer], writers: &[Writer], unwritten: &AtomicU64, p
                     ring,
                     origin,
                 };
-                number += 1;
-                let handed = if plan.runs {
-                    hand_over_run(writers, turn, lease, place, state, plan.file_chunks)
+                turn = turn.wrapping_add(1);
+                let placed = if plan.runs {
+                    place_in_run(writers, turn, lease, place, state, plan.file_chunks)
                 } else {
-                    hand_over(writers, turn, Job { lease, place }).is_some()
+                    hand_over(writers, turn, Job { lease, place })
+                        .map(drop)
+                        .map_err(|j| j.lease)
                 };
-                if !handed {
-                    // No room anywhere: the chunk goes back to the pool unwritten.
-                    unwritten.fetch_add(1, Ordering::AcqRel);
-                }
-                if wait > Duration::ZERO {
+                if let Err(lease) = placed {
+                    waiting[ring].push_front((lease, number));
                     break;
                 }
             }
+            // Waiting chunks are the pool's: while the capture runs, the oldest
+            // goes back unwritten before the assembler could lack a free chunk
+            // (the capture is never held back). Once it has stopped, they wait.
+            let all_failed = writers.iter().all(|w| w.state.is_failed());
+            while !waiting[ring].is_empty()
+                && (all_failed || (!consumer.is_closed() && consumer.free_count() < RESERVE))
+            {
+                waiting[ring].pop_front();
+                unwritten.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        let finished = consumers.iter().all(Consumer::is_finished);
+        if finished && waiting.iter().all(VecDeque::is_empty) {
+            return;
         }
         idle = !took;
-        if idle && consumers.len() > 1 {
+        if (idle && consumers.len() > 1) || waiting.iter().any(|w| !w.is_empty()) {
             std::thread::sleep(IDLE_NAP);
         }
     }
@@ -275,47 +315,50 @@ fn dispatch(consumers: &[Consumer], writers: &[Writer], unwritten: &AtomicU64, p
 
 /// DADA/VDIF: the chunk continues its ring's open file on that file's writer
 /// when it is the next chunk, the file has room and the writer takes it;
-/// otherwise it starts a new file on the least-loaded writer.
-fn hand_over_run(
+/// otherwise it starts a new file on the least-loaded writer. Gives the chunk
+/// back, and changes nothing, when no writer has room.
+// A refused chunk's lease is handed back by value, once per chunk: no copy of data.
+#[allow(clippy::result_large_err)]
+fn place_in_run(
     writers: &[Writer],
     turn: usize,
     lease: Lease,
-    mut place: Place,
+    place: Place,
     state: &mut RingState,
     file_chunks: usize,
-) -> bool {
+) -> std::result::Result<(), Lease> {
     let id = lease.chunk_id();
-    let next = state.expect == id;
-    state.expect = id + 1;
     let mut job = Job { lease, place };
-    if let Some((w, file, chunks)) = state.open.take() {
-        if next && chunks < file_chunks && !writers[w].state.is_failed() {
+    if let Some((w, file, chunks)) = state.open {
+        if state.expect == id && chunks < file_chunks && !writers[w].state.is_failed() {
             job.place.file = file;
             match writers[w].offer(job) {
                 None => {
                     state.open = Some((w, file, chunks + 1));
-                    return true;
+                    state.expect = id + 1;
+                    return Ok(());
                 }
                 Some(refused) => job = refused,
             }
         }
     }
-    place.file = state.next_file;
-    job.place = place;
+    job.place.file = state.next_file;
     match hand_over(writers, turn, job) {
-        Some(w) => {
-            state.open = Some((w, place.file, 1));
+        Ok(w) => {
+            state.open = Some((w, state.next_file, 1));
             state.next_file += 1;
-            true
+            state.expect = id + 1;
+            Ok(())
         }
-        None => false,
+        Err(job) => Err(job.lease),
     }
 }
 
 /// Offers the chunk to the live writers, least loaded first (ties broken by
-/// turns, so that idle disks share the work); the writer that took it, or
-/// `None` when none had room.
-fn hand_over(writers: &[Writer], turn: usize, mut job: Job) -> Option<usize> {
+/// turns, so that idle disks share the work); the writer that took it, or the
+/// job back when none had room.
+#[allow(clippy::result_large_err)] // the job goes back by value, once per chunk
+fn hand_over(writers: &[Writer], turn: usize, mut job: Job) -> std::result::Result<usize, Job> {
     let n = writers.len();
     let mut order: Vec<usize> = (0..n)
         .map(|k| (turn + k) % n)
@@ -324,9 +367,9 @@ fn hand_over(writers: &[Writer], turn: usize, mut job: Job) -> Option<usize> {
     order.sort_by_key(|&w| writers[w].state.queued());
     for w in order {
         match writers[w].offer(job) {
-            None => return Some(w),
+            None => return Ok(w),
             Some(refused) => job = refused,
         }
     }
-    None
+    Err(job)
 }

@@ -126,6 +126,11 @@ impl Consumer {
         }
     }
 
+    /// True once the producer closed the ring (filled chunks may remain).
+    pub fn is_closed(&self) -> bool {
+        self.shared.lock().closed
+    }
+
     /// True once the producer closed the ring and every filled chunk was taken.
     pub fn is_finished(&self) -> bool {
         let s = self.shared.lock();

@@ -6,8 +6,10 @@
 //! payload bit rate is the one asked for (0 = as fast as possible). It does not
 //! allocate while sending. Socket errors come back as [`crate::Error`] with a
 //! sentence naming the destination; transient ones (`ENOBUFS`, `EAGAIN`,
-//! `EINTR`) are retried.
+//! `EINTR`) are retried. [`Sender::send_paced`] paces against a clock that
+//! carries across calls (a rate from a start time, or one time per packet), so
+//! a replay made of many sends keeps its average rate exactly.
 
 mod sender;
 
-pub use sender::{SendStats, Sender};
+pub use sender::{Pace, SendStats, Sender};

@@ -32,6 +32,20 @@ pub struct SendStats {
     pub seconds: f64,
     /// Achieved payload rate, bits per second.
     pub rate_bits_per_s: f64,
+    /// The most any burst started behind its due time (0 unpaced): above a few
+    /// quanta, the schedule asked for more than the sender could give.
+    pub late_s: f64,
+}
+
+/// When each packet of one send is due, in seconds on the sender's clock.
+#[derive(Debug, Clone, Copy)]
+pub enum Pace<'a> {
+    /// As fast as possible.
+    Unpaced,
+    /// At `bits_per_s` payload bits per second, the first packet due at `at_s`.
+    Rate { bits_per_s: f64, at_s: f64 },
+    /// Packet `i` due at `times_s[i]` (a capture's own time stamps).
+    Times(&'a [f64]),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +63,9 @@ pub struct Sender {
     sock: UdpSocket,
     dest: SocketAddr,
     gso: Gso,
+    /// Origin of the pacing clock that scheduled sends share, so a replay made
+    /// of many calls keeps its average rate over the gaps between them.
+    clock: Instant,
 }
 
 impl Sender {
@@ -80,6 +97,7 @@ impl Sender {
             sock,
             dest,
             gso: Gso::Untried,
+            clock: Instant::now(),
         })
     }
 
@@ -100,13 +118,57 @@ impl Sender {
         matches!(self.gso, Gso::On(_))
     }
 
+    /// Restarts the pacing clock that [`Sender::send_paced`] schedules against.
+    pub fn restart_clock(&mut self) {
+        self.clock = Instant::now();
+    }
+
+    /// Seconds since the pacing clock (re)started.
+    pub fn clock_s(&self) -> f64 {
+        self.clock.elapsed().as_secs_f64()
+    }
+
     /// Sends `packets` (a whole number of `packet_len`-byte packets) at
     /// `rate_bits_per_s` payload bits per second on average; 0 = unpaced.
+    /// Each call paces from its own start.
     pub fn send(
         &mut self,
         packets: &[u8],
         packet_len: usize,
         rate_bits_per_s: f64,
+    ) -> Result<SendStats> {
+        let pace = if rate_bits_per_s == 0.0 {
+            Pace::Unpaced
+        } else {
+            Pace::Rate {
+                bits_per_s: rate_bits_per_s,
+                at_s: 0.0,
+            }
+        };
+        // Its own origin: the shared clock of scheduled sends is left alone.
+        self.send_from(packets, packet_len, pace, Instant::now())
+    }
+
+    /// Sends `packets` as [`Sender::send`] does, each packet due as `pace` says
+    /// on the sender's clock, which carries across calls: a packet already
+    /// overdue goes at once, so the average rate over many calls is the one
+    /// asked for whenever the sender can keep up.
+    pub fn send_paced(
+        &mut self,
+        packets: &[u8],
+        packet_len: usize,
+        pace: Pace<'_>,
+    ) -> Result<SendStats> {
+        self.send_from(packets, packet_len, pace, self.clock)
+    }
+
+    /// The send loop: packets due as `pace` says, in seconds after `origin`.
+    fn send_from(
+        &mut self,
+        packets: &[u8],
+        packet_len: usize,
+        pace: Pace<'_>,
+        origin: Instant,
     ) -> Result<SendStats> {
         if packet_len == 0 || packet_len > MAX_UDP {
             return Err(Error::Config(format!(
@@ -119,28 +181,41 @@ impl Sender {
                 packets.len()
             )));
         }
-        if !rate_bits_per_s.is_finite() || rate_bits_per_s < 0.0 {
-            return Err(Error::Config(format!(
-                "send rate {rate_bits_per_s} bit/s is invalid; use a rate >= 0 (0 = unpaced)"
-            )));
-        }
         let n = packets.len() / packet_len;
+        check_pace(pace, n)?;
         let segs = (MAX_UDP / packet_len).min(MAX_GSO_SEGS);
         let max_burst = MAX_MSGS * segs;
-        let burst = if rate_bits_per_s > 0.0 {
-            let per_quantum = rate_bits_per_s * QUANTUM_S / (8.0 * packet_len as f64);
-            (per_quantum as usize).clamp(1, max_burst)
-        } else {
-            max_burst
+        let burst = match pace {
+            Pace::Rate { bits_per_s, .. } => {
+                let per_quantum = bits_per_s * QUANTUM_S / (8.0 * packet_len as f64);
+                (per_quantum as usize).clamp(1, max_burst)
+            }
+            _ => max_burst,
         };
         let start = Instant::now();
+        let mut late_s: f64 = 0.0;
         let mut sent = 0usize;
         while sent < n {
-            if rate_bits_per_s > 0.0 {
-                let due = (sent * packet_len) as f64 * 8.0 / rate_bits_per_s;
-                wait_until(start, due);
+            let mut k = burst.min(n - sent);
+            let due = match pace {
+                Pace::Unpaced => None,
+                Pace::Rate { bits_per_s, at_s } => {
+                    Some(at_s + (sent * packet_len) as f64 * 8.0 / bits_per_s)
+                }
+                Pace::Times(times) => {
+                    // One burst: the packets due within a quantum of the first.
+                    let first = times[sent];
+                    k = times[sent..sent + k]
+                        .iter()
+                        .position(|&t| t > first + QUANTUM_S)
+                        .unwrap_or(k)
+                        .max(1);
+                    Some(first)
+                }
+            };
+            if let Some(due) = due {
+                late_s = late_s.max(wait_until(origin, due));
             }
-            let k = burst.min(n - sent);
             let chunk = &packets[sent * packet_len..(sent + k) * packet_len];
             let mut done = 0;
             while done < k {
@@ -159,6 +234,7 @@ impl Sender {
             } else {
                 0.0
             },
+            late_s,
         })
     }
 
@@ -269,13 +345,50 @@ fn setsockopt(
     crate::capture::host::setsockopt(fd, level, name, &value)
 }
 
+/// A schedule the send loop can follow: finite, non-negative times, one per
+/// packet and in order.
+fn check_pace(pace: Pace<'_>, n: usize) -> Result<()> {
+    let bad = |why: String| Err(Error::Config(why));
+    match pace {
+        Pace::Unpaced => Ok(()),
+        Pace::Rate { bits_per_s, at_s } => {
+            if !bits_per_s.is_finite() || bits_per_s <= 0.0 {
+                return bad(format!(
+                    "send rate {bits_per_s} bit/s is invalid; use a rate >= 0 (0 = unpaced)"
+                ));
+            }
+            if !at_s.is_finite() || at_s < 0.0 {
+                return bad(format!("send time {at_s} s is invalid; use a time >= 0"));
+            }
+            Ok(())
+        }
+        Pace::Times(times) => {
+            if times.len() != n {
+                return bad(format!(
+                    "{} send times for {n} packets; give one time per packet",
+                    times.len()
+                ));
+            }
+            let ordered = times.windows(2).all(|w| w[0] <= w[1]);
+            if !ordered || times.iter().any(|t| !t.is_finite() || *t < 0.0) {
+                return bad("send times must be finite, >= 0 and non-decreasing".into());
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Waits until `due_s` seconds after `start`: sleeps most of a long wait,
-/// spins the end for accuracy.
-fn wait_until(start: Instant, due_s: f64) {
+/// spins the end for accuracy. Returns how late it already was (0 if not).
+fn wait_until(start: Instant, due_s: f64) -> f64 {
+    let late = start.elapsed().as_secs_f64() - due_s;
+    if late > 0.0 {
+        return late;
+    }
     loop {
         let left = due_s - start.elapsed().as_secs_f64();
         if left <= 0.0 {
-            return;
+            return 0.0;
         }
         if left > SPIN_S {
             std::thread::sleep(Duration::from_secs_f64(left - SPIN_S / 2.0));
@@ -340,6 +453,85 @@ mod tests {
             let got = rx.recv(&mut buf).unwrap();
             assert_eq!(got, len);
             assert_eq!(&buf[..got], &data[i * len..(i + 1) * len], "packet {i}");
+        }
+    }
+
+    #[test]
+    fn the_clock_carries_across_calls() {
+        let rx = receiver();
+        let mut tx = Sender::new(rx.local_addr().unwrap(), None).unwrap();
+        let (n, len) = (50, 1000);
+        let data = pattern(n, len);
+        tx.restart_clock();
+        // 50 kB at 100 Mb/s = 4 ms per call; the second call is due after the first.
+        let rate = 100e6;
+        let per_call = (n * len * 8) as f64 / rate;
+        for call in 0..2 {
+            let pace = Pace::Rate {
+                bits_per_s: rate,
+                at_s: call as f64 * per_call,
+            };
+            tx.send_paced(&data, len, pace).unwrap();
+        }
+        // The last packet is due at 2 * per_call less one packet's time.
+        assert!(tx.clock_s() >= 2.0 * per_call - (len * 8) as f64 / rate);
+        let mut buf = vec![0u8; 2000];
+        for i in 0..2 * n {
+            let got = rx.recv(&mut buf).unwrap();
+            assert_eq!(
+                &buf[..got],
+                &data[(i % n) * len..(i % n + 1) * len],
+                "packet {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn time_stamps_pace_each_packet_and_overdue_ones_go_at_once() {
+        let rx = receiver();
+        let mut tx = Sender::new(rx.local_addr().unwrap(), None).unwrap();
+        let (n, len) = (20, 100);
+        let data = pattern(n, len);
+        tx.restart_clock();
+        let times: Vec<f64> = (0..n).map(|i| 0.001 * i as f64).collect();
+        let st = tx.send_paced(&data, len, Pace::Times(&times)).unwrap();
+        assert_eq!(st.packets, n as u64);
+        assert!(tx.clock_s() >= times[n - 1], "{st:?}");
+        // Due long ago: sent at once, and the lateness says so.
+        let st = tx.send_paced(&data, len, Pace::Times(&[0.0; 20])).unwrap();
+        assert!(st.late_s >= times[n - 1], "{st:?}");
+        let mut buf = vec![0u8; 2000];
+        for i in 0..2 * n {
+            let got = rx.recv(&mut buf).unwrap();
+            assert_eq!(
+                &buf[..got],
+                &data[(i % n) * len..(i % n + 1) * len],
+                "packet {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_schedules_are_config_errors() {
+        let rx = receiver();
+        let mut tx = Sender::new(rx.local_addr().unwrap(), None).unwrap();
+        let data = [1u8; 100];
+        let bad = [
+            Pace::Times(&[0.0; 3]),
+            Pace::Times(&[0.0, 1.0, 0.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]),
+            Pace::Times(&[f64::NAN; 10]),
+            Pace::Rate {
+                bits_per_s: 1e6,
+                at_s: -1.0,
+            },
+            Pace::Rate {
+                bits_per_s: 0.0,
+                at_s: 0.0,
+            },
+        ];
+        for pace in bad {
+            let r = tx.send_paced(&data, 10, pace);
+            assert!(matches!(r, Err(Error::Config(_))), "{pace:?}: {r:?}");
         }
     }
 
