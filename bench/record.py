@@ -277,13 +277,20 @@ def run_tmpfs(a: argparse.Namespace, start: float, alone: float | None) -> dict:
         dirs = [Path(tempfile.mkdtemp(prefix="vs-record-", dir=mnt["path"]))
                 for _ in range(a.tmpfs_dirs)]  # fmt: skip
         fio: list[dict] = []
+        buffered: dict | None = None
         if a.fio:
+            # O_DIRECT (what the recorder uses where the open succeeds: tmpfs takes it
+            # since Linux 6.6, else refuses it) and buffered, both in this run.
             fio = [fio_write(a.fio, dirs, a.seconds, bs=a.fio_bs, iodepth=a.fio_iodepth)]
-            if "error" in fio[0]:  # a tmpfs without O_DIRECT (Linux < 6.6): buffered
-                fio = [fio_write(a.fio, dirs, a.seconds, bs=a.fio_bs, iodepth=a.fio_iodepth,
-                                 direct=False)]  # fmt: skip
+            buffered = fio_write(
+                a.fio, dirs, a.seconds, bs=a.fio_bs, iodepth=a.fio_iodepth, direct=False
+            )
+            if "error" in fio[0]:  # a tmpfs without O_DIRECT: buffered only
+                fio = [buffered]
         s = search(lambda rate: trial(dirs, rate, a, clean=True), start, a)
         row = with_fio(configuration("tmpfs", dirs, a, tmpfs=mnt["how"]), s, fio, a)
+        row["fio_buffered_gbps"] = buffered.get("gbps") if buffered else None
+        row["fio_buffered"] = buffered
     row["capture_alone_gbps"] = alone
     row["ratio"] = s["record_gbps"] / alone if alone else None
     row["ratio_of"] = "record_gbps / capture_alone_gbps"
@@ -313,6 +320,8 @@ def table(rows: list[dict]) -> list[str]:
         best = next((p for p in r["trials"] if p["lossless"] and p["gbps"] == max(
             q["gbps"] for q in r["trials"] if q["lossless"])), None)  # fmt: skip
         fio = " / ".join(fmt(x) for x in r.get("fio_before_after_gbps", [])) or "-"
+        if r.get("fio_buffered_gbps"):
+            fio += f" (buffered {fmt(r['fio_buffered_gbps'])})"
         gbps = r.get("record_gbps", r.get("capture_alone_gbps"))
         ratio = f"{fmt(r.get('ratio'), '.2f')} ({r.get('ratio_of', '-').split(' / ')[-1]})"
         lines.append(
