@@ -4,8 +4,9 @@ write to the same directories in the same run, and on a tmpfs (CPU-bound) agains
 capture alone at the same settings.
 
 A trial at rate R: a capture (counter format, 8192-byte packets, 4096 per chunk: 32 MiB
-chunk files; packet ring, 16-chunk pool, 256 MiB kernel queue) and a `_core.Recorder`
-on the directories (one writer thread each, O_DIRECT where the file system allows)
+chunk files; packet ring, 256 MiB kernel queue, a pool of 2 + dirs x (queue + 1) + 4
+chunks, 16 at least) and a `_core.Recorder` on the directories (one writer thread
+each, at most `--queue-chunks` queued; O_DIRECT where the file system allows)
 run while bench/record_send.py, its own process, sends R Gb/s for `--seconds`. The
 trial is lossless when every packet sent was received (no kernel drop, none missing,
 late, dropped or malformed; no chunk dropped by the capture), every chunk the capture
@@ -18,14 +19,18 @@ Search (per configuration, at most `--trials`): start at fio's rate of those
 directories (tmpfs: at the capture-alone ceiling), go up by `--step` while lossless,
 down while not, then bisect between the highest lossless and the lowest lossy rate
 until they are within 5%. Configurations: the first 1..N of `--dirs` (fio before and
-after the search, one job per directory; fio_gbps is their mean, ratio =
-record_gbps / fio_gbps), then the capture alone (chunks released as they come), then
-a tmpfs the benchmark mounts (or /dev/shm), where ratio = record_gbps /
-capture_alone_gbps. Chunk files are deleted after each trial, and during it on tmpfs
-or where the free space would not hold the trial.
+after the searches, one job per directory; fio_gbps is their mean, ratio =
+record_gbps / fio_gbps; one search per queue depth of `--queue-chunks 2,8`), then
+the capture alone (chunks released as they come), then a tmpfs the benchmark mounts
+(or /dev/shm), where ratio = record_gbps / capture_alone_gbps. Chunk files are
+deleted after each trial, and during it on tmpfs or where the free space would not
+hold the trial; after each trial and each fio run the disks are synced and left to go
+quiet (a file system mounted with `discard` trims deleted files for seconds) before
+the next one.
 
     python bench/record.py --dirs /mnt/d0,/mnt/d1 [--seconds 10] [--trials 6]
-        [--fio PATH | --no-fio] [--no-tmpfs] [--machine LABEL] [--json F]
+        [--queue-chunks 2,8] [--fio PATH | --no-fio] [--no-tmpfs] [--machine LABEL]
+        [--json F]
     python bench/record.py --burst --dirs D [--packets 60000]   # the first measurement
 """
 
@@ -56,6 +61,7 @@ from record_disk import (  # noqa: E402
     fio_write,
     free_bytes,
     machine,
+    settle,
     tmpfs,
 )
 from voltstream import _core  # noqa: E402
@@ -74,10 +80,20 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def trial(dirs: list[Path] | None, rate: float, a: argparse.Namespace, clean: bool) -> dict:
-    """One run at `rate` Gb/s: recorder on `dirs`, or (None) the capture alone."""
+def pool_chunks(a: argparse.Namespace, ndirs: int, queue: int) -> int:
+    """The capture's pool: `--nchunks`, or room for the assembly window, every
+    writer's queue and the chunk it writes, and 4 spare; 16 at least."""
+    return a.nchunks or max(16, 2 + ndirs * (queue + 1) + 4)
+
+
+def trial(
+    dirs: list[Path] | None, rate: float, a: argparse.Namespace, clean: bool, queue: int
+) -> dict:
+    """One run at `rate` Gb/s: recorder on `dirs` (`queue` chunks queued per writer at
+    most), or (None) the capture alone."""
+    nchunks = pool_chunks(a, len(dirs or []), queue)
     cap = _core.Capture(
-        "counter", "127.0.0.1:0", PER_CHUNK, nchunks=a.nchunks, window=2, payload_len=PAYLOAD,
+        "counter", "127.0.0.1:0", PER_CHUNK, nchunks=nchunks, window=2, payload_len=PAYLOAD,
         queue_bytes=a.queue_mb << 20, engine=a.engine,
     )  # fmt: skip
     cap.start()
@@ -87,7 +103,7 @@ def trial(dirs: list[Path] | None, rate: float, a: argparse.Namespace, clean: bo
         if dirs is None:
             cons = Consumer(cap)
         else:
-            rec = _core.Recorder(cap, [str(d) for d in dirs], scan, queue_chunks=a.queue_chunks)
+            rec = _core.Recorder(cap, [str(d) for d in dirs], scan, queue_chunks=queue)
             cleaner = Cleaner(dirs, scan) if clean else None
         c0 = cpu_seconds()
         r = subprocess.run(
@@ -111,7 +127,10 @@ def trial(dirs: list[Path] | None, rate: float, a: argparse.Namespace, clean: bo
     deleted = cleaner.close() if cleaner is not None else 0
     for d in dirs or []:
         shutil.rmtree(d / scan, ignore_errors=True)
-    return point(rate, sent, cap.stats(), report, drain_s, cpu, deleted, clean)
+    p = point(rate, sent, cap.stats(), report, drain_s, cpu, deleted, clean)
+    p["settle_s"] = settle(dirs) if dirs else 0.0
+    p["queue_chunks"], p["pool_chunks"] = (queue if dirs else None), nchunks
+    return p
 
 
 def point(
@@ -230,17 +249,22 @@ def run_disks(base: list[Path], a: argparse.Namespace) -> list[dict]:
     for k in range(1, len(base) + 1):
         dirs = [Path(tempfile.mkdtemp(prefix="vs-record-", dir=b)) for b in base[:k]]
         try:
+            settle(dirs)
             fio = [fio_write(a.fio, dirs, a.seconds, bs=a.fio_bs, iodepth=a.fio_iodepth)
                    ] if a.fio else []  # fmt: skip
             start = fio[0].get("gbps", a.start_rate) if fio else a.start_rate
+            found = []
+            for q in a.queues:  # each queue depth between the same two fio runs
 
-            def run(rate: float, dirs: list[Path] = dirs) -> dict:
-                return trial(dirs, rate, a, clean=not fits(dirs, rate, a.seconds))
+                def run(rate: float, dirs: list[Path] = dirs, q: int = q) -> dict:
+                    return trial(dirs, rate, a, not fits(dirs, rate, a.seconds), q)
 
-            s = search(run, min(start, a.max_rate), a)
+                found.append((q, search(run, min(start, a.max_rate), a)))
             if a.fio:
                 fio.append(fio_write(a.fio, dirs, a.seconds, bs=a.fio_bs, iodepth=a.fio_iodepth))
-            rows.append(with_fio(configuration("disk", dirs, a), s, fio, a))
+            for q, s in found:
+                row = configuration("disk", dirs, a, queue_chunks=q)
+                rows.append(with_fio(row, s, fio, a) | {"pool_chunks": pool_chunks(a, k, q)})
         finally:
             for d in dirs:
                 shutil.rmtree(d, ignore_errors=True)
@@ -287,8 +311,10 @@ def run_tmpfs(a: argparse.Namespace, start: float, alone: float | None) -> dict:
             )
             if "error" in fio[0]:  # a tmpfs without O_DIRECT: buffered only
                 fio = [buffered]
-        s = search(lambda rate: trial(dirs, rate, a, clean=True), start, a)
-        row = with_fio(configuration("tmpfs", dirs, a, tmpfs=mnt["how"]), s, fio, a)
+        q = a.queues[0]
+        s = search(lambda rate: trial(dirs, rate, a, True, q), start, a)
+        row = configuration("tmpfs", dirs, a, queue_chunks=q, tmpfs=mnt["how"])
+        row = with_fio(row, s, fio, a) | {"pool_chunks": pool_chunks(a, len(dirs), q)}
         row["fio_buffered_gbps"] = buffered.get("gbps") if buffered else None
         row["fio_buffered"] = buffered
     row["capture_alone_gbps"] = alone
@@ -298,9 +324,10 @@ def run_tmpfs(a: argparse.Namespace, start: float, alone: float | None) -> dict:
 
 
 def run_alone(a: argparse.Namespace, start: float) -> dict:
-    s = search(lambda rate: trial(None, rate, a, clean=False), start, a)
+    s = search(lambda rate: trial(None, rate, a, False, a.queues[0]), start, a)
     return configuration(
-        "capture alone", None, a, capture_alone_gbps=s["record_gbps"], lossless=bool(s["best"]),
+        "capture alone", None, a, pool_chunks=pool_chunks(a, 0, a.queues[0]),
+        capture_alone_gbps=s["record_gbps"], lossless=bool(s["best"]),
         loss=loss_counters(s["best"]), loss_above=loss_counters(lowest_lossy(s)),
         **{k: s[k] for k in ("lowest_lossy_gbps", "note", "trials")},
     )  # fmt: skip
@@ -312,9 +339,9 @@ def fmt(x: float | None, spec: str = ".1f") -> str:
 
 def table(rows: list[dict]) -> list[str]:
     lines = [
-        "| where | dirs | record Gb/s (highest lossless) | lowest lossy Gb/s | fio Gb/s "
+        "| where | dirs | queue | record Gb/s (highest lossless) | lowest lossy Gb/s | fio Gb/s "
         "(before / after) | capture alone Gb/s | ratio | receiver CPU | trials | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         best = next((p for p in r["trials"] if p["lossless"] and p["gbps"] == max(
@@ -325,7 +352,8 @@ def table(rows: list[dict]) -> list[str]:
         gbps = r.get("record_gbps", r.get("capture_alone_gbps"))
         ratio = f"{fmt(r.get('ratio'), '.2f')} ({r.get('ratio_of', '-').split(' / ')[-1]})"
         lines.append(
-            f"| {r['where']} | {r['dirs']} | {fmt(gbps)} | {fmt(r['lowest_lossy_gbps'])} | "
+            f"| {r['where']} | {r['dirs']} | {r.get('queue_chunks') or '-'} | {fmt(gbps)} | "
+            f"{fmt(r['lowest_lossy_gbps'])} | "
             f"{fio} | {fmt(r.get('capture_alone_gbps'))} | "
             f"{ratio if r.get('ratio') else '-'} | "
             f"{fmt(best['receiver_cpu'], '.2f') if best else '-'} | {len(r['trials'])} | "
@@ -351,9 +379,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--tmpfs-gib", type=int, default=4, help="size of the tmpfs mounted (default 4)")
     add("--tmpfs-dirs", type=int, default=1, help="writers on the tmpfs (default 1)")
     add("--engine", default="auto")
-    add("--nchunks", type=int, default=16, help="capture pool, 32 MiB chunks (default 16)")
+    add(
+        "--nchunks",
+        type=int,
+        default=None,
+        help="capture pool, 32 MiB chunks (default: 2 + dirs x (queue + 1) + 4, 16 at least)",
+    )
     add("--queue-mb", type=int, default=256, help="kernel queue / packet ring (default 256)")
-    add("--queue-chunks", type=int, default=2, help="recorder queue per writer (default 2)")
+    add(
+        "--queue-chunks",
+        default="2",
+        help="recorder queue per writer, chunks; a list "
+        "(2,8) searches each between the same fio runs (default 2, as `voltstream record`)",
+    )
     add("--budget-s", type=float, default=1500.0, help="stop searching after this long")
     add("--machine", default=None, help="a label for the machine, put before its description")
     add("--burst", action="store_true", help="the burst-drain mode (first measurement)")
@@ -364,6 +402,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     a = parse(argv)
+    a.queues = [int(q) for q in str(a.queue_chunks).split(",") if q]
     base = [Path(d) for d in a.dirs.split(",") if d]
     a.machine_text = machine(a.machine)
     a.date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

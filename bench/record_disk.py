@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,6 +76,7 @@ def fio_write(
         for k, d in enumerate(dirs):
             for f in d.glob(f"d{k}.*"):
                 f.unlink(missing_ok=True)
+        settled = settle(dirs)
     if r.returncode != 0:
         return {"error": (r.stderr.strip() or r.stdout.strip())[-400:], "command": cmd}
     out = json.loads(r.stdout[r.stdout.index("{") :])
@@ -87,8 +89,40 @@ def fio_write(
         "size_mib_per_job": sizes,
         "per_job_gbps": [j["write"]["bw_bytes"] * 8 / 1e9 for j in out["jobs"]],
         "direct": direct,
+        "settle_s": settled,
         "command": " ".join(cmd),
     }
+
+
+def settle(dirs: list[Path], quiet_s: float = 1.0, limit_s: float = 20.0) -> float:
+    """After files were written and deleted: sync, then wait until the disks under
+    `dirs` have been quiet (no sector written or discarded, nothing in flight) for
+    `quiet_s`, at most `limit_s` (an ext4 mounted with `discard` trims a deleted
+    file's blocks for seconds, which would slow the next measurement). Seconds spent."""
+    t0 = time.monotonic()
+    os.sync()
+    stats = []
+    for d in dirs:
+        dev = os.stat(d).st_dev
+        path = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat")
+        if path.exists() and path not in stats:
+            stats.append(path)
+    if not stats:  # tmpfs: no block device
+        return time.monotonic() - t0
+
+    def activity() -> list[list[str]]:
+        # write sectors, in flight, discard sectors (where the kernel counts them)
+        return [(f := p.read_text().split())[6:7] + f[8:9] + f[13:14] for p in stats]
+
+    last, quiet_since = activity(), time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        time.sleep(0.1)
+        now, cur = time.monotonic(), activity()
+        if cur != last:
+            last, quiet_since = cur, now
+        elif now - quiet_since >= quiet_s:
+            break
+    return time.monotonic() - t0
 
 
 @contextlib.contextmanager
