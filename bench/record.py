@@ -40,6 +40,7 @@ import argparse
 import datetime
 import json
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -411,7 +412,7 @@ def main(argv: list[str] | None = None) -> dict:
     a.fio = None if a.no_fio else find_fio(a.fio)
     out: dict[str, Any] = {
         "benchmark": "bench/record.py",
-        "command": " ".join(
+        "command": shlex.join(
             ["python", "bench/record.py", *(sys.argv[1:] if argv is None else argv)]
         ),
         "machine": a.machine_text,

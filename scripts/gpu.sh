@@ -86,9 +86,12 @@ case "${1:-}" in
         fi
         [ -z "$FIO" ] && [ -x .fio/fio ] && FIO=$PWD/.fio/fio
         [ -n "$FIO" ] || { echo "bench-record: no fio (run scripts/fio_portable.sh here, carry .fio.tar.xz)" >&2; exit 2; }
+        # About 6-7 minutes with these settings (one call's limit is 10); later
+        # arguments override them.
         mkdir -p /tmp/rd0 /tmp/rd1
-        exec "$PY" bench/record.py --fio "$FIO" --dirs /tmp/rd0,/tmp/rd1 \
-            --machine "GPU machine" --json "${OUT:-/tmp}/record.json" "$@"
+        exec "$PY" bench/record.py --fio "$FIO" --dirs /tmp/rd0,/tmp/rd1 --seconds 8 \
+            --trials 5 --queue-chunks 2,8 --budget-s 450 --machine "GPU machine" \
+            --json "${OUT:-/tmp}/record.json" "$@"
         ;;
     *)
         echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e|bench-record [args...]" >&2
