@@ -102,7 +102,7 @@ def run(base: list[Path], n: int, fio: str | None) -> list[dict]:
             rec = record_drain(dirs, n)
             files = max(1, rec["chunks_written"] // k)
             alone = disk_alone(dirs, files)
-            res = None if fio is None else fio_write(fio, dirs, 30, bs="32M", iodepth=1)
+            res = None if fio is None else fio_write(fio, dirs, 10, bs="32M", iodepth=1)
             rows.append({"record": rec, "disk_alone": alone, "fio": res})
         finally:
             for d in dirs:

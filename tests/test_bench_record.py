@@ -63,3 +63,14 @@ def test_burst_mode_accounts_for_every_chunk(tmp_path, capsys):
     assert rec["chunks_written"] + rec["chunks_unwritten"] == chunks, rec
     assert rec["chunks_written"] >= 1 and rec["gbps"] > 0 and alone["gbps"] > 0
     assert list(tmp_path.iterdir()) == [path]
+
+
+def test_without_fio_the_bench_says_how_to_get_it(tmp_path, monkeypatch):
+    import pytest
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no fio on it
+    with pytest.raises(SystemExit, match="apt-get install -y fio.*fio_portable.sh"):
+        bench.main(["--dirs", str(tmp_path), "--seconds", "0.1"])
+    with pytest.raises(SystemExit, match="not executable"):
+        bench.main(["--dirs", str(tmp_path), "--fio", str(tmp_path / "fio")])
+    assert list(tmp_path.iterdir()) == []  # nothing ran
