@@ -328,6 +328,7 @@ def run_alone(a: argparse.Namespace, start: float) -> dict:
     s = search(lambda rate: trial(None, rate, a, False, a.queues[0]), start, a)
     return configuration(
         "capture alone", None, a, pool_chunks=pool_chunks(a, 0, a.queues[0]),
+        record_gbps=None, fio_gbps=None, ratio=None,
         capture_alone_gbps=s["record_gbps"], lossless=bool(s["best"]),
         loss=loss_counters(s["best"]), loss_above=loss_counters(lowest_lossy(s)),
         **{k: s[k] for k in ("lowest_lossy_gbps", "note", "trials")},
@@ -350,7 +351,7 @@ def table(rows: list[dict]) -> list[str]:
         fio = " / ".join(fmt(x) for x in r.get("fio_before_after_gbps", [])) or "-"
         if r.get("fio_buffered_gbps"):
             fio += f" (buffered {fmt(r['fio_buffered_gbps'])})"
-        gbps = r.get("record_gbps", r.get("capture_alone_gbps"))
+        gbps = r["record_gbps"] if r["record_gbps"] is not None else r["capture_alone_gbps"]
         ratio = f"{fmt(r.get('ratio'), '.2f')} ({r.get('ratio_of', '-').split(' / ')[-1]})"
         lines.append(
             f"| {r['where']} | {r['dirs']} | {r.get('queue_chunks') or '-'} | {fmt(gbps)} | "
