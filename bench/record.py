@@ -197,7 +197,7 @@ def search(run: Callable[[float], dict], start: float, a: argparse.Namespace) ->
             best = p if best is None or p["gbps"] > best["gbps"] else best
         else:
             lossy = rate if lossy is None else min(lossy, rate)
-        if best is not None and best["sender_bound"]:
+        if p["lossless"] and p["sender_bound"]:
             note = "sender-bound: lossless at the most the sender could send"
             break
         if best is None:
