@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run the GPU tests or the GPU benchmark on the GPU machine, from the repo root:
 #   scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e
+#                  |bench-record
 # Installs carried wheels (.whl/*.whl) into /tmp/site first; needs no astropy and
 # no compiled voltstream._core (the GPU path is pure Python + CuPy). bench-capture
 # (bench/capture_multicore.py, loopback only, about 3-4 minutes) does need the
@@ -68,8 +69,32 @@ case "${1:-}" in
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
         exec "$PY" bench/e2e.py --json "${OUT:-/tmp}/e2e.json" --workdir /tmp/voltstream-e2e "$@"
         ;;
+    bench-record)
+        shift
+        # bench/record.py (issue 12): the recorder's sustained rate against fio on the
+        # same directories. fio: the machine's, else the portable copy made here by
+        # scripts/fio_portable.sh and carried as .fio.tar.xz (or the .fio folder).
+        [ "$WHEELS" = 1 ] && export PYTHONPATH=/tmp/site
+        "$PY" -c "from voltstream import _core" || {
+            echo "bench-record needs voltstream._core: carry the wheel in .whl/ (see above)" >&2
+            exit 2
+        }
+        FIO=$(command -v fio || true)
+        if [ -z "$FIO" ] && [ -f .fio.tar.xz ]; then
+            mkdir -p /tmp/fio-portable && tar -xJf .fio.tar.xz -C /tmp/fio-portable
+            FIO=/tmp/fio-portable/.fio/fio
+        fi
+        [ -z "$FIO" ] && [ -x .fio/fio ] && FIO=$PWD/.fio/fio
+        [ -n "$FIO" ] || { echo "bench-record: no fio (run scripts/fio_portable.sh here, carry .fio.tar.xz)" >&2; exit 2; }
+        # About 6-7 minutes with these settings (one call's limit is 10); later
+        # arguments override them.
+        mkdir -p /tmp/rd0 /tmp/rd1
+        exec "$PY" bench/record.py --fio "$FIO" --dirs /tmp/rd0,/tmp/rd1 --seconds 8 \
+            --trials 5 --queue-chunks 2,8 --budget-s 450 --machine "GPU machine" \
+            --json "${OUT:-/tmp}/record.json" "$@"
+        ;;
     *)
-        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e [args...]" >&2
+        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e|bench-record [args...]" >&2
         exit 2
         ;;
 esac
