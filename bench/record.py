@@ -378,6 +378,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--fio-bs", default="4M")
     add("--fio-iodepth", type=int, default=8)
     add("--no-tmpfs", action="store_true", help="skip the tmpfs and capture-alone runs")
+    add("--no-disk", action="store_true", help="skip the runs on --dirs (tmpfs only)")
     add("--tmpfs-gib", type=int, default=4, help="size of the tmpfs mounted (default 4)")
     add("--tmpfs-dirs", type=int, default=1, help="writers on the tmpfs (default 1)")
     add("--engine", default="auto")
@@ -437,7 +438,7 @@ def main(argv: list[str] | None = None) -> dict:
             "chunk_bytes": CHUNK_BYTES,
             "targets": {"ratio_to_fio": 0.95, "record_gbps": 2 * METSAHOVI_GBPS},
         }  # fmt: skip
-        rows = run_disks(base, a)
+        rows = [] if a.no_disk else run_disks(base, a)
         if not a.no_tmpfs:
             start = max([r["fio_gbps"] or 0 for r in rows] + [a.start_rate])
             alone = run_alone(a, min(start, a.max_rate))
