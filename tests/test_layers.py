@@ -29,7 +29,7 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "config_files": set(),
     "dsp": set(),
     "fold": {"dsp"},
-    "io": {"dsp/dedisperse", "dsp/packed", "pipeline/interfaces"},
+    "io": {"dsp/dedisperse", "dsp/packed", "pipeline/interfaces", "config_files"},
     "sim": {"dsp/dedisperse", "io/vdif"},
     "formats": {"dsp/packed", "sim/packetize", "io/vdif"},
     "streams": {"formats"},
@@ -37,7 +37,7 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "record": {"capture_config", "io/dada"},
     # Replay reads recordings (io), rebuilds packets (formats); its cli module builds
     # the verb's options from cli_options.
-    "replay": {"io", "formats", "cli_options"},
+    "replay": {"io", "formats", "cli_options", "config_files"},
     "monitor": set(),
     "testing": set(),  # fault plans for tests: packets in, packets out
     "pipeline": {"dsp", "fold", "io", "formats", "capture_config"},

@@ -7,6 +7,7 @@ Shared by the stream descriptions (``streams.py``) and the capture files
 
 from __future__ import annotations
 
+import json
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -14,11 +15,26 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from voltstream.errors import ConfigError
+from voltstream.errors import ConfigError, FormatError
 
-__all__ = ["read_toml", "validated"]
+__all__ = ["read_json_object", "read_toml", "validated"]
 
 T = TypeVar("T")
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any] | None:
+    """A JSON object from ``path`` (a recording's manifest, a VDIF sidecar), None when
+    the file is not there; FormatError naming ``what`` when it is not readable JSON or
+    not an object."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{path}: not a readable {what} ({e})") from None
+    if not isinstance(data, dict):
+        raise FormatError(f"{path}: a {what} is a JSON object, not {type(data).__name__}")
+    return data
 
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from voltstream.config_files import read_json_object
 from voltstream.dsp.packed import PackedLayout
 from voltstream.errors import ConfigError, FormatError, TruncatedFileError
 from voltstream.observation import Observation
@@ -217,15 +218,10 @@ class VdifFile:
         sidecar: bool = True,
     ) -> None:
         self.path = Path(path)
-        meta: dict = {}
         side = Path(str(path) + ".json")
-        if sidecar and side.exists():
-            try:
-                meta = json.loads(side.read_text())
-            except (OSError, ValueError) as e:
-                raise FormatError(f"{side}: unreadable VDIF sidecar ({e}); fix or delete it") from e
-            if not isinstance(meta, dict):
-                raise FormatError(f"{side}: VDIF sidecar must be a JSON object")
+        meta = (
+            read_json_object(side, "VDIF sidecar (fix or delete it)") if sidecar else None
+        ) or {}
         freq_mhz = freq_mhz if freq_mhz is not None else meta.get("freq_mhz")
         bw_mhz = bw_mhz if bw_mhz is not None else meta.get("bw_mhz")
         fps = frames_per_second if frames_per_second is not None else meta.get("frames_per_second")

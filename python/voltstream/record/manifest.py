@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from voltstream.config_files import read_json_object
 from voltstream.errors import FormatError
 
 VERSION = 1
@@ -72,19 +73,17 @@ class Manifest:
 def read_manifest(dirs: Sequence[str | Path], scan: str) -> dict[str, Any] | None:
     """The newest readable copy of the scan's manifest among `dirs`, or None."""
     best: dict[str, Any] | None = None
+    damaged: FormatError | None = None
     for d in dirs:
-        path = manifest_path(d, scan)
         try:
-            doc = json.loads(path.read_text())
-        except FileNotFoundError:
+            doc = read_json_object(manifest_path(d, scan), "scan manifest")
+        except FormatError as e:
+            damaged = e  # one damaged copy is not fatal while another is readable
             continue
-        except (OSError, ValueError) as e:
-            # One damaged copy is not fatal while another is readable.
-            if best is None and not any(manifest_path(x, scan).exists() for x in dirs if x != d):
-                raise FormatError(f"{path}: not a readable manifest ({e})") from None
-            continue
-        if best is None or doc.get("updated_utc", "") > best.get("updated_utc", ""):
+        if doc is not None and (best is None or doc.get("revision", 0) > best.get("revision", 0)):
             best = doc
+    if best is None and damaged is not None:
+        raise damaged
     return best
 
 

@@ -19,13 +19,13 @@ that say which.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from voltstream.config_files import read_json_object
 from voltstream.errors import ConfigError, FormatError
 
 LAYOUTS = ("vbs", "mark6", "vdif", "dada")
@@ -123,15 +123,7 @@ def find_recording(dirs: Sequence[str | Path], scan: str) -> Recording:
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"{path}: not a readable JSON manifest ({exc})") from exc
-    if not isinstance(data, dict):
-        raise FormatError(f"{path}: a manifest is a JSON object, not {type(data).__name__}")
-    return data
+    return read_json_object(path, "JSON manifest") or {}
 
 
 def _check_unique(scan: str, layout: str, files: list[StreamFile]) -> None:

@@ -410,6 +410,19 @@ mod tests {
         r
     }
 
+    /// The `n` packets of `len` bytes in `data` arrive twice over, in order.
+    fn assert_sent_twice(rx: &UdpSocket, data: &[u8], n: usize, len: usize) {
+        let mut buf = vec![0u8; 2000];
+        for i in 0..2 * n {
+            let got = rx.recv(&mut buf).unwrap();
+            assert_eq!(
+                &buf[..got],
+                &data[(i % n) * len..(i % n + 1) * len],
+                "packet {i}"
+            );
+        }
+    }
+
     fn pattern(n: usize, len: usize) -> Vec<u8> {
         let mut s = 0x2545_f491_4f6c_dd1du64;
         (0..n * len)
@@ -475,15 +488,7 @@ mod tests {
         }
         // The last packet is due at 2 * per_call less one packet's time.
         assert!(tx.clock_s() >= 2.0 * per_call - (len * 8) as f64 / rate);
-        let mut buf = vec![0u8; 2000];
-        for i in 0..2 * n {
-            let got = rx.recv(&mut buf).unwrap();
-            assert_eq!(
-                &buf[..got],
-                &data[(i % n) * len..(i % n + 1) * len],
-                "packet {i}"
-            );
-        }
+        assert_sent_twice(&rx, &data, n, len);
     }
 
     #[test]
@@ -500,15 +505,7 @@ mod tests {
         // Due long ago: sent at once, and the lateness says so.
         let st = tx.send_paced(&data, len, Pace::Times(&[0.0; 20])).unwrap();
         assert!(st.late_s >= times[n - 1], "{st:?}");
-        let mut buf = vec![0u8; 2000];
-        for i in 0..2 * n {
-            let got = rx.recv(&mut buf).unwrap();
-            assert_eq!(
-                &buf[..got],
-                &data[(i % n) * len..(i % n + 1) * len],
-                "packet {i}"
-            );
-        }
+        assert_sent_twice(&rx, &data, n, len);
     }
 
     #[test]
