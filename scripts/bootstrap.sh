@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 # libbpf-dev, clang, llvm, linux-libc-dev: the AF_XDP engine (crates/voltstream-core/build.rs
 # compiles its XDP program and links libbpf; without them that engine is left out).
 # dpdk-dev: the DPDK engine, built only with the cargo feature dpdk (make dpdk-test).
-apt_packages=(iproute2 python3-venv pkg-config libbpf-dev clang llvm linux-libc-dev dpdk-dev)
+# tmux: the test that watches `voltstream status` in a terminal as an operator does.
+apt_packages=(iproute2 python3-venv pkg-config libbpf-dev clang llvm linux-libc-dev dpdk-dev tmux)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
