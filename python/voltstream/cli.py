@@ -202,9 +202,9 @@ RECORD_DESCRIPTION = """\
 Capture a stream (every option of `capture`) and write every chunk, straight from
 the capture's memory, to files on several directories at once: one writer thread
 per directory (a disk or a RAID set), each chunk to the least-loaded one. The
-capture is never held back: a chunk no disk has room for is dropped whole and
-counted, and a disk that fails or fills is taken out and counted while recording
-goes on on the others. Every file is written in whole chunks and synced, so after
+capture is never held back: a chunk no disk has room for waits while the pool
+(--ring-mb) has spare chunks, then is dropped whole and counted; a disk that fails
+or fills is taken out and counted while recording goes on on the others. Every file is written in whole chunks and synced, so after
 a crash each one is readable to its last whole chunk; `--repair SCAN` then makes
 headers and the manifest agree with the disks.
 
