@@ -434,6 +434,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fengine_parser(verbs)
 
     p = verbs.add_parser(
+        "run",
+        help="run a whole pipeline described in one TOML file (docs/pipeline.md)",
+        description="Run a pipeline file: the capture (stream, network, engine, chunks, "
+        "threads), what uses its chunks (a DADA file, a recording, a fold, a recording "
+        "and a fold, or the F-engine), the run's duration, katcp and metrics. The file is "
+        "validated whole before anything starts; every error names its key and line. "
+        "Every capturing verb is a case of it: --print-config shows a command line's file.",
+    )
+    p.add_argument("pipeline", nargs="?", help="the pipeline file (TOML)")
+    p.add_argument("--check", action="store_true", help="validate the file, run nothing")
+    p.add_argument(
+        "--print-config",
+        nargs=argparse.REMAINDER,
+        metavar="VERB ARGS",
+        help="print the pipeline file that `voltstream VERB ARGS...` means (capture, "
+        "record, fold --listen, fengine); the rest of the line is that command",
+    )
+
+    p = verbs.add_parser(
         "inspect",
         help="say what a baseband file or a live stream is, and the options that take it",
         description="Reads a DADA or VDIF file's headers (VDIF: stations, threads, channels, "
