@@ -72,9 +72,7 @@ def verb_args(pf: PipelineFile) -> argparse.Namespace:
     args = _verb_defaults(verb)
     args.listen = pf.network.bind
     args.capture_settings = pf.capture_settings()
-    # fold sizes a GPU capture's chunks itself unless the file says.
-    if "packets_per_chunk" in pf.chunks.model_fields_set:
-        args.packets_per_chunk = pf.chunks.packets_per_chunk
+    _capture_options(args, pf)
     args.duration = pf.run.duration if pf.run.duration is not None else args.duration
     args.idle_timeout, args.report = pf.run.idle_timeout, pf.run.report
     if verb != "fengine":
@@ -95,6 +93,24 @@ def verb_args(pf: PipelineFile) -> argparse.Namespace:
     # For the metrics server (another part of issue 13): validated, passed on.
     args.metrics_listen = pf.metrics.listen if pf.metrics is not None else None
     return args
+
+
+def _capture_options(args: argparse.Namespace, pf: PipelineFile) -> None:
+    """The capture flags the verb has, from the file's sections (the verbs read the
+    sections whole, ``capture_settings``; these keep the namespace argparse's)."""
+    values = {
+        "engine": pf.engine.kind, "window": pf.chunks.window, "threads": pf.threads.count,
+        "cpus": pf.threads.cpus, "multicast": pf.network.multicast or None,
+        "interface": pf.network.interface, "dpdk_port": pf.engine.dpdk_port,
+        "dpdk_eal_args": pf.engine.dpdk_eal_args,
+        "ring_mb": int(pf.network.queue_mb) if pf.network.queue_mb.is_integer() else None,
+    }  # fmt: skip
+    # fold sizes a GPU capture's chunks itself unless the file says.
+    if args.verb != "fold" or "packets_per_chunk" in pf.chunks.model_fields_set:
+        values["packets_per_chunk"] = pf.chunks.packets_per_chunk
+    for name, value in values.items():
+        if hasattr(args, name):
+            setattr(args, name, value)
 
 
 def config_of(argv: list[str]) -> dict[str, Any]:
