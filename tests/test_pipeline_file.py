@@ -93,7 +93,7 @@ def test_missing_keys_name_their_table_and_what_goes_together_is_checked():
     msg = str(e.value)
     assert "line 14: fengine: the F-engine takes the capture's chunks itself" in msg
     assert "line 3: stream: [fold] needs the samples' geometry" in msg
-    assert 'line 13: fold.device: a fold after a recording runs on the CPU' in msg
+    assert "line 13: fold.device: a fold after a recording runs on the CPU" in msg
     with pytest.raises(ConfigError, match=r"not in the file: run.duration: a capture alone"):
         parse_pipeline('[network]\nbind = "127.0.0.1:7000"\n')
     with pytest.raises(ConfigError, match=r"line 4: fold: Value error, give exactly one of"):
@@ -142,8 +142,12 @@ def test_the_printed_file_means_the_command_line(verb):
 
 
 def test_print_config_refuses_what_is_no_pipeline():
-    for argv in (["simulate", "--dest", "127.0.0.1:1"], ["fold", "x.dada", "--dm", "1",
-                 "--period", "1", "-o", "x.fits"], ["record", "--repair", "s", "--dirs", "d"]):  # fmt: skip
+    not_pipelines = (
+        ["simulate", "--dest", "127.0.0.1:1"],
+        ["fold", "x.dada", "--dm", "1", "--period", "1", "-o", "x.fits"],
+        ["record", "--repair", "s", "--dirs", "d"],
+    )
+    for argv in not_pipelines:
         with pytest.raises(ConfigError):
             config_of(argv)
 

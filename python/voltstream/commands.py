@@ -547,9 +547,13 @@ def _finish_recording(
         rec.write_report(
             {
                 "record": recorded,
-                "fold": {"chunks": report.as_dict(), "nsub": archive.nsub, "snr": snr,
-                         "excluded_samples": archive.excluded_samples},
-            },  # fmt: skip
+                "fold": {
+                    "chunks": report.as_dict(),
+                    "nsub": archive.nsub,
+                    "snr": snr,
+                    "excluded_samples": archive.excluded_samples,
+                },
+            },
             path,
         )
 

@@ -242,31 +242,47 @@ def _combination_problems(pf: PipelineFile) -> list[tuple[tuple[str, ...], str]]
     others = [k for k in ("dada", "record", "fold") if getattr(pf, k) is not None]
     if pf.fengine is not None and others:
         problems.append(
-            (("fengine",), f"the F-engine takes the capture's chunks itself; it runs alone, "
-                           f"not with [{'], ['.join(others)}]")  # fmt: skip
+            (
+                ("fengine",),
+                f"the F-engine takes the capture's chunks itself; it runs alone, "
+                f"not with [{'], ['.join(others)}]",
+            )
         )
     if pf.dada is not None and (pf.record is not None or pf.fold is not None):
         problems.append(
-            (("dada",), "[dada] writes a capture alone; with [record] use layout = \"dada\"")
+            (("dada",), '[dada] writes a capture alone; with [record] use layout = "dada"')
         )
     if pf.fold is not None and not isinstance(pf.stream, SampleStream):
         problems.append(
-            (("stream",), "[fold] needs the samples' geometry: format = \"ynao\" or \"vdif\" "
-                          "with the format options (nchan, vdif_threads, ...)")  # fmt: skip
+            (
+                ("stream",),
+                '[fold] needs the samples\' geometry: format = "ynao" or "vdif" '
+                "with the format options (nchan, vdif_threads, ...)",
+            )
         )
     if pf.fold is not None and pf.record is not None and pf.fold.device != "cpu":
         problems.append(
             (("fold", "device"), 'a fold after a recording runs on the CPU for now: device = "cpu"')
         )
     if pf.fengine is not None and "stream" in pf.model_fields_set:
-        problems.append((("stream",), "the F-engine's stream is its digitiser heaps "
-                                          "([fengine] dig_ids, sample_bits, ...): leave "
-                                          "[stream] out"))  # fmt: skip
+        problems.append(
+            (
+                ("stream",),
+                "the F-engine's stream is its digitiser heaps "
+                "([fengine] dig_ids, sample_bits, ...): leave "
+                "[stream] out",
+            )
+        )
     if pf.verb() == "capture" and pf.run.duration is None:
         problems.append((("run", "duration"), "a capture alone needs a duration (seconds)"))
     if pf.dada is not None and not isinstance(pf.stream, SampleStream):
-        problems.append((("dada",), "[dada] writes the samples of YNAO and VDIF streams "
-                                    "given by the format options only"))  # fmt: skip
+        problems.append(
+            (
+                ("dada",),
+                "[dada] writes the samples of YNAO and VDIF streams "
+                "given by the format options only",
+            )
+        )
     return problems
 
 

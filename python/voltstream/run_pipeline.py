@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from pydantic import BaseModel
+
 from voltstream.errors import ConfigError
 from voltstream.pipeline_file import (
     DadaSection,
@@ -30,7 +32,7 @@ from voltstream.pipeline_file import (
 __all__ = ["config_of", "print_config", "run", "verb_args"]
 
 #: The verbs a pipeline file can be, and the section holding each one's own options.
-VERB_SECTIONS: dict[str, type | None] = {
+VERB_SECTIONS: dict[str, type[BaseModel]] = {
     "capture": DadaSection,
     "record": RecordSection,
     "fold": FoldSection,
@@ -139,7 +141,6 @@ def config_of(argv: list[str]) -> dict[str, Any]:
                       ("report", "report"))}  # fmt: skip
     section_type = VERB_SECTIONS[verb]
     if verb != "capture" or args.output:
-        assert section_type is not None
         config[{"capture": "dada"}.get(verb, verb)] = {
             name: (not args.no_status) if name == "status" else getattr(args, name)
             for name in section_type.model_fields
