@@ -295,3 +295,29 @@ device = "cpu"
     with fits.open(tmp_path / "p1.fits") as f:
         assert f["SUBINT"].data["DATA"].shape[0] == fold["nsub"] >= 1
     assert "passed on to it, 0 not" in out
+
+
+def test_docs_pipeline_md_describes_every_key_and_no_other():
+    """The annotated file in docs/pipeline.md: each section's keys are exactly its
+    model's fields (the [stream] shown is the format-options form; `# key = ...`
+    documents an alternative, e.g. polyco beside period)."""
+    import tomllib
+
+    from voltstream.pipeline_file import PipelineFile, SampleStream
+
+    text = (ROOT / "docs" / "pipeline.md").read_text()
+    block = re.search(r"```toml\n(.*?)```", text, re.S).group(1)
+    doc = tomllib.loads(block)
+    alternatives = set(re.findall(r"^# (\w+) = ", block, re.M))
+    assert set(doc) == set(PipelineFile.model_fields)
+    for section, keys in doc.items():
+        annotation = PipelineFile.model_fields[section].annotation
+        model = (
+            SampleStream
+            if section == "stream"
+            else next(
+                t for t in getattr(annotation, "__args__", (annotation,)) if t is not type(None)
+            )
+        )
+        fields = set(model.model_fields)
+        assert set(keys) <= fields and set(keys) | (alternatives & fields) == fields, section
