@@ -321,3 +321,21 @@ def test_docs_pipeline_md_describes_every_key_and_no_other():
         )
         fields = set(model.model_fields)
         assert set(keys) <= fields and set(keys) | (alternatives & fields) == fields, section
+
+
+def test_a_stream_description_in_the_file_or_named_by_it_reaches_the_verb(tmp_path):
+    from voltstream.streams import VdifStream
+
+    held = parse_pipeline(
+        '[network]\nbind = "127.0.0.1:7000"\n[run]\nduration = 1\n[stream]\nformat = "vdif"\n'
+        "threads = [3]\nframe_len = 8032\nframes_per_second = 25600\n"
+    )
+    args = verb_args(held)
+    assert isinstance(_capture_format(args), VdifStream)
+    assert _capture_format(args).capture_kwargs()["vdif_threads"] == [3]
+    (tmp_path / "s.toml").write_text('format = "counter"\npayload_len = 64\nstreams = 2\n')
+    named = parse_pipeline(
+        f'[network]\nbind = "127.0.0.1:7000"\n[run]\nduration = 1\n'
+        f'[stream]\ndescription = "{tmp_path / "s.toml"}"\n'
+    )
+    assert _capture_format(verb_args(named)).capture_kwargs()["streams"] == 2

@@ -416,7 +416,9 @@ def fold(args: argparse.Namespace) -> int:
         else:
             settings = _capture_settings(args, args.listen)
             if recording_asked:
-                recording = _start_recording(args, fmt, settings)
+                from voltstream.run_pipeline import start_recording
+
+                recording = start_recording(args, fmt, settings)
             live = LiveReader(
                 fmt,
                 settings,
@@ -490,7 +492,9 @@ def fold(args: argparse.Namespace) -> int:
 
     snr = profile_snr(archive.profile())
     if recording is not None:
-        _finish_recording(recording, report, archive, snr, args.report)
+        from voltstream.run_pipeline import finish_recording
+
+        finish_recording(recording, report, archive, snr, args.report)
     elif report is not None:
         _print_report(report, args.report)
     print(
@@ -507,55 +511,6 @@ def fold(args: argparse.Namespace) -> int:
             line += f"; {steady:.2f} once started, after {fold_s - st['blocks_s']:.2f} s start-up"
         print(line + ")")
     return 0
-
-
-def _start_recording(args: argparse.Namespace, fmt: Any, settings: Any) -> Any:
-    """The recording a fold takes its chunks from: ``args.record`` holds record's
-    options. The pool gets room for everything that may hold a chunk (the reorder
-    window, the writers' queues, the forward stage, the fold's timeline), so that
-    neither consumer takes the capture's free chunks."""
-    from voltstream.record import Recording
-
-    opts = dict(args.record)
-    forward = opts.pop("forward_chunks")
-    held = settings.chunks.window + len(opts["dirs"]) * opts["queue_chunks"] + 2 * forward
-    settings = settings.replace(nchunks=max(settings.chunks.nchunks, held + 8))
-    dirs, scan = opts.pop("dirs"), opts.pop("scan")
-    recording = Recording(fmt, settings, dirs, scan, forward_chunks=forward, **opts)
-    print(f"fold: recording scan {scan} ({recording.layout}) -> {', '.join(dirs)}, folding "
-          "each chunk once written", file=sys.stderr, flush=True)  # fmt: skip
-    return recording
-
-
-def _finish_recording(
-    recording: Any, report: Any, archive: Any, snr: float, path: str | None
-) -> None:
-    """The end of a fold after a recording: both summaries, one report with every
-    counter (the capture's, the recorder's, what the fold received)."""
-    from voltstream import record as rec
-
-    recorded = recording.finish()
-    for line in rec.summary_lines(recorded):
-        print(line)
-    r = recorded["record"]
-    print(
-        f"  fold: took {report.chunks} blocks ({report.samples_written} samples) of the "
-        f"chunks written; {r['chunks_forwarded']} passed on to it, "
-        f"{r['chunks_not_forwarded']} not (it was behind)"
-    )
-    if path:
-        rec.write_report(
-            {
-                "record": recorded,
-                "fold": {
-                    "chunks": report.as_dict(),
-                    "nsub": archive.nsub,
-                    "snr": snr,
-                    "excluded_samples": archive.excluded_samples,
-                },
-            },
-            path,
-        )
 
 
 def _fold_on(

@@ -12,6 +12,7 @@ Record and fold together is fold's path with the recording's options (``args.rec
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from pydantic import BaseModel
@@ -29,7 +30,7 @@ from voltstream.pipeline_file import (
     parse_pipeline,
 )
 
-__all__ = ["config_of", "print_config", "run", "verb_args"]
+__all__ = ["config_of", "finish_recording", "print_config", "run", "start_recording", "verb_args"]
 
 #: The verbs a pipeline file can be, and the section holding each one's own options.
 VERB_SECTIONS: dict[str, type[BaseModel]] = {
@@ -185,3 +186,52 @@ def run(args: argparse.Namespace) -> int:
     verb_ns = verb_args(pf)
     result: int = getattr(commands, verb_ns.verb)(verb_ns)
     return result
+
+
+def start_recording(args: argparse.Namespace, fmt: Any, settings: Any) -> Any:
+    """The recording a fold takes its chunks from: ``args.record`` holds record's
+    options. The pool gets room for everything that may hold a chunk (the reorder
+    window, the writers' queues, the forward stage, the fold's timeline), so that
+    neither consumer takes the capture's free chunks."""
+    from voltstream.record import Recording
+
+    opts = dict(args.record)
+    forward = opts.pop("forward_chunks")
+    held = settings.chunks.window + len(opts["dirs"]) * opts["queue_chunks"] + 2 * forward
+    settings = settings.replace(nchunks=max(settings.chunks.nchunks, held + 8))
+    dirs, scan = opts.pop("dirs"), opts.pop("scan")
+    recording = Recording(fmt, settings, dirs, scan, forward_chunks=forward, **opts)
+    print(f"fold: recording scan {scan} ({recording.layout}) -> {', '.join(dirs)}, folding "
+          "each chunk once written", file=sys.stderr, flush=True)  # fmt: skip
+    return recording
+
+
+def finish_recording(
+    recording: Any, report: Any, archive: Any, snr: float, path: str | None
+) -> None:
+    """The end of a fold after a recording: both summaries, one report with every
+    counter (the capture's, the recorder's, what the fold received)."""
+    from voltstream import record as rec
+
+    recorded = recording.finish()
+    for line in rec.summary_lines(recorded):
+        print(line)
+    r = recorded["record"]
+    print(
+        f"  fold: took {report.chunks} blocks ({report.samples_written} samples) of the "
+        f"chunks written; {r['chunks_forwarded']} passed on to it, "
+        f"{r['chunks_not_forwarded']} not (it was behind)"
+    )
+    if path:
+        rec.write_report(
+            {
+                "record": recorded,
+                "fold": {
+                    "chunks": report.as_dict(),
+                    "nsub": archive.nsub,
+                    "snr": snr,
+                    "excluded_samples": archive.excluded_samples,
+                },
+            },
+            path,
+        )
