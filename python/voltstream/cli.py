@@ -38,7 +38,9 @@ Typical chain (each step is also a library call):
   voltstream simulate --format ynao --signal pulsar --dm 26.833 --dest 127.0.0.1:7000
   voltstream capture  --format ynao --bind 127.0.0.1:7000 --duration 10 --output obs.dada
   voltstream fold obs.dada --dm 26.833 --period 0.0333 --nbin 256 -o obs.fits --plot obs.png
-Or run everything on a built-in pulsar with `voltstream demo`.
+Or run everything on a built-in pulsar with `voltstream demo`, or a whole pipeline
+from one file (capture, record and fold in one process):
+  voltstream run docs/examples/pipeline.toml     (docs/pipeline.md)
 
 F-engine (digitiser heaps in, channelised SPEAD heaps out):
   voltstream simulate --format spead-dig --heaps 4096 --dest 127.0.0.1:7148
