@@ -239,6 +239,11 @@ class PipelineFile(CaptureSettings):
 def _combination_problems(pf: PipelineFile) -> list[tuple[tuple[str, ...], str]]:
     """What the sections cannot do together, each at the key that says so."""
     problems: list[tuple[tuple[str, ...], str]] = []
+    host, sep, port = pf.network.bind.rpartition(":")
+    if not (sep and host and port.isdigit() and int(port) < 65536):
+        problems.append(
+            (("network", "bind"), f"expected HOST:PORT (port 0: any), got {pf.network.bind!r}")
+        )
     others = [k for k in ("dada", "record", "fold") if getattr(pf, k) is not None]
     if pf.fengine is not None and others:
         problems.append(
