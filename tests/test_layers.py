@@ -35,6 +35,8 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "streams": {"formats"},
     "capture_config": {"streams"},
     "record": {"capture_config", "io/dada"},
+    # A pipeline file: a capture file's sections, stream descriptions, station codes.
+    "pipeline_file": {"capture_config", "streams", "formats"},
     # Replay reads recordings (io), rebuilds packets (formats); its cli module builds
     # the verb's options from cli_options.
     "replay": {"io", "formats", "cli_options", "config_files"},
@@ -45,6 +47,7 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     # The command line sits on top and may import anything.
     "cli_options": {"*"},
     "commands": {"*"},
+    "run_pipeline": {"*"},  # `voltstream run`: a file to a verb's command line
     "cli": {"*"},
 }
 

@@ -195,7 +195,9 @@ class Recorder:
     """Records every chunk of a started Capture to files on many disks (one writer
     thread per directory) in a layout: vbs, mark6, vdif (these need a capture with
     whole_packets=True) or dada; never holds the capture back. Call ``finish()``
-    after the capture's ``stop()``."""
+    after the capture's ``stop()``. With ``forward_chunks`` > 0 every chunk written
+    is passed on, in order, to ``next_chunk()`` (one more consumer of the capture)
+    instead of back to the pool."""
 
     def __init__(
         self,
@@ -208,11 +210,15 @@ class Recorder:
         dada_header: str | None = None,
         frames_per_second: int | None = None,
         packet_format: int = 2,
+        forward_chunks: int = 0,
     ) -> None: ...
     # frames_per_second: a VDIF stream's; its missing frames become VDIF fill
     # frames in every layout but dada (required by the vdif layout).
     def pieces(self, start: int = 0) -> list[dict[str, Any]]:
         """Finished files (Mark6: blocks) from position `start` of the log on: path,
         streams, number, first_index, packets, offset, bytes."""
+    def next_chunk(self, timeout_s: float) -> Chunk | None:
+        """The next chunk written and passed on (forward_chunks > 0); None on timeout
+        or once finish() has run and every chunk was taken."""
     def report(self) -> dict[str, Any]: ...
     def finish(self) -> dict[str, Any]: ...

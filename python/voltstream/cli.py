@@ -38,7 +38,9 @@ Typical chain (each step is also a library call):
   voltstream simulate --format ynao --signal pulsar --dm 26.833 --dest 127.0.0.1:7000
   voltstream capture  --format ynao --bind 127.0.0.1:7000 --duration 10 --output obs.dada
   voltstream fold obs.dada --dm 26.833 --period 0.0333 --nbin 256 -o obs.fits --plot obs.png
-Or run everything on a built-in pulsar with `voltstream demo`.
+Or run everything on a built-in pulsar with `voltstream demo`, or a whole pipeline
+from one file (capture, record and fold in one process):
+  voltstream run docs/examples/pipeline.toml     (docs/pipeline.md)
 
 F-engine (digitiser heaps in, channelised SPEAD heaps out):
   voltstream simulate --format spead-dig --heaps 4096 --dest 127.0.0.1:7148
@@ -432,6 +434,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_format_options(p)
 
     _add_fengine_parser(verbs)
+
+    p = verbs.add_parser(
+        "run",
+        help="run a whole pipeline described in one TOML file (docs/pipeline.md)",
+        description="Run a pipeline file: the capture (stream, network, engine, chunks, "
+        "threads), what uses its chunks (a DADA file, a recording, a fold, a recording "
+        "and a fold, or the F-engine), the run's duration, katcp and metrics. The file is "
+        "validated whole before anything starts; every error names its key and line. "
+        "Every capturing verb is a case of it: --print-config shows a command line's file.",
+    )
+    p.add_argument("pipeline", nargs="?", help="the pipeline file (TOML)")
+    p.add_argument("--check", action="store_true", help="validate the file, run nothing")
+    p.add_argument(
+        "--print-config",
+        nargs=argparse.REMAINDER,
+        metavar="VERB ARGS",
+        help="print the pipeline file that `voltstream VERB ARGS...` means (capture, "
+        "record, fold --listen, fengine); the rest of the line is that command",
+    )
 
     p = verbs.add_parser(
         "inspect",

@@ -237,9 +237,12 @@ _CAPTURE_OPTIONS = (
 
 def _capture_settings(args: argparse.Namespace, bind: str) -> Any:
     """The capture options a verb has, as one CaptureSettings (the core's sections);
-    an option the verb lacks or the user left unset keeps the settings' default."""
+    an option the verb lacks or the user left unset keeps the settings' default. A
+    pipeline file (run_pipeline.py) gives its sections whole, as ``capture_settings``."""
     from voltstream.capture_config import CaptureSettings
 
+    if (whole := getattr(args, "capture_settings", None)) is not None:
+        return whole
     given = {name: getattr(args, name, None) for name in _CAPTURE_OPTIONS}
     ring_mb = getattr(args, "ring_mb", None)
     return CaptureSettings.of(bind, queue_bytes=ring_mb and ring_mb << 20, **given)
@@ -253,7 +256,8 @@ def _capture_format(args: argparse.Namespace) -> Any:
     if args.stream:
         from voltstream.streams import load_stream  # pydantic: only where a file is read
 
-        desc = load_stream(args.stream)
+        # A path (--stream), or a description a pipeline file holds (run_pipeline.py).
+        desc = load_stream(args.stream) if isinstance(args.stream, str) else args.stream
         if args.format not in ("ynao", desc.format):  # ynao: the default, not a choice
             raise ConfigError(f"--format {args.format} but {args.stream} says {desc.format}")
         return desc
@@ -342,6 +346,12 @@ def record(args: argparse.Namespace) -> int:
     return 0
 
 
+def run(args: argparse.Namespace) -> int:
+    from voltstream.run_pipeline import run as run_file
+
+    return run_file(args)
+
+
 def replay(args: argparse.Namespace) -> int:
     from voltstream.replay.cli import run
 
@@ -386,6 +396,10 @@ def fold(args: argparse.Namespace) -> int:
     live = None
     reader: Any
     predictor: Any
+    # A pipeline file's [record] beside [fold] (run_pipeline.py): the capture is the
+    # recording's, and the fold takes each chunk once it is written.
+    recording_asked = getattr(args, "record", None) is not None
+    recording = None
     if args.listen:
         from voltstream.cli_options import format_from
         from voltstream.pipeline.live import LiveReader
@@ -393,19 +407,32 @@ def fold(args: argparse.Namespace) -> int:
         fmt = format_from(args)
         mjd, sec = _now_mjd()
         obs = fmt.observation(start_mjd=mjd, start_sec=sec)
+        if recording_asked and device == "gpu":
+            raise ConfigError('a fold after a recording runs on the CPU for now: device = "cpu"')
         if device == "gpu":
             if args.gpus > 1 or args.workers_per_gpu > 1:
                 raise ConfigError("--listen folds on one GPU; --gpus/--workers-per-gpu are "
                                   "for files")  # fmt: skip
         else:
+            settings = _capture_settings(args, args.listen)
+            if recording_asked:
+                from voltstream.run_pipeline import start_recording
+
+                recording = start_recording(args, fmt, settings)
             live = LiveReader(
                 fmt,
-                _capture_settings(args, args.listen),
+                settings,
                 args.duration,
                 obs,
                 idle_timeout_s=args.idle_timeout,
+                source=recording.forwarded() if recording is not None else None,
             )
-            live.start()
+            try:
+                live.start()
+            except BaseException:
+                if recording is not None:
+                    recording.finish()
+                raise
         reader = live
     else:
         from voltstream.io.baseband import open_baseband
@@ -443,7 +470,12 @@ def fold(args: argparse.Namespace) -> int:
         )  # fmt: skip
     else:
         t_fold = time.monotonic()
-        archive = _fold_on(device, args, reader, settings)
+        try:
+            archive = _fold_on(device, args, reader, settings)
+        except BaseException:
+            if recording is not None:
+                recording.finish()
+            raise
         fold_s = time.monotonic() - t_fold
         report = live.report if live is not None else None
     archive.par_text = getattr(predictor, "par_text", None)
@@ -458,9 +490,13 @@ def fold(args: argparse.Namespace) -> int:
         plot_archive(archive, args.plot, title=f"{obs.source}  DM {args.dm}")
     from voltstream.fold.reference import profile_snr
 
-    if report is not None:
-        _print_report(report, args.report)
     snr = profile_snr(archive.profile())
+    if recording is not None:
+        from voltstream.run_pipeline import finish_recording
+
+        finish_recording(recording, report, archive, snr, args.report)
+    elif report is not None:
+        _print_report(report, args.report)
     print(
         f"fold ({device}): {args.input or args.listen} -> {args.output}: {archive.nsub} "
         f"sub-integrations x {obs.nchan} channels x {archive.nbin} bins, S/N {snr:.1f}, "

@@ -2,21 +2,28 @@
 //! (voltstream-core's `record`); only conversion here.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use voltstream_core::record::{Layout, Piece, RecordReport, RecordSpec, Recorder};
+use voltstream_core::record::{Forward, Layout, Piece, RecordReport, RecordSpec, Recorder};
 
 use crate::capture::{capture_error, config_error, lock, PyCapture};
+use crate::chunk::PyChunk;
 use crate::errors::to_py;
 
 /// Records every chunk of a started capture: one writer thread per directory,
 /// in the layout asked (vbs, mark6, vdif, dada); never holds the capture back
 /// (chunks no disk has room for are counted `chunks_unwritten`). Call
-/// `finish()` after the capture's `stop()`.
+/// `finish()` after the capture's `stop()`. With `forward_chunks` > 0, every
+/// chunk written is then passed on, in order, to `next_chunk()` (one more
+/// consumer of the same capture, e.g. a fold) instead of back to the pool.
 #[pyclass(module = "voltstream._core", name = "Recorder", frozen)]
 pub struct PyRecorder {
+    forward: Option<Arc<Forward>>,
+    /// The capture's stream ids of each capture thread's chunk positions.
+    thread_streams: Vec<Vec<usize>>,
     running: Mutex<Option<Recorder>>,
     last: Mutex<Option<RecordReport>>,
     /// Every piece, kept when the recorder finishes.
@@ -28,7 +35,7 @@ impl PyRecorder {
     #[new]
     #[pyo3(signature = (
         capture, dirs, scan, layout = "vbs", queue_chunks = 2, file_chunks = 16,
-        dada_header = None, frames_per_second = None, packet_format = 2
+        dada_header = None, frames_per_second = None, packet_format = 2, forward_chunks = 0
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -41,6 +48,7 @@ impl PyRecorder {
         dada_header: Option<String>,
         frames_per_second: Option<u32>,
         packet_format: i32,
+        forward_chunks: usize,
     ) -> PyResult<Self> {
         let layout = match layout {
             "vbs" => Layout::Vbs,
@@ -80,8 +88,12 @@ impl PyRecorder {
         }
         spec.vdif_fill = frames_per_second;
         spec.layout = layout;
-        let rec = Recorder::start(consumers, capture.thread_streams(), &spec).map_err(to_py)?;
+        spec.forward_chunks = forward_chunks;
+        let thread_streams = capture.thread_streams();
+        let rec = Recorder::start(consumers, thread_streams.clone(), &spec).map_err(to_py)?;
         Ok(PyRecorder {
+            forward: rec.forwarded(),
+            thread_streams,
             running: Mutex::new(Some(rec)),
             last: Mutex::new(None),
             pieces: Mutex::new(Vec::new()),
@@ -109,6 +121,37 @@ impl PyRecorder {
         Ok(list)
     }
 
+    /// Waits up to `timeout_s` seconds for the next chunk written and passed on
+    /// (`forward_chunks` > 0), in the order the recorder took them; None on
+    /// timeout, or once `finish()` has run and every chunk was taken. Release
+    /// it soon: until then it holds a chunk of the capture's pool.
+    fn next_chunk(&self, py: Python<'_>, timeout_s: f64) -> PyResult<Option<PyChunk>> {
+        if !(timeout_s >= 0.0 && timeout_s.is_finite()) {
+            return Err(config_error(format!(
+                "timeout_s must be a finite number of seconds >= 0, got {timeout_s}"
+            )));
+        }
+        let Some(forward) = &self.forward else {
+            return Err(config_error(
+                "this recorder passes no chunks on: create it with forward_chunks > 0".into(),
+            ));
+        };
+        let deadline = Instant::now() + Duration::from_secs_f64(timeout_s.min(1e9));
+        loop {
+            // Short waits, so that Ctrl-C is seen.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let slice = left.min(Duration::from_millis(100));
+            if let Some(c) = py.detach(|| forward.pop(slice)) {
+                let streams = self.thread_streams.get(c.ring).cloned().unwrap_or_default();
+                return Ok(Some(PyChunk::new(c.lease, c.ring, streams)));
+            }
+            py.check_signals()?;
+            if left <= slice || forward.is_finished() {
+                return Ok(None);
+            }
+        }
+    }
+
     /// Counters now: chunks and bytes written, chunks unwritten, per writer.
     fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let report = match lock(&self.running).as_ref() {
@@ -134,7 +177,17 @@ impl PyRecorder {
 
 fn report_dict<'py>(py: Python<'py>, r: &RecordReport) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    set_fields!(d, r, [chunks_written, bytes_written, chunks_unwritten]);
+    set_fields!(
+        d,
+        r,
+        [
+            chunks_written,
+            bytes_written,
+            chunks_unwritten,
+            chunks_forwarded,
+            chunks_not_forwarded
+        ]
+    );
     let writers = PyList::empty(py);
     for w in &r.writers {
         let wd = PyDict::new(py);

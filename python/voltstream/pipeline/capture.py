@@ -229,6 +229,7 @@ def run_capture(
     idle_timeout_s: float | None = None,
     on_start: Callable[[], None] | None = None,
     consumer: Consumer | None = None,
+    source: ChunkSource | None = None,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
@@ -240,19 +241,21 @@ def run_capture(
     (pipeline/timeline.py). Instead of `sink`, a `consumer` (pipeline/interfaces.py
     `Consumer`) may take the timeline's blocks and gaps as handles, as the GPU stages
     do. Without either, chunks go back to the pool unread (capture alone).
+    `source`: chunks from elsewhere than a capture of its own (a recording's
+    written chunks, record/run.py ``ForwardedChunks``), already running.
     """
     if duration_s <= 0:
         raise ConfigError(f"--duration must be positive, got {duration_s}")
     bind = settings.network.bind
     report = CaptureReport(format=fmt.name, bind=bind, stream_labels=stream_labels(fmt))
-    cap = open_capture(fmt, settings)
+    cap: Any = open_capture(fmt, settings) if source is None else source
     if consumer is None and sink is not None:
         if not isinstance(fmt, StreamFormat):
             raise ConfigError(
                 f"samples of a {fmt.name} stream cannot be written: only the YNAO and VDIF "
                 "formats carry their sample geometry; capture and count it without a sink"
             )
-        consumer = TfpSink(fmt, sink, report)
+        consumer = TfpSink(fmt, sink, report, slot_len=getattr(cap, "slot_len", None))
     elif consumer is None:
         consumer = CountingSink(fmt, report)
     timeline = ChunkTimeline(
@@ -384,9 +387,14 @@ class TfpSink(CountingSink):
 
     fmt: StreamFormat  # the sample geometry CountingSink does not need
 
-    def __init__(self, fmt: StreamFormat, sink: Any, report: CaptureReport) -> None:
+    def __init__(
+        self, fmt: StreamFormat, sink: Any, report: CaptureReport, slot_len: int | None = None
+    ) -> None:
         super().__init__(fmt, report)
         self.sink = sink
+        # A capture of whole packets (a recording's) has the header before each
+        # payload in its slot: the samples are the slot's last payload_len bytes.
+        self.slot_len = slot_len or fmt.payload_len
 
     def take(self, item: Any) -> None:
         spp = self.fmt.samples_per_packet
@@ -396,7 +404,8 @@ class TfpSink(CountingSink):
             samples, valid = np.zeros(shape, np.int8), np.zeros(n, bool)
         else:
             try:
-                raw = item.array(item.present.shape[0], self.fmt.payload_len)
+                raw = item.array(item.present.shape[0], self.slot_len)
+                raw = raw[..., self.slot_len - self.fmt.payload_len :]
                 samples = self.fmt.payload_to_tfp(raw, item.present)
                 del raw
             finally:

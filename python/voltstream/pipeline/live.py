@@ -27,13 +27,15 @@ from voltstream.fold.reference import FoldSettings
 from voltstream.formats import StreamFormat
 from voltstream.observation import FoldedArchive, Observation
 from voltstream.pipeline.capture import CaptureReport
+from voltstream.pipeline.interfaces import ChunkSource
 
 _END = object()
 
 
 class LiveReader:
     """Captures `fmt` as `capture` says for `duration_s` and yields (complex64 block,
-    valid)."""
+    valid); from `source` (a running chunk source: a recording's written chunks)
+    instead of a capture of its own when given."""
 
     def __init__(
         self,
@@ -43,8 +45,9 @@ class LiveReader:
         obs: Observation,
         idle_timeout_s: float | None = None,
         max_queued_chunks: int = 64,
+        source: ChunkSource | None = None,
     ) -> None:
-        self.fmt, self.capture, self.obs = fmt, capture, obs
+        self.fmt, self.capture, self.obs, self.source = fmt, capture, obs, source
         self.duration_s, self.idle_timeout_s = duration_s, idle_timeout_s
         self._queue: queue.Queue = queue.Queue(maxsize=max_queued_chunks)
         self.report: CaptureReport | None = None
@@ -70,6 +73,7 @@ class LiveReader:
                 sink=lambda samples, valid: self._queue.put((samples, valid)),
                 idle_timeout_s=self.idle_timeout_s,
                 on_start=self._started.set,
+                source=self.source,
             )
         except BaseException as e:  # handed to the reading thread
             self.error = e

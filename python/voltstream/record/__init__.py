@@ -11,10 +11,18 @@ the repair after a crash (``repair.py``).
 from voltstream.record.layouts import LAYOUTS, RecordLayout
 from voltstream.record.manifest import Manifest, read_manifest
 from voltstream.record.repair import repair
-from voltstream.record.run import record, summary_lines, write_report
+from voltstream.record.run import (
+    ForwardedChunks,
+    Recording,
+    record,
+    summary_lines,
+    write_report,
+)
 
 __all__ = [
     "LAYOUTS",
+    "ForwardedChunks",
+    "Recording",
     "Manifest",
     "RecordLayout",
     "read_manifest",

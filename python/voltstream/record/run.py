@@ -44,61 +44,147 @@ def record(
     scan `scan` in `layout`, for `duration_s` seconds (None: until Ctrl-C), or until
     `idle_timeout_s` without a packet once data has come. ``on_start(address)``
     once it listens."""
-    from voltstream import _core
+    check_duration(duration_s)
+    rec = Recording(
+        stream, settings, dirs, scan, layout=layout, file_size=file_size, source=source,
+        queue_chunks=queue_chunks,
+    )  # fmt: skip
+    if on_start is not None:
+        on_start(rec.address)
+    try:
+        _wait(rec.cap, rec.t0, duration_s, idle_timeout_s, every=(MANIFEST_EVERY_S, rec.update))
+    except KeyboardInterrupt:
+        rec.interrupted = True
+    finally:
+        report = rec.finish()
+    return report
 
+
+def check_duration(duration_s: float | None) -> None:
     if duration_s is not None and not duration_s > 0:
         raise ConfigError(f"--duration must be positive, got {duration_s}")
-    if not dirs:
-        raise ConfigError("give --dirs: one or more directories, one per disk")
-    if not file_size > 0:
-        raise ConfigError(f"--file-size must be positive, got {file_size}")
-    settings = settings.replace(whole_packets=check(layout) != "dada")
-    cap = settings.open(stream)
-    part = cap.packets_per_chunk * cap.slot_len
-    plan = RecordLayout.choose(layout, stream, chunk_part=part, file_size=file_size, source=source)
-    cap.start()
-    try:
-        rec = _core.Recorder(
-            cap, list(dirs), scan, queue_chunks=queue_chunks, **plan.recorder_kwargs()
-        )
-    except BaseException:
-        cap.stop()
-        raise
-    manifest = Manifest(dirs, scan, _describe(stream, cap, plan))
-    manifest.write({})
-    if on_start is not None:
-        on_start(cap.address or settings.network.bind)
-    t0 = time.monotonic()
-    interrupted = False
-    seen = 0
 
-    def update(final: bool = False) -> dict[str, Any]:
-        nonlocal seen
-        pieces = rec.pieces(seen)
-        seen += len(pieces)
-        manifest.add(pieces)
-        counters = {"record": rec.report(), "capture": cap.stats()}
-        manifest.write(counters, complete=final)
+
+class Recording:
+    """A started capture and the core's recorder on it, and the scan's manifest:
+    ``update()`` while it runs (finished files into the manifest), ``finish()`` to
+    stop both and get the report. ``forward_chunks`` > 0 passes every written chunk
+    on to one more consumer (``forwarded()``), e.g. a fold."""
+
+    def __init__(
+        self,
+        stream: CaptureFormat,
+        settings: CaptureSettings,
+        dirs: Sequence[str],
+        scan: str,
+        *,
+        layout: str = "vbs",
+        file_size: int = FILE_SIZE,
+        source: str = "J0000+0000",
+        queue_chunks: int = 2,
+        forward_chunks: int = 0,
+    ) -> None:
+        from voltstream import _core
+
+        if not dirs:
+            raise ConfigError("give --dirs: one or more directories, one per disk")
+        if not file_size > 0:
+            raise ConfigError(f"--file-size must be positive, got {file_size}")
+        self.scan, self.layout, self.dirs = scan, layout, list(dirs)
+        settings = settings.replace(whole_packets=check(layout) != "dada")
+        cap = settings.open(stream)
+        part = cap.packets_per_chunk * cap.slot_len
+        plan = RecordLayout.choose(
+            layout, stream, chunk_part=part, file_size=file_size, source=source
+        )
+        cap.start()
+        try:
+            self.rec = _core.Recorder(
+                cap, self.dirs, scan, queue_chunks=queue_chunks,
+                forward_chunks=forward_chunks, **plan.recorder_kwargs(),
+            )  # fmt: skip
+        except BaseException:
+            cap.stop()
+            raise
+        self.cap = cap
+        self.address: str = cap.address or settings.network.bind
+        self.manifest = Manifest(dirs, scan, _describe(stream, cap, plan))
+        self.manifest.write({})
+        self.t0 = time.monotonic()
+        self.interrupted = False
+        self._seen = 0
+        self._report: dict[str, Any] | None = None
+
+    def update(self, final: bool = False) -> dict[str, Any]:
+        """Finished files into the manifest, rewritten with the counters now."""
+        pieces = self.rec.pieces(self._seen)
+        self._seen += len(pieces)
+        self.manifest.add(pieces)
+        counters = {"record": self.rec.report(), "capture": self.cap.stats()}
+        self.manifest.write(counters, complete=final)
         return counters
 
-    try:
-        _wait(cap, t0, duration_s, idle_timeout_s, every=(MANIFEST_EVERY_S, update))
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        cap.stop()
-        rec.finish()
-        counters = update(final=True)
-    return {
-        "scan": scan,
-        "layout": layout,
-        "dirs": list(dirs),
-        "duration_s": time.monotonic() - t0,
-        "interrupted": interrupted,
-        "files": len(manifest.doc["files"]),
-        "manifest_unwritable": manifest.unwritable,
-        **counters,
-    }
+    def forwarded(self) -> ForwardedChunks:
+        """The chunks written, in order, as a chunk source (``pipeline/interfaces.py``
+        ``ChunkSource``) for one more consumer."""
+        return ForwardedChunks(self)
+
+    def stop(self) -> None:
+        """Stops the capture and waits until every chunk is written or counted (the
+        forwarded ones stay available). Idempotent."""
+        self.cap.stop()
+        self.rec.finish()
+
+    def finish(self) -> dict[str, Any]:
+        """Stops (if not yet), writes the complete manifest; the run's report."""
+        if self._report is None:
+            self.stop()
+            counters = self.update(final=True)
+            self._report = {
+                "scan": self.scan,
+                "layout": self.layout,
+                "dirs": self.dirs,
+                "duration_s": time.monotonic() - self.t0,
+                "interrupted": self.interrupted,
+                "files": len(self.manifest.doc["files"]),
+                "manifest_unwritable": self.manifest.unwritable,
+                **counters,
+            }
+        return self._report
+
+
+class ForwardedChunks:
+    """A recording's written chunks as a chunk source, so that the capture loop
+    (``pipeline/capture.py`` ``CaptureRun``) drives a consumer of them exactly as it
+    drives one of a capture: ``start`` does nothing (the capture runs), ``stop``
+    stops the recording, ``next_chunk`` takes the next written chunk and keeps the
+    manifest current meanwhile. The rest is the capture's."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+        cap = recording.cap
+        self.nstreams, self.packets_per_chunk = cap.nstreams, cap.packets_per_chunk
+        self.threads, self.slot_len = cap.threads, cap.slot_len
+        self._ticked = time.monotonic()
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.recording.stop()
+
+    def next_chunk(self, timeout_s: float) -> Any:
+        now = time.monotonic()
+        if now - self._ticked >= MANIFEST_EVERY_S:
+            self._ticked = now
+            self.recording.update()
+        return self.recording.rec.next_chunk(timeout_s)
+
+    def stats(self) -> dict[str, Any]:
+        return self.recording.cap.stats()
+
+    def chunk_buffers(self) -> list[tuple[int, int]]:
+        return self.recording.cap.chunk_buffers()
 
 
 def _describe(stream: CaptureFormat, cap: Any, plan: RecordLayout) -> dict[str, Any]:

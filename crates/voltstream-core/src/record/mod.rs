@@ -16,11 +16,13 @@
 //! the scan manifest and repair, the `record` verb.
 
 mod files;
+mod forward;
 mod layout;
 mod recorder;
 mod writer;
 
 pub use files::Piece;
+pub use forward::{Forward, Forwarded};
 pub use layout::{Layout, DADA_HEADER_LEN, MARK6_SYNC, VDIF_FILL_WORD};
 pub use recorder::{RecordReport, RecordSpec, Recorder};
 pub use writer::WriterReport;

@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::files::{Files, Piece, Place};
+use super::forward::Forward;
 use super::layout::{Layout, Names};
 use super::writer::{Job, Writer, WriterReport};
 use crate::ring::{Consumer, Lease};
@@ -47,6 +48,10 @@ pub struct RecordSpec {
     /// frame that never arrived is written as a VDIF fill frame (its time, the
     /// invalid bit) rather than zeros. Implied by the vdif layout.
     pub vdif_fill: Option<u32>,
+    /// Chunks, once written, passed on to one more consumer (`Recorder::forwarded`)
+    /// instead of back to the pool: at most this many ready and this many waiting
+    /// for an earlier chunk's write. 0: none, every chunk goes back when written.
+    pub forward_chunks: usize,
 }
 
 impl RecordSpec {
@@ -58,6 +63,7 @@ impl RecordSpec {
             file_chunks: 16,
             queue_chunks: 2,
             vdif_fill: None,
+            forward_chunks: 0,
         }
     }
 
@@ -104,6 +110,10 @@ pub struct RecordReport {
     /// Chunks no writer had room for (every live queue full, or every disk out),
     /// dropped whole so that the capture never waits.
     pub chunks_unwritten: u64,
+    /// Written chunks passed on to the forward consumer, and those not passed on
+    /// because it was behind (both 0 without one).
+    pub chunks_forwarded: u64,
+    pub chunks_not_forwarded: u64,
     pub writers: Vec<WriterReport>,
 }
 
@@ -113,6 +123,7 @@ pub struct Recorder {
     unwritten: Arc<AtomicU64>,
     dispatcher: Option<JoinHandle<()>>,
     pieces: Arc<Mutex<Vec<Piece>>>,
+    forward: Option<Arc<Forward>>,
 }
 
 impl Recorder {
@@ -129,6 +140,8 @@ impl Recorder {
         let layout = Arc::new(spec.layout.clone());
         let rings = Arc::new(rings);
         let pieces = Arc::new(Mutex::new(Vec::new()));
+        let forward =
+            (spec.forward_chunks > 0).then(|| Arc::new(Forward::new(spec.forward_chunks)));
         let mut writers = Vec::with_capacity(spec.dirs.len());
         for dir in &spec.dirs {
             let names = Names::new(dir, &spec.scan, &layout);
@@ -141,19 +154,25 @@ impl Recorder {
                 spec.fill_frames_per_second(),
                 pieces.clone(),
             );
-            writers.push(Writer::start(dir.clone(), files, spec.queue_chunks)?);
+            writers.push(Writer::start(
+                dir.clone(),
+                files,
+                spec.queue_chunks,
+                forward.clone(),
+            )?);
         }
         let writers = Arc::new(writers);
         let unwritten = Arc::new(AtomicU64::new(0));
         let dispatcher = {
             let (writers, unwritten) = (writers.clone(), unwritten.clone());
+            let forward = forward.clone();
             let plan = Plan {
                 runs: layout.runs(),
                 file_chunks: spec.file_chunks,
             };
             std::thread::Builder::new()
                 .name("vs-record-dispatch".into())
-                .spawn(move || dispatch(&consumers, &writers, &unwritten, plan))
+                .spawn(move || dispatch(&consumers, &writers, &unwritten, plan, forward.as_deref()))
                 .map_err(|e| Error::io("cannot start the recorder's dispatcher", e))?
         };
         Ok(Recorder {
@@ -161,7 +180,14 @@ impl Recorder {
             unwritten,
             dispatcher: Some(dispatcher),
             pieces,
+            forward,
         })
+    }
+
+    /// The forward stage (with `forward_chunks` > 0): every written chunk, in
+    /// dispatch order, for one more consumer; closed by `finish`.
+    pub fn forwarded(&self) -> Option<Arc<Forward>> {
+        self.forward.clone()
     }
 
     /// The finished pieces (files, Mark6 blocks) from number `from` of the log
@@ -174,10 +200,13 @@ impl Recorder {
     /// Counters now (while it runs, or after `finish`).
     pub fn report(&self) -> RecordReport {
         let writers: Vec<WriterReport> = self.writers.iter().map(Writer::report).collect();
+        let (forwarded, not_forwarded) = self.forward.as_ref().map_or((0, 0), |f| f.counts());
         RecordReport {
             chunks_written: writers.iter().map(|w| w.chunks).sum(),
             bytes_written: writers.iter().map(|w| w.bytes).sum(),
             chunks_unwritten: self.unwritten.load(Ordering::Acquire),
+            chunks_forwarded: forwarded,
+            chunks_not_forwarded: not_forwarded,
             writers,
         }
     }
@@ -191,6 +220,9 @@ impl Recorder {
         }
         if let Some(writers) = Arc::get_mut(&mut self.writers) {
             writers.iter_mut().for_each(Writer::finish);
+        }
+        if let Some(f) = &self.forward {
+            f.close();
         }
         (self.report(), self.pieces(0))
     }
@@ -242,7 +274,13 @@ struct RingState {
     next_file: u64,
 }
 
-fn dispatch(consumers: &[Consumer], writers: &[Writer], unwritten: &AtomicU64, plan: Plan) {
+fn dispatch(
+    consumers: &[Consumer],
+    writers: &[Writer],
+    unwritten: &AtomicU64,
+    plan: Plan,
+    forward: Option<&Forward>,
+) {
     let mut number = 0u64;
     let mut turn = 0usize;
     let mut idle = false;
@@ -298,7 +336,9 @@ fn dispatch(consumers: &[Consumer], writers: &[Writer], unwritten: &AtomicU64, p
             while !waiting[ring].is_empty()
                 && (all_failed || (!consumer.is_closed() && consumer.free_count() < RESERVE))
             {
-                waiting[ring].pop_front();
+                if let (Some((_, number)), Some(f)) = (waiting[ring].pop_front(), forward) {
+                    f.settle(number, None);
+                }
                 unwritten.fetch_add(1, Ordering::AcqRel);
             }
         }

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use super::files::{Files, Place};
+use super::forward::{Forward, Forwarded};
 use crate::ring::Lease;
 use crate::{Error, Result};
 
@@ -80,14 +81,20 @@ pub(crate) struct Writer {
 impl Writer {
     /// Starts the thread writing `files` into `dir`, with room for `depth`
     /// queued chunks.
-    pub fn start(dir: PathBuf, files: Files, depth: usize) -> Result<Writer> {
+    /// `forward`: where each written chunk goes instead of back to the pool.
+    pub fn start(
+        dir: PathBuf,
+        files: Files,
+        depth: usize,
+        forward: Option<Arc<Forward>>,
+    ) -> Result<Writer> {
         let (tx, rx) = sync_channel(depth.max(1));
         let state = Arc::new(WriterState::default());
         let thread = {
             let state = state.clone();
             std::thread::Builder::new()
                 .name("vs-record".into())
-                .spawn(move || run(&rx, &state, files))
+                .spawn(move || run(&rx, &state, files, forward.as_deref()))
                 .map_err(|e| Error::io("cannot start a recorder writer thread", e))?
         };
         Ok(Writer {
@@ -142,8 +149,9 @@ impl Drop for Writer {
     }
 }
 
-fn run(rx: &Receiver<Job>, state: &WriterState, mut files: Files) {
+fn run(rx: &Receiver<Job>, state: &WriterState, mut files: Files, forward: Option<&Forward>) {
     for mut job in rx.iter() {
+        let mut written = false;
         if state.is_failed() {
             state.lost.fetch_add(1, Ordering::AcqRel);
         } else {
@@ -155,6 +163,7 @@ fn run(rx: &Receiver<Job>, state: &WriterState, mut files: Files) {
                         .fetch_add(u64::from(w.direct), Ordering::AcqRel);
                     state.bytes.fetch_add(w.bytes, Ordering::AcqRel);
                     state.zeroed.fetch_add(w.filled, Ordering::AcqRel);
+                    written = true;
                 }
                 Err(e) => {
                     let at = files.folder().display();
@@ -165,8 +174,20 @@ fn run(rx: &Receiver<Job>, state: &WriterState, mut files: Files) {
                 }
             }
         }
-        // The chunk goes back to the pool here, written or not.
-        drop(job);
+        // The chunk goes back to the pool here, written or not, unless it is
+        // passed on (written) to the forward consumer.
+        if let Some(f) = forward {
+            let Job { lease, place } = job;
+            f.settle(
+                place.number,
+                written.then_some(Forwarded {
+                    lease,
+                    ring: place.ring,
+                }),
+            );
+        } else {
+            drop(job);
+        }
         state.queued.fetch_sub(1, Ordering::AcqRel);
     }
     if let Err(e) = files.close_all() {
