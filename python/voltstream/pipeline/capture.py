@@ -52,6 +52,8 @@ class CaptureReport:
     discontinuities: int = 0  # timeline restarts (jumps beyond the resync bound)
     pipeline: dict | None = None  # what the consumer (a GPU stage) counted
     stream_labels: list = field(default_factory=list)  # e.g. "VDIF thread 3" per stream
+    interrupted: bool = False  # ended by a stop request (SIGINT/SIGTERM), not its duration
+    samples_not_folded: int = 0  # captured, still queued for a live fold when it stopped
 
     @property
     def totals(self) -> dict[str, int]:
@@ -87,6 +89,8 @@ class CaptureReport:
                 for s, label in zip(self.engine.get("streams", []), self._labels(), strict=True)
             ],
             "station": self.engine.get("station"),
+            "interrupted": self.interrupted,
+            "samples_not_folded": self.samples_not_folded,
         }
 
     def write_json(self, path: str | Path) -> None:
@@ -136,6 +140,11 @@ class CaptureReport:
             lines.append("  multicast groups joined: " + ", ".join(groups))
         lines += _host_lines(self.engine.get("host"), self.engine.get("engine"))
         lines += _memory_lines(self.engine.get("memory"))
+        if self.interrupted:
+            lines.append("  (stopped by a signal: the chunks in hand were finished and counted)")
+        if self.samples_not_folded:
+            lines.append(f"  {self.samples_not_folded} samples captured after the stop were "
+                         "not folded")  # fmt: skip
         threads = self.engine.get("threads", [])
         if len(threads) > 1 or any(th.get("cpu") is not None for th in threads):
             for th in threads:
@@ -229,6 +238,7 @@ def run_capture(
     idle_timeout_s: float | None = None,
     on_start: Callable[[], None] | None = None,
     consumer: Consumer | None = None,
+    stop_event: threading.Event | None = None,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
@@ -239,7 +249,10 @@ def run_capture(
     assembles its own streams; the timeline groups their chunks by chunk id
     (pipeline/timeline.py). Instead of `sink`, a `consumer` (pipeline/interfaces.py
     `Consumer`) may take the timeline's blocks and gaps as handles, as the GPU stages
-    do. Without either, chunks go back to the pool unread (capture alone).
+    do. Without either, chunks go back to the pool unread (capture alone). Setting
+    ``stop_event`` (SIGINT/SIGTERM, cli.main) ends the run as its duration would:
+    the chunk in hand finished, the engine's open chunks drained, the consumer
+    finished (``report.interrupted``).
     """
     if duration_s <= 0:
         raise ConfigError(f"--duration must be positive, got {duration_s}")
@@ -261,8 +274,9 @@ def run_capture(
     )  # fmt: skip
     run = CaptureRun(cap, timeline, consumer, settings.threads.cpus)
     try:
-        run.loop(duration_s, idle_timeout_s, on_start)
+        run.loop(duration_s, idle_timeout_s, on_start, stop_event)
     finally:
+        report.interrupted = stop_event is not None and stop_event.is_set()
         report.discontinuities = timeline.discontinuities
         report.duration_s = run.seconds
         report.engine = cap.stats()
