@@ -12,6 +12,7 @@ counted, so nothing is silently lost.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -30,6 +31,8 @@ from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
 if TYPE_CHECKING:  # the compiled extension is imported when a capture opens
     from voltstream import _core
     from voltstream.capture_config import CaptureFormat, CaptureSettings
+
+log = logging.getLogger("voltstream.pipeline.capture")
 
 COUNTER_NAMES = (
     "received", "missing", "late", "duplicate", "invalid", "malformed", "foreign", "dropped",
@@ -336,7 +339,7 @@ class CaptureRun:
             self.seconds = time.monotonic() - t0
 
     def _run(self, t0: Any, duration_s: Any, idle_timeout_s: Any, stop_event: Any) -> None:
-        cap, last_data, packets_seen = self.cap, None, 0
+        cap, last_data, packets_seen, first_chunk = self.cap, None, 0, True
         while True:
             now = time.monotonic()
             if duration_s is not None and now - t0 >= duration_s:
@@ -355,6 +358,9 @@ class CaptureRun:
                 if packets != packets_seen:
                     packets_seen, last_data = packets, time.monotonic()
                 continue
+            if first_chunk:  # an operator (and a test) can tell "bound" from "receiving"
+                log.info("capture: data is arriving (first chunk assembled)")
+                first_chunk = False
             last_data = time.monotonic()
             self.timeline.add(chunk)
 

@@ -30,6 +30,11 @@ from voltstream.pipeline.capture import CaptureReport
 
 _END = object()
 
+#: After a stop request, how long the CPU fold goes on folding chunks already queued
+#: (captured before the stop) before it counts the rest as not folded: the part of
+#: the 5 s stop bound (service/shutdown.py) left to the fold, the archive and report.
+STOP_FOLD_S = 2.0
+
 
 class LiveReader:
     """Captures `fmt` as `capture` says for `duration_s` and yields (complex64 block,
@@ -86,14 +91,18 @@ class LiveReader:
     def read_blocks(self, nsamp: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Yields (complex64 (n, nchan, npol), valid (n,)) blocks of `nsamp` samples
         (the last may be shorter) until the capture ends. After a stop request the
-        chunks still queued are counted (``samples_not_folded``), not folded, so the
-        stop takes one block's time, not the backlog's."""
+        chunks still queued are folded for ``STOP_FOLD_S`` more, then counted
+        (``samples_not_folded``), not folded: a stop takes a bounded time even when
+        the fold lags the capture by a long queue."""
         parts, valid_parts, have = [], [], 0
+        stopped_at: float | None = None
         while True:
             item = self._queue.get()
             if item is _END:
                 break
-            if self.stop_event is not None and self.stop_event.is_set():
+            if stopped_at is None and self.stop_event is not None and self.stop_event.is_set():
+                stopped_at = time.monotonic()
+            if stopped_at is not None and time.monotonic() - stopped_at > STOP_FOLD_S:
                 self.samples_not_folded += item[0].shape[0]
                 continue
             samples, valid = item
