@@ -60,6 +60,12 @@ class Lines:
         return "".join(self.seen)
 
 
+def _finish(proc: subprocess.Popen) -> str:
+    """Waits for the exit; its stdout (small: a summary). stderr stays with Lines."""
+    proc.wait(timeout=HUNG_S)
+    return proc.stdout.read()
+
+
 def _start(*args: str) -> tuple[subprocess.Popen, Lines]:
     proc = subprocess.Popen(
         [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -92,7 +98,7 @@ def test_a_signal_during_a_live_fold_leaves_a_valid_archive_and_report(tmp_path,
         err.wait_for("capture: data is arriving")
         fold.send_signal(sig)
         t0 = time.monotonic()
-        out, _ = fold.communicate(timeout=HUNG_S)
+        out = _finish(fold)
         stop_s = time.monotonic() - t0
         stderr = err.rest()
     finally:
@@ -296,7 +302,7 @@ def _on_a_terminal(tmp_path: Path, *extra: str) -> str:
 
 def test_progress_bar_shows_on_a_terminal(tmp_path):
     text = _on_a_terminal(tmp_path)
-    assert "simulate" in text and "100%" in text and "samples/s" in text
+    assert "100%" in text and "samples/s" in text and "\u2501" in text  # the bar: ━
 
 
 def test_no_progress_bar_with_no_progress_or_off_a_terminal(tmp_path):
@@ -307,4 +313,62 @@ def test_no_progress_bar_with_no_progress_or_off_a_terminal(tmp_path):
         capture_output=True, text=True, timeout=HUNG_S,
     )  # fmt: skip
     assert r.returncode == 0
-    assert r.stderr == ""
+    assert r.stderr.splitlines() == [f"simulate: noise ynao -> {tmp_path / 'sim2.dada'}"]
+
+
+def _verb(name: str, bind: str, tmp_path: Path) -> tuple[list[str], str]:
+    """(command line, the stderr line that says it runs) of a long run of each verb."""
+    report = str(tmp_path / "report.json")
+    if name == "capture":
+        return ["capture", "--format", "ynao", "--engine", "socket", "--listen", bind,
+                "--duration", "600", "--output", str(tmp_path / "c.dada"),
+                "--report", report], "capture: listening on"  # fmt: skip
+    if name == "record":
+        return ["record", "--format", "ynao", "--engine", "socket", "--listen", bind,
+                "--dirs", str(tmp_path), "--scan", "s1", "--report", report],\
+            "record: listening on"  # fmt: skip
+    if name == "fengine":
+        return ["fengine", "--listen", bind, "--device", "cpu", "--engine", "socket",
+                "--output-file", str(tmp_path / "f.spead"), "--duration", "600",
+                "--report", report], ""  # fmt: skip
+    if name == "simulate":
+        return ["simulate", "--format", "ynao", "--signal", "noise", "--duration", "600",
+                "--dest", bind, "--rate", "0.05"], "simulate: noise ynao ->"  # fmt: skip
+    raw = tmp_path / "packets.bin"
+    raw.write_bytes(_ynao_packets(256).tobytes())
+    return ["replay", str(raw), "--packet-len", "8216", "--dest", bind, "--rate", "0.0005",
+            "--loop", "1000", "--report", report], "replay: raw"  # fmt: skip
+
+
+@pytest.mark.parametrize("verb", ["capture", "record", "fengine", "simulate", "replay"])
+def test_sigterm_ends_every_long_running_verb_cleanly(tmp_path, verb):
+    bind = free_bind()
+    args, ready = _verb(verb, bind, tmp_path)
+    proc, err = _start(*args)
+    try:
+        if ready:
+            err.wait_for(ready)
+        else:  # fengine says it listens on stdout
+            assert "listening on" in _stdout_line(proc, "listening on")
+        proc.send_signal(signal.SIGTERM)
+        out = _finish(proc)
+    finally:
+        proc.kill()
+    stderr = err.rest()
+    assert proc.returncode == 0, out + stderr
+    assert "SIGTERM: stopping" in stderr and "Traceback" not in stderr
+    if verb != "simulate":
+        report = json.loads((tmp_path / "report.json").read_text())
+        assert report["interrupted"] is True
+    else:
+        assert "stopped by a signal" in out
+    if verb == "record":
+        manifest = json.loads((tmp_path / "s1.manifest.json").read_text())
+        assert manifest["complete"] is True
+
+
+def _stdout_line(proc: subprocess.Popen, text: str) -> str:
+    for line in proc.stdout:
+        if text in line:
+            return line
+    raise AssertionError(f"stdout ended before {text!r}")

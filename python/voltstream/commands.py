@@ -93,6 +93,7 @@ def simulate(args: argparse.Namespace) -> int:
             raise ConfigError(f"{fmt.bits}-bit samples go to VDIF (.vdif) files, not DADA")
     t0 = time.monotonic()
     stop = _stop_event(args)
+    log.info("simulate: %s %s -> %s", args.signal, fmt.name, args.dest or args.output)
     total = int(round(args.duration / obs.tsamp_s))
     bar = _progress(args, "simulate", None if args.dest else total, "samples")
     try:
@@ -211,6 +212,7 @@ def simulate_spead_dig(args: argparse.Namespace) -> int:
     block = max(1, 65536 // sph)  # heaps per pol per batch
     t0 = time.monotonic()
     stop = _stop_event(args)
+    log.info("simulate: spead-dig -> %s", args.dest or args.output)
     stopped = False
     try:
         bar = _progress(args, "simulate", None if args.dest else n_heaps, "heaps")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,7 @@ def run(args: argparse.Namespace, stop: Any = None, bar: Any = None) -> int:
     source = open_source(args)
     rate = 1.0 if args.rate is None and not args.realtime else (args.rate or 0.0)
     total = _input_bytes(source)
+    logging.getLogger("voltstream.replay").info("replay: %s -> %s", source.kind, args.dest)
     try:
         with bar(total and total * args.loop) if bar else nullcontext(None) as update:
             report = replay(source, args.dest, rate_gbps=rate, realtime=args.realtime,
