@@ -47,6 +47,33 @@ def _progress(args: argparse.Namespace, description: str, total: int | None, uni
     return progress_bar(description, total, unit, wanted(getattr(args, "no_progress", True)))
 
 
+def _status_line(args: argparse.Namespace) -> bool:
+    """The live verbs' once-a-second status line on stderr: plain text, so not with
+    --log-format json (whose readers want one JSON object a line), nor --no-status."""
+    return not args.no_status and getattr(args, "log_format", "text") == "text"
+
+
+#: Longest a paced send call of `simulate --dest` may take: the stop request is seen
+#: between calls, so this bounds how long a SIGTERM waits on the sender.
+SEND_SLICE_S = 0.1
+
+
+def _send_sliced(sender: Any, pkts: np.ndarray, packet_len: int, rate_gbps: float) -> dict:
+    """``sender.send`` in slices of at most SEND_SLICE_S at ``rate_gbps`` (a block of
+    65536 samples at 0.01 Gb/s would otherwise hold the process for seconds); the
+    summed counters."""
+    pkts = pkts.reshape(-1, packet_len)
+    per_slice = pkts.shape[0]
+    if rate_gbps > 0:
+        per_slice = max(1, int(rate_gbps * 1e9 / 8 * SEND_SLICE_S // packet_len))
+    sent = {"packets": 0, "bytes": 0}
+    for a in range(0, pkts.shape[0], per_slice):
+        r = sender.send(np.ascontiguousarray(pkts[a : a + per_slice]), packet_len, rate_gbps)
+        sent["packets"] += int(r["packets"])
+        sent["bytes"] += int(r["bytes"])
+    return sent
+
+
 def _now_mjd() -> tuple[int, float]:
     t = time.time()
     days, sec = divmod(t, 86400.0)
@@ -149,7 +176,7 @@ def _simulate_blocks(
         else:
             pkts = fmt.packetize(q, first, obs)
             if sender is not None:
-                r = sender.send(pkts, fmt.packet_len, args.rate)
+                r = _send_sliced(sender, pkts, fmt.packet_len, args.rate)
                 stats["packets"] += int(r["packets"])
                 stats["bytes"] += int(r["bytes"])
             else:
@@ -269,7 +296,7 @@ def _send_dig_heaps(
     if pkts.shape[0] == 0:
         return
     if sender is not None:
-        r = sender.send(pkts, pkts.shape[1], args.rate)
+        r = _send_sliced(sender, pkts, pkts.shape[1], args.rate)
         stats["packets"] += int(r["packets"])
         stats["bytes"] += int(r["bytes"])
     else:
@@ -508,7 +535,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
         archive, report = fold_live_gpu(
             fmt, _capture_settings(args, args.listen), args.duration, obs, settings,
             idle_timeout_s=args.idle_timeout, packets_per_chunk=args.packets_per_chunk,
-            pool_mb=args.buffer_mb, status=not args.no_status,
+            pool_mb=args.buffer_mb, status=_status_line(args),
             on_start=lambda: log.info("fold: listening on %s", args.listen),
             stop_event=_stop_event(args),
         )  # fmt: skip
@@ -554,12 +581,17 @@ def fold(args: argparse.Namespace) -> int | Loss:
 
 
 def _fold_on(
-    device: str, args: argparse.Namespace, reader: Any, settings: FoldSettings, update: Any
+    device: str,
+    args: argparse.Namespace,
+    reader: Any,
+    settings: FoldSettings,
+    update: Any = None,
 ) -> FoldedArchive:
     """Folds on ``device``; ``update(samples read)`` after each block (the progress bar)."""
 
     def progress(read: int, folded: int) -> None:
-        update(read)
+        if update is not None:
+            update(read)
 
     if device == "cpu":
         from voltstream.pipeline.fold import fold_file
@@ -673,7 +705,7 @@ def fengine(args: argparse.Namespace) -> Loss:
             idle_timeout_s=args.idle_timeout,
             control=control,
             engine_factory=factory,
-            status=not args.no_status,
+            status=_status_line(args),
             **_by_name(args, "samples_per_heap", "chunk_heaps"),
             on_start=lambda address: print(f"fengine: listening on {address}", flush=True),
             stop_event=_stop_event(args),
