@@ -202,18 +202,21 @@ def _ynao_packets(n: int) -> np.ndarray:
 
 
 def _capture(max_loss: str | None, tmp_path: Path, drop_rate: float) -> tuple[int, dict, str]:
-    """A capture of 2048 YNAO packets with ``drop_rate`` of them dropped on the way;
-    its exit status, report and stderr (JSON log lines)."""
+    """A capture of 2048 YNAO packets with ``drop_rate`` of them dropped on the way,
+    stopped by SIGTERM once all are sent; its exit status, report and stderr (JSON
+    log lines)."""
     bind = free_bind()
     report = tmp_path / f"capture-{max_loss}.json"
     service = ["--log-format", "json"] + (["--max-loss", max_loss] if max_loss else [])
     proc, err = _start(*service, "capture", "--format", "ynao", "--engine", "socket",
                        "--listen", bind, "--packets-per-chunk", "32", "--duration", "600",
-                       "--idle-timeout", "1", "--report", str(report))  # fmt: skip
+                       "--report", str(report))  # fmt: skip
     try:
         err.wait_for("capture: listening on")
         plan = FaultPlan(7, rates={Drop(): drop_rate}, between=range(8, 2040))
         send(bind, plan.apply(list(_ynao_packets(2048))).packets, pace_every=64)
+        err.wait_for("capture: data is arriving")
+        proc.send_signal(signal.SIGTERM)  # the clean stop: the loss judged on what came
         proc.wait(timeout=HUNG_S)
     finally:
         proc.kill()
