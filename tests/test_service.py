@@ -375,3 +375,17 @@ def _stdout_line(proc: subprocess.Popen, text: str) -> str:
         if text in line:
             return line
     raise AssertionError(f"stdout ended before {text!r}")
+
+
+def test_log_level_hides_the_less_severe_lines(tmp_path):
+    def stderr(*service: str) -> str:
+        r = subprocess.run(
+            [*CLI, *service, "simulate", "--format", "ynao", "--signal", "noise",
+             "--duration", "0.01", "--output", str(tmp_path / "s.dada")],
+            capture_output=True, text=True, timeout=HUNG_S,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return r.stderr
+
+    assert "simulate: noise ynao ->" in stderr("--log-level", "info")
+    assert stderr("--log-level", "warning") == ""
