@@ -1,13 +1,17 @@
 """`voltstream <verb>`: the command line.
 
 Each verb is a thin layer over a library function; errors derived from
-VoltstreamError are printed as one line (`voltstream: error: ...`) with exit
-status 2, never as a traceback.
+VoltstreamError are logged as one line (`voltstream VERB: error: ...`) with exit
+status 2, never as a traceback. The options of the run as a service (logging,
+--max-loss, --no-progress) are global: they come before the verb. main() applies
+them alike to every verb: the log format, the signal handling (service/shutdown.py)
+and the exit status (service/exit_status.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +34,11 @@ from voltstream.cli_options import (
     positive,
 )
 from voltstream.errors import VoltstreamError
+from voltstream.service import logs
+from voltstream.service.exit_status import BAD_INPUT, exit_status, loss_fraction
+from voltstream.service.shutdown import Shutdown
+
+log = logging.getLogger("voltstream.cli")
 
 DESCRIPTION = """\
 voltstream: a real-time backend for radio telescopes.
@@ -206,9 +215,10 @@ the capture's memory, to files on several directories at once: one writer thread
 per directory (a disk or a RAID set), each chunk to the least-loaded one. The
 capture is never held back: a chunk no disk has room for waits while the pool
 (--ring-mb) has spare chunks, then is dropped whole and counted; a disk that fails
-or fills is taken out and counted while recording goes on on the others. Every file is written in whole chunks and synced, so after
-a crash each one is readable to its last whole chunk; `--repair SCAN` then makes
-headers and the manifest agree with the disks.
+or fills is taken out and counted while recording goes on on the others. Every
+file is written in whole chunks and synced, so after a crash each one is readable
+to its last whole chunk; `--repair SCAN` then makes headers and the manifest agree
+with the disks.
 
 Layouts (--layout; docs/formats.md, "Recordings"):
   vbs    jive5ab FlexBuff: each chunk a file <dir>/<scan>/<scan>.<8-digit number>,
@@ -280,6 +290,31 @@ def _add_capture_options(p: argparse.ArgumentParser, *, listen_required: bool = 
     ))  # fmt: skip
 
 
+def _add_service_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group(
+        "running as a service (global: give them before the verb)",
+        "docs/operations.md, 'Running as a service': signals, exit codes, logs",
+    )
+    add_options(g, (
+        ("--log-format", None, "text",
+         "log lines on stderr as plain text or one JSON object per line. Default: text",
+         logs.FORMATS),
+        ("--log-level", None, "info", "the least severe log lines shown. Default: info",
+         logs.LEVELS),
+        ("--max-loss", loss_fraction, None,
+         "exit with status 1 when the run lost more than this fraction of its packets "
+         "(missing + late + dropped + kernel drops over received + missing; capture, "
+         "record, fold --listen, fengine). Default: a lossy run exits 0, its losses in "
+         "the report"),
+    ))  # fmt: skip
+    g.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar for fold of a file, replay and simulate --output (shown "
+        "only when stderr is a terminal anyway)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="voltstream",
@@ -287,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
+    _add_service_options(parser)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
 
     p = verbs.add_parser(
@@ -490,6 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    logs.setup(args.log_format, args.log_level)
     if args.version:
         from voltstream import __version__
 
@@ -497,17 +534,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.verb is None:
         parser.print_help()
-        return 2
+        return BAD_INPUT
     from voltstream import commands
 
+    args.shutdown = shutdown = Shutdown()
+    shutdown.install()
     try:
-        return getattr(commands, args.verb)(args)
+        return exit_status(getattr(commands, args.verb)(args), args.max_loss, args.verb)
     except VoltstreamError as e:
-        print(f"voltstream {args.verb}: error: {e}", file=sys.stderr)
-        return 2
+        log.error("voltstream %s: error: %s", args.verb, e)
+        return BAD_INPUT
     except KeyboardInterrupt:
-        print(f"voltstream {args.verb}: interrupted", file=sys.stderr)
-        return 130
+        # A verb that cannot stop cleanly (or Ctrl-C outside the run loop): the
+        # shell's convention, 128 + the signal.
+        log.warning("voltstream %s: interrupted", args.verb)
+        return 128 + (shutdown.signum or 2)
+    finally:
+        shutdown.uninstall()
 
 
 if __name__ == "__main__":

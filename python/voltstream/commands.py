@@ -1,29 +1,77 @@
 """The work behind each CLI verb. Each function takes the parsed argparse
-namespace and returns an exit status; library errors propagate to cli.main."""
+namespace and returns an exit status, or the run's Loss (service/exit_status.py)
+for cli.main to judge against --max-loss; library errors propagate to cli.main.
+
+A long-running verb polls the stop event (``_stop_event``): the first SIGINT or
+SIGTERM ends its run as its duration would, and the report is written."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
+from voltstream.service.exit_status import Loss, capture_loss, record_loss
+from voltstream.service.progress import progress_bar, wanted
 
 if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up short
     from voltstream.fold.reference import FoldSettings
     from voltstream.observation import FoldedArchive
+
+
+log = logging.getLogger("voltstream.commands")
+
+
+def _stop_event(args: argparse.Namespace) -> threading.Event | None:
+    """The event the verb's run loop polls to stop on SIGINT/SIGTERM (cli.main's
+    Shutdown); None when the verb is called without cli.main."""
+    shutdown = getattr(args, "shutdown", None)
+    return shutdown.watch() if shutdown is not None else None
+
+
+def _progress(args: argparse.Namespace, description: str, total: int | None, unit: str) -> Any:
+    """The offline verbs' progress bar (service/progress.py): at a terminal, unless
+    --no-progress."""
+    return progress_bar(description, total, unit, wanted(getattr(args, "no_progress", True)))
+
+
+def _status_line(args: argparse.Namespace) -> bool:
+    """The live verbs' once-a-second status line on stderr: plain text, so not with
+    --log-format json (whose readers want one JSON object a line), nor --no-status."""
+    return not args.no_status and getattr(args, "log_format", "text") == "text"
+
+
+#: Longest a paced send call of `simulate --dest` may take: the stop request is seen
+#: between calls, so this bounds how long a SIGTERM waits on the sender.
+SEND_SLICE_S = 0.1
+
+
+def _send_sliced(sender: Any, pkts: np.ndarray, packet_len: int, rate_gbps: float) -> dict:
+    """``sender.send`` in slices of at most SEND_SLICE_S at ``rate_gbps`` (a block of
+    65536 samples at 0.01 Gb/s would otherwise hold the process for seconds); the
+    summed counters."""
+    pkts = pkts.reshape(-1, packet_len)
+    per_slice = pkts.shape[0]
+    if rate_gbps > 0:
+        per_slice = max(1, int(rate_gbps * 1e9 / 8 * SEND_SLICE_S // packet_len))
+    sent = {"packets": 0, "bytes": 0}
+    for a in range(0, pkts.shape[0], per_slice):
+        r = sender.send(np.ascontiguousarray(pkts[a : a + per_slice]), packet_len, rate_gbps)
+        sent["packets"] += int(r["packets"])
+        sent["bytes"] += int(r["bytes"])
+    return sent
 
 
 def _now_mjd() -> tuple[int, float]:
@@ -70,36 +118,15 @@ def simulate(args: argparse.Namespace) -> int:
         if sink[0] == "dada" and fmt.bits < 8:
             sink[1].close()
             raise ConfigError(f"{fmt.bits}-bit samples go to VDIF (.vdif) files, not DADA")
-    first = 0
     t0 = time.monotonic()
+    stop = _stop_event(args)
+    log.info("simulate: %s %s -> %s", args.signal, fmt.name, args.dest or args.output)
+    total = int(round(args.duration / obs.tsamp_s))
+    bar = _progress(args, "simulate", None if args.dest else total, "samples")
     try:
-        for x in blocks:
-            if fmt.bits < 8:
-                # Sub-byte VDIF: the packetizer quantises complex values itself, at
-                # about the optimal rms of the narrower code (2.2 levels at 2 bits).
-                q = (x * np.float32(SUB_BYTE_RMS[fmt.bits] * np.sqrt(2.0))).astype(np.complex64)
-            else:
-                q, clipped = signal.quantize_int8(x)
-                stats["clipped"] += int(clipped)
-            n = (q.shape[0] // fmt.samples_per_packet) * fmt.samples_per_packet
-            if n == 0:
-                continue
-            q = q[:n]
-            if sink is not None and sink[0] == "dada":
-                sink[1].write(q)
-                stats["bytes"] += q.nbytes
-            else:
-                pkts = fmt.packetize(q, first, obs)
-                if sender is not None:
-                    r = sender.send(pkts, fmt.packet_len, args.rate)
-                    stats["packets"] += int(r["packets"])
-                    stats["bytes"] += int(r["bytes"])
-                else:
-                    assert sink is not None  # --dest or --output: one of them is given
-                    sink[1].write(pkts.tobytes())
-                    stats["packets"] += pkts.size // fmt.packet_len
-                    stats["bytes"] += pkts.size
-            first += n
+        with bar as update:
+            _simulate_blocks(args, fmt, obs, blocks, sender, sink, stats, stop, update)
+            first = stats.pop("samples_sent")
     finally:
         if sink is not None:
             sink[1].close()
@@ -114,8 +141,52 @@ def simulate(args: argparse.Namespace) -> int:
         f"simulate: {args.signal} {fmt.name}, {first} samples x {fmt.nchan} ch x {fmt.npol} pol "
         f"-> {where}: {stats['packets']} packets, {stats['bytes'] / 1e6:.1f} MB in "
         f"{stats['seconds']:.2f} s, {stats['clipped']} clipped samples"
+        + (" (stopped by a signal)" if stats.get("stopped") else "")
     )
     return 0
+
+
+def _simulate_blocks(
+    args: argparse.Namespace, fmt: Any, obs: Any, blocks: Any, sender: Any, sink: Any,
+    stats: dict, stop: threading.Event | None, update: Any,
+) -> None:  # fmt: skip
+    """Quantises, packetises and sends or writes each synthesised block, until the
+    blocks end or a stop is asked (SIGINT/SIGTERM: what was written stays whole)."""
+    from voltstream.sim import signal
+
+    first = stats["samples_sent"] = 0
+    for x in blocks:
+        if stop is not None and stop.is_set():
+            stats["stopped"] = True
+            return
+        if fmt.bits < 8:
+            # Sub-byte VDIF: the packetizer quantises complex values itself, at
+            # about the optimal rms of the narrower code (2.2 levels at 2 bits).
+            q = (x * np.float32(SUB_BYTE_RMS[fmt.bits] * np.sqrt(2.0))).astype(np.complex64)
+        else:
+            q, clipped = signal.quantize_int8(x)
+            stats["clipped"] += int(clipped)
+        n = (q.shape[0] // fmt.samples_per_packet) * fmt.samples_per_packet
+        if n == 0:
+            continue
+        q = q[:n]
+        if sink is not None and sink[0] == "dada":
+            sink[1].write(q)
+            stats["bytes"] += q.nbytes
+        else:
+            pkts = fmt.packetize(q, first, obs)
+            if sender is not None:
+                r = _send_sliced(sender, pkts, fmt.packet_len, args.rate)
+                stats["packets"] += int(r["packets"])
+                stats["bytes"] += int(r["bytes"])
+            else:
+                assert sink is not None  # --dest or --output: one of them is given
+                sink[1].write(pkts.tobytes())
+                stats["packets"] += pkts.size // fmt.packet_len
+                stats["bytes"] += pkts.size
+        first += n
+        stats["samples_sent"] = first
+        update(first)
 
 
 def _parse_dig_ids(text: str) -> tuple[int, int]:
@@ -143,7 +214,6 @@ def _parse_drops(text: str) -> set[tuple[int, int]]:
 def simulate_spead_dig(args: argparse.Namespace) -> int:
     """`voltstream simulate --format spead-dig`: digitiser heaps of both pols."""
     from voltstream.digitiser import check_bits, heap_bytes
-    from voltstream.sim.spead import digitiser_packets, digitiser_samples
 
     bits, sph, fs = args.sample_bits, args.samples_per_heap, args.sample_rate_hz
     check_bits(bits, "--sample-bits")
@@ -168,36 +238,21 @@ def simulate_spead_dig(args: argparse.Namespace) -> int:
     stats = {"packets": 0, "bytes": 0, "dropped": 0}
     block = max(1, 65536 // sph)  # heaps per pol per batch
     t0 = time.monotonic()
+    stop = _stop_event(args)
+    log.info("simulate: spead-dig -> %s", args.dest or args.output)
+    stopped = False
     try:
-        for first in range(0, n_heaps, block):
-            n = min(block, n_heaps - first)
-            x = digitiser_samples(
-                first,
-                n,
-                samples_per_heap=sph,
-                bits=bits,
-                sample_rate_hz=fs,
-                tone_hz=tone_hz,
-                tone_amplitude=args.tone_amplitude,
-                noise_rms=args.noise,
-                seed=args.seed,
-            )
-            pkts = digitiser_packets(x, first, samples_per_heap=sph, bits=bits, dig_ids=ids)
-            if drops:
-                keep = [(k % 2, first + k // 2) not in drops for k in range(pkts.shape[0])]
-                stats["dropped"] += len(keep) - sum(keep)
-                pkts = np.ascontiguousarray(pkts[np.array(keep, dtype=bool)])
-            if pkts.shape[0] == 0:
-                continue
-            if sender is not None:
-                r = sender.send(pkts, pkts.shape[1], args.rate)
-                stats["packets"] += int(r["packets"])
-                stats["bytes"] += int(r["bytes"])
+        bar = _progress(args, "simulate", None if args.dest else n_heaps, "heaps")
+        with bar as update:
+            for first in range(0, n_heaps, block):
+                if stop is not None and stop.is_set():
+                    stopped = True
+                    break
+                update(first)
+                _send_dig_heaps(args, first, min(block, n_heaps - first), ids, drops,
+                                sender, sink, stats)  # fmt: skip
             else:
-                assert sink is not None  # --dest or --output: one of them is given
-                sink.write(pkts.tobytes())
-                stats["packets"] += pkts.shape[0]
-                stats["bytes"] += pkts.size
+                update(n_heaps)
     finally:
         if sink is not None:
             sink.close()
@@ -207,9 +262,48 @@ def simulate_spead_dig(args: argparse.Namespace) -> int:
         f"{ids[0]},{ids[1]}; tone {tone_hz / 1e6:g} MHz amplitude {args.tone_amplitude:g}, "
         f"noise {args.noise:g}) -> {args.dest or args.output}: {stats['packets']} packets, "
         f"{stats['bytes'] / 1e6:.1f} MB in {seconds:.2f} s, {stats['dropped']} dropped on "
-        "purpose"
+        "purpose" + (" (stopped by a signal)" if stopped else "")
     )
     return 0
+
+
+def _send_dig_heaps(
+    args: argparse.Namespace, first: int, n: int, ids: tuple[int, int],
+    drops: set[tuple[int, int]], sender: Any, sink: BinaryIO | None, stats: dict,
+) -> None:  # fmt: skip
+    """Heaps ``first`` .. ``first + n`` of both pols, less the --drop ones, sent or
+    written."""
+    from voltstream.sim.spead import digitiser_packets, digitiser_samples
+
+    bits, sph, fs = args.sample_bits, args.samples_per_heap, args.sample_rate_hz
+    tone_hz = fs / 4 if args.tone is None else args.tone * 1e6
+    x = digitiser_samples(
+        first,
+        n,
+        samples_per_heap=sph,
+        bits=bits,
+        sample_rate_hz=fs,
+        tone_hz=tone_hz,
+        tone_amplitude=args.tone_amplitude,
+        noise_rms=args.noise,
+        seed=args.seed,
+    )
+    pkts = digitiser_packets(x, first, samples_per_heap=sph, bits=bits, dig_ids=ids)
+    if drops:
+        keep = [(k % 2, first + k // 2) not in drops for k in range(pkts.shape[0])]
+        stats["dropped"] += len(keep) - sum(keep)
+        pkts = np.ascontiguousarray(pkts[np.array(keep, dtype=bool)])
+    if pkts.shape[0] == 0:
+        return
+    if sender is not None:
+        r = _send_sliced(sender, pkts, pkts.shape[1], args.rate)
+        stats["packets"] += int(r["packets"])
+        stats["bytes"] += int(r["bytes"])
+    else:
+        assert sink is not None  # --dest or --output: one of them is given
+        sink.write(pkts.tobytes())
+        stats["packets"] += pkts.shape[0]
+        stats["bytes"] += pkts.size
 
 
 def _open_sim_output(path: str, fmt: Any, obs: Any) -> tuple[str, Any]:
@@ -273,7 +367,7 @@ def _capture_format(args: argparse.Namespace) -> Any:
     return format_from(args)
 
 
-def capture(args: argparse.Namespace) -> int:
+def capture(args: argparse.Namespace) -> Loss:
     from voltstream.pipeline.capture import run_capture
 
     fmt = _capture_format(args)
@@ -297,17 +391,16 @@ def capture(args: argparse.Namespace) -> int:
             args.duration,
             sink=(lambda samples, valid: writer.write(samples)) if writer else None,
             idle_timeout_s=args.idle_timeout,
-            on_start=lambda: print(
-                f"capture: listening on {args.listen}", file=sys.stderr, flush=True
-            ),  # fmt: skip
+            on_start=lambda: log.info("capture: listening on %s", args.listen),
+            stop_event=_stop_event(args),
         )
     finally:
         if writer is not None:
             writer.close()
-    return _print_report(report, args.report)
+    return _print_report(report, args.report, report.engine)
 
 
-def record(args: argparse.Namespace) -> int:
+def record(args: argparse.Namespace) -> int | Loss:
     from voltstream import record as rec
 
     if args.repair:
@@ -332,18 +425,20 @@ def record(args: argparse.Namespace) -> int:
         source=args.source,
         idle_timeout_s=args.idle_timeout,
         queue_chunks=args.queue_chunks,
-        on_start=lambda address: print(
-            f"record: listening on {address}, scan {args.scan} ({args.layout}) -> "
-            f"{', '.join(args.dirs)}",
-            file=sys.stderr,
-            flush=True,
+        on_start=lambda address: log.info(
+            "record: listening on %s, scan %s (%s) -> %s",
+            address,
+            args.scan,
+            args.layout,
+            ", ".join(args.dirs),
         ),
+        stop_event=_stop_event(args),
     )
     for line in rec.summary_lines(report):
         print(line)
     if args.report:
         rec.write_report(report, args.report)
-    return 0
+    return record_loss(report)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -355,17 +450,18 @@ def run(args: argparse.Namespace) -> int:
 def replay(args: argparse.Namespace) -> int:
     from voltstream.replay.cli import run
 
-    return run(args)
+    return run(args, _stop_event(args), lambda total: _progress(args, "replay", total, "B"))
 
 
-def _print_report(report: Any, path: str | None) -> int:
+def _print_report(report: Any, path: str | None, stats: dict) -> Loss:
     """The end of a run, alike for every verb: the report's summary on stdout, the
-    whole report as JSON where ``--report`` asks; 0, the verb's exit status."""
+    whole report as JSON where ``--report`` asks; the run's loss, counted on the
+    capture's counters ``stats``, for cli.main's exit status."""
     for line in report.summary_lines():
         print(line)
     if path:
         report.write_json(path)
-    return 0
+    return capture_loss(stats)
 
 
 def inspect(args: argparse.Namespace) -> int:
@@ -385,7 +481,7 @@ def inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def fold(args: argparse.Namespace) -> int:
+def fold(args: argparse.Namespace) -> int | Loss:
     from voltstream.fold.reference import FoldSettings
     from voltstream.io.polyco import ConstantPeriod, read_polyco
     from voltstream.io.psrfits import write_psrfits
@@ -426,6 +522,7 @@ def fold(args: argparse.Namespace) -> int:
                 obs,
                 idle_timeout_s=args.idle_timeout,
                 source=recording.forwarded() if recording is not None else None,
+                stop_event=_stop_event(args),
             )
             try:
                 live.start()
@@ -433,6 +530,7 @@ def fold(args: argparse.Namespace) -> int:
                 if recording is not None:
                     recording.finish()
                 raise
+            log.info("fold: listening on %s", args.listen)
         reader = live
     else:
         from voltstream.io.baseband import open_baseband
@@ -442,8 +540,8 @@ def fold(args: argparse.Namespace) -> int:
             from voltstream.dsp.real import RealToComplex
 
             reader = RealToComplex(reader)
-            print(f"fold: {args.input} holds real samples: each channel is converted to "
-                  "complex baseband first (docs/formats.md, VDIF)", file=sys.stderr)  # fmt: skip
+            log.info("fold: %s holds real samples: each channel is converted to complex "
+                     "baseband first (docs/formats.md, VDIF)", args.input)  # fmt: skip
         obs = reader.obs
     nsamp = getattr(reader, "nsamp", None)
     span_s = nsamp * obs.tsamp_s if nsamp else args.duration
@@ -464,17 +562,20 @@ def fold(args: argparse.Namespace) -> int:
         archive, report = fold_live_gpu(
             fmt, _capture_settings(args, args.listen), args.duration, obs, settings,
             idle_timeout_s=args.idle_timeout, packets_per_chunk=args.packets_per_chunk,
-            pool_mb=args.buffer_mb, status=not args.no_status,
-            on_start=lambda: print(f"fold: listening on {args.listen}", file=sys.stderr,
-                                   flush=True),
+            pool_mb=args.buffer_mb, status=_status_line(args),
+            on_start=lambda: log.info("fold: listening on %s", args.listen),
+            stop_event=_stop_event(args),
         )  # fmt: skip
     else:
         t_fold = time.monotonic()
         try:
-            archive = _fold_on(device, args, reader, settings)
+            with _progress(args, "fold", None if live else nsamp, "samples") as update:
+                archive = _fold_on(device, args, reader, settings, update)
         except BaseException:
             if recording is not None:
                 recording.finish()
+            if live is not None and live.report is not None and args.report:
+                live.report.write_json(args.report)  # what was captured, even if unfolded
             raise
         fold_s = time.monotonic() - t_fold
         report = live.report if live is not None else None
@@ -490,13 +591,14 @@ def fold(args: argparse.Namespace) -> int:
         plot_archive(archive, args.plot, title=f"{obs.source}  DM {args.dm}")
     from voltstream.fold.reference import profile_snr
 
+    loss = None
     snr = profile_snr(archive.profile())
     if recording is not None:
         from voltstream.run_pipeline import finish_recording
 
         finish_recording(recording, report, archive, snr, args.report)
     elif report is not None:
-        _print_report(report, args.report)
+        loss = _print_report(report, args.report, report.engine)
     print(
         f"fold ({device}): {args.input or args.listen} -> {args.output}: {archive.nsub} "
         f"sub-integrations x {obs.nchan} channels x {archive.nbin} bins, S/N {snr:.1f}, "
@@ -510,16 +612,26 @@ def fold(args: argparse.Namespace) -> int:
             steady = nsamp * obs.nchan * obs.npol / st["blocks_s"] / 1e9
             line += f"; {steady:.2f} once started, after {fold_s - st['blocks_s']:.2f} s start-up"
         print(line + ")")
-    return 0
+    return loss if loss is not None else 0
 
 
 def _fold_on(
-    device: str, args: argparse.Namespace, reader: Any, settings: FoldSettings
+    device: str,
+    args: argparse.Namespace,
+    reader: Any,
+    settings: FoldSettings,
+    update: Any = None,
 ) -> FoldedArchive:
+    """Folds on ``device``; ``update(samples read)`` after each block (the progress bar)."""
+
+    def progress(read: int, folded: int) -> None:
+        if update is not None:
+            update(read)
+
     if device == "cpu":
         from voltstream.pipeline.fold import fold_file
 
-        return fold_file(reader, settings)
+        return fold_file(reader, settings, progress)
     if args.gpus > 1 or args.workers_per_gpu > 1:
         from voltstream.pipeline.multi_gpu_fold import fold_file_multi_gpu
 
@@ -528,10 +640,10 @@ def _fold_on(
         )
     from voltstream.pipeline.gpu_file_fold import fold_file_gpu
 
-    return fold_file_gpu(reader, settings)
+    return fold_file_gpu(reader, settings, progress)
 
 
-def fengine(args: argparse.Namespace) -> int:
+def fengine(args: argparse.Namespace) -> Loss:
     """`voltstream fengine`: capture, channelise, send; prints every counter at the end."""
     from voltstream.digitiser import check_bits
     from voltstream.dsp.pfb import check_pfb_shape
@@ -617,7 +729,6 @@ def fengine(args: argparse.Namespace) -> int:
         control.start()
         host, port = control.address
         print(f"fengine: katcp control on {host}:{port}", flush=True)
-    previous = _stop_on_sigterm()
     try:
         report = run_fengine(
             _capture_settings(args, args.listen),
@@ -629,28 +740,15 @@ def fengine(args: argparse.Namespace) -> int:
             idle_timeout_s=args.idle_timeout,
             control=control,
             engine_factory=factory,
-            status=not args.no_status,
+            status=_status_line(args),
             **_by_name(args, "samples_per_heap", "chunk_heaps"),
             on_start=lambda address: print(f"fengine: listening on {address}", flush=True),
+            stop_event=_stop_event(args),
         )
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         if control is not None:
             control.stop()
-    return _print_report(report, args.report)
-
-
-def _stop_on_sigterm() -> Any:
-    """Makes SIGTERM stop the F-engine like Ctrl-C (report printed); returns the old
-    handler, or None off the main thread, where handlers cannot be set."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def stop(signum: int, frame: FrameType | None) -> NoReturn:
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, stop)
+    return _print_report(report, args.report, report.capture)
 
 
 def _fengine_control(args: argparse.Namespace) -> Any:

@@ -41,6 +41,10 @@ VERB_SECTIONS: dict[str, type[BaseModel]] = {
 }
 
 
+#: Options of the command line before its verb, which a pipeline run keeps.
+GLOBAL_OPTIONS = ("log_format", "log_level", "max_loss", "no_progress")
+
+
 def _verb_defaults(verb: str) -> argparse.Namespace:
     """The namespace argparse gives `voltstream VERB` before any option: every
     option's default (a required one: None)."""
@@ -50,11 +54,13 @@ def _verb_defaults(verb: str) -> argparse.Namespace:
     # argparse keeps its subcommands' parsers in the subparsers action's choices.
     (verbs,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     sub = verbs.choices[verb]
+    # The global options (given before the verb: logs, --max-loss) and the verb's own.
     defaults = {
         a.dest: a.default
-        for a in sub._actions
-        if a.dest != "help" and a.default is not argparse.SUPPRESS
+        for a in [*parser._actions, *sub._actions]
+        if a.dest not in ("help", "verb") and a.default is not argparse.SUPPRESS
     }
+    defaults.pop("version", None)
     return argparse.Namespace(verb=verb, version=False, **defaults)
 
 
@@ -184,6 +190,9 @@ def run(args: argparse.Namespace) -> int:
               + (" with a recording" if pf.verb() == "fold" and pf.record else ""))  # fmt: skip
         return 0
     verb_ns = verb_args(pf)
+    for name in GLOBAL_OPTIONS:  # as given before `run` (logs, --max-loss, progress)
+        if hasattr(args, name):
+            setattr(verb_ns, name, getattr(args, name))
     result: int = getattr(commands, verb_ns.verb)(verb_ns)
     return result
 

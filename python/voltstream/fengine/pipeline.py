@@ -552,7 +552,7 @@ def run_fengine(
         run.loop(duration_s, idle_timeout_s, started, stop_event, catch_interrupt=True)
         clean = True
     finally:
-        report.interrupted = run.interrupted
+        report.interrupted = run.interrupted or bool(stop_event and stop_event.is_set())
         report.duration_s = run.seconds
         report.capture = cap.stats()
         report.engine = feeder.engine_counters()

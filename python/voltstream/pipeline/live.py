@@ -31,6 +31,11 @@ from voltstream.pipeline.interfaces import ChunkSource
 
 _END = object()
 
+#: After a stop request, how long the CPU fold goes on folding chunks already queued
+#: (captured before the stop) before it counts the rest as not folded: the part of
+#: the 5 s stop bound (service/shutdown.py) left to the fold, the archive and report.
+STOP_FOLD_S = 2.0
+
 
 class LiveReader:
     """Captures `fmt` as `capture` says for `duration_s` and yields (complex64 block,
@@ -46,8 +51,13 @@ class LiveReader:
         idle_timeout_s: float | None = None,
         max_queued_chunks: int = 64,
         source: ChunkSource | None = None,
+        stop_event: threading.Event | None = None,
     ) -> None:
         self.fmt, self.capture, self.obs, self.source = fmt, capture, obs, source
+        self.stop_event = stop_event
+        #: Samples captured but not folded because a stop came first (the bound on
+        #: a stop's time: the queue may hold seconds of work when the fold lags).
+        self.samples_not_folded = 0
         self.duration_s, self.idle_timeout_s = duration_s, idle_timeout_s
         self._queue: queue.Queue = queue.Queue(maxsize=max_queued_chunks)
         self.report: CaptureReport | None = None
@@ -74,6 +84,7 @@ class LiveReader:
                 idle_timeout_s=self.idle_timeout_s,
                 on_start=self._started.set,
                 source=self.source,
+                stop_event=self.stop_event,
             )
         except BaseException as e:  # handed to the reading thread
             self.error = e
@@ -83,12 +94,21 @@ class LiveReader:
 
     def read_blocks(self, nsamp: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Yields (complex64 (n, nchan, npol), valid (n,)) blocks of `nsamp` samples
-        (the last may be shorter) until the capture ends."""
+        (the last may be shorter) until the capture ends. After a stop request the
+        chunks still queued are folded for ``STOP_FOLD_S`` more, then counted
+        (``samples_not_folded``), not folded: a stop takes a bounded time even when
+        the fold lags the capture by a long queue."""
         parts, valid_parts, have = [], [], 0
+        stopped_at: float | None = None
         while True:
             item = self._queue.get()
             if item is _END:
                 break
+            if stopped_at is None and self.stop_event is not None and self.stop_event.is_set():
+                stopped_at = time.monotonic()
+            if stopped_at is not None and time.monotonic() - stopped_at > STOP_FOLD_S:
+                self.samples_not_folded += item[0].shape[0]
+                continue
             samples, valid = item
             parts.append(samples.astype(np.float32).view(np.complex64)[..., 0])
             valid_parts.append(valid)
@@ -101,6 +121,8 @@ class LiveReader:
         if have:
             yield np.concatenate(parts), np.concatenate(valid_parts)
         self._thread.join()
+        if self.report is not None and self.samples_not_folded:
+            self.report.samples_not_folded = self.samples_not_folded
         if self.error is not None:
             raise self.error
 
@@ -134,6 +156,7 @@ def fold_live_gpu(
     pool_mb: float = GPU_POOL_MB,
     status: bool = True,
     on_start: Any = None,
+    stop_event: threading.Event | None = None,
 ) -> tuple[FoldedArchive, Any]:
     """Captures and folds on the GPU in one process, chunks straight from the capture's
     pool to the GPU (pipeline/gpu.py); returns (archive, capture report).
@@ -141,7 +164,8 @@ def fold_live_gpu(
     The folder is built and warmed up (kernels compiled, FFT plans made) before the
     socket opens, so the first chunks do not wait on it. The chunk is the capture's
     (``packets_per_chunk``: None sizes it for the GPU), not ``settings.block_samples``;
-    the pool is ``pool_mb``, whatever ``capture`` says of chunks.
+    the pool is ``pool_mb``, whatever ``capture`` says of chunks. ``stop_event``
+    ends the capture early (run_capture); the archive holds what was folded.
     """
     from voltstream.fold.gpu import GpuFolder
     from voltstream.pipeline.capture import run_capture
@@ -160,6 +184,7 @@ def fold_live_gpu(
     report = run_capture(
         fmt, capture.replace(packets_per_chunk=ppc, nchunks=nchunks), duration_s,
         idle_timeout_s=idle_timeout_s, on_start=on_start, consumer=consumer,
+        stop_event=stop_event,
     )  # fmt: skip
     archive = eng.finish()
     wall = time.monotonic() - t0

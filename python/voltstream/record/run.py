@@ -8,6 +8,7 @@ room, lost with a failed disk).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,10 +40,12 @@ def record(
     idle_timeout_s: float | None = None,
     queue_chunks: int = 2,
     on_start: Callable[[str], None] | None = None,
+    stop_event: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Records `stream` as `settings` capture it into `dirs` (one writer each) as
     scan `scan` in `layout`, for `duration_s` seconds (None: until Ctrl-C), or until
-    `idle_timeout_s` without a packet once data has come. ``on_start(address)``
+    `idle_timeout_s` without a packet once data has come, or ``stop_event`` is set
+    (SIGINT/SIGTERM; as Ctrl-C: ``interrupted`` in the report). ``on_start(address)``
     once it listens."""
     check_duration(duration_s)
     rec = Recording(
@@ -52,7 +55,9 @@ def record(
     if on_start is not None:
         on_start(rec.address)
     try:
-        _wait(rec.cap, rec.t0, duration_s, idle_timeout_s, every=(MANIFEST_EVERY_S, rec.update))
+        _wait(rec.cap, rec.t0, duration_s, idle_timeout_s, (MANIFEST_EVERY_S, rec.update),
+              stop_event)  # fmt: skip
+        rec.interrupted = stop_event is not None and stop_event.is_set()
     except KeyboardInterrupt:
         rec.interrupted = True
     finally:
@@ -212,12 +217,15 @@ def _wait(
     duration_s: float | None,
     idle_timeout_s: float | None,
     every: tuple[float, Callable[[], object]],
+    stop: threading.Event | None = None,
 ) -> None:
-    """Until the duration ends, or the stream has been silent for the idle timeout;
-    calls ``every[1]()`` every ``every[0]`` seconds meanwhile."""
+    """Until the duration ends, the stream has been silent for the idle timeout, or
+    ``stop`` is set; calls ``every[1]()`` every ``every[0]`` seconds meanwhile."""
+    stop = stop if stop is not None else threading.Event()
     last, quiet_since, ticked = 0, time.monotonic(), time.monotonic()
     while duration_s is None or time.monotonic() - t0 < duration_s:
-        time.sleep(POLL_S)
+        if stop.wait(POLL_S):
+            return
         packets = cap.stats()["packets"]
         now = time.monotonic()
         if now - ticked >= every[0]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -85,14 +86,22 @@ def add_replay_parser(verbs: Any) -> None:
     p.set_defaults(format=None)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, stop: Any = None, bar: Any = None) -> int:
+    """The verb: ``stop`` (an Event) ends it early; ``bar(total bytes or None)`` is a
+    context manager yielding ``update(bytes sent)`` (the progress bar)."""
+    from contextlib import nullcontext
+
     from voltstream.replay.run import replay
 
     source = open_source(args)
     rate = 1.0 if args.rate is None and not args.realtime else (args.rate or 0.0)
+    total = _input_bytes(source)
+    logging.getLogger("voltstream.replay").info("replay: %s -> %s", source.kind, args.dest)
     try:
-        report = replay(source, args.dest, rate_gbps=rate, realtime=args.realtime,
-                        loops=args.loop, bind=args.bind)  # fmt: skip
+        with bar(total and total * args.loop) if bar else nullcontext(None) as update:
+            report = replay(source, args.dest, rate_gbps=rate, realtime=args.realtime,
+                            loops=args.loop, bind=args.bind, stop=stop,
+                            progress=update)  # fmt: skip
     finally:
         close = getattr(source, "close", None)
         if close is not None:
@@ -110,8 +119,23 @@ def run(args: argparse.Namespace) -> int:
         )
         + "; "
         + ", ".join(f"{k} {report[k]}" for k in _NOT_SENT if report.get(k))
+        + (" (stopped by a signal)" if report["interrupted"] else "")
     )
     return 0
+
+
+def _input_bytes(source: Source) -> int | None:
+    """The bytes of the files a source reads, for the progress bar's total (about the
+    bytes it sends: pcap and DADA sources differ by their headers); None if unknown."""
+    files = getattr(source, "files", None)
+    if files is None and (groups := getattr(source, "groups", None)) is not None:
+        files = [p for group in groups for p in group]
+    if not files:
+        return None
+    try:
+        return sum(Path(p).stat().st_size for p in files)
+    except (OSError, TypeError):
+        return None
 
 
 #: Counters worth a word on the summary line when non-zero.

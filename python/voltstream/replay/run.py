@@ -14,7 +14,9 @@ sender (or the read-ahead) on this machine.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,10 +33,14 @@ def replay(
     realtime: bool = False,
     loops: int = 1,
     bind: str | None = None,
+    stop: threading.Event | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Sends ``source`` to ``dest`` (HOST:PORT) ``loops`` times; returns the report:
     packets, bytes, seconds, rate_gbps, asked_gbps, pacing_error, late_s, loops,
-    and the source's own counters (gaps, fill frames, truncated records...)."""
+    interrupted, and the source's own counters (gaps, fill frames, truncated
+    records...). ``stop`` set (SIGINT/SIGTERM) ends the replay after the batch in
+    hand; ``progress(bytes sent)`` is called after each batch."""
     from voltstream import _core
 
     if loops < 1:
@@ -50,11 +56,14 @@ def replay(
     span = 0.0
     lengths: set[int] = set()
     t0 = time.monotonic()
-    started = False
+    started = interrupted = False
     for _ in range(loops):
         first_t: float | None = None
         last_t, prev_t, step = 0.0, 0.0, 0.0
         for batch in read_ahead(source.batches(realtime)):
+            if stop is not None and stop.is_set():
+                interrupted = True  # leaving read_ahead early stops its reader
+                break
             pk = batch.packets
             n, plen = pk.shape
             if not started:  # the schedule starts with the first packet, not the first read
@@ -75,6 +84,10 @@ def replay(
             late_s = max(late_s, float(r["late_s"]))
             gso = gso or bool(r["gso"])
             lengths.add(plen)
+            if progress is not None:
+                progress(nbytes)
+        if interrupted:
+            break
         if realtime and first_t is not None:
             # The next loop starts one packet interval after this one's last packet.
             span = last_t - first_t + step
@@ -100,6 +113,7 @@ def replay(
         "gso": gso,
         "loops": loops,
         "realtime": realtime,
+        "interrupted": interrupted,
         **source.counts,
     }
 
