@@ -39,6 +39,8 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     # the verb's options from cli_options.
     "replay": {"io", "formats", "cli_options", "config_files"},
     "monitor": set(),
+    # Metrics server and status view: the verbs' runs report to it through callbacks.
+    "ops": set(),
     "testing": set(),  # fault plans for tests: packets in, packets out
     "pipeline": {"dsp", "fold", "io", "formats", "capture_config"},
     "fengine": {"dsp", "pipeline", "streams", "capture_config"},

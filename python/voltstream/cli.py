@@ -30,6 +30,7 @@ from voltstream.cli_options import (
     positive,
 )
 from voltstream.errors import VoltstreamError
+from voltstream.ops.cli import add_metrics_options, add_status_parser, serving
 
 DESCRIPTION = """\
 voltstream: a real-time backend for radio telescopes.
@@ -463,6 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     ))  # fmt: skip
     add_rate(p, 2.0, "send rate, Gb/s. Default: 2.0")
     p.add_argument("--port", type=int, default=0, help="UDP port (0: pick a free one)")
+    add_status_parser(verbs)
+    add_metrics_options(verbs)
     return parser
 
 
@@ -480,7 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from voltstream import commands
 
     try:
-        return getattr(commands, args.verb)(args)
+        with serving(args):
+            return getattr(commands, args.verb)(args)
     except VoltstreamError as e:
         print(f"voltstream {args.verb}: error: {e}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ import numpy as np
 
 from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
+from voltstream.ops.cli import status, watcher  # noqa: F401 - status: `voltstream status`
 
 if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up short
     from voltstream.fold.reference import FoldSettings
@@ -296,6 +297,7 @@ def capture(args: argparse.Namespace) -> int:
             on_start=lambda: print(
                 f"capture: listening on {args.listen}", file=sys.stderr, flush=True
             ),  # fmt: skip
+            live_report=watcher(args),
         )
     finally:
         if writer is not None:

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -229,6 +229,7 @@ def run_capture(
     idle_timeout_s: float | None = None,
     on_start: Callable[[], None] | None = None,
     consumer: Consumer | None = None,
+    live_report: Callable[[Callable[[], dict]], None] | None = None,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
@@ -240,6 +241,8 @@ def run_capture(
     (pipeline/timeline.py). Instead of `sink`, a `consumer` (pipeline/interfaces.py
     `Consumer`) may take the timeline's blocks and gaps as handles, as the GPU stages
     do. Without either, chunks go back to the pool unread (capture alone).
+    `live_report` (the metrics board's ``watch``) is given a callable that returns
+    the report so far once the capture is open, and ``report.as_dict`` at the end.
     """
     if duration_s <= 0:
         raise ConfigError(f"--duration must be positive, got {duration_s}")
@@ -260,13 +263,39 @@ def run_capture(
         settings.chunks.resync_chunks,
     )  # fmt: skip
     run = CaptureRun(cap, timeline, consumer, settings.threads.cpus)
+    if live_report is not None:
+        live_report(_so_far(report, cap, timeline, consumer))
     try:
         run.loop(duration_s, idle_timeout_s, on_start)
     finally:
         report.discontinuities = timeline.discontinuities
         report.duration_s = run.seconds
         report.engine = cap.stats()
+    if live_report is not None:
+        live_report(report.as_dict)
     return report
+
+
+def _so_far(report: CaptureReport, cap: Any, timeline: Any, consumer: Any) -> Callable[[], dict]:
+    """The report of a running capture, asked from another thread (a metrics scrape):
+    the engine's counters now, the pool's free chunks, a GPU stage's chunks in flight
+    and GPU busy time where the consumer has them."""
+    t0, pool = time.monotonic(), list[int]()  # the pool's size, once the capture has started
+
+    def now() -> dict:
+        pool[:] = pool or [len(cap.chunk_buffers())]
+        live = replace(report, engine=cap.stats(), duration_s=time.monotonic() - t0,
+                       discontinuities=timeline.discontinuities)  # fmt: skip
+        if callable(as_dict := getattr(consumer, "as_dict", None)):
+            live.pipeline = as_dict()
+            live.pipeline["copies_in_flight"] = consumer.handoff.in_flight
+            if getattr(consumer, "status", None) is not None and consumer.busy is not None:
+                # As of the status line's last tick: asking the GPU here would race
+                # the consumer thread's own collection of its timing events.
+                live.pipeline["gpu_busy_ms"] = consumer.busy_ms_last
+        return live.as_dict() | {"free_chunks": cap.free_chunks(), "pool_chunks": pool[0]}
+
+    return now
 
 
 class CaptureRun:
