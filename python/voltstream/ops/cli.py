@@ -60,6 +60,8 @@ def serving(args: argparse.Namespace) -> Iterator[None]:
     from voltstream.ops.server import MetricsServer
 
     config = {k: getattr(args, k) for k in CONFIG_KEYS if getattr(args, k, None) is not None}
+    if config.get("stream"):  # the file says what the format is; --format is its default
+        config.pop("format", None)
     args.run_status = board = RunStatus(args.verb, config)
     server = MetricsServer(board, address)
     print(

@@ -12,13 +12,14 @@ under warnings. rich draws plain ANSI text: it works over ssh and in tmux.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
 from typing import Any
 
-from rich.columns import Columns
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -82,7 +83,7 @@ class Frame:
 
 
 def _where(s: Sample) -> str:
-    rest = {k: v for k, v in s.labels.items() if k not in ("kind", "label")}
+    rest = {k: v for k, v in s.labels.items() if k not in ("kind", "label") and v}
     short = s.name.removeprefix("voltstream_").removesuffix("_total")
     return short + ("" if not rest else " " + " ".join(f"{k}={v}" for k, v in rest.items()))
 
@@ -186,7 +187,7 @@ def _cell(frame: Frame, s: Sample | None) -> Text:
     if s is None:
         return Text("")
     rate = frame.rates.get(_key(s))
-    text = _value(s.value) + ("" if rate is None else f" {_value(round(rate, 1)):>6}/s")
+    text = _value(s.value) + ("" if rate is None else f"  {_value(round(rate, 1)):>5}/s")
     rising = s.labels.get("kind") in LOSS_KINDS and (rate or 0) > 0
     return Text(text, style="bold red" if rising else "")
 
@@ -197,18 +198,27 @@ def render(frame: Frame, address: str) -> Group:
         parts.append(Text("warnings: " + "; ".join(frame.rising_losses), style="bold red"))
     elif not frame.status.get("report"):
         parts.append(Text("(the run has not opened its capture yet)"))
-    *by_kind, rest = counter_tables(frame)
-    parts += [Columns(by_kind, padding=(0, 4)), rest]
+    parts += counter_tables(frame)
     run = {s.name: s.value for s in run_samples(frame.status)}
     if run.get("voltstream_run_finished"):
         parts.append(Text("the run has ended: these are its final numbers"))
     return Group(*parts)
 
 
+def _console() -> Console:
+    """rich prefers $COLUMNS and $LINES to the terminal's size; a detached tmux (and some
+    ssh shells) exports stale ones (80x24), which would wrap every row: on a terminal,
+    ask it."""
+    if sys.stdout.isatty():
+        size = os.get_terminal_size(sys.stdout.fileno())
+        return Console(width=size.columns, height=size.lines)
+    return Console()
+
+
 def run_status_view(address: str, *, once: bool = False, interval_s: float = 1.0) -> int:
     """Shows ``address``'s status: live until Ctrl-C or the run goes away, or (``once``)
     one frame, with rates over one interval, then returns."""
-    console = Console()
+    console = _console()
     frame = Frame(fetch_status(address))
     if once:
         time.sleep(interval_s)

@@ -1,0 +1,175 @@
+"""`--metrics HOST:PORT`: a real loopback capture scraped over HTTP (Prometheus text,
+parsed by prometheus_client's parser) while packets arrive; its counters rise, and
+they end equal to the run's report."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cli_process import run_cli
+from live_capture import PPC, LiveCapture, packets
+from loopback import free_bind, sender
+from voltstream.capture_config import CaptureSettings
+from voltstream.ops.board import RunStatus
+from voltstream.ops.counters import samples
+from voltstream.ops.server import MetricsServer, RunCollector
+from voltstream.pipeline.capture import run_capture
+from voltstream.streams import parse_stream
+
+
+def _stream_key(kind: str, stream: int) -> tuple[str, tuple]:
+    labels = {"kind": kind, "label": f"stream {stream}", "stream": str(stream)}
+    return "voltstream_stream_packets_total", tuple(sorted(labels.items()))
+
+
+def test_cli_capture_metrics_rise_while_packets_come_and_end_at_the_report(tmp_path):
+    run = LiveCapture(tmp_path)
+    try:
+        # 20 chunks, packet 37 of stream 1 never sent, packet 3 of stream 0 again once its
+        # chunk has left the reorder window (late).
+        first = packets(0, 20 * PPC, skip={(37, 1)})
+        run.send(first + packets(3, 4, skip={(3, 1)}))
+        a = run.scrape_when_received(len(first))
+        run.send(packets(20 * PPC, 40 * PPC))
+        b = run.scrape_when_received(len(first) + 40 * PPC)
+        report = run.finish()
+    finally:
+        run.kill()
+    for name in ("voltstream_capture_bytes_total", "voltstream_capture_datagrams_total"):
+        assert b[(name, ())] > a[(name, ())] > 0
+    assert b[_stream_key("received", 0)] > a[_stream_key("received", 0)]
+    assert b[_stream_key("missing", 1)] == 1 and b[_stream_key("late", 0)] == 1
+    # The last scrape (all packets in) equals what the run reported at its end.
+    for i, s in enumerate(report["streams"]):
+        for kind in ("received", "missing", "late", "duplicate", "invalid", "dropped"):
+            assert b[_stream_key(kind, i)] == s[kind], (kind, i)
+    for kind, n in report["totals"].items():
+        assert b[("voltstream_capture_packets_total", (("kind", kind),))] == n, kind
+    engine = report["engine"]
+    assert b[("voltstream_capture_bytes_total", ())] == engine["totals"]["bytes"]
+    assert b[("voltstream_capture_datagrams_total", ())] == engine["packets"]
+    assert b[("voltstream_capture_kernel_drops_total", ())] == engine["kernel_drops"]
+    th = engine["threads"][0]
+    thread = (("cpu", ""), ("kind", "received"), ("thread", "0"))
+    assert b[("voltstream_thread_packets_total", thread)] == th["totals"]["received"]
+    assert (
+        0 <= b[("voltstream_capture_free_chunks", ())] <= b[("voltstream_capture_pool_chunks", ())]
+    )
+    info = [k for k in b if k[0] == "voltstream_run_info"]
+    assert info and ("verb", "capture") in info[0][1]
+
+
+def test_metrics_after_a_run_are_its_report_exactly(tmp_path):
+    """In the library: once run_capture returns, a scrape is the final report, every
+    sample (chunks, consumer, host counters included), and /status.json is the report."""
+    stream = parse_stream({"format": "counter", "streams": 2, "payload_len": 64})
+    board = RunStatus("capture", {"listen": "test"})
+    server = MetricsServer(board, "127.0.0.1:0")
+    bind = free_bind()
+    try:
+        report = run_capture(
+            stream, CaptureSettings.of(bind, packets_per_chunk=PPC), 30, idle_timeout_s=0.5,
+            on_start=sender(bind, packets(0, 10 * PPC, skip={(5, 0)})),
+            live_report=board.watch,
+        )  # fmt: skip
+        with urllib.request.urlopen(f"http://{server.address}/metrics") as r:
+            text = r.read().decode()
+        with urllib.request.urlopen(f"http://{server.address}/status.json") as r:
+            status = json.load(r)
+    finally:
+        server.close()
+    scraped = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+    expected = samples(report.as_dict())
+    assert len(expected) > 40
+    for s in expected:
+        name = s.name if s.kind != "counter" or s.name.endswith("_total") else s.name + "_total"
+        assert scraped[(name, tuple(sorted(s.labels.items())))] == s.value, s
+    assert status["report"] == json.loads(json.dumps(report.as_dict()))
+    assert status["verb"] == "capture" and status["config"] == {"listen": "test"}
+    assert scraped[_stream_key("missing", 0)] == 1 == report.totals["missing"]
+
+
+def _families(report: dict) -> dict:
+    board = RunStatus("x")
+    board.watch(lambda: report)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RunCollector(board))
+    text = generate_latest(registry).decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+RECORD_REPORT = {
+    "scan": "s1", "duration_s": 1.0,
+    "capture": {"streams": [{"stream": 0, "received": 5, "missing": 1}], "packets": 6,
+                "totals": {"received": 5, "bytes": 40}},
+    "record": {"chunks_written": 3, "chunks_unwritten": 1, "chunks_lost": 0,
+               "bytes_written": 4096, "filled_packets": 1,
+               "writers": [{"dir": "/d0", "chunks": 3, "bytes": 4096, "lost_chunks": 0,
+                            "failed": None}]},
+    "free_chunks": 7, "pool_chunks": 8,
+}  # fmt: skip
+
+
+def test_record_fengine_and_replay_reports_become_metrics_named_by_the_conventions():
+    fams = _families(RECORD_REPORT)
+    chunks = {s.labels["state"]: s.value for s in fams["voltstream_record_chunks"].samples}
+    assert chunks == {"written": 3, "unwritten": 1, "lost": 0}
+    assert fams["voltstream_capture_ring_fill_ratio"].samples[0].value == 1 - 7 / 8
+    fengine = {"heaps_paired": 9, "heaps_unpaired": [1, 2], "capture": {"streams": []},
+               "engine": {"gpu_busy_s": 0.5, "saturated": [3, 4]},
+               "output": {"bytes_sent": 100, "heaps_per_destination": [5, 6]}}  # fmt: skip
+    fams = _families(fengine)
+    busy = fams["voltstream_fengine_engine_gpu_busy_seconds"]
+    assert busy.type == "counter" and busy.samples[0].value == 0.5
+    per_dest = fams["voltstream_fengine_output_heaps_per_destination"].samples
+    assert [(s.labels["dest"], s.value) for s in per_dest] == [("0", 5), ("1", 6)]
+    replay = {"dest": "x:1", "packets": 10, "bytes": 80, "late_s": 0.001, "fill_frames": 2}
+    fams = _families(replay)
+    assert fams["voltstream_replay_packets"].samples[0].value == 10
+    assert fams["voltstream_replay_source_fill_frames"].samples[0].value == 2
+    for report in (RECORD_REPORT, fengine, replay):
+        for name, fam in _families(report).items():
+            assert name.startswith("voltstream_"), name
+            assert fam.type in ("counter", "gauge", "info"), name
+            if fam.type == "counter":
+                assert all(s.name.endswith("_total") for s in fam.samples), name
+
+
+def test_a_bad_metrics_address_is_a_clear_error():
+    r = run_cli("capture", "--listen", free_bind(), "--duration", "1", "--metrics", "nowhere")
+    assert r.returncode == 2 and "expected HOST:PORT" in r.stderr
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        r = run_cli("capture", "--listen", free_bind(), "--duration", "1",
+                    "--metrics", f"127.0.0.1:{port}")  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "cannot serve there" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("path", ["/", "/nothing"])
+def test_other_paths_say_where_the_metrics_are(path):
+    server = MetricsServer(RunStatus("capture"), "127.0.0.1:0")
+    try:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://{server.address}{path}")
+        assert e.value.code == 404 and b"/metrics" in e.value.read()
+    finally:
+        server.close()
+
+
+def test_counter_packets_are_the_format_the_capture_parses():
+    # The helper's packets: the counter header (index, stream) as test_capture.py sends.
+    assert packets(7, 8)[1][:10] == struct.pack(">QH", 7, 1)
