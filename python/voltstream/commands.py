@@ -330,6 +330,7 @@ def record(args: argparse.Namespace) -> int:
         source=args.source,
         idle_timeout_s=args.idle_timeout,
         queue_chunks=args.queue_chunks,
+        live_report=watcher(args),
         on_start=lambda address: print(
             f"record: listening on {address}, scan {args.scan} ({args.layout}) -> "
             f"{', '.join(args.dirs)}",
@@ -406,6 +407,7 @@ def fold(args: argparse.Namespace) -> int:
                 args.duration,
                 obs,
                 idle_timeout_s=args.idle_timeout,
+                live_report=watcher(args),
             )
             live.start()
         reader = live
@@ -439,7 +441,7 @@ def fold(args: argparse.Namespace) -> int:
         archive, report = fold_live_gpu(
             fmt, _capture_settings(args, args.listen), args.duration, obs, settings,
             idle_timeout_s=args.idle_timeout, packets_per_chunk=args.packets_per_chunk,
-            pool_mb=args.buffer_mb, status=not args.no_status,
+            pool_mb=args.buffer_mb, status=not args.no_status, live_report=watcher(args),
             on_start=lambda: print(f"fold: listening on {args.listen}", file=sys.stderr,
                                    flush=True),
         )  # fmt: skip
@@ -596,6 +598,7 @@ def fengine(args: argparse.Namespace) -> int:
             control=control,
             engine_factory=factory,
             status=not args.no_status,
+            live_report=watcher(args),
             **_by_name(args, "samples_per_heap", "chunk_heaps"),
             on_start=lambda address: print(f"fengine: listening on {address}", flush=True),
         )

@@ -305,6 +305,10 @@ def _fengine(r: dict[str, Any]) -> list[Sample]:
                 {"pol": str(pol)},
             )
         )
+    if _num(r.get("copies_in_flight")):
+        out.append(Sample("voltstream_gpu_chunks_in_flight", "gauge",
+                          "pool chunks held while their copy to the GPU runs",
+                          r["copies_in_flight"]))  # fmt: skip
     out += _flat(r.get("engine") or {}, "voltstream_fengine_engine_", "F-engine engine: ")
     out += _flat(r.get("output") or {}, "voltstream_fengine_output_", "F-engine output: ")
     return out

@@ -43,9 +43,11 @@ class LiveReader:
         obs: Observation,
         idle_timeout_s: float | None = None,
         max_queued_chunks: int = 64,
+        live_report: Any = None,
     ) -> None:
         self.fmt, self.capture, self.obs = fmt, capture, obs
         self.duration_s, self.idle_timeout_s = duration_s, idle_timeout_s
+        self.live_report = live_report  # run_capture's: the metrics board's watch
         self._queue: queue.Queue = queue.Queue(maxsize=max_queued_chunks)
         self.report: CaptureReport | None = None
         self.error: BaseException | None = None
@@ -70,6 +72,7 @@ class LiveReader:
                 sink=lambda samples, valid: self._queue.put((samples, valid)),
                 idle_timeout_s=self.idle_timeout_s,
                 on_start=self._started.set,
+                live_report=self.live_report,
             )
         except BaseException as e:  # handed to the reading thread
             self.error = e
@@ -130,6 +133,7 @@ def fold_live_gpu(
     pool_mb: float = GPU_POOL_MB,
     status: bool = True,
     on_start: Any = None,
+    live_report: Any = None,
 ) -> tuple[FoldedArchive, Any]:
     """Captures and folds on the GPU in one process, chunks straight from the capture's
     pool to the GPU (pipeline/gpu.py); returns (archive, capture report).
@@ -156,6 +160,7 @@ def fold_live_gpu(
     report = run_capture(
         fmt, capture.replace(packets_per_chunk=ppc, nchunks=nchunks), duration_s,
         idle_timeout_s=idle_timeout_s, on_start=on_start, consumer=consumer,
+        live_report=live_report,
     )  # fmt: skip
     archive = eng.finish()
     wall = time.monotonic() - t0

@@ -39,11 +39,14 @@ def record(
     idle_timeout_s: float | None = None,
     queue_chunks: int = 2,
     on_start: Callable[[str], None] | None = None,
+    live_report: Callable[[Callable[[], dict]], None] | None = None,
 ) -> dict[str, Any]:
     """Records `stream` as `settings` capture it into `dirs` (one writer each) as
     scan `scan` in `layout`, for `duration_s` seconds (None: until Ctrl-C), or until
     `idle_timeout_s` without a packet once data has come. ``on_start(address)``
-    once it listens."""
+    once it listens. ``live_report`` (the metrics board's ``watch``) is given a
+    callable that returns the counters so far, and one that returns the report at
+    the end."""
     from voltstream import _core
 
     if duration_s is not None and not duration_s > 0:
@@ -68,6 +71,10 @@ def record(
     manifest.write({})
     if on_start is not None:
         on_start(cap.address or settings.network.bind)
+    if live_report is not None:
+        pool = len(cap.chunk_buffers())
+        live_report(lambda: {"capture": cap.stats(), "record": rec.report(),
+                             "free_chunks": cap.free_chunks(), "pool_chunks": pool})  # fmt: skip
     t0 = time.monotonic()
     interrupted = False
     seen = 0
@@ -89,7 +96,7 @@ def record(
         cap.stop()
         rec.finish()
         counters = update(final=True)
-    return {
+    report = {
         "scan": scan,
         "layout": layout,
         "dirs": list(dirs),
@@ -99,6 +106,9 @@ def record(
         "manifest_unwritable": manifest.unwritable,
         **counters,
     }
+    if live_report is not None:
+        live_report(lambda: report)
+    return report
 
 
 def _describe(stream: CaptureFormat, cap: Any, plan: RecordLayout) -> dict[str, Any]:

@@ -91,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
     source = open_source(args)
     rate = 1.0 if args.rate is None and not args.realtime else (args.rate or 0.0)
     try:
+        board = getattr(args, "run_status", None)  # --metrics (voltstream.ops)
         report = replay(source, args.dest, rate_gbps=rate, realtime=args.realtime,
-                        loops=args.loop, bind=args.bind)  # fmt: skip
+                        loops=args.loop, bind=args.bind,
+                        live_report=board.watch if board else None)  # fmt: skip
     finally:
         close = getattr(source, "close", None)
         if close is not None:
