@@ -5,9 +5,11 @@ they end equal to the run's report."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import struct
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -18,7 +20,7 @@ from live_capture import PPC, LiveCapture, packets
 from loopback import free_bind, sender
 from voltstream.capture_config import CaptureSettings
 from voltstream.ops.board import RunStatus
-from voltstream.ops.counters import samples
+from voltstream.ops.counters import run_samples, samples
 from voltstream.ops.server import MetricsServer, RunCollector
 from voltstream.pipeline.capture import run_capture
 from voltstream.streams import parse_stream
@@ -173,3 +175,51 @@ def test_other_paths_say_where_the_metrics_are(path):
 def test_counter_packets_are_the_format_the_capture_parses():
     # The helper's packets: the counter header (index, stream) as test_capture.py sends.
     assert packets(7, 8)[1][:10] == struct.pack(">QH", 7, 1)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GPU_FOLD = {"blocks": 1, "gaps": 0, "samples_fed": 1, "bytes_fed": 1, "lost_samples": 0,
+            "copies_in_flight": 1, "max_copies_in_flight": 2, "registered_bytes": 1,
+            "gpu_busy_ms": 1.0, "gpu_busy_pct": 50.0, "host_wait_s": 0.1}  # fmt: skip
+
+
+def _names_of_every_section() -> set[str]:
+    """Exposed metric names of a real capture run's report (every capture section, a GPU stage
+    added) and of the record, F-engine and replay report shapes."""
+    stream = parse_stream({"format": "counter", "streams": 1, "payload_len": 16})
+    bind = free_bind()
+    report = run_capture(
+        stream, CaptureSettings.of(bind, packets_per_chunk=4), 30, idle_timeout_s=0.3,
+        on_start=sender(bind, [struct.pack(">QH", i, 0) + bytes(16) for i in range(8)]),
+    ).as_dict()  # fmt: skip
+    report |= {"pipeline": GPU_FOLD, "free_chunks": 1, "pool_chunks": 2}
+    fengine = {"heaps_paired": 1, "heaps_unpaired": [0, 0], "copies_in_flight": 0,
+               "engine": {"gpu_busy_s": 1.0}, "output": {"bytes_sent": 1}}  # fmt: skip
+    replay = {"dest": "x:1", "packets": 1, "bytes": 1, "loops_done": 1, "late_s": 0.0}
+    board = RunStatus("capture", {"listen": bind})
+    every = [*run_samples(board.status())]
+    for r in (report, RECORD_REPORT, fengine, replay):
+        every += samples(r)
+    return {s.name + ("_info" if s.kind == "info" else "") for s in every}  # as exposed
+
+
+def test_the_docs_list_every_metric_and_the_dashboard_uses_only_real_ones():
+    names = _names_of_every_section()
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    section = doc[doc.index("## Metrics and status") :]
+    generic = re.findall(r"`(voltstream_\w+_)<counter>_total`", section)
+    undocumented = [
+        n for n in names
+        if f"`{n}`" not in section and not any(n.startswith(g) for g in generic)
+    ]  # fmt: skip
+    assert not undocumented, undocumented
+    dashboard = json.loads((ROOT / "docs" / "grafana" / "voltstream.json").read_text())
+    used = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"voltstream_\w+", target["expr"])
+    }
+    assert used and not used - names, used - names
+    assert len(dashboard["panels"]) >= 10
