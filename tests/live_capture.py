@@ -33,16 +33,17 @@ def packets(first: int, last: int, skip: set[tuple[int, int]] = frozenset()) -> 
 
 
 class LiveCapture:
-    """``voltstream capture`` of two counter streams with ``--metrics 127.0.0.1:0``,
-    ``--report`` to ``tmp/report.json``; ends after ``idle_timeout`` s without packets."""
+    """``voltstream capture`` (or the ``verb`` and its own options, e.g. record) of two
+    counter streams with ``--metrics 127.0.0.1:0``, ``--report`` to
+    ``tmp/report.json``; ends after ``idle_timeout`` s without packets."""
 
-    def __init__(self, tmp: Path, idle_timeout: float = 3.0) -> None:
+    def __init__(self, tmp: Path, idle_timeout: float = 3.0, verb: tuple = ("capture",)) -> None:
         stream = tmp / "counter.toml"
         stream.write_text(COUNTER_STREAM)
         self.bind = free_bind()
         self.report_path = tmp / "report.json"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "voltstream.cli", "capture", "--stream", str(stream),
+            [sys.executable, "-m", "voltstream.cli", *verb, "--stream", str(stream),
              "--listen", self.bind, "--duration", "120", "--idle-timeout", str(idle_timeout),
              "--packets-per-chunk", str(PPC), "--metrics", "127.0.0.1:0",
              "--report", str(self.report_path)],
@@ -75,16 +76,19 @@ class LiveCapture:
             for s in fam.samples
         }
 
-    def scrape_when_received(self, n: int, tries: int = 400) -> dict[tuple[str, tuple], float]:
+    def scrape_when_received(self, n: int) -> dict[tuple[str, tuple], float]:
         """The first scrape that counts ``n`` received packets (the socket may still
         hold some when the sender returns)."""
-        key = ("voltstream_capture_packets_total", (("kind", "received"),))
-        for _ in range(tries):
+        return self.scrape_when(("voltstream_capture_packets_total", (("kind", "received"),)), n)
+
+    def scrape_when(self, key: tuple[str, tuple], n: int) -> dict[tuple[str, tuple], float]:
+        """The first scrape whose sample ``key`` is ``n``."""
+        for _ in range(400):
             got = self.scrape()
             if got.get(key) == n:
                 return got
             time.sleep(0.025)  # the socket still holds some: ask again
-        raise AssertionError(f"received never reached {n}: {got.get(key)}")
+        raise AssertionError(f"{key} never reached {n}: {got.get(key)}")
 
     def finish(self) -> dict:
         """Waits for the idle timeout to end the run; its --report."""

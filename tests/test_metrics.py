@@ -25,6 +25,9 @@ from voltstream.ops.server import MetricsServer, RunCollector
 from voltstream.pipeline.capture import run_capture
 from voltstream.streams import parse_stream
 
+RECEIVED = ("voltstream_capture_packets_total", (("kind", "received"),))
+DATAGRAMS = ("voltstream_capture_datagrams_total", ())
+
 
 def _stream_key(kind: str, stream: int) -> tuple[str, tuple]:
     labels = {"kind": kind, "label": f"stream {stream}", "stream": str(stream)}
@@ -66,6 +69,34 @@ def test_cli_capture_metrics_rise_while_packets_come_and_end_at_the_report(tmp_p
     )
     info = [k for k in b if k[0] == "voltstream_run_info"]
     assert info and ("verb", "capture") in info[0][1]
+
+
+def test_cli_record_metrics_count_the_chunks_written_as_they_are_written(tmp_path):
+    disk = tmp_path / "d0"
+    disk.mkdir()
+    verb = ("record", "--dirs", str(disk), "--scan", "s1", "--layout", "vbs")
+    run = LiveCapture(tmp_path, verb=verb)
+    try:
+        # Every datagram taken in: a chunk no disk had room for is dropped, not received.
+        run.send(packets(0, 20 * PPC))
+        a = run.scrape_when(DATAGRAMS, 2 * 20 * PPC)
+        run.send(packets(20 * PPC, 60 * PPC))
+        b = run.scrape_when(DATAGRAMS, 2 * 60 * PPC)
+        report = run.finish()
+    finally:
+        run.kill()
+    written = ("voltstream_record_chunks_total", (("state", "written"),))
+    assert b[written] > a[written] > 0
+    disk_bytes = ("voltstream_record_writer_bytes_total", (("dir", str(disk)),))
+    assert b[disk_bytes] > a[disk_bytes]
+    # Every chunk left the reorder window (and was written) but the last few, which
+    # the end of the run flushes: the report has at least what the last scrape had.
+    assert report["record"]["chunks_written"] >= b[written]
+    dropped = ("voltstream_capture_packets_total", (("kind", "dropped"),))
+    assert b[RECEIVED] + b[dropped] == 2 * 60 * PPC
+    totals = report["capture"]["totals"]
+    assert totals["received"] + totals["dropped"] == 2 * 60 * PPC
+    assert ("verb", "record") in next(k for k in b if k[0] == "voltstream_run_info")[1]
 
 
 def test_metrics_after_a_run_are_its_report_exactly(tmp_path):
