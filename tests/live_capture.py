@@ -37,7 +37,9 @@ class LiveCapture:
     counter streams with ``--metrics 127.0.0.1:0``, ``--report`` to
     ``tmp/report.json``; ends after ``idle_timeout`` s without packets."""
 
-    def __init__(self, tmp: Path, idle_timeout: float = 3.0, verb: tuple = ("capture",)) -> None:
+    def __init__(
+        self, tmp: Path, idle_timeout: float = 3.0, verb: tuple = ("capture",), extra: tuple = ()
+    ) -> None:
         stream = tmp / "counter.toml"
         stream.write_text(COUNTER_STREAM)
         self.bind = free_bind()
@@ -46,10 +48,10 @@ class LiveCapture:
             [sys.executable, "-m", "voltstream.cli", *verb, "--stream", str(stream),
              "--listen", self.bind, "--duration", "120", "--idle-timeout", str(idle_timeout),
              "--packets-per-chunk", str(PPC), "--metrics", "127.0.0.1:0",
-             "--report", str(self.report_path)],
+             "--report", str(self.report_path), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        self.address = ""
+        self.address = self.katcp = ""
         listening = False
         assert self.proc.stderr is not None
         while not (self.address and listening):
@@ -57,6 +59,8 @@ class LiveCapture:
             assert line, f"the capture ended before it listened: {self.proc.communicate()}"
             if "metrics on http://" in line:
                 self.address = line.split("http://")[1].split("/")[0]
+            if "katcp sensors on " in line:
+                self.katcp = line.split("katcp sensors on ")[1].strip()
             listening = listening or "listening on" in line
 
     def send(self, pkts: list[bytes]) -> None:

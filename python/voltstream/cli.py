@@ -30,7 +30,12 @@ from voltstream.cli_options import (
     positive,
 )
 from voltstream.errors import VoltstreamError
-from voltstream.ops.cli import add_metrics_options, add_status_parser, serving
+from voltstream.ops.cli import (
+    add_katcp_options,
+    add_metrics_options,
+    add_status_parser,
+    serving,
+)
 
 DESCRIPTION = """\
 voltstream: a real-time backend for radio telescopes.
@@ -466,6 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, help="UDP port (0: pick a free one)")
     add_status_parser(verbs)
     add_metrics_options(verbs)
+    add_katcp_options(verbs)
     return parser
 
 

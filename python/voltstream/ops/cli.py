@@ -48,33 +48,63 @@ def add_metrics_options(verbs: Any) -> None:
         )
 
 
+#: The verbs that also serve their counters as katcp sensors (issue 13, item 6).
+KATCP_VERBS = ("capture", "fold", "record")
+
+
+def add_katcp_options(verbs: Any) -> None:
+    """``--katcp-sensors`` on the capture verbs of the subparsers ``verbs``."""
+    for verb in KATCP_VERBS:
+        verbs.choices[verb].add_argument(
+            "--katcp-sensors",
+            type=metrics_address,
+            default=None,
+            metavar="HOST:PORT",
+            help="serve the run's counters as katcp sensors (aiokatcp) on HOST:PORT, the "
+            "same numbers as --metrics (e.g. stream-packets.stream1.missing); port 0 picks "
+            "a free port, printed on stderr",
+        )
+
+
 @contextmanager
 def serving(args: argparse.Namespace) -> Iterator[None]:
     """Runs a verb with ``args.run_status`` (a `RunStatus` its run reports into) and,
-    with ``--metrics``, the server that shows it; the server stops when the verb ends."""
+    with ``--metrics`` (``--katcp-sensors``), the server that shows it; the servers
+    stop when the verb ends."""
     address = getattr(args, "metrics", None)
-    if address is None:
+    katcp_address = getattr(args, "katcp_sensors", None)
+    if address is None and katcp_address is None:
         yield
         return
     from voltstream.ops.board import RunStatus
-    from voltstream.ops.server import MetricsServer
 
     config = {k: getattr(args, k) for k in CONFIG_KEYS if getattr(args, k, None) is not None}
     if config.get("stream"):  # the file says what the format is; --format is its default
         config.pop("format", None)
     args.run_status = board = RunStatus(args.verb, config)
-    server = MetricsServer(board, address)
-    print(
-        f"{args.verb}: metrics on http://{server.address}/metrics "
-        f"(status: voltstream status {server.address})",
-        file=sys.stderr,
-        flush=True,
-    )
+    servers: list[Any] = []
     try:
+        if address is not None:
+            from voltstream.ops.server import MetricsServer
+
+            servers.append(MetricsServer(board, address))
+            print(
+                f"{args.verb}: metrics on http://{servers[-1].address}/metrics "
+                f"(status: voltstream status {servers[-1].address})",
+                file=sys.stderr,
+                flush=True,
+            )
+        if katcp_address is not None:
+            from voltstream.ops.katcp_sensors import KatcpSensors
+
+            servers.append(KatcpSensors(board, katcp_address))
+            print(f"{args.verb}: katcp sensors on {servers[-1].address}", file=sys.stderr,
+                  flush=True)  # fmt: skip
         yield
     finally:
         board.finish()
-        server.close()
+        for server in servers:
+            server.close()
 
 
 def watcher(args: argparse.Namespace) -> Callable[[Callable[[], dict]], None] | None:
