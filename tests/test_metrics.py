@@ -126,8 +126,14 @@ def test_metrics_after_a_run_are_its_report_exactly(tmp_path):
     expected = samples(report.as_dict())
     assert len(expected) > 40
     for s in expected:
-        name = s.name if s.kind != "counter" or s.name.endswith("_total") else s.name + "_total"
-        assert scraped[(name, tuple(sorted(s.labels.items())))] == s.value, s
+        labels = tuple(sorted(s.labels.items()))
+        if s.kind == "histogram":
+            assert scraped[(s.name + "_sum", labels)] == s.value, s
+            assert scraped[(s.name + "_count", labels)] == s.count, s
+            le_inf = tuple(sorted({**s.labels, "le": "+Inf"}.items()))
+            assert scraped[(s.name + "_bucket", le_inf)] == s.count > 0, s
+            continue
+        assert scraped[(s.name, labels)] == s.value, s
     assert status["report"] == json.loads(json.dumps(report.as_dict()))
     assert status["verb"] == "capture" and status["config"] == {"listen": "test"}
     assert scraped[_stream_key("missing", 0)] == 1 == report.totals["missing"]

@@ -25,14 +25,17 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Sample:
-    """One metric value: ``kind`` is counter, gauge or info (an info's labels are its
-    value, the value is 1)."""
+    """One metric value: ``kind`` is counter, gauge, info (an info's labels are its
+    value, the value is 1) or histogram (the value is the sum; ``buckets``: (upper
+    bound, cumulative count) pairs; ``count``: all observations)."""
 
     name: str
     kind: str
     help: str
     value: float
     labels: dict[str, str] = field(default_factory=dict)
+    buckets: tuple[tuple[float, int], ...] = ()
+    count: int = 0
 
 
 #: Packet counters per stream (and per thread), by kind: what each kind means.
@@ -88,6 +91,11 @@ def samples(snapshot: dict[str, Any]) -> list[Sample]:
         out += _fengine(snapshot)
     if "dest" in snapshot and "packets" in snapshot:
         out += _replay(snapshot)
+    for stage, h in (snapshot.get("stage_seconds") or {}).items():
+        out.append(Sample("voltstream_stage_seconds", "histogram",
+                          "seconds per item of a stage (consumer: the consumer's Python per "
+                          "chunk, from the capture loop)", h["sum"], {"stage": stage},
+                          tuple((le, n) for le, n in h["le"]), h["count"]))  # fmt: skip
     return out
 
 

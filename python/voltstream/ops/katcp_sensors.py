@@ -97,6 +97,8 @@ class KatcpSensors:
     def update(self, server: _Server) -> None:
         """Sets every sensor from the board's report now (on the server's loop)."""
         for s in samples(self.board.report()):
+            if s.kind == "histogram":  # katcp has no histogram sensor
+                continue
             name = sensor_name(s)
             integral = float(s.value).is_integer() and s.name.endswith("_total")
             sensor = server.sensors.get(name)

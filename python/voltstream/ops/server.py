@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
+    HistogramMetricFamily,
     InfoMetricFamily,
     Metric,
 )
@@ -49,6 +50,9 @@ def families(flat: Iterable[Sample]) -> list[Metric]:
             by_name[s.name] = fam
         if isinstance(fam, InfoMetricFamily):
             fam.add_metric([], s.labels)
+        elif isinstance(fam, HistogramMetricFamily):
+            buckets = [(repr(le), n) for le, n in s.buckets] + [("+Inf", s.count)]
+            fam.add_metric(list(s.labels.values()), buckets, s.value)
         else:
             fam.add_sample(_sample_name(s), s.labels, float(s.value))
     return list(by_name.values())
@@ -59,6 +63,8 @@ def _family(s: Sample) -> Metric:
         return CounterMetricFamily(s.name, s.help)
     if s.kind == "info":
         return InfoMetricFamily(s.name, s.help)
+    if s.kind == "histogram":
+        return HistogramMetricFamily(s.name, s.help, labels=list(s.labels))
     return GaugeMetricFamily(s.name, s.help)
 
 

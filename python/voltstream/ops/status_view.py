@@ -173,6 +173,11 @@ def counter_tables(frame: Frame) -> list[Table]:
     for s in rest:
         rate = frame.rates.get(_key(s))
         labels = " ".join(f"{k}={v}" for k, v in s.labels.items() if v)
+        if s.kind == "histogram":  # a stage's time per item: how many, and the mean
+            mean = 1e3 * s.value / s.count if s.count else 0.0
+            t.add_row(s.name.removeprefix("voltstream_"), labels,
+                      f"{s.count:,} x {mean:.3f} ms", "")  # fmt: skip
+            continue
         t.add_row(s.name.removeprefix("voltstream_"), labels, _value(s.value),
                   "" if rate is None else _value(round(rate, 1)))  # fmt: skip
     tables.append(t)

@@ -25,6 +25,7 @@ import numpy as np
 from voltstream.errors import ConfigError
 from voltstream.formats import StreamFormat
 from voltstream.pipeline.interfaces import ChunkSource, Consumer
+from voltstream.pipeline.stage_times import StageTimes
 from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
 
 if TYPE_CHECKING:  # the compiled extension is imported when a capture opens
@@ -52,6 +53,9 @@ class CaptureReport:
     discontinuities: int = 0  # timeline restarts (jumps beyond the resync bound)
     pipeline: dict | None = None  # what the consumer (a GPU stage) counted
     stream_labels: list = field(default_factory=list)  # e.g. "VDIF thread 3" per stream
+    #: Per stage, a histogram of seconds per item (stage_times.py): "consumer", the
+    #: consumer's Python per chunk (the per-chunk cost the design keeps small).
+    stage_seconds: dict = field(default_factory=dict)
 
     @property
     def totals(self) -> dict[str, int]:
@@ -87,6 +91,7 @@ class CaptureReport:
                 for s, label in zip(self.engine.get("streams", []), self._labels(), strict=True)
             ],
             "station": self.engine.get("station"),
+            "stage_seconds": self.stage_seconds,
         }
 
     def write_json(self, path: str | Path) -> None:
@@ -264,19 +269,20 @@ def run_capture(
     )  # fmt: skip
     run = CaptureRun(cap, timeline, consumer, settings.threads.cpus)
     if live_report is not None:
-        live_report(_so_far(report, cap, timeline, consumer))
+        live_report(_so_far(report, cap, run, consumer))
     try:
         run.loop(duration_s, idle_timeout_s, on_start)
     finally:
         report.discontinuities = timeline.discontinuities
         report.duration_s = run.seconds
         report.engine = cap.stats()
+        report.stage_seconds = {"consumer": run.chunk_times.as_dict()}
     if live_report is not None:
         live_report(report.as_dict)
     return report
 
 
-def _so_far(report: CaptureReport, cap: Any, timeline: Any, consumer: Any) -> Callable[[], dict]:
+def _so_far(report: CaptureReport, cap: Any, run: CaptureRun, consumer: Any) -> Callable[[], dict]:
     """The report of a running capture, asked from another thread (a metrics scrape):
     the engine's counters now, the pool's free chunks, a GPU stage's chunks in flight
     and GPU busy time where the consumer has them."""
@@ -285,7 +291,8 @@ def _so_far(report: CaptureReport, cap: Any, timeline: Any, consumer: Any) -> Ca
     def now() -> dict:
         pool[:] = pool or [len(cap.chunk_buffers())]
         live = replace(report, engine=cap.stats(), duration_s=time.monotonic() - t0,
-                       discontinuities=timeline.discontinuities)  # fmt: skip
+                       discontinuities=run.timeline.discontinuities,
+                       stage_seconds={"consumer": run.chunk_times.as_dict()})  # fmt: skip
         if callable(as_dict := getattr(consumer, "as_dict", None)):
             live.pipeline = as_dict()
             live.pipeline["copies_in_flight"] = consumer.handoff.in_flight
@@ -315,6 +322,7 @@ class CaptureRun:
         self.capture_cpus = capture_cpus
         self.seconds = 0.0
         self.interrupted = False
+        self.chunk_times = StageTimes()  # the consumer's time per chunk
 
     def loop(
         self,
@@ -371,7 +379,9 @@ class CaptureRun:
                     packets_seen, last_data = packets, time.monotonic()
                 continue
             last_data = time.monotonic()
+            t = time.perf_counter()
             self.timeline.add(chunk)
+            self.chunk_times.observe(time.perf_counter() - t)
 
 
 def _leave_cpus(cpus: Any) -> None:
