@@ -151,7 +151,8 @@ def _families(report: dict) -> dict:
 RECORD_REPORT = {
     "scan": "s1", "duration_s": 1.0,
     "capture": {"streams": [{"stream": 0, "received": 5, "missing": 1}], "packets": 6,
-                "totals": {"received": 5, "bytes": 40}},
+                "totals": {"received": 5, "bytes": 40},
+                "xdp": {"mode": "skb", "rx_dropped": 2}, "dpdk": {"imissed": 3}},
     "record": {"chunks_written": 3, "chunks_unwritten": 1, "chunks_lost": 0,
                "bytes_written": 4096, "filled_packets": 1,
                "writers": [{"dir": "/d0", "chunks": 3, "bytes": 4096, "lost_chunks": 0,
@@ -165,6 +166,10 @@ def test_record_fengine_and_replay_reports_become_metrics_named_by_the_conventio
     chunks = {s.labels["state"]: s.value for s in fams["voltstream_record_chunks"].samples}
     assert chunks == {"written": 3, "unwritten": 1, "lost": 0}
     assert fams["voltstream_capture_ring_fill_ratio"].samples[0].value == 1 - 7 / 8
+    assert [(s.labels, s.value) for s in fams["voltstream_capture_xdp"].samples] == [
+        ({"kind": "rx_dropped"}, 2)
+    ]
+    assert fams["voltstream_capture_dpdk"].samples[0].value == 3
     fengine = {"heaps_paired": 9, "heaps_unpaired": [1, 2], "capture": {"streams": []},
                "engine": {"gpu_busy_s": 0.5, "saturated": [3, 4]},
                "output": {"bytes_sent": 100, "heaps_per_destination": [5, 6]}}  # fmt: skip

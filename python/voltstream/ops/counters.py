@@ -74,6 +74,19 @@ _HOST = (
      ("rx_dropped", "rx_missed_errors")),
 )  # fmt: skip
 
+#: The AF_XDP and DPDK engines' own counters (stats()["xdp"], ["dpdk"]), by kind.
+_ENGINE_OWN = (
+    ("xdp", ("matched", "cut", "no_socket", "rx_dropped", "rx_ring_full",
+             "rx_fill_ring_empty_descs", "rx_invalid_descs"),
+     "AF_XDP engine: the XDP program's counts (matched, cut, no_socket) and the "
+     "kernel's AF_XDP socket drops (rx_dropped, rx_ring_full, rx_fill_ring_empty_descs, "
+     "rx_invalid_descs)"),
+    ("dpdk", ("frames", "other", "cut", "joined", "ipackets", "imissed", "ierrors",
+              "rx_nombuf"),
+     "DPDK engine: frames taken and sorted (frames, other, cut, joined) and the port's "
+     "counters (ipackets, imissed: dropped by the NIC, ierrors, rx_nombuf)"),
+)  # fmt: skip
+
 
 def samples(snapshot: dict[str, Any]) -> list[Sample]:
     """Every sample of a snapshot (see the module's docstring for the shapes)."""
@@ -173,6 +186,12 @@ def _capture(st: dict[str, Any], snap: dict[str, Any]) -> list[Sample]:
         for k in keys:
             if _num(part.get(k)):
                 out.append(Sample(name, "counter", text, part[k], extra | {"kind": k}))
+    for engine, kinds, text in _ENGINE_OWN:
+        part = st.get(engine) or {}
+        out += [
+            Sample(f"voltstream_capture_{engine}_total", "counter", text, part[k], {"kind": k})
+            for k in kinds if _num(part.get(k))
+        ]  # fmt: skip
     mem = st.get("memory") or {}
     if _num(mem.get("bytes")):
         out.append(Sample("voltstream_capture_pool_bytes", "gauge",
