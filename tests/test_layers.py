@@ -41,6 +41,8 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     # the verb's options from cli_options.
     "replay": {"io", "formats", "cli_options", "config_files"},
     "monitor": set(),
+    # Metrics server and status view: the verbs' runs report to it through callbacks.
+    "ops": set(),
     "testing": set(),  # fault plans for tests: packets in, packets out
     # Signals, exit status, logs, progress bar: used by cli and commands, which hand
     # the run loops a stop event and a progress callback (no arrow from the loops).

@@ -34,6 +34,12 @@ from voltstream.cli_options import (
     positive,
 )
 from voltstream.errors import VoltstreamError
+from voltstream.ops.cli import (
+    add_katcp_options,
+    add_metrics_options,
+    add_status_parser,
+    serving,
+)
 from voltstream.service import logs
 from voltstream.service.exit_status import BAD_INPUT, exit_status, loss_fraction
 from voltstream.service.shutdown import Shutdown
@@ -520,6 +526,9 @@ def build_parser() -> argparse.ArgumentParser:
     ))  # fmt: skip
     add_rate(p, 2.0, "send rate, Gb/s. Default: 2.0")
     p.add_argument("--port", type=int, default=0, help="UDP port (0: pick a free one)")
+    add_status_parser(verbs)
+    add_metrics_options(verbs)
+    add_katcp_options(verbs)
     return parser
 
 
@@ -540,7 +549,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.shutdown = shutdown = Shutdown()
     shutdown.install()
     try:
-        return exit_status(getattr(commands, args.verb)(args), args.max_loss, args.verb)
+        with serving(args):
+            return exit_status(getattr(commands, args.verb)(args), args.max_loss, args.verb)
     except VoltstreamError as e:
         log.error("voltstream %s: error: %s", args.verb, e)
         return BAD_INPUT

@@ -23,6 +23,7 @@ import numpy as np
 
 from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
+from voltstream.ops.cli import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.service.exit_status import Loss, capture_loss, record_loss
 from voltstream.service.progress import progress_bar, wanted
 
@@ -393,6 +394,7 @@ def capture(args: argparse.Namespace) -> Loss:
             idle_timeout_s=args.idle_timeout,
             on_start=lambda: log.info("capture: listening on %s", args.listen),
             stop_event=_stop_event(args),
+            live_report=watcher(args),
         )
     finally:
         if writer is not None:
@@ -425,6 +427,7 @@ def record(args: argparse.Namespace) -> int | Loss:
         source=args.source,
         idle_timeout_s=args.idle_timeout,
         queue_chunks=args.queue_chunks,
+        live_report=watcher(args),
         on_start=lambda address: log.info(
             "record: listening on %s, scan %s (%s) -> %s",
             address,
@@ -523,6 +526,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
                 idle_timeout_s=args.idle_timeout,
                 source=recording.forwarded() if recording is not None else None,
                 stop_event=_stop_event(args),
+                live_report=watcher(args),
             )
             try:
                 live.start()
@@ -564,7 +568,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
             idle_timeout_s=args.idle_timeout, packets_per_chunk=args.packets_per_chunk,
             pool_mb=args.buffer_mb, status=_status_line(args),
             on_start=lambda: log.info("fold: listening on %s", args.listen),
-            stop_event=_stop_event(args),
+            stop_event=_stop_event(args), live_report=watcher(args),
         )  # fmt: skip
     else:
         t_fold = time.monotonic()
@@ -741,6 +745,7 @@ def fengine(args: argparse.Namespace) -> Loss:
             control=control,
             engine_factory=factory,
             status=_status_line(args),
+            live_report=watcher(args),
             **_by_name(args, "samples_per_heap", "chunk_heaps"),
             on_start=lambda address: print(f"fengine: listening on {address}", flush=True),
             stop_event=_stop_event(args),

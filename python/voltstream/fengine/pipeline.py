@@ -474,6 +474,7 @@ def run_fengine(
     on_start: Any = None,
     stop_event: threading.Event | None = None,
     status: bool = False,
+    live_report: Any = None,
 ) -> FEngineReport:
     """Runs the F-engine: the digitiser stream captured as ``capture`` says (address,
     engine, window, the capture thread's CPU), ``engine`` in the middle, ``output`` out.
@@ -490,7 +491,9 @@ def run_fengine(
     fill, losses, GPU busy). The capture thread's CPU (``capture.threads.cpus``) is
     pinned and the engine's Python keeps off it. A GPU engine is warmed up on blocks of
     zeros before the capture starts. ``engine_factory`` (no arguments, a fresh engine)
-    lets the run survive a digitiser re-sync. ``chunk_heaps``: digitiser heaps per
+    lets the run survive a digitiser re-sync. ``live_report`` (the metrics board's
+    ``watch``) is given a callable that returns the report so far, and
+    ``report.as_dict`` at the end. ``chunk_heaps``: digitiser heaps per
     polarisation per block, by default ``default_chunk_heaps`` (about 16 MiB per
     polarisation). An engine with
     ``process_packed`` and ``sample_bits`` equal to ``sample_bits`` (the GPU engine)
@@ -547,6 +550,8 @@ def run_fengine(
         if on_start is not None:
             on_start(report.address)
 
+    if live_report is not None:
+        live_report(_so_far(report, cap, feeder, output))
     clean = False
     try:
         run.loop(duration_s, idle_timeout_s, started, stop_event, catch_interrupt=True)
@@ -563,4 +568,25 @@ def run_fengine(
                 report.output = dataclasses.asdict(output.counters)
         if control is not None:
             feeder.publish(report.capture)
+    if live_report is not None:
+        live_report(report.as_dict)
     return report
+
+
+def _so_far(report: FEngineReport, cap: Any, feeder: _Feeder, output: Any) -> Any:
+    """The report of a running F-engine, asked from another thread (a metrics scrape):
+    the capture's, the engine's and the output's counters now, the pool's free chunks,
+    the chunks whose copy to the GPU is in flight."""
+    t0, pool = time.monotonic(), list[int]()  # the pool's size, once the capture started
+
+    def now() -> dict:
+        pool[:] = pool or [len(cap.chunk_buffers())]
+        out = {} if output is None else dataclasses.asdict(output.counters)
+        live = dataclasses.replace(report, capture=cap.stats(), engine=feeder.engine_counters(),
+                                   output=out, duration_s=time.monotonic() - t0)  # fmt: skip
+        now = live.as_dict() | {"free_chunks": cap.free_chunks(), "pool_chunks": pool[0]}
+        if feeder.registry is not None:  # the GPU engine copies straight from the pool
+            now["copies_in_flight"] = feeder.handoff.in_flight
+        return now
+
+    return now

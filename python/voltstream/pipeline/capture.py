@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ import numpy as np
 from voltstream.errors import ConfigError
 from voltstream.formats import StreamFormat
 from voltstream.pipeline.interfaces import ChunkSource, Consumer
+from voltstream.pipeline.stage_times import StageTimes
 from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
 
 if TYPE_CHECKING:  # the compiled extension is imported when a capture opens
@@ -57,6 +58,9 @@ class CaptureReport:
     stream_labels: list = field(default_factory=list)  # e.g. "VDIF thread 3" per stream
     interrupted: bool = False  # ended by a stop request (SIGINT/SIGTERM), not its duration
     samples_not_folded: int = 0  # captured, still queued for a live fold when it stopped
+    #: Per stage, a histogram of seconds per item (stage_times.py): "consumer", the
+    #: consumer's Python per chunk (the per-chunk cost the design keeps small).
+    stage_seconds: dict = field(default_factory=dict)
 
     @property
     def totals(self) -> dict[str, int]:
@@ -94,6 +98,7 @@ class CaptureReport:
             "station": self.engine.get("station"),
             "interrupted": self.interrupted,
             "samples_not_folded": self.samples_not_folded,
+            "stage_seconds": self.stage_seconds,
         }
 
     def write_json(self, path: str | Path) -> None:
@@ -243,6 +248,7 @@ def run_capture(
     consumer: Consumer | None = None,
     source: ChunkSource | None = None,
     stop_event: threading.Event | None = None,
+    live_report: Callable[[Callable[[], dict]], None] | None = None,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order.
@@ -259,6 +265,8 @@ def run_capture(
     ``stop_event`` (SIGINT/SIGTERM, cli.main) ends the run as its duration would:
     the chunk in hand finished, the engine's open chunks drained, the consumer
     finished (``report.interrupted``).
+    `live_report` (the metrics board's ``watch``) is given a callable that returns
+    the report so far once the capture is open, and ``report.as_dict`` at the end.
     """
     if duration_s <= 0:
         raise ConfigError(f"--duration must be positive, got {duration_s}")
@@ -279,6 +287,8 @@ def run_capture(
         settings.chunks.resync_chunks,
     )  # fmt: skip
     run = CaptureRun(cap, timeline, consumer, settings.threads.cpus)
+    if live_report is not None:
+        live_report(_so_far(report, cap, run, consumer))
     try:
         run.loop(duration_s, idle_timeout_s, on_start, stop_event)
     finally:
@@ -286,7 +296,33 @@ def run_capture(
         report.discontinuities = timeline.discontinuities
         report.duration_s = run.seconds
         report.engine = cap.stats()
+        report.stage_seconds = {"consumer": run.chunk_times.as_dict()}
+    if live_report is not None:
+        live_report(report.as_dict)
     return report
+
+
+def _so_far(report: CaptureReport, cap: Any, run: CaptureRun, consumer: Any) -> Callable[[], dict]:
+    """The report of a running capture, asked from another thread (a metrics scrape):
+    the engine's counters now, the pool's free chunks, a GPU stage's chunks in flight
+    and GPU busy time where the consumer has them."""
+    t0, pool = time.monotonic(), list[int]()  # the pool's size, once the capture has started
+
+    def now() -> dict:
+        pool[:] = pool or [len(cap.chunk_buffers())]
+        live = replace(report, engine=cap.stats(), duration_s=time.monotonic() - t0,
+                       discontinuities=run.timeline.discontinuities,
+                       stage_seconds={"consumer": run.chunk_times.as_dict()})  # fmt: skip
+        if callable(as_dict := getattr(consumer, "as_dict", None)):
+            live.pipeline = as_dict()
+            live.pipeline["copies_in_flight"] = consumer.handoff.in_flight
+            if getattr(consumer, "status", None) is not None and consumer.busy is not None:
+                # As of the status line's last tick: asking the GPU here would race
+                # the consumer thread's own collection of its timing events.
+                live.pipeline["gpu_busy_ms"] = consumer.busy_ms_last
+        return live.as_dict() | {"free_chunks": cap.free_chunks(), "pool_chunks": pool[0]}
+
+    return now
 
 
 class CaptureRun:
@@ -306,6 +342,7 @@ class CaptureRun:
         self.capture_cpus = capture_cpus
         self.seconds = 0.0
         self.interrupted = False
+        self.chunk_times = StageTimes()  # the consumer's time per chunk
 
     def loop(
         self,
@@ -365,7 +402,9 @@ class CaptureRun:
                 log.info("capture: data is arriving (first chunk assembled)")
                 first_chunk = False
             last_data = time.monotonic()
+            t = time.perf_counter()
             self.timeline.add(chunk)
+            self.chunk_times.observe(time.perf_counter() - t)
 
 
 def _leave_cpus(cpus: Any) -> None:

@@ -52,6 +52,7 @@ class LiveReader:
         max_queued_chunks: int = 64,
         source: ChunkSource | None = None,
         stop_event: threading.Event | None = None,
+        live_report: Any = None,
     ) -> None:
         self.fmt, self.capture, self.obs, self.source = fmt, capture, obs, source
         self.stop_event = stop_event
@@ -59,6 +60,7 @@ class LiveReader:
         #: a stop's time: the queue may hold seconds of work when the fold lags).
         self.samples_not_folded = 0
         self.duration_s, self.idle_timeout_s = duration_s, idle_timeout_s
+        self.live_report = live_report  # run_capture's: the metrics board's watch
         self._queue: queue.Queue = queue.Queue(maxsize=max_queued_chunks)
         self.report: CaptureReport | None = None
         self.error: BaseException | None = None
@@ -85,6 +87,7 @@ class LiveReader:
                 on_start=self._started.set,
                 source=self.source,
                 stop_event=self.stop_event,
+                live_report=self.live_report,
             )
         except BaseException as e:  # handed to the reading thread
             self.error = e
@@ -157,6 +160,7 @@ def fold_live_gpu(
     status: bool = True,
     on_start: Any = None,
     stop_event: threading.Event | None = None,
+    live_report: Any = None,
 ) -> tuple[FoldedArchive, Any]:
     """Captures and folds on the GPU in one process, chunks straight from the capture's
     pool to the GPU (pipeline/gpu.py); returns (archive, capture report).
@@ -185,6 +189,7 @@ def fold_live_gpu(
         fmt, capture.replace(packets_per_chunk=ppc, nchunks=nchunks), duration_s,
         idle_timeout_s=idle_timeout_s, on_start=on_start, consumer=consumer,
         stop_event=stop_event,
+        live_report=live_report,
     )  # fmt: skip
     archive = eng.finish()
     wall = time.monotonic() - t0

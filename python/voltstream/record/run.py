@@ -41,12 +41,15 @@ def record(
     queue_chunks: int = 2,
     on_start: Callable[[str], None] | None = None,
     stop_event: threading.Event | None = None,
+    live_report: Callable[[Callable[[], dict]], None] | None = None,
 ) -> dict[str, Any]:
     """Records `stream` as `settings` capture it into `dirs` (one writer each) as
     scan `scan` in `layout`, for `duration_s` seconds (None: until Ctrl-C), or until
     `idle_timeout_s` without a packet once data has come, or ``stop_event`` is set
     (SIGINT/SIGTERM; as Ctrl-C: ``interrupted`` in the report). ``on_start(address)``
-    once it listens."""
+    once it listens. ``live_report`` (the metrics board's ``watch``) is given a
+    callable that returns the counters so far, and one that returns the report at
+    the end."""
     check_duration(duration_s)
     rec = Recording(
         stream, settings, dirs, scan, layout=layout, file_size=file_size, source=source,
@@ -54,6 +57,10 @@ def record(
     )  # fmt: skip
     if on_start is not None:
         on_start(rec.address)
+    if live_report is not None:
+        cap, pool = rec.cap, len(rec.cap.chunk_buffers())
+        live_report(lambda: {"capture": cap.stats(), "record": rec.rec.report(),
+                             "free_chunks": cap.free_chunks(), "pool_chunks": pool})  # fmt: skip
     try:
         _wait(rec.cap, rec.t0, duration_s, idle_timeout_s, (MANIFEST_EVERY_S, rec.update),
               stop_event)  # fmt: skip
@@ -62,6 +69,8 @@ def record(
         rec.interrupted = True
     finally:
         report = rec.finish()
+    if live_report is not None:
+        live_report(lambda: report)
     return report
 
 

@@ -98,10 +98,11 @@ def run(args: argparse.Namespace, stop: Any = None, bar: Any = None) -> int:
     total = _input_bytes(source)
     logging.getLogger("voltstream.replay").info("replay: %s -> %s", source.kind, args.dest)
     try:
+        board = getattr(args, "run_status", None)  # --metrics (voltstream.ops)
         with bar(total and total * args.loop) if bar else nullcontext(None) as update:
             report = replay(source, args.dest, rate_gbps=rate, realtime=args.realtime,
-                            loops=args.loop, bind=args.bind, stop=stop,
-                            progress=update)  # fmt: skip
+                            loops=args.loop, bind=args.bind, stop=stop, progress=update,
+                            live_report=board.watch if board else None)  # fmt: skip
     finally:
         close = getattr(source, "close", None)
         if close is not None:

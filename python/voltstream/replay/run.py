@@ -35,12 +35,15 @@ def replay(
     bind: str | None = None,
     stop: threading.Event | None = None,
     progress: Callable[[int], None] | None = None,
+    live_report: Callable[[Callable[[], dict]], None] | None = None,
 ) -> dict[str, Any]:
     """Sends ``source`` to ``dest`` (HOST:PORT) ``loops`` times; returns the report:
     packets, bytes, seconds, rate_gbps, asked_gbps, pacing_error, late_s, loops,
     interrupted, and the source's own counters (gaps, fill frames, truncated
     records...). ``stop`` set (SIGINT/SIGTERM) ends the replay after the batch in
-    hand; ``progress(bytes sent)`` is called after each batch."""
+    hand; ``progress(bytes sent)`` is called after each batch. ``live_report`` (the
+    metrics board's ``watch``) is given a callable that returns the counters so far,
+    and one that returns the report at the end."""
     from voltstream import _core
 
     if loops < 1:
@@ -57,6 +60,12 @@ def replay(
     lengths: set[int] = set()
     t0 = time.monotonic()
     started = interrupted = False
+    loops_done = 0
+    if live_report is not None:
+        live_report(lambda: {
+            "dest": dest, "source": source.kind, "packets": packets, "bytes": nbytes,
+            "loops_done": loops_done, "late_s": late_s, **source.counts,
+        })  # fmt: skip
     for _ in range(loops):
         first_t: float | None = None
         last_t, prev_t, step = 0.0, 0.0, 0.0
@@ -92,13 +101,14 @@ def replay(
             # The next loop starts one packet interval after this one's last packet.
             span = last_t - first_t + step
             offset += span
+        loops_done += 1
     seconds = sender.clock if packets else 0.0
     wall = time.monotonic() - t0
     achieved = nbytes * 8 / seconds / 1e9 if seconds > 0 else 0.0
     asked = rate_gbps if rate_gbps else None
     if realtime and offset > 0:
         asked = nbytes * 8 / offset / 1e9
-    return {
+    report = {
         "dest": dest,
         "source": source.kind,
         "packets": packets,
@@ -114,8 +124,12 @@ def replay(
         "loops": loops,
         "realtime": realtime,
         "interrupted": interrupted,
+        "loops_done": loops_done,
         **source.counts,
     }
+    if live_report is not None:
+        live_report(lambda: report)
+    return report
 
 
 def _step(times: np.ndarray, before: float, n: int) -> float:
