@@ -1,0 +1,130 @@
+"""What the verbs share: the stop event, progress, the capture's settings and format
+from the command line, and the end-of-run report (commands.py and its siblings)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from voltstream.errors import ConfigError
+from voltstream.ops.cli import status, watcher  # noqa: F401 - status: `voltstream status`
+from voltstream.service.exit_status import Loss, capture_loss
+from voltstream.service.progress import progress_bar, wanted
+
+log = logging.getLogger("voltstream.commands")
+
+
+def _stop_event(args: argparse.Namespace) -> threading.Event | None:
+    """The event the verb's run loop polls to stop on SIGINT/SIGTERM (cli.main's
+    Shutdown); None when the verb is called without cli.main."""
+    shutdown = getattr(args, "shutdown", None)
+    return shutdown.watch() if shutdown is not None else None
+
+
+def _progress(args: argparse.Namespace, description: str, total: int | None, unit: str) -> Any:
+    """The offline verbs' progress bar (service/progress.py): at a terminal, unless
+    --no-progress."""
+    return progress_bar(description, total, unit, wanted(getattr(args, "no_progress", True)))
+
+
+def _status_line(args: argparse.Namespace) -> bool:
+    """The live verbs' once-a-second status line on stderr: plain text, so not with
+    --log-format json (whose readers want one JSON object a line), nor --no-status."""
+    return not args.no_status and getattr(args, "log_format", "text") == "text"
+
+
+#: Longest a paced send call of `simulate --dest` may take: the stop request is seen
+#: between calls, so this bounds how long a SIGTERM waits on the sender.
+SEND_SLICE_S = 0.1
+
+
+def _send_sliced(sender: Any, pkts: np.ndarray, packet_len: int, rate_gbps: float) -> dict:
+    """``sender.send`` in slices of at most SEND_SLICE_S at ``rate_gbps`` (a block of
+    65536 samples at 0.01 Gb/s would otherwise hold the process for seconds); the
+    summed counters."""
+    pkts = pkts.reshape(-1, packet_len)
+    per_slice = pkts.shape[0]
+    if rate_gbps > 0:
+        per_slice = max(1, int(rate_gbps * 1e9 / 8 * SEND_SLICE_S // packet_len))
+    sent = {"packets": 0, "bytes": 0}
+    for a in range(0, pkts.shape[0], per_slice):
+        r = sender.send(np.ascontiguousarray(pkts[a : a + per_slice]), packet_len, rate_gbps)
+        sent["packets"] += int(r["packets"])
+        sent["bytes"] += int(r["bytes"])
+    return sent
+
+
+def _now_mjd() -> tuple[int, float]:
+    t = time.time()
+    days, sec = divmod(t, 86400.0)
+    return 40587 + int(days), float(int(sec))  # whole seconds: packet time stamps start there
+
+
+#: Standard deviation (in codes) of re and im that simulated sub-byte VDIF gets.
+SUB_BYTE_RMS = {2: 2.2, 4: 3.0}
+
+
+def _by_name(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options that go to a keyword of their own name, each name written once."""
+    return {name: getattr(args, name) for name in names}
+
+
+#: The capture options a verb may have, each a ``_core.Capture`` keyword of its name.
+_CAPTURE_OPTIONS = (
+    "packets_per_chunk", "window", "engine", "multicast", "interface", "threads", "cpus",
+    "dpdk_port", "dpdk_eal_args",
+)  # fmt: skip
+
+
+def _capture_settings(args: argparse.Namespace, bind: str) -> Any:
+    """The capture options a verb has, as one CaptureSettings (the core's sections);
+    an option the verb lacks or the user left unset keeps the settings' default. A
+    pipeline file (run_pipeline.py) gives its sections whole, as ``capture_settings``."""
+    from voltstream.capture_config import CaptureSettings
+
+    if (whole := getattr(args, "capture_settings", None)) is not None:
+        return whole
+    given = {name: getattr(args, name, None) for name in _CAPTURE_OPTIONS}
+    ring_mb = getattr(args, "ring_mb", None)
+    return CaptureSettings.of(bind, queue_bytes=ring_mb and ring_mb << 20, **given)
+
+
+def _capture_format(args: argparse.Namespace) -> Any:
+    """The capture's format: a stream description file, the digitiser stream's
+    defaults, or the YNAO/VDIF options."""
+    from voltstream.cli_options import format_from
+
+    if args.stream:
+        from voltstream.streams import load_stream  # pydantic: only where a file is read
+
+        # A path (--stream), or a description a pipeline file holds (run_pipeline.py).
+        desc = load_stream(args.stream) if isinstance(args.stream, str) else args.stream
+        if args.format not in ("ynao", desc.format):  # ynao: the default, not a choice
+            raise ConfigError(f"--format {args.format} but {args.stream} says {desc.format}")
+        return desc
+    if args.format == "spead-dig":
+        from voltstream.streams import spead_dig
+
+        return spead_dig()
+    if args.format in ("codif", "spead", "counter", "layout"):
+        raise ConfigError(
+            f"--format {args.format} needs --stream FILE.toml with its geometry "
+            "(docs/formats.md has an example per format)"
+        )
+    return format_from(args)
+
+
+def _print_report(report: Any, path: str | None, stats: dict) -> Loss:
+    """The end of a run, alike for every verb: the report's summary on stdout, the
+    whole report as JSON where ``--report`` asks; the run's loss, counted on the
+    capture's counters ``stats``, for cli.main's exit status."""
+    for line in report.summary_lines():
+        print(line)
+    if path:
+        report.write_json(path)
+    return capture_loss(stats)
