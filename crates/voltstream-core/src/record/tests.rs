@@ -104,6 +104,24 @@ fn capture_into(
     (report, cap.stats().counters.chunks_dropped)
 }
 
+/// `chunks` whole chunks of both counter streams, in time order.
+fn counter_packets(chunks: u64) -> Vec<Vec<u8>> {
+    (0..chunks * PER_CHUNK as u64)
+        .flat_map(|i| (0..2u16).map(move |s| packet(s, i)))
+        .collect()
+}
+
+/// The two counter streams' locator, keeping whole packets (vbs, Mark6).
+fn whole_counter_locator() -> Locator {
+    FormatSpec::Counter {
+        streams: 2,
+        payload_len: LEN,
+    }
+    .locator()
+    .unwrap()
+    .whole_packets(LEN + 10)
+}
+
 fn locate_streams(l: &Locator) -> usize {
     crate::wire::Locate::streams(l)
 }
@@ -218,16 +236,8 @@ fn a_disk_that_falls_behind_costs_whole_chunks_counted_never_a_partial_one() {
     // back and writes what it was given.
     let (disks, spec) = one_disk("slow", "scan3", 1);
     let stall = disks[0].join("scan3").join("STALL");
-    let packets: Vec<Vec<u8>> = (0..30 * PER_CHUNK as u64)
-        .flat_map(|i| (0..2u16).map(move |s| packet(s, i)))
-        .collect();
-    let locate = FormatSpec::Counter {
-        streams: 2,
-        payload_len: LEN,
-    }
-    .locator()
-    .unwrap()
-    .whole_packets(LEN + 10);
+    let packets = counter_packets(30);
+    let locate = whole_counter_locator();
     let all = 30 * 2 * PER_CHUNK as u64;
     let marker = stall.clone();
     let (report, dropped) = capture_into(packets, locate, all, 8, &spec, move || {
@@ -517,17 +527,9 @@ fn every_written_chunk_is_passed_on_in_order_across_three_disks() {
     let mut spec = RecordSpec::new(dirs.clone(), "f1");
     spec.forward_chunks = 64;
     let chunks = 24u64;
-    let packets = (0..chunks * PER_CHUNK as u64)
-        .flat_map(|i| (0..2u16).map(move |s| packet(s, i)))
-        .collect::<Vec<_>>();
+    let packets = counter_packets(chunks);
     let all = packets.len() as u64;
-    let locate = FormatSpec::Counter {
-        streams: 2,
-        payload_len: LEN,
-    }
-    .locator()
-    .unwrap()
-    .whole_packets(LEN + 10);
+    let locate = whole_counter_locator();
     let mut cfg = ChunkConfig::new(PER_CHUNK);
     cfg.nchunks = 2 * chunks as usize + 4;
     let cap = Capture::start(InMemoryEngine::from_packets(packets), locate, &cfg, None).unwrap();
