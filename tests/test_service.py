@@ -82,32 +82,37 @@ def _live_fold(bind: str, tmp_path: Path) -> tuple[subprocess.Popen, Lines]:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_during_a_live_fold_leaves_a_valid_archive_and_report(tmp_path, sig):
-    bind = free_bind()
-    fold, err = _live_fold(bind, tmp_path)
+def signal_live_fold(
+    fold: subprocess.Popen, err: Lines, bind: str, sig: int, rate_gbps: float
+) -> tuple[str, str, float]:
+    """Feeds a started `fold --listen` a stream far longer than the test, sends it
+    `sig` once data flows, and waits for it: (stdout, stderr, seconds the stop took)."""
     sim = None
     try:
         err.wait_for("fold: listening on")
-        # A stream far longer than the test: the signal comes while it flows.
         sim = subprocess.Popen(
             [*CLI, "simulate", "--format", "ynao", "--signal", "noise", "--duration", "30",
-             "--dest", bind, "--rate", "0.2"],
+             "--dest", bind, "--rate", str(rate_gbps)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         err.wait_for("capture: data is arriving")
         fold.send_signal(sig)
         t0 = time.monotonic()
         out = _finish(fold)
-        stop_s = time.monotonic() - t0
-        stderr = err.rest()
+        return out, err.rest(), time.monotonic() - t0
     finally:
         fold.kill()
         if sim is not None:
             sim.kill()
             sim.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_a_live_fold_leaves_a_valid_archive_and_report(tmp_path, sig):
+    bind = free_bind()
+    fold, err = _live_fold(bind, tmp_path)
+    out, stderr, stop_s = signal_live_fold(fold, err, bind, sig, rate_gbps=0.2)
     assert fold.returncode == 0, out + stderr
-    assert sim.poll() is not None
     assert stop_s < STOP_BOUND_S, f"the stop took {stop_s:.1f} s"
     assert f"{signal.Signals(sig).name}: stopping" in stderr
     assert "Traceback" not in stderr

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 from astropy.io import fits
 
 from loopback import free_bind
-from test_service import _finish, _start
+from test_service import _finish, _start, signal_live_fold
 from voltstream.service.shutdown import STOP_BOUND_S
 
 pytestmark = pytest.mark.gpu
@@ -30,25 +27,7 @@ def test_sigterm_during_a_live_gpu_fold_leaves_a_valid_archive_and_report(tmp_pa
         "--device", "gpu", "--no-status",
         "--output", str(tmp_path / "live.fits"), "--report", str(tmp_path / "live.json"),
     )  # fmt: skip
-    sim = None
-    try:
-        err.wait_for("fold: listening on")
-        sim = subprocess.Popen(
-            [sys.executable, "-m", "voltstream.cli", "simulate", "--format", "ynao",
-             "--signal", "noise", "--duration", "30", "--dest", bind, "--rate", "0.5"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        err.wait_for("capture: data is arriving")
-        fold.send_signal(signal.SIGTERM)
-        t0 = time.monotonic()
-        out = _finish(fold)
-        stop_s = time.monotonic() - t0
-        stderr = err.rest()
-    finally:
-        fold.kill()
-        if sim is not None:
-            sim.kill()
-            sim.wait()
+    out, stderr, stop_s = signal_live_fold(fold, err, bind, signal.SIGTERM, rate_gbps=0.5)
     assert fold.returncode == 0, out + stderr
     assert stop_s < STOP_BOUND_S, f"the stop took {stop_s:.1f} s"
     with fits.open(tmp_path / "live.fits") as hdus:
