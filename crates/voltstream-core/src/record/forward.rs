@@ -17,9 +17,9 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::ring::Lease;
+use crate::ring::{take_or_wait, Lease};
 
 /// A written chunk on its way on, with the capture thread (ring) it came from.
 pub struct Forwarded {
@@ -117,27 +117,13 @@ impl Forward {
     /// Waits up to `timeout` for the next chunk; `None` on timeout, or at once
     /// once closed and drained.
     pub fn pop(&self, timeout: Duration) -> Option<Forwarded> {
-        let deadline = Instant::now().checked_add(timeout);
-        let mut s = self.lock();
-        loop {
-            if let Some(c) = s.ready.pop_front() {
-                return Some(c);
-            }
-            if s.closed {
-                return None;
-            }
-            let left = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()),
-                None => Duration::from_secs(3600),
-            };
-            if left.is_zero() {
-                return None;
-            }
-            s = match self.ready.wait_timeout(s, left) {
-                Ok((g, _)) => g,
-                Err(e) => e.into_inner().0,
-            };
-        }
+        take_or_wait(
+            self.lock(),
+            &self.ready,
+            timeout,
+            |s| s.ready.pop_front(),
+            |s| s.closed,
+        )
     }
 
     /// True once closed and every chunk was taken.

@@ -1,8 +1,9 @@
 use std::collections::VecDeque;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::wait::take_or_wait;
 use crate::assemble::{Chunk, ChunkSink};
 
 struct State {
@@ -100,30 +101,18 @@ impl Consumer {
     /// Waits up to `timeout` for a filled chunk. `None` on timeout, or at once
     /// when the ring is closed and drained.
     pub fn pop(&self, timeout: Duration) -> Option<Lease> {
-        let deadline = Instant::now().checked_add(timeout);
-        let mut state = self.shared.lock();
-        loop {
-            if let Some(chunk) = state.filled.pop_front() {
-                return Some(Lease {
-                    chunk: Some(chunk),
-                    shared: self.shared.clone(),
-                });
-            }
-            if state.closed {
-                return None;
-            }
-            let left = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()),
-                None => Duration::from_secs(3600),
-            };
-            if left.is_zero() {
-                return None;
-            }
-            state = match self.shared.filled.wait_timeout(state, left) {
-                Ok((s, _)) => s,
-                Err(e) => e.into_inner().0,
-            };
-        }
+        let take = |s: &mut State| s.filled.pop_front();
+        let chunk = take_or_wait(
+            self.shared.lock(),
+            &self.shared.filled,
+            timeout,
+            take,
+            |s| s.closed,
+        )?;
+        Some(Lease {
+            chunk: Some(chunk),
+            shared: self.shared.clone(),
+        })
     }
 
     /// True once the producer closed the ring (filled chunks may remain).
@@ -191,6 +180,7 @@ impl std::fmt::Debug for Lease {
 mod tests {
     use super::*;
     use crate::assemble::ChunkLayout;
+    use std::time::Instant;
 
     fn ring(n: usize) -> (Producer, Consumer) {
         let layout = ChunkLayout {

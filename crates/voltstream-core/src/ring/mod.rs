@@ -16,5 +16,7 @@
 //! SPSC ring replaces it when a benchmark shows the lock.
 
 mod handoff;
+mod wait;
 
 pub use handoff::{chunk_ring, Consumer, Lease, Producer};
+pub use wait::take_or_wait;
