@@ -17,13 +17,12 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
-from prometheus_client.parser import text_string_to_metric_families
 
 from voltstream import _core
+from voltstream.ops.status_view import scrape_metrics
 
 PAYLOAD = 8192
 #: (seconds, Gb/s, skip 1 packet in N of stream 1 or 0, resend late packets)
@@ -59,13 +58,7 @@ def send_phases(dest: str) -> None:
 
 
 def scrape(address: str) -> dict[tuple[str, tuple], float]:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-    }
+    return scrape_metrics(address)
 
 
 def main(out: Path) -> None:

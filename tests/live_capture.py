@@ -11,9 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from loopback import free_bind, send
+from voltstream.ops.status_view import scrape_metrics
 
 #: Packets per stream per chunk of the capture (the tests send whole chunks).
 PPC = 16
@@ -72,13 +71,7 @@ class LiveCapture:
 
     def scrape(self) -> dict[tuple[str, tuple], float]:
         """Every sample of /metrics: (sample name, sorted labels) -> value."""
-        with urllib.request.urlopen(f"http://{self.address}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text)
-            for s in fam.samples
-        }
+        return scrape_metrics(self.address)
 
     def scrape_when_received(self, n: int) -> dict[tuple[str, tuple], float]:
         """The first scrape that counts ``n`` received packets (the socket may still

@@ -45,6 +45,20 @@ def fetch_status(address: str, timeout_s: float = 2.0) -> dict[str, Any]:
         ) from None
 
 
+def scrape_metrics(address: str, timeout_s: float = 5.0) -> dict[Key, float]:
+    """Every sample ``address``/metrics serves, parsed by prometheus-client:
+    (sample name, sorted labels) -> value. For tests and plots of a live run."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout_s) as r:
+        text = r.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
 def _key(s: Sample) -> Key:
     return s.name, tuple(sorted(s.labels.items()))
 
