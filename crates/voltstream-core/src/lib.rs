@@ -18,6 +18,7 @@ pub mod assemble;
 pub mod capture;
 pub mod error;
 pub mod host_counters;
+pub mod latency;
 pub mod memory;
 pub mod record;
 pub mod ring;
