@@ -33,6 +33,7 @@ from voltstream.cli_options import (
     host_port,
     positive,
 )
+from voltstream.cli_latency import add_latency_parser
 from voltstream.errors import VoltstreamError
 from voltstream.ops.cli import (
     add_katcp_options,
@@ -476,6 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_format_options(p)
 
     _add_fengine_parser(verbs)
+    add_latency_parser(verbs)
 
     p = verbs.add_parser(
         "run",

@@ -33,6 +33,7 @@ from voltstream.commands_common import (  # noqa: F401 - the verbs' shared helpe
     _stop_event,
 )
 from voltstream.commands_fengine import fengine  # noqa: F401 - a verb
+from voltstream.commands_latency import latency  # noqa: F401 - a verb
 from voltstream.commands_simulate import simulate, simulate_spead_dig  # noqa: F401 - verbs
 from voltstream.device import resolve_device
 from voltstream.errors import ConfigError

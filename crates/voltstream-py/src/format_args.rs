@@ -7,6 +7,8 @@ use voltstream_core::wire::{FormatSpec, Layout, SpeadHeapIndex};
 
 use crate::capture::config_error;
 use crate::errors::to_py;
+use crate::layout::layout_from_dict;
+use pyo3::types::PyDict;
 
 /// Every format keyword, as given (`None`: not given).
 pub(crate) struct FormatArgs {
@@ -142,4 +144,52 @@ pub(crate) fn format_spec(format: &str, a: FormatArgs) -> PyResult<FormatSpec> {
             )))
         }
     })
+}
+
+/// [`format_spec`] from `Capture()`'s format keywords given as a dict (what
+/// `voltstream.streams`' `capture_kwargs()` makes of a stream description),
+/// for the classes that take a format but not the capture's other keywords.
+pub(crate) fn format_spec_from_kwargs(
+    format: &str,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<FormatSpec> {
+    let mut a = FormatArgs::default();
+    for (key, value) in kwargs.into_iter().flat_map(|d| d.iter()) {
+        let key: String = key.extract()?;
+        let v = &value;
+        match key.as_str() {
+            "vdif_threads" => a.vdif_threads = v.extract()?,
+            "vdif_frame_len" => a.vdif_frame_len = v.extract()?,
+            "frames_per_second" => a.frames_per_second = v.extract()?,
+            "subband" => a.subband = v.extract()?,
+            "station" => a.station = v.extract()?,
+            "streams" => a.streams = v.extract()?,
+            "payload_len" => a.payload_len = v.extract()?,
+            "digitiser_ids" => a.digitiser_ids = v.extract()?,
+            "samples_per_heap" => a.samples_per_heap = v.extract()?,
+            "sample_bits" => a.sample_bits = v.extract()?,
+            "heap_address_bits" => a.heap_address_bits = v.extract()?,
+            "timestamp_id" => a.timestamp_id = v.extract()?,
+            "digitiser_id_item" => a.digitiser_id_item = v.extract()?,
+            "codif_threads" => a.codif_threads = v.extract()?,
+            "codif_frame_len" => a.codif_frame_len = v.extract()?,
+            "frames_per_period" => a.frames_per_period = v.extract()?,
+            "group" => a.group = v.extract()?,
+            "layout" => {
+                let d: Option<Bound<'_, PyDict>> = v.extract()?;
+                a.layout = d.map(|d| layout_from_dict(&d)).transpose()?;
+            }
+            "packets_per_heap" => a.packets_per_heap = v.extract()?,
+            "heap_bytes" => a.heap_bytes = v.extract()?,
+            "heap_cnt_step" => a.heap_cnt_step = v.extract()?,
+            "vdif_legacy" => a.vdif_legacy = v.extract()?,
+            "format" => {}
+            other => {
+                return Err(config_error(format!(
+                    "unknown format keyword '{other}' for format '{format}'"
+                )))
+            }
+        }
+    }
+    format_spec(format, a)
 }

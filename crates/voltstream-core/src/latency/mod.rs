@@ -22,6 +22,19 @@
 pub mod frame;
 pub mod gpu;
 pub mod handoff;
+pub mod session;
+
+/// CLOCK_MONOTONIC in ns: the one clock of every latency stamp (sender and
+/// receiver on one host share it; see docs/benchmarks.md "Low latency").
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// How a frame ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -196,8 +196,10 @@ impl Engine for SocketEngine {
     fn recv_batch<F: Sink>(&mut self, timeout: Duration, mut sink: F) -> Result<usize> {
         // Under load the queue is never empty, so recvmmsg goes first and poll is
         // only paid when idle.
+        // A zero timeout is a spinning caller (the latency mode's hot loop): an
+        // empty queue returns at once, without a poll call.
         let mut r = self.recvmmsg();
-        if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+        if !timeout.is_zero() && matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
             match wait_readable(self.sock.as_raw_fd(), timeout) {
                 Ok(true) => r = self.recvmmsg(),
                 Ok(false) => return Ok(0),

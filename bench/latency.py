@@ -1,0 +1,236 @@
+"""Low-latency benchmark (issue 14): packet to GPU, in microseconds.
+
+For each frame size (--sizes, KiB), background load (--loads: idle, busy) and hand-off
+mode (--modes: copy = per frame async copy + kernel launch + synchronise, the paper's
+"DPDK + cudaMemcpy" baseline; persistent = one async copy of frame + trailer to a
+persistent kernel; persistent-flag = the copy, then the flag by cuStreamWriteValue64;
+zerocopy = a persistent kernel reading GPU-mapped host memory), one run of the product's
+own path (`voltstream.latency.LatencyRun`, the Rust hot loop pinned on --recv-cpu,
+busy-polling recvmmsg) fed over loopback by `_core.FrameSender` (pinned on
+--send-cpu, --rate-hz frames per second, one frame in flight, each stamped with
+CLOCK_MONOTONIC just before its first packet). Frames carry the ordering pattern, so
+every frame's payload is checked word by word on the GPU (torn) and its sums against
+the host's (sum_mismatch).
+
+Stages (python/voltstream/latency/stats.py): send_to_received, received_to_ack (the
+targets' stage), end_to_end; p50, p99, p99.9, max, peak to peak, nearest rank, after
+--warmup frames.
+
+busy: during the run, on other cores, a throughput capture (a `_core.Capture` fed by a
+`_core.Sender` at --load-gbps over loopback) and a CuPy process copying 64 MiB pinned
+host buffers to the GPU back to back (PCIe contention); their achieved rates are kept.
+
+Output: a Markdown table (docs/benchmarks.md, "Low latency") and --json (the issue's
+keys: machine, date, frame_bytes, best_mode, best_p50_us, best_p99_us,
+memcpy_launch_p50_us, e2e_p50_us, for 8 KiB idle; plus every row).
+Run on the GPU machine: scripts/gpu.sh bench-latency [--sizes 8 --modes copy,zerocopy].
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e import machine  # noqa: E402 - the same machine description as the e2e bench
+
+from voltstream import _core  # noqa: E402
+from voltstream.latency.run import MODES, LatencyRun, LatencySettings  # noqa: E402
+from voltstream.latency.stats import records_array, stage_stats  # noqa: E402
+
+PAYLOAD = 1024  # bytes per packet: 1, 8 and 64 KiB frames are 1, 8 and 64 packets
+TARGETS = {"received_to_ack_p50_us": 8.0, "received_to_ack_p99_us": 15.0, "e2e_p50_us": 15.0}
+PAPER = {"dpdk_gpudev_us": 4.28, "dpdk_cudamemcpy_us": 22.44, "fpga_gpudirect_us": 5.24}
+
+
+def run_one(size_kib: int, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    frame_bytes = size_kib * 1024
+    ppf = frame_bytes // PAYLOAD
+    total = args.warmup + args.frames
+    settings = LatencySettings(
+        mode=mode,
+        packets_per_frame=ppf,
+        check_pattern=True,
+        records=total + 16,
+        cpu=args.recv_cpu,
+        timeout_us=args.frame_timeout_us,
+    )
+    row: dict[str, Any] = {"mode": mode, "frame_bytes": frame_bytes, "packets": ppf}
+    with LatencyRun("127.0.0.1:0", settings) as run:
+        row["blocks"] = run.blocks
+        run.start(frames=total, idle_s=3.0)
+        sent: dict[str, Any] = {}
+
+        def send() -> None:
+            os.sched_setaffinity(0, {args.send_cpu})
+            s = _core.FrameSender(run.local_addr, None, ppf, PAYLOAD)
+            sent.update(dict(s.send_frames(0, total, args.rate_hz)))
+
+        t = threading.Thread(target=send)
+        time.sleep(0.2)  # the kernel's first polls and the loop's first turns
+        t.start()
+        t.join()
+        report = run.wait(10.0 + total / args.rate_hz)
+        recs = records_array(run.records())
+    row["counters"] = report
+    row["sender"] = sent
+    row["stages"] = stage_stats(recs, warmup=args.warmup)
+    return row
+
+
+class Load:
+    """The busy column's background: a capture at --load-gbps and PCIe copies."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        here = Path(__file__).resolve().parent
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, str(here / "latency_load.py"), kind, "--cpus", cpus,
+                 "--gbps", str(args.load_gbps), "--seconds", "3600"],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for kind, cpus in (("net", args.load_cpus), ("pcie", args.pcie_cpu))
+        ]  # fmt: skip
+        time.sleep(3.0)  # both running at rate before the first frame
+
+    def close(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for p in self.procs:
+            p.terminate()
+            try:
+                text, _ = p.communicate(timeout=20)
+                out.update(json.loads(text.strip().splitlines()[-1]) if text.strip() else {})
+            except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as e:
+                p.kill()
+                out.setdefault("errors", []).append(repr(e))
+        return out
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| frame | load | mode | stage | p50 µs | p99 µs | p99.9 µs | max µs | p2p µs | frames "
+        "| incomplete | gpu busy | sum mismatch | torn |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        c = r.get("counters", {})
+        for stage, s in r.get("stages", {}).items():
+            if not s.get("frames"):
+                continue
+            lines.append(
+                f"| {r['frame_bytes'] // 1024} KiB | {r['load']} | {r['mode']} | {stage} "
+                f"| {s['p50_us']} | {s['p99_us']} | {s['p999_us']} | {s['max_us']} "
+                f"| {s['ptp_us']} | {s['frames']} | {c.get('frames_incomplete', '?')} "
+                f"| {c.get('frames_gpu_busy', '?')} | {c.get('sum_mismatch', '?')} "
+                f"| {c.get('torn', '?')} |"
+            )
+        if r.get("error"):
+            lines.append(f"| {r['frame_bytes'] // 1024} KiB | {r['load']} | {r['mode']} "
+                         f"| ERROR {r['error']} |||||||||||")  # fmt: skip
+    return "\n".join(lines)
+
+
+def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's keys, for 8 KiB idle frames: the best mode by received-to-ack p50."""
+    eight = [r for r in rows if r["frame_bytes"] == 8192 and r["load"] == "idle" and "stages" in r]
+    out: dict[str, Any] = {"frame_bytes": 8192}
+    stage = "received_to_ack"
+    ok = [r for r in eight if r["stages"].get(stage, {}).get("frames")]
+    if not ok:
+        return out
+    best = min(ok, key=lambda r: r["stages"][stage]["p50_us"])
+    out.update(
+        best_mode=best["mode"],
+        best_p50_us=best["stages"][stage]["p50_us"],
+        best_p99_us=best["stages"][stage]["p99_us"],
+        e2e_p50_us=best["stages"].get("end_to_end", {}).get("p50_us"),
+        e2e_p99_us=best["stages"].get("end_to_end", {}).get("p99_us"),
+    )
+    copy = [r for r in ok if r["mode"] == "copy"]
+    if copy:
+        c = copy[0]["stages"][stage]
+        out["memcpy_launch_p50_us"] = c["p50_us"]
+        out["memcpy_launch_p99_us"] = c["p99_us"]
+        out["speedup_vs_copy_p50"] = round(c["p50_us"] / out["best_p50_us"], 2)
+    out["targets"] = {
+        "received_to_ack_p50_le_8us": out["best_p50_us"] <= TARGETS["received_to_ack_p50_us"],
+        "received_to_ack_p99_le_15us": out["best_p99_us"] <= TARGETS["received_to_ack_p99_us"],
+        "at_least_2x_below_copy": out.get("speedup_vs_copy_p50", 0) >= 2.0,
+        "e2e_p50_le_15us": (out.get("e2e_p50_us") or 1e9) <= TARGETS["e2e_p50_us"],
+    }
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    add = ap.add_argument
+    add("--sizes", default="1,8,64", help="frame sizes in KiB. Default: 1,8,64")
+    add("--modes", default=",".join(MODES), help="hand-off modes. Default: all")
+    add("--loads", default="idle,busy", help="idle, busy. Default: both")
+    add("--frames", type=int, default=20000, help="measured frames per run. Default: 20000")
+    add("--warmup", type=int, default=1000, help="frames left out first. Default: 1000")
+    add("--rate-hz", type=float, default=5000.0, help="frames per second. Default: 5000")
+    add("--frame-timeout-us", type=int, default=1000, help="incomplete-frame deadline")
+    add("--recv-cpu", type=int, default=2, help="the hot loop's CPU. Default: 2")
+    add("--send-cpu", type=int, default=4, help="the sender's CPU. Default: 4")
+    add("--load-cpus", default="8,9,10", help="busy: capture, sender CPUs. Default: 8,9,10")
+    add("--pcie-cpu", default="12", help="busy: the PCIe copier's CPU. Default: 12")
+    add("--load-gbps", type=float, default=10.0, help="busy: capture rate. Default: 10")
+    add("--budget", type=float, default=540.0, help="seconds; later runs are skipped")
+    add("--json", default=os.path.join(os.environ.get("OUT", "."), "latency.json"))
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    background: dict[str, Any] = {}
+    for load in args.loads.split(","):
+        bg = Load(args) if load == "busy" else None
+        try:
+            for size in (int(s) for s in args.sizes.split(",")):
+                for mode in args.modes.split(","):
+                    name = f"{size}KiB/{load}/{mode}"
+                    if time.monotonic() - t0 > args.budget:
+                        skipped.append(name)
+                        continue
+                    try:
+                        row = run_one(size, mode, args)
+                    except Exception as e:  # a failed run is a row, not the end of the bench
+                        row = {"mode": mode, "frame_bytes": size * 1024, "error": repr(e)}
+                    row["load"] = load
+                    rows.append(row)
+                    print(name, json.dumps(row.get("stages", row.get("error"))), flush=True)
+        finally:
+            if bg is not None:
+                background = bg.close()
+    doc: dict[str, Any] = {
+        "machine": machine(),
+        "date": datetime.date.today().isoformat(),
+        **headline(rows),
+        "paper": PAPER,
+        "background": background,
+        "settings": {k: v for k, v in vars(args).items() if k != "json"},
+        "skipped": skipped,
+        "results": rows,
+    }
+    Path(args.json).write_text(json.dumps(doc, indent=1))
+    print(table(rows))
+    print(json.dumps({k: v for k, v in doc.items() if k not in ("results", "machine")}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+//! The latency mode's hot loop: one pinned thread that never sleeps.
+//!
+//! Each turn: one non-blocking receive (`Engine::recv_batch` with a zero
+//! timeout: the socket engine then calls `recvmmsg(MSG_DONTWAIT)` and never
+//! `poll`), every packet into the [`FrameAssembler`] (which hands a frame to
+//! the GPU the moment its last packet is placed), then a look at the
+//! outstanding acknowledgements. An empty turn also lets the assembler close
+//! frames whose deadline passed. The clock is read once per receive call:
+//! that time is every packet's arrival time, taken right after the call
+//! returned.
+//!
+//! Nothing here allocates; the records of every frame are preallocated by the
+//! hand-off.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::frame::FrameAssembler;
+use super::{monotonic_ns, FrameSink};
+use crate::capture::{Engine, Received};
+use crate::wire::Locate;
+use crate::Result;
+
+/// What the loop needs of a hand-off beyond [`FrameSink`].
+pub trait Handover: FrameSink {
+    /// Takes every acknowledgement that has arrived, without waiting.
+    fn poll_acks(&mut self, now_ns: u64);
+    /// Frames handed over and not yet acknowledged.
+    fn outstanding(&self) -> u64;
+}
+
+/// When the loop ends (besides the stop flag).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// After this many frames were closed (whole or incomplete).
+    pub frames: Option<u64>,
+    /// After this long.
+    pub duration: Option<Duration>,
+    /// After this long without a packet (once the first packet came).
+    pub idle: Option<Duration>,
+}
+
+/// Why the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Frames,
+    Duration,
+    Idle,
+    Stopped,
+}
+
+impl End {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            End::Frames => "frames",
+            End::Duration => "duration",
+            End::Idle => "idle",
+            End::Stopped => "stopped",
+        }
+    }
+}
+
+/// How long the drain after the loop waits for the GPU's last acknowledgements.
+pub const DRAIN: Duration = Duration::from_secs(2);
+
+/// Runs the loop until a limit or `stop`; then closes the open frames and
+/// waits (at most [`DRAIN`]) for the acknowledgements of every frame handed
+/// over. The caller stops the GPU side afterwards.
+pub fn run<E: Engine, L: Locate, H: Handover>(
+    engine: &mut E,
+    asm: &mut FrameAssembler<L>,
+    hand: &mut H,
+    limits: Limits,
+    stop: &AtomicBool,
+) -> Result<End> {
+    let start = monotonic_ns();
+    let deadline = limits.duration.map(|d| start + d.as_nanos() as u64);
+    let idle = limits.idle.map(|d| d.as_nanos() as u64);
+    let mut last_packet = 0u64;
+    let mut turns = 0u32;
+    let end = loop {
+        let mut now = 0;
+        let n = engine.recv_batch(Duration::ZERO, |r: Received<'_>| {
+            if now == 0 {
+                now = monotonic_ns();
+            }
+            match r {
+                Received::Packet(p) => asm.push(p, now, hand),
+                Received::Truncated => asm.push_truncated(),
+            }
+        })?;
+        if n == 0 {
+            now = monotonic_ns();
+            asm.poll(now, hand);
+        } else {
+            last_packet = now;
+        }
+        hand.poll_acks(now);
+        if let Some(f) = limits.frames {
+            let c = asm.counters();
+            if c.frames_complete + c.frames_incomplete + c.frames_gpu_busy >= f {
+                break End::Frames;
+            }
+        }
+        // The stop flag and the clock limits are looked at every 64 turns: an
+        // atomic load per turn is cheap, but the turn is the latency.
+        turns = turns.wrapping_add(1);
+        if turns % 64 == 0 || n == 0 {
+            if stop.load(Ordering::Relaxed) {
+                break End::Stopped;
+            }
+            if deadline.is_some_and(|d| now >= d) {
+                break End::Duration;
+            }
+            if idle.is_some_and(|i| last_packet != 0 && now.saturating_sub(last_packet) >= i) {
+                break End::Idle;
+            }
+        }
+    };
+    asm.finish(monotonic_ns(), hand);
+    let drain_until = monotonic_ns() + DRAIN.as_nanos() as u64;
+    while hand.outstanding() > 0 && monotonic_ns() < drain_until {
+        hand.poll_acks(monotonic_ns());
+    }
+    Ok(end)
+}

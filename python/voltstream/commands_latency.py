@@ -1,0 +1,110 @@
+"""`voltstream latency`: the low-latency mode as a tool (options in cli_latency.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from typing import Any
+
+from voltstream.errors import ConfigError
+from voltstream.service.exit_status import Loss
+
+log = logging.getLogger("voltstream.latency")
+
+
+def stream_format(args: argparse.Namespace) -> tuple[str, dict[str, Any] | None]:
+    """The format and its keywords: the stream file's, or the built-in test frame."""
+    if args.stream is None:
+        return "vlat", {"payload_len": args.payload_len}
+    from voltstream.streams import load_stream
+
+    kw = dict(load_stream(args.stream).capture_kwargs())
+    return str(kw.pop("format")), kw
+
+
+def frames_lost(report: dict[str, Any]) -> Loss:
+    """Frames that did not reach the GPU whole, of every frame due."""
+    keys = ("frames_incomplete", "frames_lost", "frames_gpu_busy")
+    lost = sum(int(report.get(k, 0)) for k in keys)
+    return Loss(lost, lost + int(report.get("frames_complete", 0)))
+
+
+def summary(report: dict[str, Any], stages: dict[str, dict[str, Any]]) -> str:
+    c = report
+    lines = [
+        f"frames: {c.get('frames_complete', 0)} whole, {c.get('frames_incomplete', 0)} "
+        f"incomplete, {c.get('frames_lost', 0)} lost, {c.get('frames_gpu_busy', 0)} dropped "
+        f"(GPU busy); acknowledged {c.get('frames_acked', 0)}, sum mismatches "
+        f"{c.get('sum_mismatch', 0)}",
+        f"packets: {c.get('received', 0)} placed, {c.get('missing', 0)} missing, "
+        f"{c.get('late', 0)} late, {c.get('duplicate', 0)} duplicate, "
+        f"{c.get('malformed', 0)} malformed, {c.get('truncated', 0)} truncated, "
+        f"{c.get('foreign', 0)} foreign",
+    ]
+    for stage, s in stages.items():
+        if s.get("frames"):
+            lines.append(
+                f"{stage:>17}: p50 {s['p50_us']:.2f} µs, p99 {s['p99_us']:.2f}, "
+                f"p99.9 {s['p999_us']:.2f}, max {s['max_us']:.2f}, "
+                f"peak to peak {s['ptp_us']:.2f} ({s['frames']} frames)"
+            )
+    return "\n".join(lines)
+
+
+def latency(args: argparse.Namespace) -> Loss:
+    from voltstream.latency.run import LatencyRun, LatencySettings
+    from voltstream.latency.stats import records_array, stage_stats
+
+    if args.listen is None:
+        raise ConfigError("latency needs --listen HOST:PORT")
+    fmt, kwargs = stream_format(args)
+    settings = LatencySettings(
+        mode=args.mode,
+        packets_per_frame=args.packets_per_frame,
+        slots=args.slots,
+        blocks=args.blocks,
+        threads=args.threads,
+        window=args.window,
+        timeout_us=args.frame_timeout_us,
+        records=min(args.frames or 1_000_000, 1_000_000) + 16,
+        cpu=args.cpu,
+        standin=args.standin,
+    )
+    with LatencyRun(
+        args.listen,
+        settings,
+        format=fmt,
+        format_kwargs=kwargs,
+        frame_field=args.frame_field,
+        send_time=args.send_time,
+    ) as run:
+        log.info(
+            "latency: %s frames of %d bytes (%d packets) on %s, mode %s, %d blocks",
+            fmt, run.frame_bytes, settings.packets_per_frame, run.local_addr,
+            settings.mode, run.blocks,
+        )  # fmt: skip
+        run.start(frames=args.frames, seconds=args.duration, idle_s=args.idle)
+        # Ctrl-C or SIGTERM (the shared shutdown handler) stops the loop cleanly.
+        stop = args.shutdown.watch()
+        report: dict[str, Any] | None = None
+        while report is None:
+            if stop.is_set():
+                run.stop()
+            report = run.session.join(0.2)
+        recs = records_array(run.records())
+    stages = stage_stats(recs, warmup=args.warmup)
+    print(summary(report, stages), flush=True)
+    if args.report:
+        doc = {
+            "mode": settings.mode,
+            "frame_bytes": run.frame_bytes,
+            "blocks": run.blocks,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "counters": report,
+            "stages": stages,
+        }
+        with open(args.report, "w") as f:
+            json.dump(doc, f, indent=1)
+    return frames_lost(report)

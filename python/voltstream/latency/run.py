@@ -1,0 +1,190 @@
+"""One latency run: the Rust hot loop (`_core.LatencySession`) joined to the GPU side
+(`LatencyGpu`: the kernels, device memory and streams, in CuPy).
+
+Who owns what (docs/gpu.md, "Low latency"): Rust owns every byte of host memory
+(staging slots, GPU-mapped slots, acknowledgements, the abort word) and the receive
+thread; CuPy owns the module, the device memory and the streams, and launches the
+persistent kernel. Closing goes in the one safe order: stop the loop (the last frame
+handed over is a stop frame), make sure the kernel has returned (abort word if it has
+not), and only then free the host memory the kernel was reading.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from voltstream.errors import ConfigError, VoltstreamError
+
+log = logging.getLogger("voltstream.latency")
+
+MODES = ("copy", "persistent", "persistent-flag", "zerocopy")
+PERSISTENT_MODES = ("persistent", "persistent-flag", "zerocopy")
+
+
+@dataclass(frozen=True)
+class LatencySettings:
+    """How frames reach the GPU. `blocks` None: enough blocks for every thread to do at
+    most one 16-byte load of the frame (a zero-copy read costs one PCIe round trip per
+    load in flight, so parallel loads are the whole game), at most 64."""
+
+    mode: str = "persistent"
+    packets_per_frame: int = 8
+    slots: int = 16
+    blocks: int | None = None
+    threads: int = 128
+    window: int = 2
+    timeout_us: int = 0
+    check_pattern: bool = False
+    write_combined: bool = False
+    records: int = 200_000
+    cpu: int | None = None
+    standin: bool = False
+    idle_limit_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"latency mode {self.mode!r}: use one of {', '.join(MODES)}")
+
+    def blocks_for(self, frame_bytes: int) -> int:
+        if self.blocks is not None:
+            return self.blocks
+        return max(1, min(64, math.ceil(frame_bytes / 16 / self.threads)))
+
+
+class LatencyRun:
+    """A session bound and ready (`local_addr`); `start()` runs it, `wait()` reports,
+    `close()` (or the `with` block) tears it down safely."""
+
+    def __init__(
+        self,
+        bind: str,
+        settings: LatencySettings,
+        format: str = "vlat",
+        format_kwargs: dict[str, Any] | None = None,
+        frame_field: dict[str, Any] | None = None,
+        send_time: dict[str, Any] | None = None,
+    ) -> None:
+        from voltstream import _core
+
+        self.settings = s = settings
+        self.session = _core.LatencySession(
+            bind,
+            s.packets_per_frame,
+            format=format,
+            format_kwargs=format_kwargs,
+            frame_field=frame_field,
+            send_time=send_time,
+            window=s.window,
+            timeout_us=s.timeout_us,
+            mode=s.mode,
+            slots=s.slots,
+            threads=s.threads,
+            blocks=0,  # set at start, once the frame size is known
+            check_pattern=s.check_pattern,
+            write_combined=s.write_combined,
+            records=s.records,
+            standin=s.standin,
+        )
+        self.frame_bytes = self.session.frame_bytes
+        self.blocks = s.blocks_for(self.frame_bytes)
+        self.gpu: Any = None
+        self._started = False
+
+    @property
+    def local_addr(self) -> str:
+        return str(self.session.local_addr)
+
+    def __enter__(self) -> LatencyRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(
+        self,
+        frames: int | None = None,
+        seconds: float | None = None,
+        idle_s: float | None = None,
+    ) -> None:
+        s = self.settings
+        handles: dict[str, int] = {}
+        if not s.standin:
+            from voltstream.latency.gpu import LatencyGpu
+
+            p = self.session.pointers()
+            self.gpu = gpu = LatencyGpu(self.frame_bytes, s.slots)
+            handles = dict(
+                context=gpu.context_handle,
+                sum_frame=gpu.sum_frame_function_handle,
+                copy_stream=gpu.copy_stream_handle,
+                device_slots=gpu.device_slots_ptr,
+                accum=gpu.accum_ptr,
+            )
+            if s.mode in PERSISTENT_MODES:
+                slots = p["mapped_slots"] if s.mode == "zerocopy" else gpu.device_slots_ptr
+                gpu.start_persistent(
+                    slots,
+                    p["acks"],
+                    p["control"],
+                    self.blocks,
+                    s.threads,
+                    int(s.idle_limit_s * 1e9),
+                    s.check_pattern,
+                )
+        self.session.start(
+            cpu=s.cpu,
+            frames=frames,
+            seconds=seconds,
+            idle_s=idle_s,
+            blocks=self.blocks,
+            **handles,
+        )
+        self._started = True
+
+    def wait(self, timeout_s: float) -> dict[str, Any]:
+        """The run's report once the loop ends (by its limits, or `stop()`); raises
+        after `timeout_s` with the loop stopped."""
+        report = self.session.join(timeout_s)
+        if report is None:
+            self.session.stop()
+            report = self.session.join(5.0)
+            if report is None:
+                raise VoltstreamError(f"the latency loop did not stop within {timeout_s + 5} s")
+        return dict(report)
+
+    def stop(self) -> None:
+        self.session.stop()
+
+    def records(self) -> bytes:
+        return bytes(self.session.records())
+
+    def close(self) -> None:
+        """Stop the loop, then the kernel, then free memory, in that order."""
+        if self._started and self.session.running():
+            self.session.stop()
+            self.session.join(5.0)
+        if self.gpu is not None:
+            if not self.gpu.wait_stopped(0.5):
+                self.session.abort()
+                if not self.gpu.wait_stopped(2.0):
+                    # Freeing the host memory it reads would crash the GPU context:
+                    # keep it (a leak of a few MiB) and say so.
+                    log.error("the persistent kernel did not stop; host memory kept")
+                    return
+            self.gpu.close()
+            self.gpu = None
+        self.session.close()
+
+
+def wait_for(predicate: Any, timeout_s: float) -> bool:
+    """Polls `predicate()` every millisecond until true or `timeout_s` passed."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.001)
+    return bool(predicate())
