@@ -477,6 +477,13 @@ def pattern_frames(count: int, frame_bytes: int, first_frame: int = 1) -> Iterat
         yield frame, pattern_payload(frame, frame_bytes), KIND_WHOLE
 
 
+def _attribute_or_none(lib: Libcuda, attr: int, device: int) -> int | None:
+    try:
+        return lib.device_attribute(attr, device)
+    except GpuError:  # a driver that does not know the attribute
+        return None
+
+
 def probe() -> dict[str, Any]:
     """What the first device call records: device, versions, the attributes the modes
     depend on, and whether CuPy's handles are what the driver API expects."""
@@ -498,7 +505,7 @@ def probe() -> dict[str, Any]:
             "can_map_host_memory": int(rt.deviceGetAttribute(19, dev)),
             "host_pointer_for_registered_mem": int(rt.deviceGetAttribute(91, dev)),
             # CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS (CUDA >= 12 numbering)
-            "stream_mem_ops_64": lib.device_attribute(122, dev),
+            "stream_mem_ops_64": _attribute_or_none(lib, 122, dev),
             "mapped_device_ptr_equals_host_ptr": buf.device_ptr == buf.host_ptr,
             "cupy_context_is_current": lib.current_context() == gpu.context_handle,
             "sum_frame_function_handle_nonzero": gpu.sum_frame_function_handle != 0,
