@@ -1,0 +1,576 @@
+//! The CUDA driver, reached at run time with `dlopen("libcuda.so.1")` so that
+//! the wheel loads on machines without CUDA, the host memory a latency
+//! session owns, and [`GpuOps`]: the only GPU calls the hand-off makes.
+//!
+//! Ownership (design §2, "hybrid"): Python/CuPy compiles the kernels, owns all
+//! *device* memory, the module and the streams, and passes raw handles as
+//! integers; Rust owns all *host* memory ([`HostMemory`]: staging slots, mapped
+//! slots, acks, control block), allocated at session start and freed on drop.
+//! Python must keep its context, module, streams and device buffers alive, and
+//! every kernel that touches Rust's mapped memory finished, until the Rust
+//! session is dropped.
+//!
+//! ABI: the functions below are declared by hand from the driver API
+//! (CUresult = `i32`, handles = `*mut c_void`, CUdeviceptr = `u64` on 64-bit).
+//! The `_v2` names are the symbols `cuda.h` maps the plain names to.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::io;
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use crate::{Error, Result};
+
+/// `cuMemHostAlloc` flags (cuda.h `CU_MEMHOSTALLOC_*`; values checked against
+/// the cuda-python `MemHostAllocFlags` page: PORTABLE 1, DEVICEMAP 2,
+/// WRITECOMBINED 4).
+pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
+pub const CU_MEMHOSTALLOC_DEVICEMAP: c_uint = 2;
+pub const CU_MEMHOSTALLOC_WRITECOMBINED: c_uint = 4;
+/// `CUDA_SUCCESS` and `CUDA_ERROR_NOT_READY` (CUresult 0 and 600; cuda-python
+/// `Result` page and numba `cudadrv/enums.py`).
+const CUDA_SUCCESS: i32 = 0;
+const CUDA_ERROR_NOT_READY: i32 = 600;
+/// `CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY` = 19 (cuda.h CUdevice_attribute).
+pub const CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: c_int = 19;
+/// `CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS` = 122: the attribute of
+/// the v2 memory operations we call (cuda.h 12.x, as mirrored in
+/// jcuda/jcuda `JCudaJava/src/main/java/jcuda/driver/CUdevice_attribute.java`:
+/// "64-bit operations are supported in ::cuStreamBatchMemOp_v2 and related v2
+/// MemOp APIs"). 93 is the legacy `_V1` attribute, which we do not use.
+pub const CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: c_int = 122;
+/// `CU_STREAM_WRITE_VALUE_DEFAULT` = 0: the write is preceded by a memory
+/// fence "similar to __threadfence_system() but scoped to the stream" (design
+/// [D4]); that fence is what orders the payload copy before `seq`.
+const CU_STREAM_WRITE_VALUE_DEFAULT: c_uint = 0;
+
+type Handle = *mut c_void;
+
+/// A `&'static CStr` from a literal (C string literals need Rust 1.77; the
+/// workspace's MSRV is 1.75).
+macro_rules! cs {
+    ($s:literal) => {
+        match CStr::from_bytes_with_nul(concat!($s, "\0").as_bytes()) {
+            Ok(c) => c,
+            Err(_) => unreachable!(),
+        }
+    };
+}
+type CuResult = i32;
+
+/// The driver functions we call, resolved once with `dlsym`.
+struct Fns {
+    ctx_set_current: unsafe extern "C" fn(Handle) -> CuResult,
+    ctx_get_current: unsafe extern "C" fn(*mut Handle) -> CuResult,
+    ctx_get_device: unsafe extern "C" fn(*mut c_int) -> CuResult,
+    device_get_attribute: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult,
+    mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
+    mem_free_host: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    mem_host_get_device_pointer: unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CuResult,
+    memcpy_htod_async: unsafe extern "C" fn(u64, *const c_void, usize, Handle) -> CuResult,
+    #[allow(clippy::type_complexity)]
+    launch_kernel: unsafe extern "C" fn(
+        Handle,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        Handle,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> CuResult,
+    stream_synchronize: unsafe extern "C" fn(Handle) -> CuResult,
+    stream_query: unsafe extern "C" fn(Handle) -> CuResult,
+    /// Absent on drivers older than the v2 memory operations.
+    stream_write_value64: Option<unsafe extern "C" fn(Handle, u64, u64, c_uint) -> CuResult>,
+    get_error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+}
+
+/// The CUDA driver table. Loaded once per session; never `dlclose`d, because
+/// the library is CuPy's too and unloading it under a live context would be
+/// fatal (a leaked reference on a loaded library costs nothing).
+pub struct CudaDriver {
+    fns: Fns,
+}
+
+// SAFETY: the table holds only function pointers into libcuda, whose driver
+// API is thread safe; it has no interior state.
+unsafe impl Send for CudaDriver {}
+// SAFETY: as above; `&CudaDriver` only calls those functions.
+unsafe impl Sync for CudaDriver {}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns null or a NUL-terminated thread-local string.
+    let msg = unsafe { libc::dlerror() };
+    if msg.is_null() {
+        "unknown dlopen error".into()
+    } else {
+        // SAFETY: non-null, NUL-terminated (above); copied before the next dl call.
+        unsafe { CStr::from_ptr(msg) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// Resolves `name` in `lib`; `None` when absent.
+fn symbol(lib: *mut c_void, name: &CStr) -> Option<*mut c_void> {
+    // SAFETY: `lib` is a live dlopen handle and `name` a C string.
+    let p = unsafe { libc::dlsym(lib, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
+}
+
+macro_rules! required {
+    ($lib:expr, $name:expr) => {{
+        let p = symbol($lib, $name).ok_or_else(|| {
+            Error::io(
+                format!(
+                    "libcuda.so.1 has no {} (driver too old for the latency mode)",
+                    $name.to_string_lossy()
+                ),
+                io::Error::from(io::ErrorKind::NotFound),
+            )
+        })?;
+        // SAFETY: the symbol is the driver function of that name, whose C
+        // signature is the field's type (driver API reference); a function
+        // pointer has the size of a data pointer on Linux.
+        unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+    }};
+}
+
+impl CudaDriver {
+    /// Opens `libcuda.so.1`: the copy already in the process (CuPy's) if any,
+    /// else loads it. A machine without the NVIDIA driver gets a clear error.
+    pub fn load() -> Result<Arc<Self>> {
+        Self::load_named(cs!("libcuda.so.1"))
+    }
+
+    /// As [`CudaDriver::load`] from another file name (tests).
+    pub fn load_named(name: &CStr) -> Result<Arc<Self>> {
+        // SAFETY: `name` is a C string; RTLD_NOLOAD only looks the library up.
+        let mut lib = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        if lib.is_null() {
+            // SAFETY: as above; this may load the library (running its constructors).
+            lib = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW) };
+        }
+        if lib.is_null() {
+            return Err(Error::io(
+                format!(
+                    "the latency mode needs the NVIDIA driver ({}), which could not be loaded; \
+                     install the driver or run on a GPU machine",
+                    name.to_string_lossy()
+                ),
+                io::Error::new(io::ErrorKind::NotFound, dl_error()),
+            ));
+        }
+        let write64 = symbol(lib, cs!("cuStreamWriteValue64_v2")).map(|p| {
+            // SAFETY: cuStreamWriteValue64_v2(CUstream, CUdeviceptr, cuuint64_t,
+            // unsigned int) -> CUresult, the field's type.
+            unsafe {
+                std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(Handle, u64, u64, c_uint) -> CuResult,
+                >(p)
+            }
+        });
+        let fns = Fns {
+            ctx_set_current: required!(lib, cs!("cuCtxSetCurrent")),
+            ctx_get_current: required!(lib, cs!("cuCtxGetCurrent")),
+            ctx_get_device: required!(lib, cs!("cuCtxGetDevice")),
+            device_get_attribute: required!(lib, cs!("cuDeviceGetAttribute")),
+            mem_host_alloc: required!(lib, cs!("cuMemHostAlloc")),
+            mem_free_host: required!(lib, cs!("cuMemFreeHost")),
+            mem_host_get_device_pointer: required!(lib, cs!("cuMemHostGetDevicePointer_v2")),
+            memcpy_htod_async: required!(lib, cs!("cuMemcpyHtoDAsync_v2")),
+            launch_kernel: required!(lib, cs!("cuLaunchKernel")),
+            stream_synchronize: required!(lib, cs!("cuStreamSynchronize")),
+            stream_query: required!(lib, cs!("cuStreamQuery")),
+            stream_write_value64: write64,
+            get_error_string: required!(lib, cs!("cuGetErrorString")),
+        };
+        Ok(Arc::new(CudaDriver { fns }))
+    }
+
+    /// The driver's text for `code`.
+    pub fn error_string(&self, code: i32) -> String {
+        let mut text: *const c_char = ptr::null();
+        // SAFETY: `text` is a valid out-pointer; the driver stores a static string.
+        let r = unsafe { (self.fns.get_error_string)(code, &mut text) };
+        if r != CUDA_SUCCESS || text.is_null() {
+            return "unknown CUDA error".into();
+        }
+        // SAFETY: non-null static NUL-terminated string owned by the driver.
+        unsafe { CStr::from_ptr(text) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// `Ok` on CUDA_SUCCESS, else an error naming `call`, the code and its text.
+    fn check(&self, call: &str, code: i32) -> Result<()> {
+        if code == CUDA_SUCCESS {
+            return Ok(());
+        }
+        Err(Error::io(
+            format!("{call} failed"),
+            io::Error::other(format!("CUresult {code}: {}", self.error_string(code))),
+        ))
+    }
+}
+
+enum Backing {
+    Cuda(Arc<CudaDriver>),
+    Heap(std::alloc::Layout),
+}
+
+/// Host memory the GPU can reach: pinned and mapped (`cuMemHostAlloc` with
+/// DEVICEMAP | PORTABLE, optionally WRITECOMBINED) or, for the host stand-in,
+/// ordinary page-aligned heap memory whose "device pointer" is its address.
+/// Zeroed at allocation; freed on drop.
+pub struct HostMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+    device: u64,
+    backing: Backing,
+}
+
+// SAFETY: the memory is exclusively owned (like a Box<[u8]>); concurrent use
+// with the GPU or a stand-in thread goes through raw pointers and atomics.
+unsafe impl Send for HostMemory {}
+// SAFETY: as above; `&HostMemory` only hands out raw pointers.
+unsafe impl Sync for HostMemory {}
+
+impl HostMemory {
+    /// `len` bytes (at least 1) of zeroed, 4096-aligned heap memory.
+    pub fn heap(len: usize) -> Result<Self> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096)
+            .map_err(|_| Error::Config(format!("host buffer of {len} bytes is too large")))?;
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw)
+            .ok_or_else(|| Error::Config(format!("out of memory allocating {len} bytes")))?;
+        Ok(HostMemory {
+            ptr,
+            len,
+            device: raw as u64,
+            backing: Backing::Heap(layout),
+        })
+    }
+
+    /// Pinned, GPU-mapped memory from the context current on this thread.
+    pub fn pinned(driver: Arc<CudaDriver>, len: usize, write_combined: bool) -> Result<Self> {
+        let mut flags = CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE;
+        if write_combined {
+            flags |= CU_MEMHOSTALLOC_WRITECOMBINED;
+        }
+        let mut raw: *mut c_void = ptr::null_mut();
+        // SAFETY: valid out-pointer; the driver allocates `len` bytes.
+        let r = unsafe { (driver.fns.mem_host_alloc)(&mut raw, len.max(1), flags) };
+        driver.check("cuMemHostAlloc", r)?;
+        let ptr = NonNull::new(raw as *mut u8).ok_or_else(|| {
+            Error::io(
+                "cuMemHostAlloc",
+                io::Error::other("returned a null pointer"),
+            )
+        })?;
+        // From here `mem` frees the allocation on every error path.
+        let mut mem = HostMemory {
+            ptr,
+            len,
+            device: 0,
+            backing: Backing::Cuda(driver.clone()),
+        };
+        // SAFETY: `len` bytes at `ptr` were just allocated; cuMemHostAlloc
+        // does not zero them and the protocol relies on seq = 0 at start.
+        unsafe { ptr::write_bytes(ptr.as_ptr(), 0, len) };
+        let mut dev = 0u64;
+        // SAFETY: valid out-pointer; `raw` is a DEVICEMAP allocation; flags must be 0.
+        let r = unsafe { (driver.fns.mem_host_get_device_pointer)(&mut dev, raw, 0) };
+        driver.check("cuMemHostGetDevicePointer_v2", r)?;
+        mem.device = dev;
+        Ok(mem)
+    }
+
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The address the GPU uses for this memory (always asked of the driver;
+    /// equal to the host address under unified addressing).
+    pub fn device_ptr(&self) -> u64 {
+        self.device
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for HostMemory {
+    fn drop(&mut self) {
+        match &self.backing {
+            // SAFETY: allocated by cuMemHostAlloc (pinned) and freed once; an
+            // error cannot be reported from drop and leaks at worst.
+            Backing::Cuda(d) => unsafe {
+                (d.fns.mem_free_host)(self.ptr.as_ptr() as *mut c_void);
+            },
+            // SAFETY: allocated by alloc_zeroed with this layout (heap).
+            Backing::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), *layout) },
+        }
+    }
+}
+
+/// Arguments of `latency_sum_frame` (contract, "Kernels") and its launch shape.
+#[derive(Debug, Clone, Copy)]
+pub struct SumFrameLaunch {
+    pub slot: u64,
+    pub frame_bytes: u32,
+    pub seq: u64,
+    pub frame: u64,
+    pub kind: u32,
+    pub acks: u64,
+    pub nslots: u32,
+    pub accum: u64,
+    pub check_pattern: u32,
+    pub blocks: u32,
+    pub threads: u32,
+}
+
+/// The GPU operations the hand-off needs, all on one copy stream: the real
+/// driver ([`CudaOps`]) or the host stand-in (`standin::HostGpu`).
+pub trait GpuOps: Send {
+    /// Host memory the GPU can read and write (`device_ptr` valid on the GPU).
+    fn alloc_host(&self, bytes: usize, write_combined: bool) -> Result<HostMemory>;
+    /// Makes the session's context current on the calling thread.
+    fn bind_thread(&self) -> Result<()>;
+    /// Queues a copy of `bytes` from host `src` to device `dst`.
+    ///
+    /// # Safety
+    /// `src` must stay valid and unchanged until the copy has run (the
+    /// hand-off reuses a slot only after its ack); `dst..dst+bytes` must be
+    /// device memory of the session.
+    unsafe fn copy_to_device_async(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()>;
+    /// Queues `*dst = value` (8 bytes) after the work already queued, with a
+    /// system-scope fence before it.
+    ///
+    /// # Safety
+    /// `dst` must be 8-byte aligned device (or mapped) memory of the session.
+    unsafe fn write_value64(&self, dst: u64, value: u64) -> Result<()>;
+    /// Queues `latency_sum_frame`.
+    ///
+    /// # Safety
+    /// Every pointer in `launch` must be session memory of the sizes the
+    /// contract gives.
+    unsafe fn launch_sum_frame(&self, launch: &SumFrameLaunch) -> Result<()>;
+    /// Waits until the copy stream is idle.
+    fn synchronize(&self) -> Result<()>;
+    /// Whether [`GpuOps::write_value64`] works here (mode persistent-flag).
+    fn supports_write_value64(&self) -> bool;
+}
+
+/// [`GpuOps`] over the real driver, with handles Python passes as integers.
+pub struct CudaOps {
+    driver: Arc<CudaDriver>,
+    context: Handle,
+    sum_frame: Handle,
+    stream: Handle,
+    write64: bool,
+}
+
+// SAFETY: the handles are opaque driver objects usable from any thread once
+// the context is bound there (`bind_thread`); the driver API is thread safe.
+unsafe impl Send for CudaOps {}
+
+impl CudaOps {
+    /// Binds `context` on the calling thread and checks that the device can
+    /// map host memory. `sum_frame` may be 0 when mode copy is not used.
+    ///
+    /// # Safety
+    /// `context` (a `CUcontext`, e.g. CuPy's primary context), `sum_frame`
+    /// (the `CUfunction` of `latency_sum_frame`) and `stream` (a non-blocking
+    /// `CUstream`) must be valid and stay alive until this value is dropped.
+    pub unsafe fn new(
+        driver: Arc<CudaDriver>,
+        context: usize,
+        sum_frame: usize,
+        stream: usize,
+    ) -> Result<Self> {
+        if context == 0 || stream == 0 {
+            return Err(Error::Config(
+                "the latency session needs a CUDA context and a stream handle".into(),
+            ));
+        }
+        let mut ops = CudaOps {
+            driver,
+            context: context as Handle,
+            sum_frame: sum_frame as Handle,
+            stream: stream as Handle,
+            write64: false,
+        };
+        ops.bind_thread()?;
+        let mut device: c_int = 0;
+        // SAFETY: valid out-pointer; a context is current (bound above).
+        let r = unsafe { (ops.driver.fns.ctx_get_device)(&mut device) };
+        ops.driver.check("cuCtxGetDevice", r)?;
+        if ops.attribute(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, device)? == 0 {
+            return Err(Error::Config(
+                "this GPU cannot map host memory (CAN_MAP_HOST_MEMORY = 0)".into(),
+            ));
+        }
+        ops.write64 = ops.driver.fns.stream_write_value64.is_some()
+            && ops.attribute(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, device)? != 0;
+        Ok(ops)
+    }
+
+    fn attribute(&self, attribute: c_int, device: c_int) -> Result<c_int> {
+        let mut value: c_int = 0;
+        // SAFETY: valid out-pointer; `device` came from cuCtxGetDevice.
+        let r = unsafe { (self.driver.fns.device_get_attribute)(&mut value, attribute, device) };
+        self.driver.check("cuDeviceGetAttribute", r)?;
+        Ok(value)
+    }
+
+    /// Whether the copy stream has finished its work (`cuStreamQuery`).
+    pub fn stream_idle(&self) -> Result<bool> {
+        // SAFETY: `stream` is valid (constructor contract).
+        let r = unsafe { (self.driver.fns.stream_query)(self.stream) };
+        if r == CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        self.driver.check("cuStreamQuery", r).map(|()| true)
+    }
+}
+
+impl GpuOps for CudaOps {
+    fn alloc_host(&self, bytes: usize, write_combined: bool) -> Result<HostMemory> {
+        HostMemory::pinned(self.driver.clone(), bytes, write_combined)
+    }
+
+    fn bind_thread(&self) -> Result<()> {
+        let mut current: Handle = ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        let r = unsafe { (self.driver.fns.ctx_get_current)(&mut current) };
+        self.driver.check("cuCtxGetCurrent", r)?;
+        if current == self.context {
+            return Ok(());
+        }
+        // SAFETY: `context` is valid (constructor contract).
+        let r = unsafe { (self.driver.fns.ctx_set_current)(self.context) };
+        self.driver.check("cuCtxSetCurrent", r)
+    }
+
+    unsafe fn copy_to_device_async(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+        // SAFETY: the caller guarantees `src` and `dst` (trait contract).
+        let r = unsafe {
+            (self.driver.fns.memcpy_htod_async)(dst, src as *const c_void, bytes, self.stream)
+        };
+        self.driver.check("cuMemcpyHtoDAsync_v2", r)
+    }
+
+    unsafe fn write_value64(&self, dst: u64, value: u64) -> Result<()> {
+        let Some(write) = self
+            .driver
+            .fns
+            .stream_write_value64
+            .filter(|_| self.write64)
+        else {
+            return Err(Error::Config(
+                "cuStreamWriteValue64 is not supported here (mode persistent-flag needs it)".into(),
+            ));
+        };
+        // SAFETY: the caller guarantees `dst`; the stream is valid.
+        let r = unsafe { write(self.stream, dst, value, CU_STREAM_WRITE_VALUE_DEFAULT) };
+        self.driver.check("cuStreamWriteValue64_v2", r)
+    }
+
+    unsafe fn launch_sum_frame(&self, l: &SumFrameLaunch) -> Result<()> {
+        if self.sum_frame.is_null() {
+            return Err(Error::Config(
+                "mode copy needs the latency_sum_frame kernel handle".into(),
+            ));
+        }
+        // Parameter values, in the kernel's order; cuLaunchKernel reads each
+        // through the pointer array (pointers are passed as 8-byte values).
+        let (mut slot, mut frame_bytes, mut seq, mut frame) =
+            (l.slot, l.frame_bytes, l.seq, l.frame);
+        let (mut kind, mut acks, mut nslots, mut accum, mut check) =
+            (l.kind, l.acks, l.nslots, l.accum, l.check_pattern);
+        let mut params: [*mut c_void; 9] = [
+            &mut slot as *mut u64 as *mut c_void,
+            &mut frame_bytes as *mut u32 as *mut c_void,
+            &mut seq as *mut u64 as *mut c_void,
+            &mut frame as *mut u64 as *mut c_void,
+            &mut kind as *mut u32 as *mut c_void,
+            &mut acks as *mut u64 as *mut c_void,
+            &mut nslots as *mut u32 as *mut c_void,
+            &mut accum as *mut u64 as *mut c_void,
+            &mut check as *mut u32 as *mut c_void,
+        ];
+        // SAFETY: `params` points at 9 live values matching the kernel's
+        // signature; the driver copies them before returning; handles valid.
+        let r = unsafe {
+            (self.driver.fns.launch_kernel)(
+                self.sum_frame,
+                l.blocks,
+                1,
+                1,
+                l.threads,
+                1,
+                1,
+                0,
+                self.stream,
+                params.as_mut_ptr(),
+                ptr::null_mut(),
+            )
+        };
+        self.driver.check("cuLaunchKernel(latency_sum_frame)", r)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        // SAFETY: `stream` is valid (constructor contract).
+        let r = unsafe { (self.driver.fns.stream_synchronize)(self.stream) };
+        self.driver.check("cuStreamSynchronize", r)
+    }
+
+    fn supports_write_value64(&self) -> bool {
+        self.write64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_driver_missing_gives_a_clear_error() {
+        // CI has no NVIDIA driver: load() must fail with the clear message,
+        // not panic. Where a driver is installed, a missing file name checks
+        // the same path.
+        let err = match CudaDriver::load() {
+            Err(e) => e,
+            Ok(_) => CudaDriver::load_named(cs!("libcuda-missing.so.1"))
+                .err()
+                .expect("no such library"),
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains("the latency mode needs the NVIDIA driver"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn latency_heap_memory_is_zeroed_and_aligned() {
+        let m = HostMemory::heap(10_000).unwrap();
+        assert_eq!(m.host_ptr() as usize % 4096, 0);
+        assert_eq!(m.device_ptr(), m.host_ptr() as u64);
+        // SAFETY: 10 000 bytes owned by `m`.
+        let bytes = unsafe { std::slice::from_raw_parts(m.host_ptr(), m.len()) };
+        assert!(bytes.iter().all(|&b| b == 0));
+    }
+}

@@ -1,0 +1,698 @@
+//! The hand-off of assembled frames to the GPU (design §2), as a
+//! [`FrameSink`], and the acknowledgement protocol.
+//!
+//! Modes: `copy` (async copy, launch `latency_sum_frame`, synchronise),
+//! `persistent` (one async copy of payload + trailer to a persistent kernel),
+//! `persistent-flag` (copy without `seq`, then `cuStreamWriteValue64(seq)`),
+//! `zerocopy` (the assembler writes straight into GPU-mapped slots; `seq` is
+//! published with a Release store). The host accepts an ack only when its
+//! `seq` equals the expected one, then compares the GPU's sums with its own.
+//!
+//! What Python passes, and who frees what:
+//! - [`gpu::CudaOps::new`](super::gpu::CudaOps::new): the `CUcontext` (CuPy's
+//!   primary context), the `CUfunction` of `latency_sum_frame` (0 unless mode
+//!   copy) and a non-blocking copy stream, as integers. Persistent kernels run
+//!   on another non-blocking stream Python owns.
+//! - [`Handoff::new`]: [`DeviceBuffers`]: device slots (`slots * slot_stride`
+//!   bytes, modes copy/persistent/persistent-flag) and accumulators
+//!   (`slots * 32` zeroed bytes, mode copy), allocated and freed by CuPy.
+//! - Rust allocates and frees all host memory: staging or mapped slots, the
+//!   ack ring, the control block. Python reads [`Handoff::slot_stride`],
+//!   [`Handoff::payload_cap`], [`Handoff::mapped_slots_device_ptr`] (zerocopy),
+//!   [`Handoff::acks_device_ptr`] and [`Handoff::control_device_ptr`] to launch
+//!   `latency_persistent`, and must not free its device memory, nor drop the
+//!   Rust session before the persistent kernel has returned (stop, else
+//!   abort, then synchronise its stream with a deadline). Dropping a
+//!   `Handoff` sets `abort` and synchronises the copy stream first.
+//! - Stand-in (CI): [`Handoff::standin`] needs no pointers at all.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::gpu::{GpuOps, HostMemory, SumFrameLaunch};
+use super::layout::*;
+use super::{FrameDone, FrameKind, FrameSink};
+use crate::{Error, Result};
+
+/// How frames reach the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Copy,
+    Persistent,
+    PersistentFlag,
+    ZeroCopy,
+}
+
+impl Mode {
+    /// From its command-line name.
+    pub fn parse(name: &str) -> Result<Mode> {
+        Ok(match name {
+            "copy" => Mode::Copy,
+            "persistent" => Mode::Persistent,
+            "persistent-flag" => Mode::PersistentFlag,
+            "zerocopy" => Mode::ZeroCopy,
+            other => {
+                return Err(Error::Config(format!(
+                    "unknown latency mode {other:?} (expected copy, persistent, persistent-flag or zerocopy)"
+                )))
+            }
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Copy => "copy",
+            Mode::Persistent => "persistent",
+            Mode::PersistentFlag => "persistent-flag",
+            Mode::ZeroCopy => "zerocopy",
+        }
+    }
+
+    /// Whether a persistent kernel consumes the frames (stopped by a frame).
+    pub fn persistent(self) -> bool {
+        self != Mode::Copy
+    }
+}
+
+/// The hand-off's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandoffConfig {
+    pub mode: Mode,
+    /// Slots in flight: a power of two in 2..=1024.
+    pub slots: usize,
+    /// Payload bytes of a whole frame.
+    pub frame_bytes: usize,
+    /// Launch shape of `latency_sum_frame` (mode copy).
+    pub blocks: u32,
+    pub threads: u32,
+    /// The kernels check the ordering-test pattern (torn words).
+    pub check_pattern: bool,
+    /// Slots in write-combined memory (fast to write and DMA, slow for the CPU
+    /// to read back, which the host's own sums do).
+    pub write_combined: bool,
+    /// An outstanding frame older than this counts once as `ack_timeouts`.
+    pub ack_timeout: Duration,
+}
+
+impl HandoffConfig {
+    /// Defaults: 16 slots, one block per 8 KiB (at most 8), 256 threads.
+    pub fn new(mode: Mode, frame_bytes: usize) -> Self {
+        HandoffConfig {
+            mode,
+            slots: 16,
+            frame_bytes,
+            blocks: frame_bytes.div_ceil(8192).clamp(1, 8) as u32,
+            threads: 256,
+            check_pattern: false,
+            write_combined: false,
+            ack_timeout: Duration::from_secs(1),
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if !self.slots.is_power_of_two() || !(2..=1024).contains(&self.slots) {
+            return bad(format!(
+                "latency slots must be a power of two in 2..=1024, not {}",
+                self.slots
+            ));
+        }
+        if self.frame_bytes == 0 || self.frame_bytes > 64 << 20 {
+            return bad(format!(
+                "frame size must be 1 byte to 64 MiB, not {} bytes",
+                self.frame_bytes
+            ));
+        }
+        if self.blocks == 0 || self.blocks > 65_535 {
+            return bad(format!(
+                "kernel blocks must be 1..=65535, not {}",
+                self.blocks
+            ));
+        }
+        if self.threads == 0 || self.threads > 1024 {
+            return bad(format!(
+                "kernel threads per block must be 1..=1024, not {}",
+                self.threads
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Device memory Python (CuPy) allocated for the session; 0 where unused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceBuffers {
+    /// `slots * slot_stride` bytes (modes copy, persistent, persistent-flag).
+    pub slots: u64,
+    /// `slots * 32` zeroed bytes of accumulators (mode copy).
+    pub accum: u64,
+}
+
+/// What the hand-off counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HandoffCounters {
+    pub frames_published: u64,
+    /// Frames acknowledged (any status; stop frames not counted).
+    pub frames_acked: u64,
+    /// Acknowledged as skipped (incomplete frames).
+    pub frames_skipped: u64,
+    /// Whole frames whose GPU sums differ from the host's.
+    pub sum_mismatch: u64,
+    /// Frames with torn words (pattern mode), and those words.
+    pub torn: u64,
+    pub torn_words: u64,
+    pub ack_timeouts: u64,
+    /// Acks not recorded because the record buffer was full.
+    pub records_dropped: u64,
+    /// Failed driver calls (the first error is kept: [`Handoff::take_error`]).
+    pub gpu_errors: u64,
+    /// Writes outside the frame or out of protocol order (ignored).
+    pub bad_writes: u64,
+}
+
+/// One acknowledged frame, for latency statistics (all times CLOCK_MONOTONIC ns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckRecord {
+    pub seq: u64,
+    pub frame: u64,
+    /// Ack status (1 ok, 2 skipped, 3 stopped, 4 aborted).
+    pub status: u32,
+    pub t_send_ns: u64,
+    pub t_first_ns: u64,
+    pub t_done_ns: u64,
+    pub t_ack_ns: u64,
+    /// Status as expected for the frame's kind, sums equal, nothing torn.
+    pub ok: bool,
+}
+
+/// An ack ring entry as read (tests, diagnostics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckEntry {
+    pub seq: u64,
+    pub sum: u64,
+    pub sumsq: u64,
+    pub status: u32,
+    pub torn: u32,
+}
+
+/// A published frame waiting for its ack (`seq == 0`: the slot is free).
+#[derive(Debug, Clone, Copy, Default)]
+struct Pending {
+    seq: u64,
+    frame: u64,
+    kind: u32,
+    sums: (u64, u64),
+    t_send: u64,
+    t_first: u64,
+    t_done: u64,
+    t_published: u64,
+    /// Settled on the host without the GPU (mode copy, non-whole kinds).
+    local_status: u32,
+    timed_out: bool,
+}
+
+/// Frames to the GPU; see the module docs.
+pub struct Handoff<G: GpuOps> {
+    // Declared first so it drops first: a stand-in's persistent thread is
+    // joined before the memory below is freed.
+    gpu: G,
+    config: HandoffConfig,
+    device: DeviceBuffers,
+    cap: usize,
+    stride: usize,
+    /// Staging slots (copy, persistent, persistent-flag) or mapped slots (zerocopy).
+    slots: HostMemory,
+    acks: HostMemory,
+    control: HostMemory,
+    pending: Vec<Pending>,
+    claimed: u64,
+    next_publish: u64,
+    oldest: u64,
+    records: Vec<AckRecord>,
+    counters: HandoffCounters,
+    error: Option<Error>,
+    kernel_gone: bool,
+    stop_status: u32,
+}
+
+impl<G: GpuOps> Handoff<G> {
+    /// Allocates the host memory on the calling thread's context (bound
+    /// here), which should be the thread that then runs the hot loop.
+    pub fn new(
+        gpu: G,
+        config: HandoffConfig,
+        device: DeviceBuffers,
+        record_capacity: usize,
+    ) -> Result<Self> {
+        config.validate()?;
+        let name = config.mode.name();
+        if config.mode != Mode::ZeroCopy && device.slots == 0 {
+            return Err(Error::Config(format!(
+                "mode {name} needs device slots from Python"
+            )));
+        }
+        if config.mode == Mode::Copy && device.accum == 0 {
+            return Err(Error::Config(
+                "mode copy needs the device accumulators from Python".into(),
+            ));
+        }
+        if config.mode == Mode::PersistentFlag && !gpu.supports_write_value64() {
+            return Err(Error::Config(
+                "mode persistent-flag needs 64-bit stream memory operations, which this GPU or driver lacks".into(),
+            ));
+        }
+        gpu.bind_thread()?;
+        let (cap, stride) = (
+            payload_cap(config.frame_bytes),
+            slot_stride(config.frame_bytes),
+        );
+        let slots = gpu.alloc_host(config.slots * stride, config.write_combined)?;
+        let acks = gpu.alloc_host(config.slots * ACK_BYTES, false)?;
+        let control = gpu.alloc_host(CONTROL_BYTES, false)?;
+        Ok(Handoff {
+            gpu,
+            config,
+            device,
+            cap,
+            stride,
+            slots,
+            acks,
+            control,
+            pending: vec![Pending::default(); config.slots],
+            claimed: 0,
+            next_publish: 1,
+            oldest: 1,
+            records: Vec::with_capacity(record_capacity),
+            counters: HandoffCounters::default(),
+            error: None,
+            kernel_gone: false,
+            stop_status: 0,
+        })
+    }
+
+    fn index(&self, seq: u64) -> usize {
+        (seq % self.config.slots as u64) as usize
+    }
+
+    fn host_slot(&self, seq: u64) -> *mut u8 {
+        // SAFETY: index < slots, so the offset is inside `self.slots`.
+        unsafe { self.slots.host_ptr().add(self.index(seq) * self.stride) }
+    }
+
+    fn device_slot(&self, seq: u64) -> u64 {
+        self.device.slots + (self.index(seq) * self.stride) as u64
+    }
+
+    fn fail(&mut self, err: Error) {
+        self.counters.gpu_errors += 1;
+        self.error.get_or_insert(err);
+    }
+
+    /// Writes the trailer of `done` into the host slot, `seq` excluded.
+    fn write_trailer(&mut self, done: &FrameDone, bytes: u32) {
+        let t = self.host_slot(done.seq).wrapping_add(self.cap);
+        // SAFETY: the trailer (64 bytes at payload_cap) is inside the slot and
+        // naturally aligned; nobody reads it until `seq` is published.
+        unsafe {
+            std::ptr::write_bytes(t, 0, TRAILER_SEQ);
+            (t.add(TRAILER_FRAME) as *mut u64).write(done.frame);
+            (t.add(TRAILER_BYTES_FIELD) as *mut u32).write(bytes);
+            (t.add(TRAILER_KIND) as *mut u32).write(done.kind as u32);
+            (t.add(TRAILER_T_SEND) as *mut u64).write(done.t_send_ns.unwrap_or(0));
+        }
+    }
+
+    /// Hands frame `seq` over per mode.
+    fn hand_over(&mut self, seq: u64, frame: u64, kind: FrameKind, bytes: u32) -> Result<()> {
+        let host = self.host_slot(seq);
+        // SAFETY (every block): `host` is this frame's slot; a slot is reused
+        // only after its ack, so it stays unchanged while a copy reads it;
+        // device addresses are Python's slots (contract) or the stand-in's.
+        let seq_word = unsafe { atomic_u64(host.add(self.cap + TRAILER_SEQ)) };
+        let whole = kind == FrameKind::Whole;
+        match self.config.mode {
+            Mode::Copy if whole => unsafe {
+                self.gpu
+                    .copy_to_device_async(self.device_slot(seq), host, bytes as usize)?;
+                self.gpu.launch_sum_frame(&SumFrameLaunch {
+                    slot: self.device_slot(seq),
+                    frame_bytes: bytes,
+                    seq,
+                    frame,
+                    kind: kind as u32,
+                    acks: self.acks.device_ptr(),
+                    nslots: self.config.slots as u32,
+                    accum: self.device.accum,
+                    check_pattern: u32::from(self.config.check_pattern),
+                    blocks: self.config.blocks,
+                    threads: self.config.threads,
+                })?;
+            },
+            Mode::Copy => {
+                let i = self.index(seq);
+                self.pending[i].local_status = if kind == FrameKind::Stop {
+                    STATUS_STOPPED
+                } else {
+                    STATUS_SKIPPED
+                };
+            }
+            Mode::Persistent | Mode::PersistentFlag => {
+                // Whole frames copy the payload area too; other kinds only the
+                // trailer (the kernel never reads their payload).
+                let from = if whole { 0 } else { self.cap };
+                let flag = self.config.mode == Mode::PersistentFlag;
+                let end = self.cap + if flag { TRAILER_SEQ } else { TRAILER_BYTES };
+                seq_word.store(seq, Ordering::Relaxed);
+                unsafe {
+                    self.gpu.copy_to_device_async(
+                        self.device_slot(seq) + from as u64,
+                        host.add(from),
+                        end - from,
+                    )?;
+                    if flag {
+                        self.gpu.write_value64(
+                            self.device_slot(seq) + (self.cap + TRAILER_SEQ) as u64,
+                            seq,
+                        )?;
+                    }
+                }
+            }
+            Mode::ZeroCopy => seq_word.store(seq, Ordering::Release),
+        }
+        Ok(())
+    }
+
+    /// Looks (without waiting) at the oldest outstanding frames; settles every
+    /// consecutive acknowledged one. Returns how many were settled.
+    pub fn poll_acks(&mut self, now_ns: u64) -> usize {
+        let mut settled = 0;
+        while self.oldest < self.next_publish {
+            let seq = self.oldest;
+            let i = self.index(seq);
+            let p = self.pending[i];
+            let entry = if p.local_status != 0 {
+                AckEntry {
+                    seq,
+                    sum: 0,
+                    sumsq: 0,
+                    status: p.local_status,
+                    torn: 0,
+                }
+            } else {
+                let entry = self.read_ack(i);
+                if entry.seq != seq {
+                    let late = now_ns.saturating_sub(p.t_published)
+                        > self.config.ack_timeout.as_nanos() as u64;
+                    if late && !p.timed_out {
+                        self.pending[i].timed_out = true;
+                        self.counters.ack_timeouts += 1;
+                    }
+                    break;
+                }
+                entry
+            };
+            self.settle(p, entry, now_ns);
+            self.pending[i] = Pending::default();
+            self.oldest += 1;
+            settled += 1;
+        }
+        settled
+    }
+
+    fn settle(&mut self, p: Pending, ack: AckEntry, now_ns: u64) {
+        let c = &mut self.counters;
+        let ok = match ack.status {
+            STATUS_OK => {
+                let sums_equal = (ack.sum, ack.sumsq) == p.sums;
+                c.sum_mismatch += u64::from(!sums_equal);
+                c.torn += u64::from(ack.torn != 0);
+                c.torn_words += u64::from(ack.torn);
+                sums_equal && ack.torn == 0 && p.kind == FrameKind::Whole as u32
+            }
+            STATUS_SKIPPED => {
+                c.frames_skipped += 1;
+                p.kind == FrameKind::Incomplete as u32
+            }
+            STATUS_STOPPED => p.kind == FrameKind::Stop as u32,
+            _ => {
+                self.kernel_gone = true;
+                false
+            }
+        };
+        if p.kind == FrameKind::Stop as u32 {
+            self.stop_status = ack.status;
+        } else {
+            c.frames_acked += 1;
+        }
+        if self.records.len() < self.records.capacity() {
+            self.records.push(AckRecord {
+                seq: p.seq,
+                frame: p.frame,
+                status: ack.status,
+                t_send_ns: p.t_send,
+                t_first_ns: p.t_first,
+                t_done_ns: p.t_done,
+                t_ack_ns: now_ns,
+                ok,
+            });
+        } else {
+            c.records_dropped += 1;
+        }
+    }
+
+    /// Ack ring entry `index` (Acquire on `seq`, then the fields).
+    pub fn read_ack(&self, index: usize) -> AckEntry {
+        let a = self
+            .acks
+            .host_ptr()
+            .wrapping_add((index % self.config.slots) * ACK_BYTES);
+        // SAFETY: entry inside the ring, fields aligned; the GPU writes them
+        // before its Release store of `seq`, which this Acquire load pairs with.
+        unsafe {
+            let seq = atomic_u64(a.add(ACK_SEQ)).load(Ordering::Acquire);
+            AckEntry {
+                seq,
+                sum: atomic_u64(a.add(ACK_SUM)).load(Ordering::Relaxed),
+                sumsq: atomic_u64(a.add(ACK_SUMSQ)).load(Ordering::Relaxed),
+                status: atomic_u32(a.add(ACK_STATUS)).load(Ordering::Relaxed),
+                torn: atomic_u32(a.add(ACK_TORN)).load(Ordering::Relaxed),
+            }
+        }
+    }
+
+    /// Ends the run: in the persistent modes hands over a stop frame and waits
+    /// (polling acks) until the kernel acknowledges it; in mode copy waits for
+    /// outstanding acks. An error after `timeout`, or if the kernel aborted.
+    pub fn stop(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let wait = |h: &mut Self, done: &dyn Fn(&Self) -> bool, what: &str| -> Result<()> {
+            loop {
+                h.poll_acks(monotonic_ns());
+                if done(h) {
+                    return Ok(());
+                }
+                if h.kernel_gone {
+                    return Err(Error::Config(
+                        "the GPU kernel aborted before the stop frame".into(),
+                    ));
+                }
+                if Instant::now() > deadline {
+                    return Err(Error::Config(format!(
+                        "the GPU did not {what} within {timeout:?}"
+                    )));
+                }
+                std::thread::yield_now();
+            }
+        };
+        if !self.config.mode.persistent() {
+            return wait(
+                self,
+                &|h| h.oldest == h.next_publish,
+                "acknowledge every frame",
+            );
+        }
+        let seq = self.next_publish;
+        let i = self.index(seq);
+        wait(
+            self,
+            &|h| h.pending[i].seq == 0,
+            "free a slot for the stop frame",
+        )?;
+        self.claimed = seq;
+        let now = monotonic_ns();
+        self.publish(&FrameDone {
+            seq,
+            frame: 0,
+            kind: FrameKind::Stop,
+            present: 0,
+            bytes: 0,
+            t_first_ns: now,
+            t_done_ns: now,
+            t_send_ns: None,
+        });
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        wait(self, &|h| h.oldest > seq, "acknowledge the stop frame")?;
+        match self.stop_status {
+            STATUS_STOPPED => Ok(()),
+            s => Err(Error::Config(format!(
+                "the stop frame was acknowledged with status {s}, not 3"
+            ))),
+        }
+    }
+
+    /// Tells every persistent kernel to return (status 4) at its next check.
+    pub fn abort(&self) {
+        // SAFETY: the control block is ours, 64 bytes, aligned; the kernel
+        // reads `abort` with an acquire load.
+        unsafe { atomic_u32(self.control.host_ptr().add(CONTROL_ABORT)) }
+            .store(1, Ordering::Release);
+    }
+
+    pub fn counters(&self) -> HandoffCounters {
+        self.counters
+    }
+
+    pub fn records(&self) -> &[AckRecord] {
+        &self.records
+    }
+
+    /// The first failed driver call, if any (taken: reported once).
+    pub fn take_error(&mut self) -> Option<Error> {
+        self.error.take()
+    }
+
+    pub fn config(&self) -> &HandoffConfig {
+        &self.config
+    }
+
+    pub fn gpu(&self) -> &G {
+        &self.gpu
+    }
+
+    /// Frames handed over and not yet acknowledged.
+    pub fn outstanding(&self) -> u64 {
+        self.next_publish - self.oldest
+    }
+
+    /// Device address of the mapped slots (zerocopy; 0 in the other modes).
+    pub fn mapped_slots_device_ptr(&self) -> u64 {
+        if self.config.mode == Mode::ZeroCopy {
+            self.slots.device_ptr()
+        } else {
+            0
+        }
+    }
+
+    pub fn acks_device_ptr(&self) -> u64 {
+        self.acks.device_ptr()
+    }
+
+    pub fn control_device_ptr(&self) -> u64 {
+        self.control.device_ptr()
+    }
+
+    pub fn slot_stride(&self) -> usize {
+        self.stride
+    }
+
+    pub fn payload_cap(&self) -> usize {
+        self.cap
+    }
+}
+
+impl<G: GpuOps> FrameSink for Handoff<G> {
+    fn claim(&mut self, seq: u64) -> bool {
+        if seq != self.next_publish {
+            self.counters.bad_writes += 1;
+            return false;
+        }
+        let i = self.index(seq);
+        if self.pending[i].seq != 0 {
+            self.poll_acks(monotonic_ns());
+            if self.pending[i].seq != 0 {
+                return false;
+            }
+        }
+        self.claimed = seq;
+        true
+    }
+
+    fn write(&mut self, seq: u64, offset: usize, bytes: &[u8]) {
+        if seq != self.claimed
+            || seq != self.next_publish
+            || offset + bytes.len() > self.config.frame_bytes
+        {
+            self.counters.bad_writes += 1;
+            return;
+        }
+        // SAFETY: inside this claimed slot's payload area (checked above);
+        // nobody else reads the slot until it is published.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.host_slot(seq).add(offset),
+                bytes.len(),
+            )
+        };
+    }
+
+    fn publish(&mut self, done: &FrameDone) {
+        if done.seq != self.claimed || done.seq != self.next_publish {
+            self.counters.bad_writes += 1;
+            return;
+        }
+        let bytes = (done.bytes as usize).min(self.config.frame_bytes) as u32;
+        self.write_trailer(done, bytes);
+        let now = monotonic_ns();
+        let i = self.index(done.seq);
+        self.pending[i] = Pending {
+            seq: done.seq,
+            frame: done.frame,
+            kind: done.kind as u32,
+            sums: (0, 0),
+            t_send: done.t_send_ns.unwrap_or(0),
+            t_first: done.t_first_ns,
+            t_done: done.t_done_ns,
+            t_published: now,
+            local_status: 0,
+            timed_out: false,
+        };
+        self.next_publish += 1;
+        if done.kind != FrameKind::Stop {
+            self.counters.frames_published += 1;
+        }
+        if let Err(e) = self.hand_over(done.seq, done.frame, done.kind, bytes) {
+            // The GPU will never ack this frame: settle it here, as failed.
+            self.pending[i].local_status = STATUS_ABORTED;
+            self.fail(e);
+        }
+        if done.kind == FrameKind::Whole {
+            // The host's sums, while the GPU works.
+            // SAFETY: the payload [0, bytes) of this slot, unchanged until acked.
+            let payload =
+                unsafe { std::slice::from_raw_parts(self.host_slot(done.seq), bytes as usize) };
+            self.pending[i].sums = sums(payload);
+        }
+        if self.config.mode == Mode::Copy {
+            if let Err(e) = self.gpu.synchronize() {
+                self.fail(e);
+            }
+            self.poll_acks(monotonic_ns());
+        }
+    }
+}
+
+impl<G: GpuOps> Drop for Handoff<G> {
+    fn drop(&mut self) {
+        self.abort();
+        // Queued copies read our staging memory: let them finish before it is
+        // freed (the copy stream holds only copies and short kernels).
+        let _ = self.gpu.synchronize();
+    }
+}
+
+#[cfg(test)]
+#[path = "handoff_tests.rs"]
+mod tests;

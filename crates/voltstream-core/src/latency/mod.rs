@@ -22,6 +22,8 @@
 pub mod frame;
 pub mod gpu;
 pub mod handoff;
+pub mod layout;
+pub mod standin;
 
 /// How a frame ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
