@@ -58,35 +58,49 @@ macro_rules! cs {
 }
 type CuResult = i32;
 
+// The C signatures of the driver functions we call (driver API reference).
+type CtxSetCurrent = unsafe extern "C" fn(Handle) -> CuResult;
+type CtxGetCurrent = unsafe extern "C" fn(*mut Handle) -> CuResult;
+type CtxGetDevice = unsafe extern "C" fn(*mut c_int) -> CuResult;
+type DeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult;
+type MemHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult;
+type MemFreeHost = unsafe extern "C" fn(*mut c_void) -> CuResult;
+type MemHostGetDevicePointer = unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CuResult;
+type MemcpyHtoDAsync = unsafe extern "C" fn(u64, *const c_void, usize, Handle) -> CuResult;
+/// f, grid x/y/z, block x/y/z, shared bytes, stream, kernel params, extra.
+type LaunchKernel = unsafe extern "C" fn(
+    Handle,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    Handle,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CuResult;
+type StreamSync = unsafe extern "C" fn(Handle) -> CuResult;
+type StreamWriteValue64 = unsafe extern "C" fn(Handle, u64, u64, c_uint) -> CuResult;
+type GetErrorString = unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult;
+
 /// The driver functions we call, resolved once with `dlsym`.
 struct Fns {
-    ctx_set_current: unsafe extern "C" fn(Handle) -> CuResult,
-    ctx_get_current: unsafe extern "C" fn(*mut Handle) -> CuResult,
-    ctx_get_device: unsafe extern "C" fn(*mut c_int) -> CuResult,
-    device_get_attribute: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult,
-    mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
-    mem_free_host: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    mem_host_get_device_pointer: unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CuResult,
-    memcpy_htod_async: unsafe extern "C" fn(u64, *const c_void, usize, Handle) -> CuResult,
-    #[allow(clippy::type_complexity)]
-    launch_kernel: unsafe extern "C" fn(
-        Handle,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        Handle,
-        *mut *mut c_void,
-        *mut *mut c_void,
-    ) -> CuResult,
-    stream_synchronize: unsafe extern "C" fn(Handle) -> CuResult,
-    stream_query: unsafe extern "C" fn(Handle) -> CuResult,
+    ctx_set_current: CtxSetCurrent,
+    ctx_get_current: CtxGetCurrent,
+    ctx_get_device: CtxGetDevice,
+    device_get_attribute: DeviceGetAttribute,
+    mem_host_alloc: MemHostAlloc,
+    mem_free_host: MemFreeHost,
+    mem_host_get_device_pointer: MemHostGetDevicePointer,
+    memcpy_htod_async: MemcpyHtoDAsync,
+    launch_kernel: LaunchKernel,
+    stream_synchronize: StreamSync,
+    stream_query: StreamSync,
     /// Absent on drivers older than the v2 memory operations.
-    stream_write_value64: Option<unsafe extern "C" fn(Handle, u64, u64, c_uint) -> CuResult>,
-    get_error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    stream_write_value64: Option<StreamWriteValue64>,
+    get_error_string: GetErrorString,
 }
 
 /// The CUDA driver table. Loaded once per session; never `dlclose`d, because
@@ -123,7 +137,7 @@ fn symbol(lib: *mut c_void, name: &CStr) -> Option<*mut c_void> {
 }
 
 macro_rules! required {
-    ($lib:expr, $name:expr) => {{
+    ($lib:expr, $name:expr, $ty:ty) => {{
         let p = symbol($lib, $name).ok_or_else(|| {
             Error::io(
                 format!(
@@ -136,7 +150,7 @@ macro_rules! required {
         // SAFETY: the symbol is the driver function of that name, whose C
         // signature is the field's type (driver API reference); a function
         // pointer has the size of a data pointer on Linux.
-        unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+        unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
     }};
 }
 
@@ -168,27 +182,26 @@ impl CudaDriver {
         let write64 = symbol(lib, cs!("cuStreamWriteValue64_v2")).map(|p| {
             // SAFETY: cuStreamWriteValue64_v2(CUstream, CUdeviceptr, cuuint64_t,
             // unsigned int) -> CUresult, the field's type.
-            unsafe {
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(Handle, u64, u64, c_uint) -> CuResult,
-                >(p)
-            }
+            unsafe { std::mem::transmute::<*mut c_void, StreamWriteValue64>(p) }
         });
         let fns = Fns {
-            ctx_set_current: required!(lib, cs!("cuCtxSetCurrent")),
-            ctx_get_current: required!(lib, cs!("cuCtxGetCurrent")),
-            ctx_get_device: required!(lib, cs!("cuCtxGetDevice")),
-            device_get_attribute: required!(lib, cs!("cuDeviceGetAttribute")),
-            mem_host_alloc: required!(lib, cs!("cuMemHostAlloc")),
-            mem_free_host: required!(lib, cs!("cuMemFreeHost")),
-            mem_host_get_device_pointer: required!(lib, cs!("cuMemHostGetDevicePointer_v2")),
-            memcpy_htod_async: required!(lib, cs!("cuMemcpyHtoDAsync_v2")),
-            launch_kernel: required!(lib, cs!("cuLaunchKernel")),
-            stream_synchronize: required!(lib, cs!("cuStreamSynchronize")),
-            stream_query: required!(lib, cs!("cuStreamQuery")),
+            ctx_set_current: required!(lib, cs!("cuCtxSetCurrent"), CtxSetCurrent),
+            ctx_get_current: required!(lib, cs!("cuCtxGetCurrent"), CtxGetCurrent),
+            ctx_get_device: required!(lib, cs!("cuCtxGetDevice"), CtxGetDevice),
+            device_get_attribute: required!(lib, cs!("cuDeviceGetAttribute"), DeviceGetAttribute),
+            mem_host_alloc: required!(lib, cs!("cuMemHostAlloc"), MemHostAlloc),
+            mem_free_host: required!(lib, cs!("cuMemFreeHost"), MemFreeHost),
+            mem_host_get_device_pointer: required!(
+                lib,
+                cs!("cuMemHostGetDevicePointer_v2"),
+                MemHostGetDevicePointer
+            ),
+            memcpy_htod_async: required!(lib, cs!("cuMemcpyHtoDAsync_v2"), MemcpyHtoDAsync),
+            launch_kernel: required!(lib, cs!("cuLaunchKernel"), LaunchKernel),
+            stream_synchronize: required!(lib, cs!("cuStreamSynchronize"), StreamSync),
+            stream_query: required!(lib, cs!("cuStreamQuery"), StreamSync),
             stream_write_value64: write64,
-            get_error_string: required!(lib, cs!("cuGetErrorString")),
+            get_error_string: required!(lib, cs!("cuGetErrorString"), GetErrorString),
         };
         Ok(Arc::new(CudaDriver { fns }))
     }

@@ -325,12 +325,15 @@ impl<G: GpuOps> Handoff<G> {
     /// Hands frame `seq` over per mode.
     fn hand_over(&mut self, seq: u64, frame: u64, kind: FrameKind, bytes: u32) -> Result<()> {
         let host = self.host_slot(seq);
-        // SAFETY (every block): `host` is this frame's slot; a slot is reused
-        // only after its ack, so it stays unchanged while a copy reads it;
-        // device addresses are Python's slots (contract) or the stand-in's.
+        // Below, `host` is this frame's slot; a slot is reused only after its
+        // ack, so it stays unchanged while a copy reads it; device addresses
+        // are Python's slots (module docs) or the stand-in's.
+        // SAFETY: the trailer's seq word is inside the slot, 8-aligned; the
+        // GPU side only reads it, atomically.
         let seq_word = unsafe { atomic_u64(host.add(self.cap + TRAILER_SEQ)) };
         let whole = kind == FrameKind::Whole;
         match self.config.mode {
+            // SAFETY: see above; the copy and kernel stay within slot `seq`.
             Mode::Copy if whole => unsafe {
                 self.gpu
                     .copy_to_device_async(self.device_slot(seq), host, bytes as usize)?;
@@ -363,6 +366,7 @@ impl<G: GpuOps> Handoff<G> {
                 let flag = self.config.mode == Mode::PersistentFlag;
                 let end = self.cap + if flag { TRAILER_SEQ } else { TRAILER_BYTES };
                 seq_word.store(seq, Ordering::Relaxed);
+                // SAFETY: see above; `from..end` lies inside the slot.
                 unsafe {
                     self.gpu.copy_to_device_async(
                         self.device_slot(seq) + from as u64,

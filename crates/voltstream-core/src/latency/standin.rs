@@ -290,8 +290,9 @@ fn persistent(p: PersistentParams, shared: &Shared, opts: StandinOptions) -> Ker
     let n = u64::from(p.nslots.max(1));
     let cap = p.payload_cap as usize;
     let (mut next, mut empty, mut last_frame) = (1u64, 0u64, Instant::now());
-    // SAFETY (every block below): the slots, acks and control block stay
-    // valid until this thread returns (launch_persistent contract).
+    // The slots, acks and control block stay valid until this thread
+    // returns (launch_persistent contract): "see above" below refers to this.
+    // SAFETY: see above; `abort` is 4-aligned and only accessed atomically.
     let abort = unsafe { atomic_u32(p.control as *mut u8) };
     loop {
         let slot = p.slots + (next % n) * p.slot_stride;
@@ -379,9 +380,13 @@ impl GpuOps for HostGpu {
             let seq_value = covers
                 .then(|| std::ptr::read_unaligned(src.add((seq_at - dst) as usize) as *const u64));
             if let (Some(value), true) = (seq_value, self.opts.seq_before_payload) {
+                // Trailer, then `seq`, then (once acknowledged) the payload.
+                let trailer = (seq_at - TRAILER_SEQ as u64).max(dst);
+                let head = (trailer - dst) as usize;
+                store_bytes(trailer, src.add(head), bytes - head, skip);
                 atomic_u64(seq_at as *mut u8).store(value, Ordering::Release);
                 self.wait_ack(value);
-                store_bytes(dst, src, bytes, skip);
+                store_bytes(dst, src, head, None);
             } else {
                 // An ordered DMA: everything, then `seq` last.
                 store_bytes(dst, src, bytes, skip);
