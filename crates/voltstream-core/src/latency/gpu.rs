@@ -220,6 +220,38 @@ impl CudaDriver {
             .into_owned()
     }
 
+    /// `cuMemHostAlloc` of `len` bytes with `flags`, then its device pointer.
+    fn host_alloc(&self, len: usize, flags: c_uint) -> Result<(NonNull<u8>, u64)> {
+        let mut raw: *mut c_void = ptr::null_mut();
+        // SAFETY: valid out-pointer; the driver allocates `len` bytes.
+        let r = unsafe { (self.fns.mem_host_alloc)(&mut raw, len, flags) };
+        self.check("cuMemHostAlloc", r)?;
+        let ptr = NonNull::new(raw as *mut u8).ok_or_else(|| {
+            Error::io(
+                "cuMemHostAlloc",
+                io::Error::other("returned a null pointer"),
+            )
+        })?;
+        let mut dev = 0u64;
+        // SAFETY: valid out-pointer; `raw` is a DEVICEMAP allocation; flags must be 0.
+        let r = unsafe { (self.fns.mem_host_get_device_pointer)(&mut dev, raw, 0) };
+        if let Err(e) = self.check("cuMemHostGetDevicePointer_v2", r) {
+            // SAFETY: allocated just above, not yet shared.
+            unsafe { self.host_free(ptr) };
+            return Err(e);
+        }
+        Ok((ptr, dev))
+    }
+
+    /// `cuMemFreeHost`; an error cannot be reported from a drop and leaks at worst.
+    ///
+    /// # Safety
+    /// `ptr` came from [`CudaDriver::host_alloc`] and is freed once.
+    unsafe fn host_free(&self, ptr: NonNull<u8>) {
+        // SAFETY: the caller's contract.
+        unsafe { (self.fns.mem_free_host)(ptr.as_ptr() as *mut c_void) };
+    }
+
     /// `Ok` on CUDA_SUCCESS, else an error naming `call`, the code and its text.
     fn check(&self, call: &str, code: i32) -> Result<()> {
         if code == CUDA_SUCCESS {
@@ -232,111 +264,9 @@ impl CudaDriver {
     }
 }
 
-enum Backing {
-    Cuda(Arc<CudaDriver>),
-    Heap(std::alloc::Layout),
-}
-
-/// Host memory the GPU can reach: pinned and mapped (`cuMemHostAlloc` with
-/// DEVICEMAP | PORTABLE, optionally WRITECOMBINED) or, for the host stand-in,
-/// ordinary page-aligned heap memory whose "device pointer" is its address.
-/// Zeroed at allocation; freed on drop.
-pub struct HostMemory {
-    ptr: NonNull<u8>,
-    len: usize,
-    device: u64,
-    backing: Backing,
-}
-
-// SAFETY: the memory is exclusively owned (like a Box<[u8]>); concurrent use
-// with the GPU or a stand-in thread goes through raw pointers and atomics.
-unsafe impl Send for HostMemory {}
-// SAFETY: as above; `&HostMemory` only hands out raw pointers.
-unsafe impl Sync for HostMemory {}
-
-impl HostMemory {
-    /// `len` bytes (at least 1) of zeroed, 4096-aligned heap memory.
-    pub fn heap(len: usize) -> Result<Self> {
-        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096)
-            .map_err(|_| Error::Config(format!("host buffer of {len} bytes is too large")))?;
-        // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw)
-            .ok_or_else(|| Error::Config(format!("out of memory allocating {len} bytes")))?;
-        Ok(HostMemory {
-            ptr,
-            len,
-            device: raw as u64,
-            backing: Backing::Heap(layout),
-        })
-    }
-
-    /// Pinned, GPU-mapped memory from the context current on this thread.
-    pub fn pinned(driver: Arc<CudaDriver>, len: usize, write_combined: bool) -> Result<Self> {
-        let mut flags = CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE;
-        if write_combined {
-            flags |= CU_MEMHOSTALLOC_WRITECOMBINED;
-        }
-        let mut raw: *mut c_void = ptr::null_mut();
-        // SAFETY: valid out-pointer; the driver allocates `len` bytes.
-        let r = unsafe { (driver.fns.mem_host_alloc)(&mut raw, len.max(1), flags) };
-        driver.check("cuMemHostAlloc", r)?;
-        let ptr = NonNull::new(raw as *mut u8).ok_or_else(|| {
-            Error::io(
-                "cuMemHostAlloc",
-                io::Error::other("returned a null pointer"),
-            )
-        })?;
-        // From here `mem` frees the allocation on every error path.
-        let mut mem = HostMemory {
-            ptr,
-            len,
-            device: 0,
-            backing: Backing::Cuda(driver.clone()),
-        };
-        // SAFETY: `len` bytes at `ptr` were just allocated; cuMemHostAlloc
-        // does not zero them and the protocol relies on seq = 0 at start.
-        unsafe { ptr::write_bytes(ptr.as_ptr(), 0, len) };
-        let mut dev = 0u64;
-        // SAFETY: valid out-pointer; `raw` is a DEVICEMAP allocation; flags must be 0.
-        let r = unsafe { (driver.fns.mem_host_get_device_pointer)(&mut dev, raw, 0) };
-        driver.check("cuMemHostGetDevicePointer_v2", r)?;
-        mem.device = dev;
-        Ok(mem)
-    }
-
-    pub fn host_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// The address the GPU uses for this memory (always asked of the driver;
-    /// equal to the host address under unified addressing).
-    pub fn device_ptr(&self) -> u64 {
-        self.device
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-impl Drop for HostMemory {
-    fn drop(&mut self) {
-        match &self.backing {
-            // SAFETY: allocated by cuMemHostAlloc (pinned) and freed once; an
-            // error cannot be reported from drop and leaks at worst.
-            Backing::Cuda(d) => unsafe {
-                (d.fns.mem_free_host)(self.ptr.as_ptr() as *mut c_void);
-            },
-            // SAFETY: allocated by alloc_zeroed with this layout (heap).
-            Backing::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), *layout) },
-        }
-    }
-}
+#[path = "gpu_memory.rs"]
+mod memory;
+pub use memory::HostMemory;
 
 /// Arguments of `latency_sum_frame` (contract, "Kernels") and its launch shape.
 #[derive(Debug, Clone, Copy)]
