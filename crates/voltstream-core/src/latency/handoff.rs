@@ -175,6 +175,14 @@ impl<G: GpuOps> Handoff<G> {
         // GPU side only reads it, atomically.
         let seq_word = unsafe { atomic_u64(host.add(self.cap + TRAILER_SEQ)) };
         let whole = kind == FrameKind::Whole;
+        let wc = self.config.write_combined;
+        if wc {
+            // x86 does not order stores to write-combined memory with each
+            // other, and a Release store emits no fence there: drain the WC
+            // buffers (a SeqCst fence is `mfence`) so the payload and trailer
+            // are in memory before `seq` or the DMA that reads them.
+            std::sync::atomic::fence(Ordering::SeqCst);
+        }
         match self.config.mode {
             // SAFETY: see above; the copy and kernel stay within slot `seq`.
             Mode::Copy if whole => unsafe {
@@ -224,7 +232,13 @@ impl<G: GpuOps> Handoff<G> {
                     }
                 }
             }
-            Mode::ZeroCopy => seq_word.store(seq, Ordering::Release),
+            Mode::ZeroCopy => {
+                seq_word.store(seq, Ordering::Release);
+                if wc {
+                    // Push `seq` itself out of the WC buffer now, not later.
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                }
+            }
         }
         Ok(())
     }

@@ -22,6 +22,8 @@ fn config(mode: Mode, slots: usize) -> HandoffConfig {
     let mut c = HandoffConfig::new(mode, FRAME);
     c.slots = slots;
     c.check_pattern = true;
+    // Exercises the write-combining fences (ordinary memory in the stand-in).
+    c.write_combined = mode == Mode::ZeroCopy;
     c
 }
 

@@ -12,6 +12,9 @@
 //!   synchronise; one async copy to a persistent kernel; a persistent kernel
 //!   reading mapped host memory), as [`FrameSink`]s, and the
 //!   acknowledgement protocol.
+//! - [`layout`]: the memory layout shared with the CUDA kernels
+//!   (docs/research/low-latency-contract.md).
+//! - [`standin`]: a host stand-in for the GPU, so the protocol runs in CI.
 //!
 //! The contract between the assembler and a hand-off is [`FrameSink`]:
 //! frames get dense hand-over sequence numbers `1, 2, 3, ...` in wire-frame
