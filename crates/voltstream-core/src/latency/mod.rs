@@ -12,6 +12,9 @@
 //!   synchronise; one async copy to a persistent kernel; a persistent kernel
 //!   reading mapped host memory), as [`FrameSink`]s, and the
 //!   acknowledgement protocol.
+//! - [`layout`]: the memory layout shared with the CUDA kernels
+//!   (docs/research/low-latency-contract.md).
+//! - [`standin`]: a host stand-in for the GPU, so the protocol runs in CI.
 //!
 //! The contract between the assembler and a hand-off is [`FrameSink`]:
 //! frames get dense hand-over sequence numbers `1, 2, 3, ...` in wire-frame
@@ -22,19 +25,11 @@
 pub mod frame;
 pub mod gpu;
 pub mod handoff;
+pub mod layout;
 pub mod session;
+pub mod standin;
 
-/// CLOCK_MONOTONIC in ns: the one clock of every latency stamp (sender and
-/// receiver on one host share it; see docs/benchmarks.md "Low latency").
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to write; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use layout::monotonic_ns;
 
 /// How a frame ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
