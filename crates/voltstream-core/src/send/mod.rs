@@ -9,7 +9,14 @@
 //! `EINTR`) are retried. [`Sender::send_paced`] paces against a clock that
 //! carries across calls (a rate from a start time, or one time per packet), so
 //! a replay made of many sends keeps its average rate exactly.
+//!
+//! [`FrameSender`] (`frames.rs`) is the low-latency benchmark's source:
+//! paced frames of P stamped packets on the same socket.
 
+mod frames;
 mod sender;
 
+pub use frames::SEND_TIME as SEND_TIME_FIELD;
+pub use frames::{bench_layout, monotonic_ns, pattern_word, FrameSendStats, FrameSender};
+pub use frames::{FRAME as FRAME_FIELD, HEADER_LEN as FRAME_HEADER_LEN, MAGIC as FRAME_MAGIC};
 pub use sender::{Pace, SendStats, Sender};
