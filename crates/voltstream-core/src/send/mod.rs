@@ -13,10 +13,8 @@
 //! [`FrameSender`] (`frames.rs`) is the low-latency benchmark's source:
 //! paced frames of P stamped packets on the same socket.
 
-mod frames;
+pub mod frames;
 mod sender;
 
-pub use frames::SEND_TIME as SEND_TIME_FIELD;
-pub use frames::{bench_layout, monotonic_ns, pattern_word, FrameSendStats, FrameSender};
-pub use frames::{FRAME as FRAME_FIELD, HEADER_LEN as FRAME_HEADER_LEN, MAGIC as FRAME_MAGIC};
+pub use frames::{bench_layout, monotonic_ns, FrameSendStats, FrameSender};
 pub use sender::{Pace, SendStats, Sender};
