@@ -49,6 +49,38 @@ class Sender:
     @property
     def local_addr(self) -> str: ...
 
+class FrameSender:
+    """Paced, stamped frames of P packets for the low-latency bench: 32-byte "VLAT"
+    header (magic u32, k u16, P u16, index u64, t_send_ns u64, frame u64; little-endian)
+    and a pattern payload (8-byte word j of the frame = frame ^ j * 0x9E3779B97F4A7C15)."""
+
+    def __init__(
+        self, dest: str, packets_per_frame: int, payload_len: int, bind: str | None = None
+    ) -> None: ...
+    def send_frames(
+        self,
+        first_frame: int,
+        count: int,
+        rate_hz: float,
+        skip: tuple[int, int] | None = None,
+        reverse: bool = False,
+    ) -> dict[str, Any]:
+        """Sends frames first_frame .. first_frame + count at rate_hz (0 = unpaced), each
+        stamped with time.monotonic_ns() just before its first packet; releases the GIL.
+        skip=(n, k) leaves out packet k of frames that are multiples of n; reverse sends
+        each frame's packets last first. Returns frames, packets, bytes, seconds,
+        late_max_ns, t_first_send_ns, t_last_send_ns."""
+    @property
+    def packets_per_frame(self) -> int: ...
+    @property
+    def payload_len(self) -> int: ...
+    @property
+    def packet_len(self) -> int: ...
+    @property
+    def dest(self) -> str: ...
+    @property
+    def local_addr(self) -> str: ...
+
 class Chunk:
     """One assembled chunk; data [stream][packet][payload byte] via the buffer protocol."""
 

@@ -154,6 +154,19 @@ impl FrameSender {
         HEADER_LEN + self.payload_len
     }
 
+    pub fn packets_per_frame(&self) -> usize {
+        self.p
+    }
+
+    pub fn payload_len(&self) -> usize {
+        self.payload_len
+    }
+
+    /// The destination.
+    pub fn dest(&self) -> SocketAddr {
+        self.sender.dest()
+    }
+
     /// The local address the socket is bound to.
     pub fn local_addr(&self) -> Result<SocketAddr> {
         self.sender.local_addr()
