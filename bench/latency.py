@@ -42,43 +42,63 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from e2e import machine  # noqa: E402 - the same machine description as the e2e bench
-
 from voltstream import _core  # noqa: E402
 from voltstream.latency.run import MODES, LatencyRun, LatencySettings  # noqa: E402
 from voltstream.latency.stats import records_array, stage_stats  # noqa: E402
 
-PAYLOAD = 1024  # bytes per packet: 1, 8 and 64 KiB frames are 1, 8 and 64 packets
+# Bytes per packet: 8192 (jumbo frames, the MTU of data-acquisition networks and of
+# the formats voltstream captures: 1 and 8 KiB frames are one packet, 64 KiB eight)
+# and 1024 (a standard 1500-byte MTU: 8 KiB frames are eight packets).
+PAYLOADS = "8192,1024"
 TARGETS = {"received_to_ack_p50_us": 8.0, "received_to_ack_p99_us": 15.0, "e2e_p50_us": 15.0}
 PAPER = {"dpdk_gpudev_us": 4.28, "dpdk_cudamemcpy_us": 22.44, "fpga_gpudirect_us": 5.24}
 
 
-def run_one(size_kib: int, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(size_kib: int, spec: str, payload: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One run; `spec` is MODE[@LOAD][+direct]: LOAD the kernels' payload load
+    (PAYLOAD_LOADS), +direct every block polls the trailer itself (no relay)."""
+    spec_mode, _, direct = spec.partition("+")
+    mode, _, load = spec_mode.partition("@")
     frame_bytes = size_kib * 1024
-    ppf = frame_bytes // PAYLOAD
+    payload = min(payload, frame_bytes)
+    ppf = frame_bytes // payload
     total = args.warmup + args.frames
     settings = LatencySettings(
         mode=mode,
+        payload_load=load or "cv",
+        relay=False if direct == "direct" else None,
         packets_per_frame=ppf,
         check_pattern=True,
         records=total + 16,
         cpu=args.recv_cpu,
         timeout_us=args.frame_timeout_us,
     )
-    row: dict[str, Any] = {"mode": mode, "frame_bytes": frame_bytes, "packets": ppf}
-    with LatencyRun("127.0.0.1:0", settings) as run:
+    row: dict[str, Any] = {
+        "mode": spec,
+        "frame_bytes": frame_bytes,
+        "packets": ppf,
+        "payload": payload,
+    }
+    with LatencyRun("127.0.0.1:0", settings, format_kwargs={"payload_len": payload}) as run:
         row["blocks"] = run.blocks
         run.start(frames=total, idle_s=3.0)
         sent: dict[str, Any] = {}
 
         def send() -> None:
-            os.sched_setaffinity(0, {args.send_cpu})
-            s = _core.FrameSender(run.local_addr, None, ppf, PAYLOAD)
-            sent.update(dict(s.send_frames(0, total, args.rate_hz)))
+            try:
+                os.sched_setaffinity(0, {args.send_cpu})
+                s = _core.FrameSender(run.local_addr, ppf, payload)
+                sent.update(dict(s.send_frames(0, total, args.rate_hz)))
+            except Exception as e:  # reported in the row, the loop is stopped below
+                sent["error"] = repr(e)
 
         t = threading.Thread(target=send)
         time.sleep(0.2)  # the kernel's first polls and the loop's first turns
         t.start()
         t.join()
+        if "error" in sent:
+            run.stop()
+            raise RuntimeError(f"sender: {sent['error']}")
         report = run.wait(10.0 + total / args.rate_hz)
         recs = records_array(run.records())
     row["counters"] = report
@@ -118,9 +138,9 @@ class Load:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| frame | load | mode | stage | p50 µs | p99 µs | p99.9 µs | max µs | p2p µs | frames "
-        "| incomplete | gpu busy | sum mismatch | torn |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| frame | packet | load | mode | stage | p50 µs | p99 µs | p99.9 µs | max µs | p2p µs "
+        "| frames | incomplete | gpu busy | sum mismatch | torn |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         c = r.get("counters", {})
@@ -128,24 +148,37 @@ def table(rows: list[dict[str, Any]]) -> str:
             if not s.get("frames"):
                 continue
             lines.append(
-                f"| {r['frame_bytes'] // 1024} KiB | {r['load']} | {r['mode']} | {stage} "
+                f"| {r['frame_bytes'] // 1024} KiB | {r.get('payload')} B | {r['load']} "
+                f"| {r['mode']} | {stage} "
                 f"| {s['p50_us']} | {s['p99_us']} | {s['p999_us']} | {s['max_us']} "
                 f"| {s['ptp_us']} | {s['frames']} | {c.get('frames_incomplete', '?')} "
                 f"| {c.get('frames_gpu_busy', '?')} | {c.get('sum_mismatch', '?')} "
                 f"| {c.get('torn', '?')} |"
             )
         if r.get("error"):
-            lines.append(f"| {r['frame_bytes'] // 1024} KiB | {r['load']} | {r['mode']} "
-                         f"| ERROR {r['error']} |||||||||||")  # fmt: skip
+            head = f"| {r['frame_bytes'] // 1024} KiB | {r.get('payload')} B | {r['load']} "
+            lines.append(f"{head}| {r['mode']} | ERROR {r['error']} |||||||||||")
     return "\n".join(lines)
 
 
 def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The issue's keys, for 8 KiB idle frames: the best mode by received-to-ack p50."""
-    eight = [r for r in rows if r["frame_bytes"] == 8192 and r["load"] == "idle" and "stages" in r]
-    out: dict[str, Any] = {"frame_bytes": 8192}
+    eight = [
+        r
+        for r in rows
+        if r["frame_bytes"] == 8192
+        and r.get("payload") == 8192
+        and r["load"] == "idle"
+        and "stages" in r
+    ]
+    out: dict[str, Any] = {"frame_bytes": 8192, "packet_payload_bytes": 8192}
     stage = "received_to_ack"
-    ok = [r for r in eight if r["stages"].get(stage, {}).get("frames")]
+    # A mode that tore a frame (read it before it was whole) cannot be the best.
+    ok = [
+        r
+        for r in eight
+        if r["stages"].get(stage, {}).get("frames") and not r["counters"].get("torn")
+    ]
     if not ok:
         return out
     best = min(ok, key=lambda r: r["stages"][stage]["p50_us"])
@@ -156,7 +189,7 @@ def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
         e2e_p50_us=best["stages"].get("end_to_end", {}).get("p50_us"),
         e2e_p99_us=best["stages"].get("end_to_end", {}).get("p99_us"),
     )
-    copy = [r for r in ok if r["mode"] == "copy"]
+    copy = [r for r in eight if r["mode"] == "copy" and r["stages"].get(stage, {}).get("frames")]
     if copy:
         c = copy[0]["stages"][stage]
         out["memcpy_launch_p50_us"] = c["p50_us"]
@@ -175,7 +208,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add = ap.add_argument
     add("--sizes", default="1,8,64", help="frame sizes in KiB. Default: 1,8,64")
-    add("--modes", default=",".join(MODES), help="hand-off modes. Default: all")
+    add(
+        "--modes",
+        default=",".join(MODES) + ",zerocopy+direct,zerocopy@plain,persistent-flag@plain",
+        help="hand-off modes, MODE[@LOAD][+direct] (payload load: cv, plain, cg, volatile; "
+        "default cv; +direct: every block polls the trailer, no relay). Default: every "
+        "mode, zerocopy without the relay, and two with plain loads",
+    )
+    add("--payloads", default=PAYLOADS, help=f"bytes per packet. Default: {PAYLOADS}")
     add("--loads", default="idle,busy", help="idle, busy. Default: both")
     add("--frames", type=int, default=20000, help="measured frames per run. Default: 20000")
     add("--warmup", type=int, default=1000, help="frames left out first. Default: 1000")
@@ -191,6 +231,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def configs(args: argparse.Namespace) -> list[tuple[int, int, str]]:
+    """(payload, frame KiB, mode) in run order. A payload above the frame's size is
+    the frame's size (one packet), so such repeats run once."""
+    out: list[tuple[int, int, str]] = []
+    for payload in (int(p) for p in args.payloads.split(",")):
+        for size in (int(s) for s in args.sizes.split(",")):
+            for mode in args.modes.split(","):
+                run = (min(payload, size * 1024), size, mode)
+                if run not in out:
+                    out.append(run)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.monotonic()
@@ -200,19 +253,18 @@ def main(argv: list[str] | None = None) -> int:
     for load in args.loads.split(","):
         bg = Load(args) if load == "busy" else None
         try:
-            for size in (int(s) for s in args.sizes.split(",")):
-                for mode in args.modes.split(","):
-                    name = f"{size}KiB/{load}/{mode}"
-                    if time.monotonic() - t0 > args.budget:
-                        skipped.append(name)
-                        continue
-                    try:
-                        row = run_one(size, mode, args)
-                    except Exception as e:  # a failed run is a row, not the end of the bench
-                        row = {"mode": mode, "frame_bytes": size * 1024, "error": repr(e)}
-                    row["load"] = load
-                    rows.append(row)
-                    print(name, json.dumps(row.get("stages", row.get("error"))), flush=True)
+            for payload, size, mode in configs(args):
+                name = f"{size}KiB/{payload}B/{load}/{mode}"
+                if time.monotonic() - t0 > args.budget:
+                    skipped.append(name)
+                    continue
+                try:
+                    row = run_one(size, mode, payload, args)
+                except Exception as e:  # a failed run is a row, not the end of the bench
+                    row = {"mode": mode, "frame_bytes": size * 1024, "error": repr(e)}
+                row["load"] = load
+                rows.append(row)
+                print(name, json.dumps(row.get("stages", row.get("error"))), flush=True)
         finally:
             if bg is not None:
                 background = bg.close()

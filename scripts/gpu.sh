@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the GPU tests or the GPU benchmark on the GPU machine, from the repo root:
 #   scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e
-#                  |bench-record
+#                  |bench-record|bench-latency
 # Installs carried wheels (.whl/*.whl) into /tmp/site first; needs no astropy and
 # no compiled voltstream._core (the GPU path is pure Python + CuPy). bench-capture
 # (bench/capture_multicore.py, loopback only, about 3-4 minutes) does need the
@@ -93,8 +93,20 @@ case "${1:-}" in
             --trials 5 --queue-chunks 2,8 --budget-s 450 --machine "GPU machine" \
             --json "${OUT:-/tmp}/record.json" "$@"
         ;;
+    bench-latency)
+        shift
+        # bench/latency.py (issue 14): packet to GPU latency per hand-off mode, the
+        # Rust hot loop of the carried wheel, CuPy kernels of the checkout. Writes
+        # $OUT/latency.json. All sizes, modes and loads take about 3-4 minutes.
+        "$PY" -c "from voltstream import _core; _core.LatencySession" || {
+            echo "bench-latency needs voltstream._core: carry the wheel in .whl/ (see above)" >&2
+            exit 2
+        }
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+        exec "$PY" bench/latency.py --json "${OUT:-/tmp}/latency.json" "$@"
+        ;;
     *)
-        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e|bench-record [args...]" >&2
+        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e|bench-record|bench-latency [args...]" >&2
         exit 2
         ;;
 esac

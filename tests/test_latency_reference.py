@@ -96,13 +96,17 @@ def test_ack_dtype_matches_contract():
 
 
 def test_accum_and_control_dtypes_match_contract():
-    assert ref.ACCUM_DTYPE.itemsize == 32
+    assert ref.ACCUM_DTYPE.itemsize == 64
     assert offsets(ref.ACCUM_DTYPE) == {
         "sum": 0,
         "sumsq": 8,
         "done_blocks": 16,
         "torn": 20,
         "reserved": 24,
+        "relay_seq": 32,
+        "relay_frame": 40,
+        "relay_bytes": 48,
+        "relay_kind": 52,
     }
     assert ref.CONTROL_DTYPE.itemsize == 64 and offsets(ref.CONTROL_DTYPE) == {"abort": 0}
 

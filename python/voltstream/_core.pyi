@@ -49,6 +49,96 @@ class Sender:
     @property
     def local_addr(self) -> str: ...
 
+class LatencySession:
+    """The low-latency mode's Rust session (voltstream/latency/run.py drives it): a
+    socket bound for frames of `packets_per_frame` packets of `format` ("vlat": the
+    FrameSender's frames, stamped; or any capture format with `format_kwargs`, as
+    Capture() takes them), assembled and handed to the GPU as `mode` says."""
+
+    def __init__(
+        self,
+        bind: str,
+        packets_per_frame: int,
+        format: str = "vlat",
+        format_kwargs: dict[str, Any] | None = None,
+        frame_field: dict[str, Any] | None = None,
+        send_time: dict[str, Any] | None = None,
+        window: int = 2,
+        timeout_us: int = 0,
+        mode: str = "persistent",
+        slots: int = 16,
+        threads: int = 128,
+        check_pattern: bool = False,
+        write_combined: bool = False,
+        records: int = 100000,
+        standin: bool = False,
+        batch: int = 16,
+    ) -> None: ...
+    @property
+    def frame_bytes(self) -> int: ...
+    @property
+    def local_addr(self) -> str: ...
+    def attach(
+        self,
+        blocks: int,
+        context: int = 0,
+        sum_frame: int = 0,
+        copy_stream: int = 0,
+        device_slots: int = 0,
+        accum: int = 0,
+    ) -> None:
+        """The hand-off: host memory on CuPy's context with CuPy's handles (or the
+        host stand-in when made with standin=True)."""
+    def pointers(self) -> dict[str, int]:
+        """mapped_slots, acks, control (device addresses), slot_stride, payload_cap."""
+    def start(
+        self,
+        cpu: int | None = None,
+        frames: int | None = None,
+        seconds: float | None = None,
+        idle_s: float | None = None,
+    ) -> None: ...
+    def running(self) -> bool: ...
+    def stop(self) -> None: ...
+    def abort(self) -> None: ...
+    def join(self, timeout_s: float) -> dict[str, Any] | None:
+        """Every counter and `end` once the loop has ended; None while it runs."""
+    def records(self) -> bytes:
+        """Per acknowledged frame, packed as voltstream.latency.stats.RECORD_DTYPE."""
+    def close(self) -> None: ...
+
+class FrameSender:
+    """Paced, stamped frames of P packets for the low-latency bench: 32-byte "VLAT"
+    header (magic u32, k u16, P u16, index u64, t_send_ns u64, frame u64; little-endian)
+    and a pattern payload (8-byte word j of the frame = frame ^ j * 0x9E3779B97F4A7C15)."""
+
+    def __init__(
+        self, dest: str, packets_per_frame: int, payload_len: int, bind: str | None = None
+    ) -> None: ...
+    def send_frames(
+        self,
+        first_frame: int,
+        count: int,
+        rate_hz: float,
+        skip: tuple[int, int] | None = None,
+        reverse: bool = False,
+    ) -> dict[str, Any]:
+        """Sends frames first_frame .. first_frame + count at rate_hz (0 = unpaced), each
+        stamped with time.monotonic_ns() just before its first packet; releases the GIL.
+        skip=(n, k) leaves out packet k of frames that are multiples of n; reverse sends
+        each frame's packets last first. Returns frames, packets, bytes, seconds,
+        late_max_ns, t_first_send_ns, t_last_send_ns."""
+    @property
+    def packets_per_frame(self) -> int: ...
+    @property
+    def payload_len(self) -> int: ...
+    @property
+    def packet_len(self) -> int: ...
+    @property
+    def dest(self) -> str: ...
+    @property
+    def local_addr(self) -> str: ...
+
 class Chunk:
     """One assembled chunk; data [stream][packet][payload byte] via the buffer protocol."""
 

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from voltstream.cli_latency import add_latency_parser
 from voltstream.cli_options import (
     add_capture_threads,
     add_device,
@@ -33,7 +34,6 @@ from voltstream.cli_options import (
     host_port,
     positive,
 )
-from voltstream.cli_latency import add_latency_parser
 from voltstream.errors import VoltstreamError
 from voltstream.ops.cli import (
     add_katcp_options,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from voltstream.cli_options import add_options, host_port, positive
+from voltstream.cli_options import add_options, positive
 
 DESCRIPTION = """\
 Low-latency acquisition (adaptive optics, triggers): small frames from the network into
@@ -42,6 +42,14 @@ A test source: voltstream.latency.send_test_frames (python -m voltstream.latency
 """
 
 
+def listen_addr(text: str) -> str:
+    """HOST:PORT; port 0 picks a free port (with --print-address)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:7300), got {text!r}")
+    return text
+
+
 def field_spec(text: str) -> dict[str, Any]:
     """OFFSET:BYTES[:be|le] -> a layout field dict."""
     parts = text.split(":")
@@ -66,7 +74,8 @@ def add_latency_parser(verbs: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_options(p, (
-        ("--listen", host_port, None, "receive on HOST:PORT (required)"),
+        ("--listen", listen_addr, None,
+         "receive on HOST:PORT (required; port 0 picks one, see --print-address)"),
         ("--stream", None, None,
          "the packet format as a stream description (TOML: any format voltstream "
          "captures, e.g. a declarative layout; docs/formats.md). Default: the built-in "
@@ -98,6 +107,11 @@ def add_latency_parser(verbs: Any) -> None:
         ("--warmup", int, 100, "frames left out of the statistics first. Default: 100"),
         ("--report", None, None, "write the report (counters, statistics) as JSON here"),
     ))  # fmt: skip
+    p.add_argument(
+        "--print-address",
+        action="store_true",
+        help="print 'listening on HOST:PORT' once bound (for --listen HOST:0)",
+    )
     p.add_argument(
         "--standin",
         action="store_true",

@@ -8,6 +8,7 @@ import logging
 import time
 from typing import Any
 
+from voltstream.dsp.cuda import GpuError
 from voltstream.errors import ConfigError
 from voltstream.service.exit_status import Loss
 
@@ -72,14 +73,20 @@ def latency(args: argparse.Namespace) -> Loss:
         cpu=args.cpu,
         standin=args.standin,
     )
-    with LatencyRun(
-        args.listen,
-        settings,
-        format=fmt,
-        format_kwargs=kwargs,
-        frame_field=args.frame_field,
-        send_time=args.send_time,
-    ) as run:
+    try:
+        run = LatencyRun(
+            args.listen,
+            settings,
+            format=fmt,
+            format_kwargs=kwargs,
+            frame_field=args.frame_field,
+            send_time=args.send_time,
+        )
+    except GpuError as e:
+        raise GpuError(f"{e}; without a GPU, --standin runs the same loop on the host") from e
+    with run:
+        if args.print_address:
+            print(f"listening on {run.local_addr}", flush=True)
         log.info(
             "latency: %s frames of %d bytes (%d packets) on %s, mode %s, %d blocks",
             fmt, run.frame_bytes, settings.packets_per_frame, run.local_addr,

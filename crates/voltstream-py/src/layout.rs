@@ -8,7 +8,7 @@ use voltstream_core::wire::{Endian, Layout, LayoutCheck, LayoutField};
 use crate::capture::config_error;
 
 /// Reads one `{offset, bytes, endian='big', shift=0, bits=0}` field of a layout.
-fn layout_field(d: &Bound<'_, PyDict>, what: &str) -> PyResult<LayoutField> {
+pub(crate) fn layout_field(d: &Bound<'_, PyDict>, what: &str) -> PyResult<LayoutField> {
     let get = |k: &str| d.get_item(k);
     let need =
         |k: &str| get(k)?.ok_or_else(|| config_error(format!("layout field '{what}' needs '{k}'")));

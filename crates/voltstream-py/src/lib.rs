@@ -15,6 +15,8 @@ mod capture;
 mod chunk;
 mod errors;
 mod format_args;
+mod frame_send;
+mod latency;
 mod layout;
 mod record;
 mod report;
@@ -28,8 +30,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DPDK_AVAILABLE", voltstream_core::capture::DPDK_AVAILABLE)?;
     wire::register(m)?;
     send::register(m)?;
+    frame_send::register(m)?;
     capture::register(m)?;
     chunk::register(m)?;
     record::register(m)?;
+    latency::register(m)?;
     Ok(())
 }

@@ -10,7 +10,7 @@ use voltstream_core::send;
 
 use crate::errors::{py_error, to_py};
 
-fn resolve(py: Python<'_>, what: &str, addr: &str) -> PyResult<SocketAddr> {
+pub(crate) fn resolve(py: Python<'_>, what: &str, addr: &str) -> PyResult<SocketAddr> {
     let bad = |why: String| {
         py_error(
             py,

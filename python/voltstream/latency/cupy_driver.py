@@ -241,6 +241,7 @@ class CupyDriver:
         check_pattern: bool = False,
         idle_limit_ns: int = 10_000_000_000,
         timeout_s: float = 2.0,
+        relay: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -252,7 +253,7 @@ class CupyDriver:
         self.idle_limit_ns = idle_limit_ns
         self.timeout_s = timeout_s
         self.libcuda = Libcuda()
-        self.gpu = LatencyGpu(frame_bytes, nslots)
+        self.gpu = LatencyGpu(frame_bytes, nslots, relay=relay)
         self.nslots = nslots
         self.frame_bytes = frame_bytes
         self.cap = self.gpu.payload_cap

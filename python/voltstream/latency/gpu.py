@@ -32,10 +32,19 @@ from voltstream.latency.reference import (
 __all__ = ["LatencyGpu", "LatencyTemplate", "check_launch"]
 
 
+#: LATENCY_LOAD values of latency.cu: how the kernels load a frame's payload.
+PAYLOAD_LOADS = {"cv": 0, "plain": 1, "cg": 2, "volatile": 3}
+
+
 class LatencyTemplate(Template):
-    """``dsp/kernels/latency.cu``: latency_sum_frame and latency_persistent (no -D)."""
+    """``dsp/kernels/latency.cu``: latency_sum_frame and latency_persistent;
+    LATENCY_LOAD picks the payload load instruction (PAYLOAD_LOADS), LATENCY_RELAY
+    whether block 0 alone polls the trailer and relays it to the other blocks."""
 
     source = "latency.cu"
+    VARIANTS = tuple(
+        (("LATENCY_LOAD", v), ("LATENCY_RELAY", r)) for v in PAYLOAD_LOADS.values() for r in (0, 1)
+    )
 
 
 def check_launch(blocks: int, threads: int, max_blocks: int | None = None) -> None:
@@ -56,7 +65,13 @@ def check_launch(blocks: int, threads: int, max_blocks: int | None = None) -> No
 class LatencyGpu:
     """Device side of one latency session: ``frame_bytes`` per frame, ``nslots`` slots."""
 
-    def __init__(self, frame_bytes: int, nslots: int = DEFAULT_SLOTS) -> None:
+    def __init__(
+        self,
+        frame_bytes: int,
+        nslots: int = DEFAULT_SLOTS,
+        payload_load: str = "cv",
+        relay: bool = False,
+    ) -> None:
         if nslots < 2 or nslots & (nslots - 1):
             # One slot would put an abort ack and a real ack in the same entry.
             raise ConfigError(f"nslots must be a power of two >= 2, got {nslots}")
@@ -65,7 +80,13 @@ class LatencyGpu:
         self.nslots = nslots
         self.payload_cap = payload_cap(frame_bytes)
         self.slot_stride = slot_stride(frame_bytes)
-        template = LatencyTemplate()
+        if payload_load not in PAYLOAD_LOADS:
+            raise ConfigError(
+                f"payload load {payload_load!r}: use one of {', '.join(PAYLOAD_LOADS)}"
+            )
+        template = LatencyTemplate(
+            {"LATENCY_LOAD": PAYLOAD_LOADS[payload_load], "LATENCY_RELAY": int(relay)}
+        )
         self._sum_frame = template.kernel("latency_sum_frame")
         self._persistent = template.kernel("latency_persistent")
         self.slots = cp.zeros(nslots * self.slot_stride, dtype=cp.uint8)

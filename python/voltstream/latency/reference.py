@@ -46,7 +46,7 @@ TRAILER_SEQ_OFFSET = 56
 #: Slot stride = payload_cap + SLOT_EXTRA (trailer plus padding to 128 bytes).
 SLOT_EXTRA = 128
 ACK_BYTES = 64
-ACCUM_BYTES = 32
+ACCUM_BYTES = 64
 CONTROL_BYTES = 64
 #: Slots per session (a power of two).
 DEFAULT_SLOTS = 16
@@ -81,9 +81,19 @@ ACK_DTYPE = np.dtype(
 )
 ACCUM_DTYPE = np.dtype(
     {
-        "names": ["sum", "sumsq", "done_blocks", "torn", "reserved"],
-        "formats": ["<u8", "<u8", "<u4", "<u4", "<u8"],
-        "offsets": [0, 8, 16, 20, 24],
+        "names": [
+            "sum",
+            "sumsq",
+            "done_blocks",
+            "torn",
+            "reserved",
+            "relay_seq",
+            "relay_frame",
+            "relay_bytes",
+            "relay_kind",
+        ],
+        "formats": ["<u8", "<u8", "<u4", "<u4", "<u8", "<u8", "<u8", "<u4", "<u4"],
+        "offsets": [0, 8, 16, 20, 24, 32, 40, 48, 52],
         "itemsize": ACCUM_BYTES,
     }
 )

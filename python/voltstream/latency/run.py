@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,10 +43,19 @@ class LatencySettings:
     cpu: int | None = None
     standin: bool = False
     idle_limit_s: float = 30.0
+    #: How the kernels load the payload (voltstream.latency.gpu.PAYLOAD_LOADS).
+    payload_load: str = "cv"
+    #: Block 0 alone polls the trailer and relays it to the other blocks in device
+    #: memory. None: for zerocopy (its trailer is across PCIe; docs/latency.md).
+    relay: bool | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"latency mode {self.mode!r}: use one of {', '.join(MODES)}")
+
+    @property
+    def relays(self) -> bool:
+        return self.mode == "zerocopy" if self.relay is None else self.relay
 
     def blocks_for(self, frame_bytes: int) -> int:
         if self.blocks is not None:
@@ -83,16 +91,51 @@ class LatencyRun:
             mode=s.mode,
             slots=s.slots,
             threads=s.threads,
-            blocks=0,  # set at start, once the frame size is known
             check_pattern=s.check_pattern,
             write_combined=s.write_combined,
             records=s.records,
             standin=s.standin,
         )
-        self.frame_bytes = self.session.frame_bytes
+        self.frame_bytes = int(self.session.frame_bytes)
         self.blocks = s.blocks_for(self.frame_bytes)
         self.gpu: Any = None
         self._started = False
+        try:
+            self._attach()
+        except BaseException:
+            self.close()
+            raise
+
+    def _attach(self) -> None:
+        """The GPU side (CuPy: module, device memory, streams), then Rust's host memory
+        with CuPy's handles, then the persistent kernel (it waits for frame 1)."""
+        s = self.settings
+        if s.standin:
+            self.session.attach(self.blocks)
+            return
+        from voltstream.latency.gpu import LatencyGpu
+
+        self.gpu = gpu = LatencyGpu(self.frame_bytes, s.slots, s.payload_load, s.relays)
+        self.session.attach(
+            self.blocks,
+            context=gpu.context_handle,
+            sum_frame=gpu.sum_frame_function_handle,
+            copy_stream=gpu.copy_stream_ptr,
+            device_slots=gpu.device_slots_ptr,
+            accum=gpu.accum_ptr,
+        )
+        if s.mode in PERSISTENT_MODES:
+            p = self.session.pointers()
+            slots = p["mapped_slots"] if s.mode == "zerocopy" else gpu.device_slots_ptr
+            gpu.start_persistent(
+                slots,
+                p["acks"],
+                p["control"],
+                self.blocks,
+                s.threads,
+                int(s.idle_limit_s * 1e9),
+                s.check_pattern,
+            )
 
     @property
     def local_addr(self) -> str:
@@ -110,39 +153,7 @@ class LatencyRun:
         seconds: float | None = None,
         idle_s: float | None = None,
     ) -> None:
-        s = self.settings
-        handles: dict[str, int] = {}
-        if not s.standin:
-            from voltstream.latency.gpu import LatencyGpu
-
-            p = self.session.pointers()
-            self.gpu = gpu = LatencyGpu(self.frame_bytes, s.slots)
-            handles = dict(
-                context=gpu.context_handle,
-                sum_frame=gpu.sum_frame_function_handle,
-                copy_stream=gpu.copy_stream_handle,
-                device_slots=gpu.device_slots_ptr,
-                accum=gpu.accum_ptr,
-            )
-            if s.mode in PERSISTENT_MODES:
-                slots = p["mapped_slots"] if s.mode == "zerocopy" else gpu.device_slots_ptr
-                gpu.start_persistent(
-                    slots,
-                    p["acks"],
-                    p["control"],
-                    self.blocks,
-                    s.threads,
-                    int(s.idle_limit_s * 1e9),
-                    s.check_pattern,
-                )
-        self.session.start(
-            cpu=s.cpu,
-            frames=frames,
-            seconds=seconds,
-            idle_s=idle_s,
-            blocks=self.blocks,
-            **handles,
-        )
+        self.session.start(cpu=self.settings.cpu, frames=frames, seconds=seconds, idle_s=idle_s)
         self._started = True
 
     def wait(self, timeout_s: float) -> dict[str, Any]:
@@ -163,7 +174,8 @@ class LatencyRun:
         return bytes(self.session.records())
 
     def close(self) -> None:
-        """Stop the loop, then the kernel, then free memory, in that order."""
+        """Stop the loop, then the kernel, then free memory, in that order. Safe to
+        call more than once."""
         if self._started and self.session.running():
             self.session.stop()
             self.session.join(5.0)
@@ -175,16 +187,9 @@ class LatencyRun:
                     # keep it (a leak of a few MiB) and say so.
                     log.error("the persistent kernel did not stop; host memory kept")
                     return
+        # Host memory first (the kernel has returned; the hand-off synchronises
+        # the copy stream as it goes), then the device side and its streams.
+        self.session.close()
+        if self.gpu is not None:
             self.gpu.close()
             self.gpu = None
-        self.session.close()
-
-
-def wait_for(predicate: Any, timeout_s: float) -> bool:
-    """Polls `predicate()` every millisecond until true or `timeout_s` passed."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.001)
-    return bool(predicate())

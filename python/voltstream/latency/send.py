@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         skip = (n, k)
     if a.cpu is not None:
         os.sched_setaffinity(0, {a.cpu})
-    sender = _core.FrameSender(a.dest, None, a.packets_per_frame, a.payload_len)
+    sender = _core.FrameSender(a.dest, a.packets_per_frame, a.payload_len)
     stats = sender.send_frames(a.first_frame, a.frames, a.rate_hz, skip=skip)
     print(json.dumps(dict(stats)))
     return 0

@@ -7,6 +7,8 @@ A record (one per frame handed over and acknowledged, written by the Rust hot lo
 - ``t_first``: the receive call that placed the frame's first packet returned;
 - ``t_done``: the receive call that placed its last packet returned (the frame was
   handed to the GPU right after);
+- ``t_handed``: the hand-over calls had returned (the copy, launch or flag write was
+  submitted, or the zero-copy store done);
 - ``t_ack``: the host saw the GPU's acknowledgement (sums written, then the sequence
   number, stored last with release semantics).
 
@@ -33,8 +35,8 @@ RECORD_DTYPE = np.dtype(
         ("t_send", "<u8"),
         ("t_first", "<u8"),
         ("t_done", "<u8"),
+        ("t_handed", "<u8"),
         ("t_ack", "<u8"),
-        ("torn", "<u8"),
     ]
 )
 
@@ -42,6 +44,10 @@ STAGES = {
     "send_to_received": ("t_send", "t_done"),
     "received_to_ack": ("t_done", "t_ack"),
     "end_to_end": ("t_send", "t_ack"),
+    # The two parts of received_to_ack: the host's hand-over calls (copy, launch,
+    # flag write, or the zero-copy store), then the GPU and the acknowledgement.
+    "received_to_handed": ("t_done", "t_handed"),
+    "handed_to_ack": ("t_handed", "t_ack"),
 }
 
 # Acknowledgement status of a frame the GPU processed as whole.

@@ -43,11 +43,13 @@ struct Pending {
     seq: u64,
     frame: u64,
     kind: u32,
-    sums: (u64, u64),
+    /// Payload bytes handed over (the host's sums are taken over these).
+    bytes: u32,
     t_send: u64,
     t_first: u64,
     t_done: u64,
     t_published: u64,
+    t_handed: u64,
     /// Settled on the host without the GPU (mode copy, non-whole kinds).
     local_status: u32,
     timed_out: bool,
@@ -250,6 +252,13 @@ impl<G: GpuOps> Handoff<G> {
             .store(1, Ordering::Release);
     }
 
+    /// Host address of the control block (the abort word at
+    /// [`CONTROL_ABORT`]), for a thread that must abort while another owns
+    /// the hand-off.
+    pub fn control_host_ptr(&self) -> *mut u8 {
+        self.control.host_ptr()
+    }
+
     pub fn counters(&self) -> HandoffCounters {
         self.counters
     }
@@ -351,11 +360,12 @@ impl<G: GpuOps> FrameSink for Handoff<G> {
             seq: done.seq,
             frame: done.frame,
             kind: done.kind as u32,
-            sums: (0, 0),
+            bytes,
             t_send: done.t_send_ns.unwrap_or(0),
             t_first: done.t_first_ns,
             t_done: done.t_done_ns,
             t_published: now,
+            t_handed: 0,
             local_status: 0,
             timed_out: false,
         };
@@ -368,13 +378,9 @@ impl<G: GpuOps> FrameSink for Handoff<G> {
             self.pending[i].local_status = STATUS_ABORTED;
             self.fail(e);
         }
-        if done.kind == FrameKind::Whole {
-            // The host's sums, while the GPU works.
-            // SAFETY: the payload [0, bytes) of this slot, unchanged until acked.
-            let payload =
-                unsafe { std::slice::from_raw_parts(self.host_slot(done.seq), bytes as usize) };
-            self.pending[i].sums = sums(payload);
-        }
+        // The host's sums are taken when the ack is seen (`settle`), not here:
+        // summing 64 KiB takes microseconds that would delay seeing the ack.
+        self.pending[i].t_handed = monotonic_ns();
         if self.config.mode == Mode::Copy {
             if let Err(e) = self.gpu.synchronize() {
                 self.fail(e);

@@ -49,10 +49,16 @@ impl<G: GpuOps> Handoff<G> {
     }
 
     fn settle(&mut self, p: Pending, ack: AckEntry, now_ns: u64) {
+        let host_sums = (ack.status == STATUS_OK).then(|| {
+            // The slot's payload is unchanged until this frame is settled
+            // (claim refuses the slot until then).
+            // SAFETY: payload [0, bytes) of slot `seq`, inside the host slots.
+            sums(unsafe { std::slice::from_raw_parts(self.host_slot(p.seq), p.bytes as usize) })
+        });
         let c = &mut self.counters;
         let ok = match ack.status {
             STATUS_OK => {
-                let sums_equal = (ack.sum, ack.sumsq) == p.sums;
+                let sums_equal = Some((ack.sum, ack.sumsq)) == host_sums;
                 c.sum_mismatch += u64::from(!sums_equal);
                 c.torn += u64::from(ack.torn != 0);
                 c.torn_words += u64::from(ack.torn);
@@ -81,6 +87,7 @@ impl<G: GpuOps> Handoff<G> {
                 t_send_ns: p.t_send,
                 t_first_ns: p.t_first,
                 t_done_ns: p.t_done,
+                t_handed_ns: p.t_handed,
                 t_ack_ns: now_ns,
                 ok,
             });

@@ -150,6 +150,8 @@ pub struct AckRecord {
     pub t_send_ns: u64,
     pub t_first_ns: u64,
     pub t_done_ns: u64,
+    /// The hand-over calls had returned (copy, launch, flag write submitted).
+    pub t_handed_ns: u64,
     pub t_ack_ns: u64,
     /// Status as expected for the frame's kind, sums equal, nothing torn.
     pub ok: bool,

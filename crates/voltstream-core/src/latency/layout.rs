@@ -29,7 +29,7 @@ pub const ACK_TORN: usize = 28;
 pub const ACK_T_GPU: usize = 32;
 
 /// Bytes of one device accumulator entry (sum, sumsq, done_blocks, torn, reserved).
-pub const ACCUM_BYTES: usize = 32;
+pub const ACCUM_BYTES: usize = 64;
 /// Bytes of the control block; `abort` (u32) is at offset 0.
 pub const CONTROL_BYTES: usize = 64;
 pub const CONTROL_ABORT: usize = 0;
@@ -70,9 +70,14 @@ pub fn fill_pattern(buf: &mut [u8], frame: u64) {
 /// Sum and sum of squares of `bytes` as u8 into u64: the stand-in
 /// computation, exact and order independent.
 pub fn sums(bytes: &[u8]) -> (u64, u64) {
-    bytes.iter().fold((0u64, 0u64), |(s, q), &b| {
-        let b = u64::from(b);
-        (s + b, q + b * b)
+    // u32 lanes over blocks short enough not to overflow (255^2 * 16384 <
+    // 2^32), so the compiler vectorises the inner loop; 64 KiB in a few µs.
+    bytes.chunks(16_384).fold((0u64, 0u64), |(s, q), block| {
+        let (bs, bq) = block.iter().fold((0u32, 0u32), |(s, q), &b| {
+            let b = u32::from(b);
+            (s + b, q + b * b)
+        });
+        (s + u64::from(bs), q + u64::from(bq))
     })
 }
 

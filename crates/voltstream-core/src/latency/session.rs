@@ -15,10 +15,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::frame::FrameAssembler;
+use super::frame::{FrameAssembler, FrameConfig};
+use super::gpu::GpuOps;
+use super::handoff::Handoff;
 use super::{monotonic_ns, FrameSink};
-use crate::capture::{Engine, Received};
-use crate::wire::Locate;
+use crate::capture::{pin_current_thread, Engine, Received, SocketConfig, SocketEngine};
+use crate::wire::{FormatSpec, Locate, Locator};
 use crate::Result;
 
 /// What the loop needs of a hand-off beyond [`FrameSink`].
@@ -95,7 +97,9 @@ pub fn run<E: Engine, L: Locate, H: Handover>(
         } else {
             last_packet = now;
         }
-        hand.poll_acks(now);
+        // A fresh stamp: an acknowledgement seen now must not carry the
+        // receive call's time (that would hide the whole GPU round trip).
+        hand.poll_acks(monotonic_ns());
         if let Some(f) = limits.frames {
             let c = asm.counters();
             if c.frames_complete + c.frames_incomplete + c.frames_gpu_busy >= f {
@@ -123,4 +127,70 @@ pub fn run<E: Engine, L: Locate, H: Handover>(
         hand.poll_acks(monotonic_ns());
     }
     Ok(end)
+}
+
+impl<G: GpuOps> Handover for Handoff<G> {
+    fn poll_acks(&mut self, now_ns: u64) {
+        Handoff::poll_acks(self, now_ns);
+    }
+    fn outstanding(&self) -> u64 {
+        Handoff::outstanding(self)
+    }
+}
+
+/// How long the GPU gets to acknowledge the stop frame.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The receive side of a session: the socket engine and the frame assembler.
+pub struct Receiver {
+    pub engine: SocketEngine,
+    pub frames: FrameAssembler<Locator>,
+}
+
+impl Receiver {
+    /// Binds `bind` (port 0: a free port) for packets of `format`, assembled
+    /// into frames as `frame` says.
+    pub fn bind(format: &FormatSpec, bind: &str, frame: FrameConfig, batch: usize) -> Result<Self> {
+        let frames = FrameAssembler::new(format.locator()?, frame)?;
+        let mut config = SocketConfig::new(bind);
+        config.batch = batch;
+        // Small frames, one in flight: a modest queue is plenty and stays in cache.
+        config.net.queue_bytes = 8 << 20;
+        Ok(Receiver {
+            engine: SocketEngine::bind(&config)?,
+            frames,
+        })
+    }
+
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.engine.local_addr()
+    }
+}
+
+/// Runs one session on the calling thread: pins it to `cpu`, binds the GPU
+/// context, runs [`run`], then hands the GPU the stop frame (persistent
+/// modes) and waits at most [`STOP_TIMEOUT`] for its acknowledgement.
+pub fn run_session<G: GpuOps>(
+    rx: &mut Receiver,
+    hand: &mut Handoff<G>,
+    cpu: Option<usize>,
+    limits: Limits,
+    stop: &AtomicBool,
+) -> Result<End> {
+    if let Some(cpu) = cpu {
+        pin_current_thread(cpu)?;
+    }
+    hand.gpu().bind_thread()?;
+    let end = run(&mut rx.engine, &mut rx.frames, hand, limits, stop);
+    // Stop the GPU side whatever happened: a persistent kernel left spinning
+    // would hold the GPU until its idle limit.
+    let stopped = hand.stop(STOP_TIMEOUT);
+    if stopped.is_err() {
+        hand.abort();
+    }
+    let end = end?;
+    if let Some(e) = hand.take_error() {
+        return Err(e);
+    }
+    stopped.map(|_| end)
 }

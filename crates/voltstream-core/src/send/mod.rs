@@ -9,7 +9,12 @@
 //! `EINTR`) are retried. [`Sender::send_paced`] paces against a clock that
 //! carries across calls (a rate from a start time, or one time per packet), so
 //! a replay made of many sends keeps its average rate exactly.
+//!
+//! [`FrameSender`] (`frames.rs`) is the low-latency benchmark's source:
+//! paced frames of P stamped packets on the same socket.
 
+pub mod frames;
 mod sender;
 
+pub use frames::{bench_layout, monotonic_ns, FrameSendStats, FrameSender};
 pub use sender::{Pace, SendStats, Sender};

@@ -33,6 +33,30 @@
 //   an ack therefore means every block has read that slot's trailer, and no
 //   block can be left waiting on a slot the host has already reused.
 // Inline PTX (not <cuda/atomic>) keeps NVRTC free of libcu++ headers.
+//
+// LATENCY_LOAD picks the payload loads, measured by bench/latency.py (the pattern
+// check counts any stale word as torn): 0 ld.global.cv (fetch again, the
+// default), 1 plain ld.global (thread 0's ld.acquire.sys and the barrier order
+// them), 2 ld.global.cg (L2 only), 3 ld.volatile.global.
+#ifndef LATENCY_LOAD
+#define LATENCY_LOAD 0
+#endif
+
+__device__ __forceinline__ uint4 load_payload(const uint4 *p)
+{
+#if LATENCY_LOAD == 1
+    return *p;
+#elif LATENCY_LOAD == 2
+    return __ldcg(p);
+#elif LATENCY_LOAD == 3
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#else
+    return __ldcv(p);
+#endif
+}
 
 // Trailer at payload_cap within a slot (64 bytes).
 #define TRAILER_FRAME 0
@@ -66,15 +90,31 @@
 // Pattern mode: 8-byte word j of frame f's payload is f ^ (j * PATTERN_MULTIPLIER).
 #define PATTERN_MULTIPLIER 0x9E3779B97F4A7C15ULL
 
-// Accumulator entry (32 bytes, device memory), one per slot.
+// Accumulator entry (64 bytes, device memory), one per slot. The relay_* fields
+// carry the slot's trailer from block 0 to the other blocks (LATENCY_RELAY).
 struct Accum {
     unsigned long long sum;
     unsigned long long sumsq;
     unsigned int done_blocks;
     unsigned int torn;
     unsigned long long reserved;
+    unsigned long long relay_seq;
+    unsigned long long relay_frame;
+    unsigned int relay_bytes;
+    unsigned int relay_kind;
+    unsigned long long pad;
 };
-static_assert(sizeof(Accum) == 32, "the contract fixes accumulator entries at 32 bytes");
+static_assert(sizeof(Accum) == 64, "the contract fixes accumulator entries at 64 bytes");
+
+// LATENCY_RELAY 1: only block 0 polls the trailer (and reads its fields); it
+// relays them to the other blocks through the slot's accumulator entry in device
+// memory (a release store of relay_seq at GPU scope, polled by the others in L2).
+// Measured for zerocopy (bench/latency.py): every block polling the trailer in
+// host memory keeps PCIe busy with small reads while the other blocks read the
+// payload, which multiplied the frame's read time by the number of blocks.
+#ifndef LATENCY_RELAY
+#define LATENCY_RELAY 0
+#endif
 
 __device__ __forceinline__ unsigned long long ld_acquire_sys_u64(const void *p)
 {
@@ -86,6 +126,18 @@ __device__ __forceinline__ unsigned long long ld_acquire_sys_u64(const void *p)
 __device__ __forceinline__ void st_release_sys_u64(void *p, unsigned long long v)
 {
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long ld_acquire_gpu_u64(const void *p)
+{
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_release_gpu_u64(void *p, unsigned long long v)
+{
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 __device__ __forceinline__ unsigned int ld_relaxed_sys_u32(const void *p)
@@ -133,7 +185,7 @@ __device__ void reduce_share(const unsigned char *payload, unsigned int nbytes,
     const unsigned long long g = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     const uint4 *vec = reinterpret_cast<const uint4 *>(payload);
     for (unsigned long long u = g; u < nvec; u += stride) {
-        const uint4 w = __ldcv(vec + u);
+        const uint4 w = load_payload(vec + u);
         unsigned int s = 0, q = 0;
         add_bytes(w.x, s, q);
         add_bytes(w.y, s, q);
@@ -274,13 +326,15 @@ extern "C" __global__ void latency_sum_frame(const unsigned char *slot, unsigned
     }
 }
 
-// Thread 0: spins until trailer.seq == seq. false on abort or idle limit.
-__device__ bool wait_for_seq(const unsigned char *trailer, unsigned long long seq,
+// Thread 0: spins until the u64 at `flag` == seq (system scope: a trailer, in
+// device or host memory; GPU scope: a relay entry). false on abort or idle limit.
+template <bool SYSTEM>
+__device__ bool wait_for_seq(const void *flag, unsigned long long seq,
                              const unsigned int *control, unsigned long long idle_limit_ns)
 {
     const unsigned long long start = global_timer_ns();
     unsigned int polls = 0;
-    while (ld_acquire_sys_u64(trailer + TRAILER_SEQ) != seq) {
+    while ((SYSTEM ? ld_acquire_sys_u64(flag) : ld_acquire_gpu_u64(flag)) != seq) {
         if (++polls < ABORT_POLL_INTERVAL) {
             continue;
         }
@@ -293,6 +347,36 @@ __device__ bool wait_for_seq(const unsigned char *trailer, unsigned long long se
         }
     }
     return true;
+}
+
+// Thread 0: waits for frame seq and reads its trailer; kind 0 on abort or idle.
+// With LATENCY_RELAY, block 0 alone reads the trailer and relays it (see above).
+__device__ unsigned int wait_frame(const unsigned char *trailer, Accum *entry,
+                                   unsigned long long seq, const unsigned int *control,
+                                   unsigned long long idle_limit_ns,
+                                   unsigned long long &frame_no, unsigned int &nbytes)
+{
+    if (LATENCY_RELAY && blockIdx.x != 0) {
+        if (!wait_for_seq<false>(&entry->relay_seq, seq, control, idle_limit_ns)) {
+            return 0;
+        }
+        frame_no = *reinterpret_cast<volatile unsigned long long *>(&entry->relay_frame);
+        nbytes = *reinterpret_cast<volatile unsigned int *>(&entry->relay_bytes);
+        return *reinterpret_cast<volatile unsigned int *>(&entry->relay_kind);
+    }
+    if (!wait_for_seq<true>(trailer + TRAILER_SEQ, seq, control, idle_limit_ns)) {
+        return 0;
+    }
+    const unsigned int kind = __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_KIND));
+    frame_no = __ldcv(reinterpret_cast<const unsigned long long *>(trailer));
+    nbytes = __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_BYTES));
+    if (LATENCY_RELAY) {
+        entry->relay_frame = frame_no;
+        entry->relay_bytes = nbytes;
+        entry->relay_kind = kind;
+        st_release_gpu_u64(&entry->relay_seq, seq);
+    }
+    return kind;
 }
 
 // Modes persistent / persistent-flag (slots in device memory) and zerocopy (slots =
@@ -316,15 +400,11 @@ extern "C" __global__ void latency_persistent(const unsigned char *slots,
         const unsigned char *slot = slots + (seq % nslots) * slot_stride;
         const unsigned char *trailer = slot + payload_cap;
         if (threadIdx.x == 0) {
-            unsigned int kind = 0;
-            if (wait_for_seq(trailer, seq, control, idle_limit_ns)) {
-                kind = __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_KIND));
-                frame_no = __ldcv(reinterpret_cast<const unsigned long long *>(trailer));
-                const unsigned int b =
-                    __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_BYTES));
-                frame_bytes = b < payload_cap ? b : payload_cap;  // never read past the slot
-            }
-            frame_kind = kind;
+            unsigned long long f = 0;
+            unsigned int b = 0;
+            frame_kind = wait_frame(trailer, acc + seq % nslots, seq, control, idle_limit_ns, f, b);
+            frame_no = f;
+            frame_bytes = b < payload_cap ? b : payload_cap;  // never read past the slot
         }
         __syncthreads();
         const unsigned int kind = frame_kind;
