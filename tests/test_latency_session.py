@@ -50,6 +50,7 @@ def test_standin_session_hands_every_frame_over_exactly(mode):
     assert report["received"] + report["dropped"] == 4 * frames
     assert report["frames_acked"] == report["frames_complete"]
     assert report["sum_mismatch"] == 0 and report["torn"] == 0
+    assert report["bad_writes"] == 0
     assert report["end"] == "frames"
     ok = recs[recs["status"] == STATUS_OK]
     assert len(ok) == report["frames_complete"] and np.all(ok["ok"] == 1)
@@ -70,6 +71,7 @@ def test_incomplete_frames_are_counted_and_skipped(mode):
     # Packet 1 of every 5th frame never came: 40 frames short of one packet each
     # (a frame dropped for a busy slot still counts its hole as missing).
     assert report["missing"] == frames // 5
+    assert report["bad_writes"] == 0 and report["sum_mismatch"] == 0
     skipped = recs[recs["status"] == 2]
     assert len(skipped) == report["frames_incomplete"]
     assert np.all(skipped["frame"] % 5 == 0)

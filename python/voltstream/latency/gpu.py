@@ -42,8 +42,13 @@ class LatencyTemplate(Template):
     whether block 0 alone polls the trailer and relays it to the other blocks."""
 
     source = "latency.cu"
-    VARIANTS = tuple(
-        (("LATENCY_LOAD", v), ("LATENCY_RELAY", r)) for v in PAYLOAD_LOADS.values() for r in (0, 1)
+    VARIANTS = (
+        *(
+            (("LATENCY_LOAD", v), ("LATENCY_RELAY", r))
+            for v in PAYLOAD_LOADS.values()
+            for r in (0, 1)
+        ),
+        (("LATENCY_ACK_FENCE", 1),),
     )
 
 
@@ -71,6 +76,7 @@ class LatencyGpu:
         nslots: int = DEFAULT_SLOTS,
         payload_load: str = "cv",
         relay: bool = False,
+        ack_fence: bool = False,
     ) -> None:
         if nslots < 2 or nslots & (nslots - 1):
             # One slot would put an abort ack and a real ack in the same entry.
@@ -85,7 +91,11 @@ class LatencyGpu:
                 f"payload load {payload_load!r}: use one of {', '.join(PAYLOAD_LOADS)}"
             )
         template = LatencyTemplate(
-            {"LATENCY_LOAD": PAYLOAD_LOADS[payload_load], "LATENCY_RELAY": int(relay)}
+            {
+                "LATENCY_LOAD": PAYLOAD_LOADS[payload_load],
+                "LATENCY_RELAY": int(relay),
+                "LATENCY_ACK_FENCE": int(ack_fence),
+            }
         )
         self._sum_frame = template.kernel("latency_sum_frame")
         self._persistent = template.kernel("latency_persistent")

@@ -48,6 +48,8 @@ class LatencySettings:
     #: Block 0 alone polls the trailer and relays it to the other blocks in device
     #: memory. None: for zerocopy (its trailer is across PCIe; docs/latency.md).
     relay: bool | None = None
+    #: A __threadfence_system() before the ack's release store (not needed; measured).
+    ack_fence: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -115,7 +117,9 @@ class LatencyRun:
             return
         from voltstream.latency.gpu import LatencyGpu
 
-        self.gpu = gpu = LatencyGpu(self.frame_bytes, s.slots, s.payload_load, s.relays)
+        self.gpu = gpu = LatencyGpu(
+            self.frame_bytes, s.slots, s.payload_load, s.relays, s.ack_fence
+        )
         self.session.attach(
             self.blocks,
             context=gpu.context_handle,

@@ -69,7 +69,15 @@ pub struct Handoff<G: GpuOps> {
     acks: HostMemory,
     control: HostMemory,
     pending: Vec<Pending>,
+    /// The last seq claimed (claims are dense).
     claimed: u64,
+    /// Per slot: the seq claimed there and not yet published (0: none). The
+    /// assembler keeps several frames open (its window), so several slots
+    /// can be claimed at once.
+    open: Vec<u64>,
+    /// Per slot: a frame closed before an older one; published (in seq order,
+    /// as the persistent kernel takes them) once every older one is.
+    held: Vec<Option<FrameDone>>,
     next_publish: u64,
     oldest: u64,
     records: Vec<AckRecord>,
@@ -124,6 +132,8 @@ impl<G: GpuOps> Handoff<G> {
             control,
             pending: vec![Pending::default(); config.slots],
             claimed: 0,
+            open: vec![0; config.slots],
+            held: vec![None; config.slots],
             next_publish: 1,
             oldest: 1,
             records: Vec::with_capacity(record_capacity),
@@ -244,6 +254,46 @@ impl<G: GpuOps> Handoff<G> {
         Ok(())
     }
 
+    /// Hands frame `done.seq` (== next_publish, claimed) over to the GPU.
+    fn publish_now(&mut self, done: &FrameDone) {
+        let bytes = (done.bytes as usize).min(self.config.frame_bytes) as u32;
+        self.write_trailer(done, bytes);
+        let now = monotonic_ns();
+        let i = self.index(done.seq);
+        self.open[i] = 0;
+        self.pending[i] = Pending {
+            seq: done.seq,
+            frame: done.frame,
+            kind: done.kind as u32,
+            bytes,
+            t_send: done.t_send_ns.unwrap_or(0),
+            t_first: done.t_first_ns,
+            t_done: done.t_done_ns,
+            t_published: now,
+            t_handed: 0,
+            local_status: 0,
+            timed_out: false,
+        };
+        self.next_publish += 1;
+        if done.kind != FrameKind::Stop {
+            self.counters.frames_published += 1;
+        }
+        if let Err(e) = self.hand_over(done.seq, done.frame, done.kind, bytes) {
+            // The GPU will never ack this frame: settle it here, as failed.
+            self.pending[i].local_status = STATUS_ABORTED;
+            self.fail(e);
+        }
+        // The host's sums are taken when the ack is seen (`settle`), not here:
+        // summing 64 KiB takes microseconds that would delay seeing the ack.
+        self.pending[i].t_handed = monotonic_ns();
+        if self.config.mode == Mode::Copy {
+            if let Err(e) = self.gpu.synchronize() {
+                self.fail(e);
+            }
+            self.poll_acks(monotonic_ns());
+        }
+    }
+
     /// Tells every persistent kernel to return (status 4) at its next check.
     pub fn abort(&self) {
         // SAFETY: the control block is ours, 64 bytes, aligned; the kernel
@@ -313,11 +363,15 @@ impl<G: GpuOps> Handoff<G> {
 
 impl<G: GpuOps> FrameSink for Handoff<G> {
     fn claim(&mut self, seq: u64) -> bool {
-        if seq != self.next_publish {
+        if seq != self.claimed + 1 {
             self.counters.bad_writes += 1;
             return false;
         }
         let i = self.index(seq);
+        if self.open[i] != 0 {
+            // Still open (more frames open than slots): the frame is dropped.
+            return false;
+        }
         if self.pending[i].seq != 0 {
             self.poll_acks(monotonic_ns());
             if self.pending[i].seq != 0 {
@@ -325,14 +379,13 @@ impl<G: GpuOps> FrameSink for Handoff<G> {
             }
         }
         self.claimed = seq;
+        self.open[i] = seq;
         true
     }
 
     fn write(&mut self, seq: u64, offset: usize, bytes: &[u8]) {
-        if seq != self.claimed
-            || seq != self.next_publish
-            || offset + bytes.len() > self.config.frame_bytes
-        {
+        let i = self.index(seq);
+        if seq == 0 || self.open[i] != seq || offset + bytes.len() > self.config.frame_bytes {
             self.counters.bad_writes += 1;
             return;
         }
@@ -348,44 +401,26 @@ impl<G: GpuOps> FrameSink for Handoff<G> {
     }
 
     fn publish(&mut self, done: &FrameDone) {
-        if done.seq != self.claimed || done.seq != self.next_publish {
+        let i = self.index(done.seq);
+        if done.seq == 0 || self.open[i] != done.seq || self.held[i].is_some() {
             self.counters.bad_writes += 1;
             return;
         }
-        let bytes = (done.bytes as usize).min(self.config.frame_bytes) as u32;
-        self.write_trailer(done, bytes);
-        let now = monotonic_ns();
-        let i = self.index(done.seq);
-        self.pending[i] = Pending {
-            seq: done.seq,
-            frame: done.frame,
-            kind: done.kind as u32,
-            bytes,
-            t_send: done.t_send_ns.unwrap_or(0),
-            t_first: done.t_first_ns,
-            t_done: done.t_done_ns,
-            t_published: now,
-            t_handed: 0,
-            local_status: 0,
-            timed_out: false,
-        };
-        self.next_publish += 1;
-        if done.kind != FrameKind::Stop {
-            self.counters.frames_published += 1;
+        if done.seq != self.next_publish {
+            // An older frame is still open: this one waits for it.
+            self.held[i] = Some(*done);
+            return;
         }
-        if let Err(e) = self.hand_over(done.seq, done.frame, done.kind, bytes) {
-            // The GPU will never ack this frame: settle it here, as failed.
-            self.pending[i].local_status = STATUS_ABORTED;
-            self.fail(e);
-        }
-        // The host's sums are taken when the ack is seen (`settle`), not here:
-        // summing 64 KiB takes microseconds that would delay seeing the ack.
-        self.pending[i].t_handed = monotonic_ns();
-        if self.config.mode == Mode::Copy {
-            if let Err(e) = self.gpu.synchronize() {
-                self.fail(e);
+        self.publish_now(done);
+        loop {
+            let j = self.index(self.next_publish);
+            match self.held[j] {
+                Some(d) if d.seq == self.next_publish => {
+                    self.held[j] = None;
+                    self.publish_now(&d);
+                }
+                _ => break,
             }
-            self.poll_acks(monotonic_ns());
         }
     }
 }

@@ -147,14 +147,18 @@ impl<G: GpuOps> Handoff<G> {
                 "acknowledge every frame",
             );
         }
-        let seq = self.next_publish;
+        let seq = self.claimed + 1;
         let i = self.index(seq);
         wait(
             self,
             &|h| h.pending[i].seq == 0,
             "free a slot for the stop frame",
         )?;
-        self.claimed = seq;
+        if !self.claim(seq) || seq != self.next_publish {
+            return Err(Error::Config(
+                "stop with frames still open; close them first (FrameAssembler::finish)".into(),
+            ));
+        }
         let now = monotonic_ns();
         self.publish(&FrameDone {
             seq,

@@ -37,6 +37,12 @@ fn offer(h: &mut Handoff<HostGpu>, seq: u64, frame: u64, kind: FrameKind) -> boo
     if !h.claim(seq) {
         return false;
     }
+    fill_and_publish(h, seq, frame, kind);
+    true
+}
+
+/// Writes frame `frame`'s payload into claimed `seq` and publishes it.
+fn fill_and_publish(h: &mut Handoff<HostGpu>, seq: u64, frame: u64, kind: FrameKind) {
     let mut payload = vec![0u8; FRAME];
     fill_pattern(&mut payload, frame);
     let packets = if kind == FrameKind::Whole {
@@ -58,7 +64,6 @@ fn offer(h: &mut Handoff<HostGpu>, seq: u64, frame: u64, kind: FrameKind) -> boo
         t_done_ns: now,
         t_send_ns: Some(now - 1),
     });
-    true
 }
 
 /// Offers until the slot frees up (bounded).
@@ -355,9 +360,37 @@ fn latency_protocol_misuse_is_counted_not_fatal() {
     h.write(1, FRAME - 10, &[0u8; 20]); // past the frame
     h.write(3, 0, &[0u8; 8]); // not the claimed seq
     assert_eq!(h.counters().bad_writes, 3);
-    assert!(offer(&mut h, 1, 1, FrameKind::Whole));
+    fill_and_publish(&mut h, 1, 1, FrameKind::Whole);
     drain(&mut h);
     assert_eq!(h.counters().sum_mismatch, 0);
+}
+
+#[test]
+fn latency_a_frame_closed_before_an_older_one_waits_for_it() {
+    // The assembler's window: frames 1 and 2 open at once, 2 completes first.
+    // It is held until 1 is published, so the GPU takes them in seq order.
+    for mode in MODES {
+        let mut h = standin(mode, 8, StandinOptions::default());
+        assert!(h.claim(1) && h.claim(2));
+        fill_and_publish(&mut h, 2, 20, FrameKind::Whole);
+        assert_eq!(h.counters().frames_published, 0, "{mode:?}: held for seq 1");
+        fill_and_publish(&mut h, 1, 10, FrameKind::Incomplete);
+        assert_eq!(h.counters().frames_published, 2);
+        drain(&mut h);
+        let c = h.counters();
+        assert_eq!(
+            (
+                c.frames_acked,
+                c.frames_skipped,
+                c.sum_mismatch,
+                c.bad_writes
+            ),
+            (2, 1, 0, 0)
+        );
+        let seqs: Vec<u64> = h.records().iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, [1, 2]);
+        assert_eq!(h.records()[1].frame, 20);
+    }
 }
 
 #[test]

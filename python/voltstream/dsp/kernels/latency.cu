@@ -19,8 +19,10 @@
 // completes the count writes the ack.
 //
 // Memory ordering:
-// - Ack: sums first, __threadfence_system(), then seq with st.release.sys, so
-//   a host that sees ack.seq == s (acquire) also sees the sums of s.
+// - Ack: sums first, then seq with st.release.sys (a release orders every
+//   earlier store of the thread before it, at system scope), so a host that sees
+//   ack.seq == s (acquire) also sees the sums of s. LATENCY_ACK_FENCE 1 adds a
+//   __threadfence_system() before the release (measured: it only adds time).
 // - Persistent polling: thread 0 loads trailer.seq with ld.acquire.sys, then a
 //   __syncthreads() orders the whole block's payload loads after it. Payload
 //   and trailer fields are read with ld.global.cv ("fetch again"), so a line
@@ -114,6 +116,10 @@ static_assert(sizeof(Accum) == 64, "the contract fixes accumulator entries at 64
 // payload, which multiplied the frame's read time by the number of blocks.
 #ifndef LATENCY_RELAY
 #define LATENCY_RELAY 0
+#endif
+
+#ifndef LATENCY_ACK_FENCE
+#define LATENCY_ACK_FENCE 0
 #endif
 
 __device__ __forceinline__ unsigned long long ld_acquire_sys_u64(const void *p)
@@ -265,7 +271,9 @@ __device__ void write_ack(unsigned char *acks, unsigned int nslots, unsigned lon
     *reinterpret_cast<volatile unsigned int *>(e + ACK_STATUS) = status;
     *reinterpret_cast<volatile unsigned int *>(e + ACK_TORN) = torn;
     *reinterpret_cast<volatile unsigned long long *>(e + ACK_T_GPU) = global_timer_ns();
+#if LATENCY_ACK_FENCE
     __threadfence_system();
+#endif
     st_release_sys_u64(e + ACK_SEQ, seq);
 }
 
@@ -277,6 +285,11 @@ __device__ void finish_frame(Accum *accum, unsigned char *acks, unsigned int nsl
                              unsigned long long sum, unsigned long long sumsq,
                              unsigned int torn)
 {
+    if (gridDim.x == 1) {
+        // One block: its totals are the frame's; no accumulator round trip.
+        write_ack(acks, nslots, seq, sum, sumsq, status, torn);
+        return;
+    }
     Accum *a = accum + seq % nslots;
     if (sum != 0) {
         atomicAdd(&a->sum, sum);
