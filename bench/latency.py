@@ -54,12 +54,15 @@ TARGETS = {"received_to_ack_p50_us": 8.0, "received_to_ack_p99_us": 15.0, "e2e_p
 PAPER = {"dpdk_gpudev_us": 4.28, "dpdk_cudamemcpy_us": 22.44, "fpga_gpudirect_us": 5.24}
 
 
+ALL_CPUS = set(range(os.cpu_count() or 1))
+
+
 def keep_off(cpus: set[int]) -> None:
     """Moves every thread of this process but the hot loop off `cpus`: the CUDA
     driver's and Python's threads, which would otherwise preempt the spinning loop
-    or the sender now and then (the p99 tail of send_to_received)."""
-    rest = os.sched_getaffinity(0) | set(range(os.cpu_count() or 1))
-    mask = rest - cpus
+    or the sender now and then (the p99 tail of send_to_received). run_one gives
+    the main thread every CPU back afterwards: the next hot loop is its child."""
+    mask = ALL_CPUS - cpus
     for tid in os.listdir("/proc/self/task"):
         try:
             name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
@@ -73,8 +76,8 @@ def run_one(size_kib: int, spec: str, payload: int, args: argparse.Namespace) ->
     """One run; `spec` is MODE[@LOAD][+direct][+fence][:BxT]: LOAD the kernels'
     payload load (PAYLOAD_LOADS), +direct every block polls the trailer itself (no
     relay), +fence a system fence before each ack, B blocks of T threads."""
-    spec, _, shape = spec.partition(":")
-    mode_load, *flags = spec.split("+")
+    name, _, shape = spec.partition(":")
+    mode_load, *flags = name.split("+")
     mode, _, load = mode_load.partition("@")
     blocks, threads = (int(x) for x in shape.split("x")) if shape else (None, 128)
     frame_bytes = size_kib * 1024
@@ -93,6 +96,7 @@ def run_one(size_kib: int, spec: str, payload: int, args: argparse.Namespace) ->
         records=total + 16,
         cpu=args.recv_cpu,
         timeout_us=args.frame_timeout_us,
+        standin=args.standin,
     )
     row: dict[str, Any] = {
         "mode": spec,
@@ -100,6 +104,27 @@ def run_one(size_kib: int, spec: str, payload: int, args: argparse.Namespace) ->
         "packets": ppf,
         "payload": payload,
     }
+    try:
+        report, recs, sent = measure(row, settings, payload, ppf, total, args)
+    finally:
+        os.sched_setaffinity(0, ALL_CPUS)
+    if report.get("error"):
+        raise RuntimeError(report["error"])
+    row["counters"] = report
+    row["sender"] = sent
+    row["stages"] = stage_stats(recs, warmup=args.warmup)
+    return row
+
+
+def measure(
+    row: dict[str, Any],
+    settings: LatencySettings,
+    payload: int,
+    ppf: int,
+    total: int,
+    args: argparse.Namespace,
+) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+    """One session fed by a pinned sender thread: (report, records, sender stats)."""
     with LatencyRun("127.0.0.1:0", settings, format_kwargs={"payload_len": payload}) as run:
         row["blocks"] = run.blocks
         run.start(frames=total, idle_s=3.0)
@@ -123,10 +148,7 @@ def run_one(size_kib: int, spec: str, payload: int, args: argparse.Namespace) ->
             raise RuntimeError(f"sender: {sent['error']}")
         report = run.wait(10.0 + total / args.rate_hz)
         recs = records_array(run.records())
-    row["counters"] = report
-    row["sender"] = sent
-    row["stages"] = stage_stats(recs, warmup=args.warmup)
-    return row
+    return report, recs, sent
 
 
 class Load:
@@ -249,6 +271,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--load-cpus", default="8,9,10", help="busy: capture, sender CPUs. Default: 8,9,10")
     add("--pcie-cpu", default="12", help="busy: the PCIe copier's CPU. Default: 12")
     add("--load-gbps", type=float, default=10.0, help="busy: capture rate. Default: 10")
+    add("--standin", action="store_true", help="no GPU: the host stand-in (a smoke test)")
     add("--budget", type=float, default=540.0, help="seconds; later runs are skipped")
     add("--json", default=os.path.join(os.environ.get("OUT", "."), "latency.json"))
     return ap.parse_args(argv)
