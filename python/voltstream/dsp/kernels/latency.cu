@@ -23,10 +23,13 @@
 //   earlier store of the thread before it, at system scope), so a host that sees
 //   ack.seq == s (acquire) also sees the sums of s. LATENCY_ACK_FENCE 1 adds a
 //   __threadfence_system() before the release (measured: it only adds time).
-// - Persistent polling: thread 0 loads trailer.seq with ld.acquire.sys, then a
-//   __syncthreads() orders the whole block's payload loads after it. Payload
-//   and trailer fields are read with ld.global.cv ("fetch again"), so a line
-//   cached from the slot's previous frame is never reused.
+// - Persistent polling: thread 0 loads trailer.seq with ld.acquire.sys (or, in
+//   the other blocks with LATENCY_RELAY, relay_seq with ld.acquire.gpu after
+//   block 0's acquire and release), then a __syncthreads() orders the whole
+//   block's loads of the payload and of the trailer's other fields after it; they
+//   go out together, one round trip. They are read with ld.global.cv ("fetch
+//   again") by default, so a line cached from the slot's previous frame is never
+//   reused (LATENCY_LOAD).
 // - Accumulators: one entry per slot. The last block reads and zeroes the
 //   entry (atomicExch) *before* it writes the ack, and the host republishes a
 //   slot only after seeing its ack; so no block can add frame s + nslots into
@@ -92,8 +95,10 @@ __device__ __forceinline__ uint4 load_payload(const uint4 *p)
 // Pattern mode: 8-byte word j of frame f's payload is f ^ (j * PATTERN_MULTIPLIER).
 #define PATTERN_MULTIPLIER 0x9E3779B97F4A7C15ULL
 
-// Accumulator entry (64 bytes, device memory), one per slot. The relay_* fields
-// carry the slot's trailer from block 0 to the other blocks (LATENCY_RELAY).
+// Accumulator entry (64 bytes, device memory), one per slot. relay_seq carries
+// "frame seq is published" from block 0 to the other blocks (LATENCY_RELAY);
+// relay_frame, relay_bytes and relay_kind are reserved (every block reads the
+// trailer's fields itself, in the same round trip as its payload).
 struct Accum {
     unsigned long long sum;
     unsigned long long sumsq;
@@ -108,9 +113,9 @@ struct Accum {
 };
 static_assert(sizeof(Accum) == 64, "the contract fixes accumulator entries at 64 bytes");
 
-// LATENCY_RELAY 1: only block 0 polls the trailer (and reads its fields); it
-// relays them to the other blocks through the slot's accumulator entry in device
-// memory (a release store of relay_seq at GPU scope, polled by the others in L2).
+// LATENCY_RELAY 1: only block 0 polls the trailer's seq; it relays it to the
+// other blocks through the slot's accumulator entry in device memory (a release
+// store of relay_seq at GPU scope, polled by the others in L2).
 // Measured for zerocopy (bench/latency.py): every block polling the trailer in
 // host memory keeps PCIe busy with small reads while the other blocks read the
 // payload, which multiplied the frame's read time by the number of blocks.
@@ -178,9 +183,52 @@ __device__ __forceinline__ void add_bytes(unsigned int w, unsigned int &s, unsig
     }
 }
 
+// Sums (and, in pattern mode, checks) 16-byte unit u of a frame, loaded as w.
+__device__ __forceinline__ void add_unit(const uint4 &w, unsigned long long u,
+                                         unsigned long long frame, bool check_pattern,
+                                         unsigned long long &sum, unsigned long long &sumsq,
+                                         unsigned int &torn)
+{
+    unsigned int s = 0, q = 0;
+    add_bytes(w.x, s, q);
+    add_bytes(w.y, s, q);
+    add_bytes(w.z, s, q);
+    add_bytes(w.w, s, q);
+    sum += s;
+    sumsq += q;
+    if (check_pattern) {
+        const unsigned long long lo = ((unsigned long long)w.y << 32) | w.x;
+        const unsigned long long hi = ((unsigned long long)w.w << 32) | w.z;
+        torn += (lo != pattern_word(frame, 2 * u)) + (hi != pattern_word(frame, 2 * u + 1));
+    }
+}
+
+// The < 16 bytes after the last whole unit, taken by the grid's last thread one by
+// one; they touch 8-byte words 2*nvec and 2*nvec+1, a partial word is compared on
+// the bytes it has.
+__device__ void add_tail(const unsigned char *payload, unsigned int nbytes,
+                         unsigned long long frame, bool check_pattern,
+                         unsigned long long &sum, unsigned long long &sumsq,
+                         unsigned int &torn)
+{
+    const unsigned long long nvec = nbytes / 16;
+    unsigned int bad = 0;  // bit k: word 2*nvec + k has a wrong byte
+    for (unsigned long long i = nvec * 16; i < nbytes; ++i) {
+        const unsigned int b = __ldcv(payload + i);
+        sum += b;
+        sumsq += b * b;
+        const unsigned long long expect = pattern_word(frame, i / 8) >> (8 * (i % 8));
+        if (check_pattern && b != (unsigned int)(expect & 0xffu)) {
+            bad |= 1u << (unsigned int)(i / 8 - 2 * nvec);
+        }
+    }
+    torn += __popc(bad);
+}
+
 // This thread's share of payload[0, nbytes): 16-byte units strided over the whole
-// grid, then the last thread of the grid takes the < 16 tail bytes one by one.
-// The payload starts a slot, which is 128-byte aligned, so uint4 loads are aligned.
+// grid (every thread few loads: in zerocopy each is a PCIe round trip and only
+// parallel loads hide it), then the tail. The payload starts a slot, which is
+// 128-byte aligned, so uint4 loads are aligned.
 __device__ void reduce_share(const unsigned char *payload, unsigned int nbytes,
                              unsigned long long frame, bool check_pattern,
                              unsigned long long &sum, unsigned long long &sumsq,
@@ -191,34 +239,10 @@ __device__ void reduce_share(const unsigned char *payload, unsigned int nbytes,
     const unsigned long long g = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     const uint4 *vec = reinterpret_cast<const uint4 *>(payload);
     for (unsigned long long u = g; u < nvec; u += stride) {
-        const uint4 w = load_payload(vec + u);
-        unsigned int s = 0, q = 0;
-        add_bytes(w.x, s, q);
-        add_bytes(w.y, s, q);
-        add_bytes(w.z, s, q);
-        add_bytes(w.w, s, q);
-        sum += s;
-        sumsq += q;
-        if (check_pattern) {
-            const unsigned long long lo = ((unsigned long long)w.y << 32) | w.x;
-            const unsigned long long hi = ((unsigned long long)w.w << 32) | w.z;
-            torn += (lo != pattern_word(frame, 2 * u)) + (hi != pattern_word(frame, 2 * u + 1));
-        }
+        add_unit(load_payload(vec + u), u, frame, check_pattern, sum, sumsq, torn);
     }
     if (g == stride - 1) {
-        // Tail: at most 15 bytes, touching 8-byte words 2*nvec and 2*nvec+1; a
-        // partial word is compared on the bytes it has.
-        unsigned int bad = 0;  // bit k: word 2*nvec + k has a wrong byte
-        for (unsigned long long i = nvec * 16; i < nbytes; ++i) {
-            const unsigned int b = __ldcv(payload + i);
-            sum += b;
-            sumsq += b * b;
-            const unsigned long long expect = pattern_word(frame, i / 8) >> (8 * (i % 8));
-            if (check_pattern && b != (unsigned int)(expect & 0xffu)) {
-                bad |= 1u << (unsigned int)(i / 8 - 2 * nvec);
-            }
-        }
-        torn += __popc(bad);
+        add_tail(payload, nbytes, frame, check_pattern, sum, sumsq, torn);
     }
 }
 
@@ -362,35 +386,25 @@ __device__ bool wait_for_seq(const void *flag, unsigned long long seq,
     return true;
 }
 
-// Thread 0: waits for frame seq and reads its trailer; kind 0 on abort or idle.
-// With LATENCY_RELAY, block 0 alone reads the trailer and relays it (see above).
-__device__ unsigned int wait_frame(const unsigned char *trailer, Accum *entry,
-                                   unsigned long long seq, const unsigned int *control,
-                                   unsigned long long idle_limit_ns,
-                                   unsigned long long &frame_no, unsigned int &nbytes)
+// Thread 0: waits until frame seq is published. With LATENCY_RELAY, block 0 alone
+// polls the trailer and relays seq to the others (see above). false on abort/idle.
+__device__ bool wait_seq(const unsigned char *trailer, Accum *entry, unsigned long long seq,
+                         const unsigned int *control, unsigned long long idle_limit_ns)
 {
     if (LATENCY_RELAY && blockIdx.x != 0) {
-        if (!wait_for_seq<false>(&entry->relay_seq, seq, control, idle_limit_ns)) {
-            return 0;
-        }
-        frame_no = *reinterpret_cast<volatile unsigned long long *>(&entry->relay_frame);
-        nbytes = *reinterpret_cast<volatile unsigned int *>(&entry->relay_bytes);
-        return *reinterpret_cast<volatile unsigned int *>(&entry->relay_kind);
+        return wait_for_seq<false>(&entry->relay_seq, seq, control, idle_limit_ns);
     }
     if (!wait_for_seq<true>(trailer + TRAILER_SEQ, seq, control, idle_limit_ns)) {
-        return 0;
+        return false;
     }
-    const unsigned int kind = __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_KIND));
-    frame_no = __ldcv(reinterpret_cast<const unsigned long long *>(trailer));
-    nbytes = __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_BYTES));
     if (LATENCY_RELAY) {
-        entry->relay_frame = frame_no;
-        entry->relay_bytes = nbytes;
-        entry->relay_kind = kind;
         st_release_gpu_u64(&entry->relay_seq, seq);
     }
-    return kind;
+    return true;
 }
+
+// Units each thread loads before the trailer's fields are known (see below).
+#define PREFETCH 4
 
 // Modes persistent / persistent-flag (slots in device memory) and zerocopy (slots =
 // device pointer of mapped host memory). Launched once with B blocks x T threads
@@ -406,22 +420,21 @@ extern "C" __global__ void latency_persistent(const unsigned char *slots,
 {
     __shared__ unsigned long long frame_no;
     __shared__ unsigned int frame_bytes;
-    __shared__ unsigned int frame_kind;  // 0: stop waiting (abort or idle)
+    __shared__ unsigned int frame_kind;
+    __shared__ bool go;
     Accum *acc = reinterpret_cast<Accum *>(accum);
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long g = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned long long cap_units = payload_cap / 16;
 
     for (unsigned long long seq = 1;; ++seq) {
         const unsigned char *slot = slots + (seq % nslots) * slot_stride;
         const unsigned char *trailer = slot + payload_cap;
         if (threadIdx.x == 0) {
-            unsigned long long f = 0;
-            unsigned int b = 0;
-            frame_kind = wait_frame(trailer, acc + seq % nslots, seq, control, idle_limit_ns, f, b);
-            frame_no = f;
-            frame_bytes = b < payload_cap ? b : payload_cap;  // never read past the slot
+            go = wait_seq(trailer, acc + seq % nslots, seq, control, idle_limit_ns);
         }
         __syncthreads();
-        const unsigned int kind = frame_kind;
-        if (kind == 0) {
+        if (!go) {
             // Block 0 alone acks, at the slot it was waiting on: that ack cannot
             // race a real one, which needs block 0's count too.
             if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -429,10 +442,48 @@ extern "C" __global__ void latency_persistent(const unsigned char *slots,
             }
             return;
         }
+        // One round trip for the trailer's fields and the payload: every thread
+        // loads its first units of the whole payload area before the fields are
+        // known (a skipped or short frame's extra units are simply not used), and
+        // thread 0 loads the fields meanwhile. In zerocopy each is a PCIe read;
+        // reading the fields first would cost a second round trip per frame.
+        const uint4 *vec = reinterpret_cast<const uint4 *>(slot);
+        uint4 pre[PREFETCH];
+#pragma unroll
+        for (int i = 0; i < PREFETCH; ++i) {
+            const unsigned long long u = g + i * stride;
+            if (u < cap_units) {
+                pre[i] = load_payload(vec + u);
+            }
+        }
+        if (threadIdx.x == 0) {
+            frame_kind = __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_KIND));
+            frame_no = __ldcv(reinterpret_cast<const unsigned long long *>(trailer));
+            const unsigned int b =
+                __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_BYTES));
+            frame_bytes = b < payload_cap ? b : payload_cap;  // never read past the slot
+        }
+        __syncthreads();
+        const unsigned int kind = frame_kind;
         unsigned long long sum = 0, sumsq = 0;
         unsigned int torn = 0;
         if (kind == KIND_WHOLE) {
-            reduce_share(slot, frame_bytes, frame_no, check_pattern != 0, sum, sumsq, torn);
+            const unsigned int nbytes = frame_bytes;
+            const unsigned long long nvec = nbytes / 16;
+            const bool check = check_pattern != 0;
+#pragma unroll
+            for (int i = 0; i < PREFETCH; ++i) {
+                const unsigned long long u = g + i * stride;
+                if (u < nvec) {
+                    add_unit(pre[i], u, frame_no, check, sum, sumsq, torn);
+                }
+            }
+            for (unsigned long long u = g + PREFETCH * stride; u < nvec; u += stride) {
+                add_unit(load_payload(vec + u), u, frame_no, check, sum, sumsq, torn);
+            }
+            if (g == stride - 1) {
+                add_tail(slot, nbytes, frame_no, check, sum, sumsq, torn);
+            }
         }
         reduce_block(sum, sumsq, torn);
         if (threadIdx.x == 0) {
@@ -441,6 +492,6 @@ extern "C" __global__ void latency_persistent(const unsigned char *slots,
         if (kind == KIND_STOP) {
             return;
         }
-        __syncthreads();  // everyone has read frame_* and warp_* before thread 0 rewrites them
+        __syncthreads();  // everyone has read frame_*, go and warp_* before they change
     }
 }
