@@ -29,6 +29,12 @@ pytestmark = pytest.mark.gpu
 
 MODES = ("copy", "persistent", "persistent-flag", "zerocopy")
 PERSISTENT = ("persistent", "persistent-flag", "zerocopy")
+# The modes whose frames must be exact. "persistent" (frame and flag in one async
+# copy) is not one: its kernel can see the trailer's seq before the payload has
+# landed (torn frames, measured by bench/latency.py and seen here at 64 KiB), so it
+# stays a measured option only; the protocol tests (stop, abort, idle) still cover it.
+EXACT = ("copy", "persistent-flag", "zerocopy")
+EXACT_PERSISTENT = ("persistent-flag", "zerocopy")
 NSLOTS = 16
 
 
@@ -57,7 +63,7 @@ def assert_acks_match(result, frames: int):
 
 @pytest.mark.parametrize("blocks", [1, 4, 16])
 @pytest.mark.parametrize("frame_bytes", [1024, 8192, 65536])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EXACT)
 def test_sums_equal_reference(cd, mode, frame_bytes, blocks):
     frames = NSLOTS + 8  # every slot and accumulator entry used, some twice
     with cd.CupyDriver(mode, frame_bytes, nslots=NSLOTS, blocks=blocks, threads=128) as drv:
@@ -67,7 +73,7 @@ def test_sums_equal_reference(cd, mode, frame_bytes, blocks):
 
 @pytest.mark.parametrize("blocks", [4, 16])
 @pytest.mark.parametrize("frame_bytes", [8192, 65536])
-@pytest.mark.parametrize("mode", PERSISTENT)
+@pytest.mark.parametrize("mode", EXACT_PERSISTENT)
 def test_relayed_trailer_sums_equal_reference(cd, mode, frame_bytes, blocks):
     # LATENCY_RELAY: block 0 alone polls the trailer and relays it to the others
     # through the accumulator entries; incomplete frames between whole ones too.
@@ -85,7 +91,7 @@ def test_relayed_trailer_sums_equal_reference(cd, mode, frame_bytes, blocks):
 
 
 @pytest.mark.parametrize("frame_bytes", [1, 15, 1000, 8195])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EXACT)
 def test_sums_of_odd_sizes_and_short_payloads(cd, mode, frame_bytes):
     # Sizes that are not multiples of 16 take the byte tail; payloads shorter than
     # frame_bytes (the trailer's bytes field) too.
@@ -99,7 +105,7 @@ def test_sums_of_odd_sizes_and_short_payloads(cd, mode, frame_bytes):
     assert_acks_match(result, len(frames))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EXACT)
 def test_incomplete_frames_are_skipped_never_summed(cd, mode):
     frame_bytes = 8192
     rng = np.random.default_rng(5)
@@ -154,7 +160,7 @@ def test_idle_limit_returns(cd, mode):
     assert elapsed >= 0.9 * limit_s
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EXACT)
 def test_stale_ack_is_never_taken_as_new(cd, mode):
     frame_bytes = 1024
     with cd.CupyDriver(mode, frame_bytes, nslots=NSLOTS, blocks=2) as drv:
@@ -169,7 +175,7 @@ def test_stale_ack_is_never_taken_as_new(cd, mode):
         assert (ack.sum, ack.sumsq) == frame_sums(payload)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", EXACT)
 def test_pattern_check_counts_wrong_words(cd, mode):
     # Negative control for the ordering test: the torn counter does see bad words.
     frame_bytes = 8192 + 12  # a partial last word too
