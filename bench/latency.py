@@ -79,7 +79,7 @@ def run_one(size_kib: int, spec: str, payload: int, args: argparse.Namespace) ->
     name, _, shape = spec.partition(":")
     mode_load, *flags = name.split("+")
     mode, _, load = mode_load.partition("@")
-    blocks, threads = (int(x) for x in shape.split("x")) if shape else (None, 128)
+    blocks, threads = (int(x) for x in shape.split("x")) if shape else (None, None)
     frame_bytes = size_kib * 1024
     payload = min(payload, frame_bytes)
     ppf = frame_bytes // payload
@@ -126,7 +126,7 @@ def measure(
 ) -> tuple[dict[str, Any], Any, dict[str, Any]]:
     """One session fed by a pinned sender thread: (report, records, sender stats)."""
     with LatencyRun("127.0.0.1:0", settings, format_kwargs={"payload_len": payload}) as run:
-        row["blocks"] = run.blocks
+        row["blocks"], row["threads"] = run.blocks, run.threads
         run.start(frames=total, idle_s=3.0)
         keep_off({args.recv_cpu, args.send_cpu})
         sent: dict[str, Any] = {}
@@ -254,11 +254,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--sizes", default="1,8,64", help="frame sizes in KiB. Default: 1,8,64")
     add(
         "--modes",
-        default=",".join(MODES) + ",zerocopy+direct,zerocopy+fence,zerocopy@plain",
+        default=",".join(MODES) + ",zerocopy:4x128,zerocopy+direct:4x128",
         help="hand-off modes, MODE[@LOAD][+direct][+fence][:BxT] (payload load: cv, plain, "
         "cg, volatile; default cv; +direct: every block polls the trailer, no relay; "
-        "+fence: a system fence before each ack; B blocks of T threads, default one "
-        "16-byte load per thread of 128). Default: every mode and three zerocopy variants",
+        "+fence: a system fence before each ack; B blocks of T threads, default the "
+        "run's own shape). Default: every mode, and zerocopy on 4 blocks with and "
+        "without the relay",
     )
     add("--payloads", default=PAYLOADS, help=f"bytes per packet. Default: {PAYLOADS}")
     add("--loads", default="idle,busy", help="idle, busy. Default: both")

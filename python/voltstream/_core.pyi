@@ -81,6 +81,7 @@ class LatencySession:
     def attach(
         self,
         blocks: int,
+        threads: int | None = None,
         context: int = 0,
         sum_frame: int = 0,
         copy_stream: int = 0,

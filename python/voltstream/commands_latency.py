@@ -88,9 +88,9 @@ def latency(args: argparse.Namespace) -> Loss:
         if args.print_address:
             print(f"listening on {run.local_addr}", flush=True)
         log.info(
-            "latency: %s frames of %d bytes (%d packets) on %s, mode %s, %d blocks",
+            "latency: %s frames of %d bytes (%d packets) on %s, mode %s, %d x %d GPU threads",
             fmt, run.frame_bytes, settings.packets_per_frame, run.local_addr,
-            settings.mode, run.blocks,
+            settings.mode, run.blocks, run.threads,
         )  # fmt: skip
         run.start(frames=args.frames, seconds=args.duration, idle_s=args.idle)
         # Ctrl-C or SIGTERM (the shared shutdown handler) stops the loop cleanly.
@@ -108,6 +108,7 @@ def latency(args: argparse.Namespace) -> Loss:
             "mode": settings.mode,
             "frame_bytes": run.frame_bytes,
             "blocks": run.blocks,
+            "threads": run.threads,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "counters": report,
             "stages": stages,

@@ -157,10 +157,15 @@ impl PyLatencySession {
     /// Builds the hand-off: allocates the host memory on the calling thread's
     /// CUDA context (CuPy's, current here) with CuPy's handles, or starts the
     /// host stand-in when the session was made with `standin=True`.
-    #[pyo3(signature = (blocks, context = 0, sum_frame = 0, copy_stream = 0, device_slots = 0, accum = 0))]
+    #[pyo3(signature = (
+        blocks, threads = None, context = 0, sum_frame = 0, copy_stream = 0, device_slots = 0,
+        accum = 0
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn attach(
         &self,
         blocks: u32,
+        threads: Option<u32>,
         context: usize,
         sum_frame: usize,
         copy_stream: usize,
@@ -175,7 +180,8 @@ impl PyLatencySession {
             return Err(config_error("attach() goes once, before start()".into()));
         }
         let mut cfg = HandoffConfig::new(self.mode, self.frame_bytes);
-        (cfg.slots, cfg.blocks, cfg.threads) = (self.slots, blocks, self.threads);
+        let threads = threads.unwrap_or(self.threads);
+        (cfg.slots, cfg.blocks, cfg.threads) = (self.slots, blocks, threads);
         (cfg.check_pattern, cfg.write_combined) = (self.check_pattern, self.write_combined);
         let hand = if self.standin {
             Hand::Standin(

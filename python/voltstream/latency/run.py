@@ -21,6 +21,9 @@ from voltstream.errors import ConfigError, VoltstreamError
 log = logging.getLogger("voltstream.latency")
 
 MODES = ("copy", "persistent", "persistent-flag", "zerocopy")
+#: 16-byte loads each kernel thread issues before it knows the frame's trailer
+#: (latency.cu's PREFETCH): one round trip covers threads x PREFETCH x 16 bytes.
+PREFETCH = 4
 PERSISTENT_MODES = ("persistent", "persistent-flag", "zerocopy")
 
 
@@ -30,11 +33,11 @@ class LatencySettings:
     most one 16-byte load of the frame (a zero-copy read costs one PCIe round trip per
     load in flight, so parallel loads are the whole game), at most 64."""
 
-    mode: str = "persistent"
+    mode: str = "zerocopy"
     packets_per_frame: int = 8
     slots: int = 16
     blocks: int | None = None
-    threads: int = 128
+    threads: int | None = None
     window: int = 2
     timeout_us: int = 0
     check_pattern: bool = False
@@ -59,10 +62,20 @@ class LatencySettings:
     def relays(self) -> bool:
         return self.mode == "zerocopy" if self.relay is None else self.relay
 
-    def blocks_for(self, frame_bytes: int) -> int:
+    def shape_for(self, frame_bytes: int) -> tuple[int, int]:
+        """(blocks, threads per block). By default one block while a frame fits in
+        PREFETCH 16-byte loads per thread of 1024 (64 KiB): every load of the frame
+        then goes out in one round trip, and one block needs neither the relay nor
+        the accumulators (measured best in every mode, docs/latency.md). Up to 16 KiB
+        each thread loads one unit (1024 threads); more blocks of 1024 threads for
+        frames over 64 KiB."""
+        units = max(1, math.ceil(frame_bytes / 16))
         if self.blocks is not None:
-            return self.blocks
-        return max(1, min(64, math.ceil(frame_bytes / 16 / self.threads)))
+            return self.blocks, self.threads or 128
+        blocks = math.ceil(units / (1024 * PREFETCH))
+        per_block = math.ceil(units / blocks)
+        threads = self.threads or min(1024, max(32, math.ceil(per_block / 32) * 32))
+        return blocks, threads
 
 
 class LatencyRun:
@@ -92,14 +105,14 @@ class LatencyRun:
             timeout_us=s.timeout_us,
             mode=s.mode,
             slots=s.slots,
-            threads=s.threads,
+            threads=s.threads or 128,
             check_pattern=s.check_pattern,
             write_combined=s.write_combined,
             records=s.records,
             standin=s.standin,
         )
         self.frame_bytes = int(self.session.frame_bytes)
-        self.blocks = s.blocks_for(self.frame_bytes)
+        self.blocks, self.threads = s.shape_for(self.frame_bytes)
         self.gpu: Any = None
         self._started = False
         try:
@@ -113,7 +126,7 @@ class LatencyRun:
         with CuPy's handles, then the persistent kernel (it waits for frame 1)."""
         s = self.settings
         if s.standin:
-            self.session.attach(self.blocks)
+            self.session.attach(self.blocks, self.threads)
             return
         from voltstream.latency.gpu import LatencyGpu
 
@@ -122,6 +135,7 @@ class LatencyRun:
         )
         self.session.attach(
             self.blocks,
+            self.threads,
             context=gpu.context_handle,
             sum_frame=gpu.sum_frame_function_handle,
             copy_stream=gpu.copy_stream_ptr,
@@ -136,7 +150,7 @@ class LatencyRun:
                 p["acks"],
                 p["control"],
                 self.blocks,
-                s.threads,
+                self.threads,
                 int(s.idle_limit_s * 1e9),
                 s.check_pattern,
             )
