@@ -156,14 +156,17 @@ class Load:
 
     def __init__(self, args: argparse.Namespace) -> None:
         here = Path(__file__).resolve().parent
+        self.outs = [f"/tmp/latency_load_{kind}.json" for kind in ("net", "pcie")]
         self.procs = [
             subprocess.Popen(
                 [sys.executable, str(here / "latency_load.py"), kind, "--cpus", cpus,
-                 "--gbps", str(args.load_gbps), "--seconds", "3600"],
+                 "--gbps", str(args.load_gbps), "--seconds", "3600", "--out", out],
                 stdout=subprocess.PIPE,
                 text=True,
             )
-            for kind, cpus in (("net", args.load_cpus), ("pcie", args.pcie_cpu))
+            for (kind, cpus), out in zip(
+                (("net", args.load_cpus), ("pcie", args.pcie_cpu)), self.outs, strict=True
+            )
         ]  # fmt: skip
         time.sleep(3.0)  # both running at rate before the first frame
 
@@ -177,6 +180,12 @@ class Load:
             except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as e:
                 p.kill()
                 out.setdefault("errors", []).append(repr(e))
+        for path in self.outs:  # what each wrote last, also if it had to be killed
+            try:
+                out.update({k: v for k, v in json.loads(Path(path).read_text()).items()
+                            if k not in out})  # fmt: skip
+            except (OSError, json.JSONDecodeError):
+                pass
         return out
 
 

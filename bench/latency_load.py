@@ -74,8 +74,21 @@ def pcie() -> dict:
         dev.data.copy_from_host_async(host, nbytes, stream=stream)
         stream.synchronize()
         copies += 1
+        if copies % 64 == 0:
+            report({"pcie_gbytes_per_s": round(copies * nbytes / (time.monotonic() - t0) / 1e9, 2)})
     secs = time.monotonic() - t0
     return {"pcie_gbytes_per_s": round(copies * nbytes / secs / 1e9, 2)}
+
+
+OUT_FILE: list[str] = []
+
+
+def report(doc: dict) -> None:
+    """The figures so far, to --out (read by bench/latency.py even if this process
+    has to be killed)."""
+    if OUT_FILE:
+        with open(OUT_FILE[0], "w") as f:
+            json.dump(doc, f)
 
 
 def main() -> int:
@@ -84,7 +97,10 @@ def main() -> int:
     ap.add_argument("--cpus", default="8,9")
     ap.add_argument("--gbps", type=float, default=10.0)
     ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--out", default=None, help="write the figures so far here")
     a = ap.parse_args()
+    if a.out:
+        OUT_FILE.append(a.out)
     cpus = [int(c) for c in a.cpus.split(",")]
     signal.signal(signal.SIGTERM, lambda *_: STOP.set())
     threading.Timer(a.seconds, STOP.set).start()
@@ -93,6 +109,7 @@ def main() -> int:
         out = pcie()
     else:
         out = net(cpus, a.gbps)
+    report(out)
     print(json.dumps(out), flush=True)
     os._exit(0)  # the timer thread must not keep the process alive
 
