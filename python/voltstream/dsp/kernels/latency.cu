@@ -345,7 +345,8 @@ __device__ __forceinline__ unsigned int status_of(unsigned int kind)
 
 // Mode copy: one launch per frame, grid = B blocks x T threads (T a multiple of 32).
 // The payload is slot[0, frame_bytes) in device memory, already copied.
-extern "C" __global__ void latency_sum_frame(const unsigned char *slot, unsigned int frame_bytes,
+extern "C" __global__ void __launch_bounds__(1024)
+    latency_sum_frame(const unsigned char *slot, unsigned int frame_bytes,
                                              unsigned long long seq, unsigned long long frame,
                                              unsigned int kind, unsigned char *acks,
                                              unsigned int nslots, unsigned char *accum,
@@ -410,7 +411,10 @@ __device__ bool wait_seq(const unsigned char *trailer, Accum *entry, unsigned lo
 // device pointer of mapped host memory). Launched once with B blocks x T threads
 // (T a multiple of 32); all B blocks must be resident at once (B <= SM count), since
 // every block takes part in every frame.
-extern "C" __global__ void latency_persistent(const unsigned char *slots,
+// 1024 threads must fit (LatencySettings.shape_for uses one block of up to 1024 up to
+// 64 KiB frames): the bound caps registers at 64 per thread.
+extern "C" __global__ void __launch_bounds__(1024)
+    latency_persistent(const unsigned char *slots,
                                               unsigned long long slot_stride,
                                               unsigned int payload_cap, unsigned int nslots,
                                               unsigned char *acks, unsigned char *accum,
