@@ -119,7 +119,8 @@ def test_latency_cu_is_compiled_by_check_kernels():
     assert KERNEL_DIR / "latency.cu" in kernel_sources()
     text = kernel_text()
     for name in ("latency_sum_frame", "latency_persistent"):
-        assert re.search(rf'extern "C" __global__ void {name}\(', text), name
+        bounds = r"(__launch_bounds__\(\d+\)\s+)?"
+        assert re.search(rf'extern "C" __global__ void {bounds}{name}\(', text), name
 
 
 def test_latency_cu_constants_match_python():
