@@ -95,10 +95,10 @@ __device__ __forceinline__ uint4 load_payload(const uint4 *p)
 // Pattern mode: 8-byte word j of frame f's payload is f ^ (j * PATTERN_MULTIPLIER).
 #define PATTERN_MULTIPLIER 0x9E3779B97F4A7C15ULL
 
-// Accumulator entry (64 bytes, device memory), one per slot. relay_seq carries
-// "frame seq is published" from block 0 to the other blocks (LATENCY_RELAY);
-// relay_frame, relay_bytes and relay_kind are reserved (every block reads the
-// trailer's fields itself, in the same round trip as its payload).
+// Accumulator entry (64 bytes, device memory), one per slot. With LATENCY_RELAY,
+// relay_seq tells the other blocks "frame seq is published" (they start loading
+// the payload), then relay_fields_seq that relay_frame/bytes/kind hold its
+// trailer's fields, which block 0 alone reads (see below).
 struct Accum {
     unsigned long long sum;
     unsigned long long sumsq;
@@ -109,7 +109,7 @@ struct Accum {
     unsigned long long relay_frame;
     unsigned int relay_bytes;
     unsigned int relay_kind;
-    unsigned long long pad;
+    unsigned long long relay_fields_seq;
 };
 static_assert(sizeof(Accum) == 64, "the contract fixes accumulator entries at 64 bytes");
 
@@ -461,10 +461,32 @@ extern "C" __global__ void __launch_bounds__(1024)
             }
         }
         if (threadIdx.x == 0) {
-            frame_kind = __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_KIND));
-            frame_no = __ldcv(reinterpret_cast<const unsigned long long *>(trailer));
-            const unsigned int b =
-                __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_BYTES));
+            Accum *entry = acc + seq % nslots;
+            unsigned int k, b;
+            unsigned long long f;
+            if (LATENCY_RELAY && blockIdx.x != 0) {
+                // Many SMs reading the trailer's host line at once was measured
+                // slow: block 0 reads it and relays the fields through L2.
+                // Bounded: block 0 has seen seq (it relayed it), and nothing
+                // stops it between that and relaying the fields.
+                while (ld_acquire_gpu_u64(&entry->relay_fields_seq) != seq) {
+                }
+                k = *reinterpret_cast<volatile unsigned int *>(&entry->relay_kind);
+                f = *reinterpret_cast<volatile unsigned long long *>(&entry->relay_frame);
+                b = *reinterpret_cast<volatile unsigned int *>(&entry->relay_bytes);
+            } else {
+                k = __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_KIND));
+                f = __ldcv(reinterpret_cast<const unsigned long long *>(trailer));
+                b = __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_BYTES));
+                if (LATENCY_RELAY) {
+                    entry->relay_kind = k;
+                    entry->relay_frame = f;
+                    entry->relay_bytes = b;
+                    st_release_gpu_u64(&entry->relay_fields_seq, seq);
+                }
+            }
+            frame_kind = k;
+            frame_no = f;
             frame_bytes = b < payload_cap ? b : payload_cap;  // never read past the slot
         }
         __syncthreads();
