@@ -107,6 +107,7 @@ def test_accum_and_control_dtypes_match_contract():
         "relay_frame": 40,
         "relay_bytes": 48,
         "relay_kind": 52,
+        "relay_fields_seq": 56,
     }
     assert ref.CONTROL_DTYPE.itemsize == 64 and offsets(ref.CONTROL_DTYPE) == {"abort": 0}
 

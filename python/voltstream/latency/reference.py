@@ -91,9 +91,10 @@ ACCUM_DTYPE = np.dtype(
             "relay_frame",
             "relay_bytes",
             "relay_kind",
+            "relay_fields_seq",
         ],
-        "formats": ["<u8", "<u8", "<u4", "<u4", "<u8", "<u8", "<u8", "<u4", "<u4"],
-        "offsets": [0, 8, 16, 20, 24, 32, 40, 48, 52],
+        "formats": ["<u8", "<u8", "<u4", "<u4", "<u8", "<u8", "<u8", "<u4", "<u4", "<u8"],
+        "offsets": [0, 8, 16, 20, 24, 32, 40, 48, 52, 56],
         "itemsize": ACCUM_BYTES,
     }
 )
