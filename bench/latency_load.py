@@ -11,6 +11,7 @@ SIGTERM; then one JSON line of what it achieved.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -71,7 +72,7 @@ def pcie() -> dict:
     stream = cp.cuda.Stream(non_blocking=True)
     copies, t0 = 0, time.monotonic()
     while not STOP.is_set():
-        dev.data.copy_from_host_async(host, nbytes, stream=stream)
+        dev.data.copy_from_host_async(ctypes.c_void_p(host.ptr), nbytes, stream=stream)
         stream.synchronize()
         copies += 1
         if copies % 64 == 0:
@@ -103,7 +104,9 @@ def main() -> int:
         OUT_FILE.append(a.out)
     cpus = [int(c) for c in a.cpus.split(",")]
     signal.signal(signal.SIGTERM, lambda *_: STOP.set())
-    threading.Timer(a.seconds, STOP.set).start()
+    timer = threading.Timer(a.seconds, STOP.set)
+    timer.daemon = True  # a crash must not leave the process waiting on it
+    timer.start()
     if a.kind == "pcie":
         os.sched_setaffinity(0, set(cpus))
         out = pcie()

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 WHEELS=0
 if compgen -G ".whl/*.whl" >/dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
     WHEELS=1
     # The checkout's python/ comes first on the path but has no compiled extension:
     # give it the wheel's, so live tests and benches capture for real.

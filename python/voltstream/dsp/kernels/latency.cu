@@ -123,6 +123,9 @@ static_assert(sizeof(Accum) == 64, "the contract fixes accumulator entries at 64
 #define LATENCY_RELAY 0
 #endif
 
+// One block has nobody to relay to (and a release store costs a fence).
+#define RELAYED (LATENCY_RELAY && gridDim.x > 1)
+
 #ifndef LATENCY_ACK_FENCE
 #define LATENCY_ACK_FENCE 0
 #endif
@@ -392,13 +395,13 @@ __device__ bool wait_for_seq(const void *flag, unsigned long long seq,
 __device__ bool wait_seq(const unsigned char *trailer, Accum *entry, unsigned long long seq,
                          const unsigned int *control, unsigned long long idle_limit_ns)
 {
-    if (LATENCY_RELAY && blockIdx.x != 0) {
+    if (RELAYED && blockIdx.x != 0) {
         return wait_for_seq<false>(&entry->relay_seq, seq, control, idle_limit_ns);
     }
     if (!wait_for_seq<true>(trailer + TRAILER_SEQ, seq, control, idle_limit_ns)) {
         return false;
     }
-    if (LATENCY_RELAY) {
+    if (RELAYED) {
         st_release_gpu_u64(&entry->relay_seq, seq);
     }
     return true;
@@ -464,7 +467,7 @@ extern "C" __global__ void __launch_bounds__(1024)
             Accum *entry = acc + seq % nslots;
             unsigned int k, b;
             unsigned long long f;
-            if (LATENCY_RELAY && blockIdx.x != 0) {
+            if (RELAYED && blockIdx.x != 0) {
                 // Many SMs reading the trailer's host line at once was measured
                 // slow: block 0 reads it and relays the fields through L2.
                 // Bounded: block 0 has seen seq (it relayed it), and nothing
@@ -478,7 +481,7 @@ extern "C" __global__ void __launch_bounds__(1024)
                 k = __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_KIND));
                 f = __ldcv(reinterpret_cast<const unsigned long long *>(trailer));
                 b = __ldcv(reinterpret_cast<const unsigned int *>(trailer + TRAILER_BYTES));
-                if (LATENCY_RELAY) {
+                if (RELAYED) {
                     entry->relay_kind = k;
                     entry->relay_frame = f;
                     entry->relay_bytes = b;
