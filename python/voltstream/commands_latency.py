@@ -47,7 +47,7 @@ def summary(report: dict[str, Any], stages: dict[str, dict[str, Any]]) -> str:
     for stage, s in stages.items():
         if s.get("frames"):
             lines.append(
-                f"{stage:>17}: p50 {s['p50_us']:.2f} µs, p99 {s['p99_us']:.2f}, "
+                f"{stage:>18}: p50 {s['p50_us']:.2f} µs, p99 {s['p99_us']:.2f}, "
                 f"p99.9 {s['p999_us']:.2f}, max {s['max_us']:.2f}, "
                 f"peak to peak {s['ptp_us']:.2f} ({s['frames']} frames)"
             )
