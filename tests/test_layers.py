@@ -49,12 +49,16 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "service": set(),
     "pipeline": {"dsp", "fold", "io", "formats", "capture_config"},
     "fengine": {"dsp", "pipeline", "streams", "capture_config"},
+    # The low-latency mode: its CuPy side builds on the kernel loader (dsp/cuda).
+    "latency": {"dsp/cuda"},
     # The command line sits on top and may import anything.
     "cli_options": {"*"},
     "commands": {"*"},
     "commands_common": {"*"},
     "commands_simulate": {"*"},
     "commands_fengine": {"*"},
+    "commands_latency": {"*"},
+    "cli_latency": {"*"},
     "run_pipeline": {"*"},  # `voltstream run`: a file to a verb's command line
     "cli": {"*"},
 }
@@ -70,7 +74,13 @@ RUST_ALLOWED: dict[str, set[str]] = {
     "ring": {"assemble"},
     "capture": {"wire", "assemble", "ring", "memory", "stats", "host_counters"},
     "record": {"ring", "assemble"},  # chunks from the capture's rings to files
-    "send": {"capture"},  # capture::host: socket options, written once
+    # The low-latency frame path: frames from the wire layer, received by a
+    # capture engine (socket), handed to the GPU.
+    "latency": {"wire", "capture"},
+    # capture::host: socket options, written once; latency: the one clock and the
+    # test pattern the frame sender shares with the receiver; wire: the frame
+    # sender's packet described as a layout (bench_layout), so both read one table.
+    "send": {"capture", "latency", "wire"},
 }
 
 
