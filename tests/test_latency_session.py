@@ -158,3 +158,39 @@ def test_sender_thread_and_records_survive_an_early_stop():
     # 50 frames, 10 records kept, the rest counted.
     assert len(recs[recs["status"] == STATUS_OK]) + report["records_dropped"] >= 10
     assert report["frames_complete"] + report["frames_gpu_busy"] == 50
+
+
+def test_cli_latency_serves_its_counters_live(tmp_path):
+    # `--metrics`: every counter while the loop runs (0.1 s old at most), as for the
+    # other long-running verbs (docs/operations.md).
+    from voltstream.ops.status_view import scrape_metrics
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "voltstream.cli", "latency", "--listen", "127.0.0.1:0",
+         "--standin", "--mode", "copy", "--packets-per-frame", "2", "--duration", "30",
+         "--idle", "3", "--print-address", "--metrics", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        addr = proc.stdout.readline().split()[-1]
+        metrics = ""
+        while not metrics:
+            line = proc.stderr.readline()
+            assert line, proc.communicate()
+            if "metrics on http://" in line:
+                metrics = line.split("http://")[1].split("/")[0]
+        _core.FrameSender(addr, 2, 1024).send_frames(0, 50, 1000.0)
+        key = ("voltstream_latency_frames_complete_total", ())
+        got: dict = {}
+        for _ in range(100):
+            got = scrape_metrics(metrics)
+            if got.get(key) == 50:
+                break
+            time.sleep(0.05)
+        assert got.get(key) == 50, got
+        assert got[("voltstream_latency_frames_acked_total", ())] == 50
+        assert got[("voltstream_latency_missing_total", ())] == 0
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0

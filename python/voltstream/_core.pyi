@@ -104,6 +104,8 @@ class LatencySession:
     def abort(self) -> None: ...
     def join(self, timeout_s: float) -> dict[str, Any] | None:
         """Every counter and `end` once the loop has ended; None while it runs."""
+    def stats(self) -> dict[str, Any]:
+        """Every counter as the loop last published it (every 0.1 s, and at its end)."""
     def records(self) -> bytes:
         """Per acknowledged frame, packed as voltstream.latency.stats.RECORD_DTYPE."""
     def close(self) -> None: ...

@@ -10,6 +10,7 @@ from typing import Any
 
 from voltstream.dsp.cuda import GpuError
 from voltstream.errors import ConfigError
+from voltstream.ops.cli import watcher
 from voltstream.service.exit_status import Loss
 
 log = logging.getLogger("voltstream.latency")
@@ -23,6 +24,18 @@ def stream_format(args: argparse.Namespace) -> tuple[str, dict[str, Any] | None]
 
     kw = dict(load_stream(args.stream).capture_kwargs())
     return str(kw.pop("format")), kw
+
+
+#: Seconds between the status lines a run logs while it goes on.
+STATUS_EVERY_S = 10.0
+
+
+def status_line(c: dict[str, Any]) -> str:
+    return (
+        f"{c.get('frames_complete', 0)} frames whole, {c.get('frames_incomplete', 0)} "
+        f"incomplete, {c.get('frames_gpu_busy', 0)} dropped (GPU busy), "
+        f"{c.get('frames_acked', 0)} acknowledged, {c.get('sum_mismatch', 0)} sum mismatches"
+    )
 
 
 def frames_lost(report: dict[str, Any]) -> Loss:
@@ -93,13 +106,20 @@ def latency(args: argparse.Namespace) -> Loss:
             settings.mode, run.blocks, run.threads,
         )  # fmt: skip
         run.start(frames=args.frames, seconds=args.duration, idle_s=args.idle)
+        live = watcher(args)  # --metrics: every counter, live (0.1 s old at most)
+        if live is not None:
+            live(lambda: {"latency": dict(run.session.stats())})
         # Ctrl-C or SIGTERM (the shared shutdown handler) stops the loop cleanly.
         stop = args.shutdown.watch()
         report: dict[str, Any] | None = None
+        next_line = time.monotonic() + STATUS_EVERY_S
         while report is None:
             if stop.is_set():
                 run.stop()
             report = run.session.join(0.2)
+            if report is None and time.monotonic() >= next_line:
+                log.info("latency: %s", status_line(run.session.stats()))
+                next_line += STATUS_EVERY_S
         recs = records_array(run.records())
     stages = stage_stats(recs, warmup=args.warmup)
     print(summary(report, stages), flush=True)

@@ -15,7 +15,7 @@ use voltstream_core::latency::frame::FrameConfig;
 use voltstream_core::latency::gpu::{CudaDriver, CudaOps};
 use voltstream_core::latency::handoff::{DeviceBuffers, Handoff, HandoffConfig, Mode};
 use voltstream_core::latency::layout::CONTROL_ABORT;
-use voltstream_core::latency::session::{run_session, End, Limits, Receiver};
+use voltstream_core::latency::session::{run_session, End, Limits, Live, Receiver};
 use voltstream_core::latency::standin::{HostGpu, StandinOptions};
 use voltstream_core::send::frames::bench_layout;
 use voltstream_core::wire::FormatSpec;
@@ -48,6 +48,8 @@ enum State {
 pub struct PyLatencySession {
     state: Mutex<State>,
     stop: Arc<AtomicBool>,
+    /// The loop's counters as last published (every 100 ms, and at the end).
+    live: Arc<Mutex<Live>>,
     frame_bytes: usize,
     local_addr: String,
     mode: Mode,
@@ -130,6 +132,7 @@ impl PyLatencySession {
             frame_bytes: rx.frames.frame_bytes() as usize,
             state: Mutex::new(State::Ready(Parts { rx, hand: None })),
             stop: Arc::new(AtomicBool::new(false)),
+            live: Arc::new(Mutex::new(Live::default())),
             local_addr,
             mode: Mode::parse(mode).map_err(to_py)?,
             slots,
@@ -259,6 +262,7 @@ impl PyLatencySession {
             }
         };
         let stop = self.stop.clone();
+        let live = self.live.clone();
         let handle = std::thread::Builder::new()
             .name("voltstream-latency".into())
             .spawn(move || {
@@ -266,8 +270,8 @@ impl PyLatencySession {
                 let end = {
                     let Parts { rx, hand } = &mut parts;
                     match hand.as_mut() {
-                        Some(Hand::Cuda(h)) => run_session(rx, h, cpu, limits, &stop),
-                        Some(Hand::Standin(h)) => run_session(rx, h, cpu, limits, &stop),
+                        Some(Hand::Cuda(h)) => run_session(rx, h, cpu, limits, &stop, &live),
+                        Some(Hand::Standin(h)) => run_session(rx, h, cpu, limits, &stop, &live),
                         None => unreachable!("checked before the thread started"),
                     }
                 };
@@ -326,10 +330,24 @@ impl PyLatencySession {
                 .map_err(|_| config_error("the latency thread panicked".into()))?;
             *state = State::Done(parts, end);
         }
-        let State::Done(parts, end) = &*state else {
+        let State::Done(_, end) = &*state else {
             unreachable!()
         };
-        report(py, parts, end).map(Some)
+        let d = counters(py, &lock(&self.live))?;
+        match end {
+            Ok(e) => d.set_item("end", e.as_str())?,
+            Err(e) => {
+                d.set_item("end", "error")?;
+                d.set_item("error", e)?;
+            }
+        }
+        Ok(Some(d))
+    }
+
+    /// Every counter as the loop last published it (every 0.1 s while it runs,
+    /// and at its end): what `--metrics` shows live.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        counters(py, &lock(&self.live))
     }
 
     /// Every acknowledged frame's record, packed (voltstream.latency.stats.RECORD_DTYPE).
@@ -390,14 +408,10 @@ impl PyLatencySession {
     }
 }
 
-/// The counters of the assembler and the hand-off, and the end.
-fn report<'py>(
-    py: Python<'py>,
-    parts: &Parts,
-    end: &Result<End, String>,
-) -> PyResult<Bound<'py, PyDict>> {
+/// The counters of the assembler and of the hand-off.
+fn counters<'py>(py: Python<'py>, live: &Live) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    let f = parts.rx.frames.counters();
+    let (f, c) = (&live.frames, &live.handoff);
     set_fields!(
         d,
         f,
@@ -417,39 +431,22 @@ fn report<'py>(
             resyncs
         ]
     );
-    macro_rules! hand_fields {
-        ($h:expr) => {{
-            let c = $h.counters();
-            set_fields!(
-                d,
-                c,
-                [
-                    frames_published,
-                    frames_acked,
-                    frames_skipped,
-                    sum_mismatch,
-                    torn,
-                    torn_words,
-                    ack_timeouts,
-                    records_dropped,
-                    gpu_errors,
-                    bad_writes
-                ]
-            );
-        }};
-    }
-    match &parts.hand {
-        Some(Hand::Cuda(h)) => hand_fields!(h),
-        Some(Hand::Standin(h)) => hand_fields!(h),
-        None => {}
-    }
-    match end {
-        Ok(e) => d.set_item("end", e.as_str())?,
-        Err(e) => {
-            d.set_item("end", "error")?;
-            d.set_item("error", e)?;
-        }
-    }
+    set_fields!(
+        d,
+        c,
+        [
+            frames_published,
+            frames_acked,
+            frames_skipped,
+            sum_mismatch,
+            torn,
+            torn_words,
+            ack_timeouts,
+            records_dropped,
+            gpu_errors,
+            bad_writes
+        ]
+    );
     Ok(d)
 }
 

@@ -104,6 +104,9 @@ def samples(snapshot: dict[str, Any]) -> list[Sample]:
         out += _fengine(snapshot)
     if "dest" in snapshot and "packets" in snapshot:
         out += _replay(snapshot)
+    if isinstance(snapshot.get("latency"), dict):
+        out += _flat(snapshot["latency"], "voltstream_latency_",
+                     "latency mode (docs/latency.md): ")  # fmt: skip
     for stage, h in (snapshot.get("stage_seconds") or {}).items():
         out.append(Sample("voltstream_stage_seconds", "histogram",
                           "seconds per item of a stage (consumer: the consumer's Python per "

@@ -13,11 +13,12 @@
 //! hand-off.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use super::frame::{FrameAssembler, FrameConfig};
+use super::frame::{FrameAssembler, FrameConfig, FrameCounters};
 use super::gpu::GpuOps;
-use super::handoff::Handoff;
+use super::handoff::{Handoff, HandoffCounters};
 use super::{monotonic_ns, FrameSink};
 use crate::capture::{pin_current_thread, Engine, Received, SocketConfig, SocketEngine};
 use crate::wire::{FormatSpec, Locate, Locator};
@@ -29,7 +30,20 @@ pub trait Handover: FrameSink {
     fn poll_acks(&mut self, now_ns: u64);
     /// Frames handed over and not yet acknowledged.
     fn outstanding(&self) -> u64;
+    /// The hand-off's counters, for the live snapshot.
+    fn handoff_counters(&self) -> HandoffCounters;
 }
+
+/// The counters as the loop last published them (every [`LIVE_EVERY`]): what a
+/// metrics server or status line reads while the loop runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Live {
+    pub frames: FrameCounters,
+    pub handoff: HandoffCounters,
+}
+
+/// How often the loop publishes [`Live`] (a `try_lock`: it never waits).
+pub const LIVE_EVERY: Duration = Duration::from_millis(100);
 
 /// When the loop ends (besides the stop flag).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -74,7 +88,17 @@ pub fn run<E: Engine, L: Locate, H: Handover>(
     hand: &mut H,
     limits: Limits,
     stop: &AtomicBool,
+    live: &Mutex<Live>,
 ) -> Result<End> {
+    let publish = |asm: &FrameAssembler<L>, hand: &H| {
+        if let Ok(mut l) = live.try_lock() {
+            *l = Live {
+                frames: *asm.counters(),
+                handoff: hand.handoff_counters(),
+            };
+        }
+    };
+    let mut next_live = 0u64;
     let start = monotonic_ns();
     let deadline = limits.duration.map(|d| start + d.as_nanos() as u64);
     let idle = limits.idle.map(|d| d.as_nanos() as u64);
@@ -110,6 +134,10 @@ pub fn run<E: Engine, L: Locate, H: Handover>(
         // atomic load per turn is cheap, but the turn is the latency.
         turns = turns.wrapping_add(1);
         if turns % 64 == 0 || n == 0 {
+            if now >= next_live {
+                publish(asm, hand);
+                next_live = now + LIVE_EVERY.as_nanos() as u64;
+            }
             if stop.load(Ordering::Relaxed) {
                 break End::Stopped;
             }
@@ -126,6 +154,7 @@ pub fn run<E: Engine, L: Locate, H: Handover>(
     while hand.outstanding() > 0 && monotonic_ns() < drain_until {
         hand.poll_acks(monotonic_ns());
     }
+    publish(asm, hand);
     Ok(end)
 }
 
@@ -135,6 +164,9 @@ impl<G: GpuOps> Handover for Handoff<G> {
     }
     fn outstanding(&self) -> u64 {
         Handoff::outstanding(self)
+    }
+    fn handoff_counters(&self) -> HandoffCounters {
+        self.counters()
     }
 }
 
@@ -176,12 +208,13 @@ pub fn run_session<G: GpuOps>(
     cpu: Option<usize>,
     limits: Limits,
     stop: &AtomicBool,
+    live: &Mutex<Live>,
 ) -> Result<End> {
     if let Some(cpu) = cpu {
         pin_current_thread(cpu)?;
     }
     hand.gpu().bind_thread()?;
-    let end = run(&mut rx.engine, &mut rx.frames, hand, limits, stop);
+    let end = run(&mut rx.engine, &mut rx.frames, hand, limits, stop, live);
     // Stop the GPU side whatever happened: a persistent kernel left spinning
     // would hold the GPU until its idle limit.
     let stopped = hand.stop(STOP_TIMEOUT);
