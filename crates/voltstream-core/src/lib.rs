@@ -8,7 +8,11 @@
 //! - [`memory`]: buffer pools allocated at start-up;
 //! - [`ring`]: chunk handoff between the capture thread and consumers;
 //! - [`record`]: chunks to files on many disks, never holding the capture back;
-//! - [`send`]: paced UDP sender used by the simulator;
+//! - [`latency`]: small frames into the GPU microseconds after their last
+//!   packet (a frame assembler, the GPU hand-off by dlopen'd driver calls, the
+//!   pinned busy-polling loop);
+//! - [`send`]: paced UDP senders (the simulator's, and the latency mode's
+//!   stamped frames);
 //! - [`stats`]: counters shared with the monitor;
 //! - [`host_counters`]: the kernel's drop counters outside the capture (context).
 //!

@@ -1,5 +1,6 @@
 //! Low-latency acquisition: small frames from the wire into the GPU within
-//! microseconds (issue 14; design in docs/research/low-latency-design.md).
+//! microseconds (issue 14; docs/latency.md, and the design it started from in
+//! docs/research/low-latency-design.md).
 //!
 //! - [`frame`]: the frame assembler: packets carry a frame number and their
 //!   place in the frame (RTMS-like); a frame is handed over the moment its
@@ -8,10 +9,13 @@
 //! - [`gpu`]: the CUDA driver, reached by `dlopen("libcuda.so.1")` at run
 //!   time (the wheel loads without CUDA), and the host memory the session
 //!   owns (staging slots, GPU-mapped slots, acknowledgements).
-//! - [`handoff`]: the three ways a frame reaches the GPU (copy + launch +
-//!   synchronise; one async copy to a persistent kernel; a persistent kernel
-//!   reading mapped host memory), as [`FrameSink`]s, and the
+//! - [`handoff`]: the ways a frame reaches the GPU (copy + launch +
+//!   synchronise; an async copy and a flag write to a persistent kernel; a
+//!   persistent kernel reading mapped host memory; and, measured only because
+//!   it tears frames, frame and flag in one copy), as a [`FrameSink`], and the
 //!   acknowledgement protocol.
+//! - [`session`]: the hot loop (one pinned thread, busy-polling receive,
+//!   assembly, hand-over, acknowledgements, live counters).
 //! - [`layout`]: the memory layout shared with the CUDA kernels
 //!   (docs/research/low-latency-contract.md).
 //! - [`standin`]: a host stand-in for the GPU, so the protocol runs in CI.
