@@ -134,7 +134,7 @@ pub struct HandoffCounters {
     pub ack_timeouts: u64,
     /// Acks not recorded because the record buffer was full.
     pub records_dropped: u64,
-    /// Failed driver calls (the first error is kept: [`Handoff::take_error`]).
+    /// Failed driver calls (the first error is kept: [`Handoff::take_error`](super::Handoff::take_error)).
     pub gpu_errors: u64,
     /// Writes outside the frame or out of protocol order (ignored).
     pub bad_writes: u64,
