@@ -194,3 +194,14 @@ def test_cli_latency_serves_its_counters_live(tmp_path):
         proc.terminate()
         proc.communicate(timeout=30)
     assert proc.returncode == 0
+
+
+def test_cli_latency_loop_errors_are_clear_and_exit_2():
+    # A CPU the process may not use: the loop's thread cannot pin itself.
+    proc = subprocess.run(
+        [sys.executable, "-m", "voltstream.cli", "latency", "--listen", "127.0.0.1:0",
+         "--standin", "--cpu", "4095", "--frames", "1", "--idle", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "CPU 4095" in proc.stderr and "Traceback" not in proc.stderr

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from voltstream.dsp.cuda import GpuError
-from voltstream.errors import ConfigError
+from voltstream.errors import CaptureError, ConfigError
 from voltstream.ops.cli import watcher
 from voltstream.service.exit_status import Loss
 
@@ -121,6 +121,11 @@ def latency(args: argparse.Namespace) -> Loss:
                 log.info("latency: %s", status_line(run.session.stats()))
                 next_line += STATUS_EVERY_S
         recs = records_array(run.records())
+    if report.get("end") == "error":
+        # The loop could not run or the GPU failed it (a CPU it may not use, a
+        # driver error): the counters up to then, then the error, exit status 2.
+        print(summary(report, {}), flush=True)
+        raise CaptureError(f"the latency loop stopped: {report.get('error')}")
     stages = stage_stats(recs, warmup=args.warmup)
     print(summary(report, stages), flush=True)
     if args.report:
