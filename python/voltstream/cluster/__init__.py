@@ -1,3 +1,4 @@
-"""Many nodes, one observation (issue 16): for now the row merger (`merge.py`), the
-part every transport and writer of that issue builds on; the design is in
+"""Many nodes, one observation (issue 16, in progress): for now the row merger
+(`merge.py`), the part every transport of that issue builds on, with the appending
+archive it will write (`io/psrfits_append.py`); the design is in
 docs/research/dask-scale-out.md."""

@@ -56,7 +56,7 @@ import math
 import os
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -258,13 +258,16 @@ def _cohddisp_hdu(archive: FoldedArchive) -> Any:
 
 
 def write_psrfits(
-    path: str | os.PathLike,
+    path: str | os.PathLike | BinaryIO,
     archive: FoldedArchive,
     extra_history: Iterable[str] = (),
     *,
     primary: dict | None = None,
+    subint_last: bool = False,
 ) -> None:
-    """Write ``archive`` as a PSRFITS fold-mode file (overwrites ``path``)."""
+    """Write ``archive`` as a PSRFITS fold-mode file (overwrites ``path``; a path or a
+    binary file object). ``subint_last`` puts the SUBINT table after every other HDU,
+    so that rows can be appended at the file's end (io/psrfits_append.py)."""
     from astropy.io import fits
 
     _check(archive)
@@ -490,6 +493,9 @@ def write_psrfits(
     if archive.par_text:
         hdus.append(_psrparam_hdu(archive.par_text))
     hdus.append(_cohddisp_hdu(archive))
+    if subint_last:
+        hdus.remove(subint)
+        hdus.append(subint)
     try:
         fits.HDUList(hdus).writeto(path, overwrite=True)
     except OSError as exc:

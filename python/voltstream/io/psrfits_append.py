@@ -1,0 +1,131 @@
+"""A PSRFITS fold-mode archive grown one sub-integration at a time, whole on disk after
+every row (issue 16: a merger's archive must survive a kill -9 with at most the row in
+flight lost).
+
+The file is written once by `write_psrfits` with its first row and the SUBINT table
+as the last HDU; each further row is appended at the end of the file: the row's bytes
+(built by the same code as a whole archive's, so a file grown row by row reads back
+exactly as one written at once), the padding to the 2880-byte FITS block, then the
+SUBINT header's NAXIS2 card rewritten in place, and an fsync. A reader therefore sees
+either the rows before an append or the rows after it. The primary header's SCANLEN
+is rewritten with NAXIS2; the HISTORY table keeps the NSUB it was written with (the
+SUBINT table's length is what readers use).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from voltstream.errors import FormatError
+from voltstream.io.psrfits import write_psrfits
+from voltstream.observation import FoldedArchive
+
+BLOCK = 2880
+CARD = 80
+
+
+def _subint_geometry(data: bytes | Path) -> tuple[int, int, int, int, int]:
+    """(header offset, data offset, row bytes, rows) of the SUBINT HDU, and where the
+    primary header ends."""
+    from astropy.io import fits
+
+    src = io.BytesIO(data) if isinstance(data, bytes) else data
+    with fits.open(src, memmap=False) as hdul:
+        i = [h.name for h in hdul].index("SUBINT")
+        if i != len(hdul) - 1:
+            raise FormatError("the SUBINT table is not the file's last HDU: cannot append")
+        info = hdul.fileinfo(i)
+        h = hdul[i].header
+        primary_end = int(hdul.fileinfo(0)["datLoc"])
+        return (
+            int(info["hdrLoc"]), int(info["datLoc"]), int(h["NAXIS1"]), int(h["NAXIS2"]),
+            primary_end,
+        )  # fmt: skip
+
+
+def _card(key: str, value: int | float, comment: str) -> bytes:
+    """One fixed-format FITS card: the value right-justified in columns 11-30."""
+    text = repr(float(value)).upper() if isinstance(value, float) else str(int(value))
+    card = f"{key:<8}= {text:>20} / {comment}"
+    return card[:CARD].ljust(CARD).encode("ascii")
+
+
+def _rewrite_card(f: io.BufferedRandom, start: int, end: int, key: str, card: bytes) -> None:
+    f.seek(start)
+    header = f.read(end - start)
+    for pos in range(0, len(header), CARD):
+        if header[pos : pos + 8].decode("ascii").rstrip() == key:
+            f.seek(start + pos)
+            f.write(card)
+            return
+    raise FormatError(f"no {key} card in the header at byte {start}")
+
+
+class AppendingArchive:
+    """``path`` holds ``first`` (one sub-integration) and then every `append`ed row."""
+
+    def __init__(self, path: str | os.PathLike[str], first: FoldedArchive, **write_kw: Any) -> None:
+        if first.nsub != 1:
+            raise FormatError(f"an appending archive starts with one row, got {first.nsub}")
+        self.path = Path(path)
+        self.template = first
+        self.write_kw = write_kw
+        write_psrfits(self.path, first, subint_last=True, **write_kw)
+        geometry = _subint_geometry(self.path)
+        self._hdr, self._dat, self.row_bytes, self.nrows, self._primary_end = geometry
+        self.scanlen = float(np.sum(first.tsubint_s))
+        self._fsync()
+
+    def append(
+        self,
+        data: np.ndarray,
+        weights: np.ndarray,
+        tsubint_s: float,
+        offs_sub_s: float,
+        period_s: float,
+    ) -> None:
+        """Adds one sub-integration: ``data`` (npol, nchan, nbin), ``weights`` (nchan,)."""
+        one = replace(
+            self.template,
+            data=np.asarray(data, dtype=np.float64)[None],
+            weights=np.asarray(weights, dtype=np.float64)[None],
+            tsubint_s=np.array([tsubint_s], dtype=np.float64),
+            offs_sub_s=np.array([offs_sub_s], dtype=np.float64),
+            period_s=np.array([period_s], dtype=np.float64),
+        )
+        buf = io.BytesIO()
+        write_psrfits(buf, one, subint_last=True, **self.write_kw)
+        raw = buf.getvalue()
+        _, dat, row_bytes, _, _ = _subint_geometry(raw)
+        if row_bytes != self.row_bytes:
+            raise FormatError(f"a row of {row_bytes} bytes does not fit rows of {self.row_bytes}")
+        row = bytearray(raw[dat : dat + row_bytes])
+        # INDEXVAL, the first column (1D, big-endian), is the row's place in the file.
+        row[0:8] = np.array([self.nrows], dtype=">f8").tobytes()
+        end = self._dat + self.nrows * self.row_bytes
+        with open(self.path, "r+b") as f:
+            f.truncate(end)
+            f.seek(end)
+            f.write(row)
+            f.write(b"\0" * (-(end + row_bytes) % BLOCK))
+            f.flush()
+            os.fsync(f.fileno())
+            # The rows are on disk: only now does the header say there is one more.
+            self.nrows += 1
+            self.scanlen += float(tsubint_s)
+            _rewrite_card(f, self._hdr, self._dat, "NAXIS2", _card("NAXIS2", self.nrows,
+                          "number of rows in table"))  # fmt: skip
+            _rewrite_card(f, 0, self._primary_end, "SCANLEN", _card("SCANLEN", self.scanlen,
+                          "[s] Requested scan length"))  # fmt: skip
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _fsync(self) -> None:
+        with open(self.path, "rb") as f:
+            os.fsync(f.fileno())
