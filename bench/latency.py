@@ -190,31 +190,6 @@ class Load:
         return out
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| frame | packet | load | mode | stage | p50 µs | p99 µs | p99.9 µs | max µs | p2p µs "
-        "| frames | incomplete | gpu busy | sum mismatch | torn |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        c = r.get("counters", {})
-        for stage, s in r.get("stages", {}).items():
-            if not s.get("frames"):
-                continue
-            lines.append(
-                f"| {r['frame_bytes'] // 1024} KiB | {r.get('payload')} B | {r['load']} "
-                f"| {r['mode']} | {stage} "
-                f"| {s['p50_us']} | {s['p99_us']} | {s['p999_us']} | {s['max_us']} "
-                f"| {s['ptp_us']} | {s['frames']} | {c.get('frames_incomplete', '?')} "
-                f"| {c.get('frames_gpu_busy', '?')} | {c.get('sum_mismatch', '?')} "
-                f"| {c.get('torn', '?')} |"
-            )
-        if r.get("error"):
-            head = f"| {r['frame_bytes'] // 1024} KiB | {r.get('payload')} B | {r['load']} "
-            lines.append(f"{head}| {r['mode']} | ERROR {r['error']} |||||||||||")
-    return "\n".join(lines)
-
-
 def summary_table(rows: list[dict[str, Any]]) -> str:
     """One line per run: received_to_ack in full, its two parts and end to end at p50
     (docs/benchmarks.md, "Low latency")."""
@@ -382,7 +357,6 @@ def main(argv: list[str] | None = None) -> int:
         "results": rows,
     }
     Path(args.json).write_text(json.dumps(doc, indent=1))
-    print(table(rows))
     print(summary_table(rows))
     print(json.dumps({k: v for k, v in doc.items() if k not in ("results", "machine")}, indent=1))
     return 0

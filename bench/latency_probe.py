@@ -26,11 +26,11 @@ import cupy as cp
 import numpy as np
 
 SOURCE = r"""
-extern "C" __global__ void probe_sum(const unsigned char* frame, unsigned int n,
-                                     unsigned long long seq, unsigned long long* ack) {
-    __shared__ unsigned long long part[256];
+// The block sums bytes [0, n) and thread 0 acks: the sum, then seq with a release.
+__device__ void sum_and_ack(const unsigned char* p, unsigned int n, unsigned long long seq,
+                            unsigned long long* ack, unsigned long long* part) {
     unsigned long long s = 0;
-    for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) s += frame[i];
+    for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) s += p[i];
     part[threadIdx.x] = s;
     __syncthreads();
     for (unsigned int w = blockDim.x / 2; w > 0; w /= 2) {
@@ -42,6 +42,12 @@ extern "C" __global__ void probe_sum(const unsigned char* frame, unsigned int n,
         __threadfence_system();
         asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(ack), "l"(seq) : "memory");
     }
+}
+
+extern "C" __global__ void probe_sum(const unsigned char* frame, unsigned int n,
+                                     unsigned long long seq, unsigned long long* ack) {
+    __shared__ unsigned long long part[256];
+    sum_and_ack(frame, n, seq, ack, part);
 }
 
 extern "C" __global__ void probe_persistent(const unsigned char* slot, unsigned int n,
@@ -62,19 +68,7 @@ extern "C" __global__ void probe_persistent(const unsigned char* slot, unsigned 
         }
         __syncthreads();
         if (go < seq) return;
-        unsigned long long s = 0;
-        for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) s += slot[i];
-        part[threadIdx.x] = s;
-        __syncthreads();
-        for (unsigned int w = blockDim.x / 2; w > 0; w /= 2) {
-            if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-            __syncthreads();
-        }
-        if (threadIdx.x == 0) {
-            ack[1] = part[0];
-            __threadfence_system();
-            asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(ack), "l"(seq) : "memory");
-        }
+        sum_and_ack(slot, n, seq, ack, part);
         __syncthreads();
     }
 }

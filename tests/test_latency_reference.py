@@ -151,6 +151,7 @@ def test_latency_cu_constants_match_python():
         "STATUS_STOPPED": ref.STATUS_STOPPED,
         "STATUS_ABORTED": ref.STATUS_ABORTED,
         "PATTERN_MULTIPLIER": ref.PATTERN_MULTIPLIER,
+        "PREFETCH": ref.PREFETCH,
     }
     assert {k: defines.get(k) for k in expect} == expect
 

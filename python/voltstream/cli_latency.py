@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from voltstream.cli_options import add_options, positive
+from voltstream.cli_options import add_options, host_port, positive
 
 DESCRIPTION = """\
 Low-latency acquisition (adaptive optics, triggers): small frames from the network into
@@ -47,10 +47,7 @@ A test source: voltstream.latency.send_test_frames (python -m voltstream.latency
 
 def listen_addr(text: str) -> str:
     """HOST:PORT; port 0 picks a free port (with --print-address)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:7300), got {text!r}")
-    return text
+    return host_port(text, free_port=True)
 
 
 def field_spec(text: str) -> dict[str, Any]:

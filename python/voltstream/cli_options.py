@@ -43,9 +43,11 @@ def threads_arg(text: str) -> str | list[int]:
     return "auto" if text == "auto" else int_list("VDIF thread ids")(text)
 
 
-def host_port(text: str) -> str:
+def host_port(text: str, free_port: bool = False) -> str:
+    """HOST:PORT; with ``free_port``, port 0 too (the kernel picks one)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    lowest = 0 if free_port else 1
+    if not sep or not host or not port.isdigit() or not lowest <= int(port) < 65536:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:7000), got {text!r}")
     return text
 

@@ -31,10 +31,12 @@ STATUS_EVERY_S = 10.0
 
 
 def status_line(c: dict[str, Any]) -> str:
+    """The frame counters in one line (the status line and the summary's first)."""
     return (
-        f"{c.get('frames_complete', 0)} frames whole, {c.get('frames_incomplete', 0)} "
-        f"incomplete, {c.get('frames_gpu_busy', 0)} dropped (GPU busy), "
-        f"{c.get('frames_acked', 0)} acknowledged, {c.get('sum_mismatch', 0)} sum mismatches"
+        f"{c.get('frames_complete', 0)} whole, {c.get('frames_incomplete', 0)} "
+        f"incomplete, {c.get('frames_lost', 0)} lost, {c.get('frames_gpu_busy', 0)} dropped "
+        f"(GPU busy); acknowledged {c.get('frames_acked', 0)}, sum mismatches "
+        f"{c.get('sum_mismatch', 0)}"
     )
 
 
@@ -48,10 +50,7 @@ def frames_lost(report: dict[str, Any]) -> Loss:
 def summary(report: dict[str, Any], stages: dict[str, dict[str, Any]]) -> str:
     c = report
     lines = [
-        f"frames: {c.get('frames_complete', 0)} whole, {c.get('frames_incomplete', 0)} "
-        f"incomplete, {c.get('frames_lost', 0)} lost, {c.get('frames_gpu_busy', 0)} dropped "
-        f"(GPU busy); acknowledged {c.get('frames_acked', 0)}, sum mismatches "
-        f"{c.get('sum_mismatch', 0)}",
+        f"frames: {status_line(c)}",
         f"packets: {c.get('received', 0)} placed, {c.get('missing', 0)} missing, "
         f"{c.get('late', 0)} late, {c.get('duplicate', 0)} duplicate, "
         f"{c.get('malformed', 0)} malformed, {c.get('truncated', 0)} truncated, "
@@ -118,7 +117,7 @@ def latency(args: argparse.Namespace) -> Loss:
                 run.stop()
             report = run.session.join(0.2)
             if report is None and time.monotonic() >= next_line:
-                log.info("latency: %s", status_line(run.session.stats()))
+                log.info("latency: frames %s", status_line(run.session.stats()))
                 next_line += STATUS_EVERY_S
         recs = records_array(run.records())
     if report.get("end") == "error":

@@ -87,18 +87,6 @@ impl FrameSender {
     fn packet_len(&self) -> usize {
         self.inner.packet_len()
     }
-
-    /// The destination, as "host:port".
-    #[getter]
-    fn dest(&self) -> String {
-        self.inner.dest().to_string()
-    }
-
-    /// The local address the socket is bound to, as "host:port".
-    #[getter]
-    fn local_addr(&self) -> PyResult<String> {
-        Ok(self.inner.local_addr().map_err(to_py)?.to_string())
-    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -32,6 +32,7 @@ __all__ = [
     "TRAILER_DTYPE",
     "TRAILER_SEQ_OFFSET",
     "frame_sums",
+    "frame_shape",
     "launch_shape",
     "pattern_payload",
     "payload_cap",
@@ -133,6 +134,23 @@ def pattern_payload(frame: int, nbytes: int) -> np.ndarray:
     j = np.arange(-(-nbytes // 8), dtype=np.uint64)
     words = (j * np.uint64(PATTERN_MULTIPLIER)) ^ np.uint64(frame % 2**64)  # arrays wrap
     return words.astype("<u8").view(np.uint8)[:nbytes].copy()
+
+
+#: 16-byte units each thread of the persistent kernel loads before it knows the
+#: frame's trailer (latency.cu's PREFETCH): one round trip covers threads x 4 x 16 B.
+PREFETCH = 4
+
+
+def frame_shape(frame_bytes: int) -> tuple[int, int]:
+    """(blocks, threads) the product launches a frame with (`LatencySettings`): one
+    block while the frame fits in PREFETCH loads per thread of 1024 (64 KiB), so every
+    load goes out in one round trip and no block waits on another (measured best in
+    every mode, docs/latency.md); up to 16 KiB one unit per thread; more blocks of
+    1024 threads above 64 KiB."""
+    units = max(1, -(-frame_bytes // 16))
+    blocks = -(-units // (1024 * PREFETCH))
+    per_block = -(-units // blocks)
+    return blocks, min(1024, max(32, -(-per_block // 32) * 32))
 
 
 def launch_shape(frame_bytes: int, threads: int = 128, max_blocks: int = 32) -> tuple[int, int]:

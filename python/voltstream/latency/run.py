@@ -12,18 +12,15 @@ not), and only then free the host memory the kernel was reading.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from voltstream.errors import ConfigError, VoltstreamError
+from voltstream.latency.reference import frame_shape
 
 log = logging.getLogger("voltstream.latency")
 
 MODES = ("copy", "persistent", "persistent-flag", "zerocopy")
-#: 16-byte loads each kernel thread issues before it knows the frame's trailer
-#: (latency.cu's PREFETCH): one round trip covers threads x PREFETCH x 16 bytes.
-PREFETCH = 4
 PERSISTENT_MODES = ("persistent", "persistent-flag", "zerocopy")
 
 
@@ -63,19 +60,11 @@ class LatencySettings:
         return self.mode == "zerocopy" if self.relay is None else self.relay
 
     def shape_for(self, frame_bytes: int) -> tuple[int, int]:
-        """(blocks, threads per block). By default one block while a frame fits in
-        PREFETCH 16-byte loads per thread of 1024 (64 KiB): every load of the frame
-        then goes out in one round trip, and one block needs neither the relay nor
-        the accumulators (measured best in every mode, docs/latency.md). Up to 16 KiB
-        each thread loads one unit (1024 threads); more blocks of 1024 threads for
-        frames over 64 KiB."""
-        units = max(1, math.ceil(frame_bytes / 16))
+        """(blocks, threads per block): as given, else `reference.frame_shape`."""
         if self.blocks is not None:
             return self.blocks, self.threads or 128
-        blocks = math.ceil(units / (1024 * PREFETCH))
-        per_block = math.ceil(units / blocks)
-        threads = self.threads or min(1024, max(32, math.ceil(per_block / 32) * 32))
-        return blocks, threads
+        blocks, threads = frame_shape(frame_bytes)
+        return blocks, self.threads or threads
 
 
 class LatencyRun:

@@ -118,12 +118,13 @@ pub fn run<E: Engine, L: Locate, H: Handover>(
         if n == 0 {
             now = monotonic_ns();
             asm.poll(now, hand);
+            hand.poll_acks(now);
         } else {
             last_packet = now;
+            // A fresh stamp: an acknowledgement seen after placing packets must
+            // not carry the receive call's time (that would hide the GPU's part).
+            hand.poll_acks(monotonic_ns());
         }
-        // A fresh stamp: an acknowledgement seen now must not carry the
-        // receive call's time (that would hide the whole GPU round trip).
-        hand.poll_acks(monotonic_ns());
         if let Some(f) = limits.frames {
             let c = asm.counters();
             if c.frames_complete + c.frames_incomplete + c.frames_gpu_busy >= f {

@@ -144,16 +144,6 @@ impl FrameSender {
         self.payload_len
     }
 
-    /// The destination.
-    pub fn dest(&self) -> SocketAddr {
-        self.sender.dest()
-    }
-
-    /// The local address the socket is bound to.
-    pub fn local_addr(&self) -> Result<SocketAddr> {
-        self.sender.local_addr()
-    }
-
     /// Sends frames `first_frame .. first_frame + count` at `rate_hz` frames
     /// per second (0 = as fast as possible). `skip = Some((n, k))` leaves out
     /// packet k of every frame whose number is a multiple of n (incomplete
