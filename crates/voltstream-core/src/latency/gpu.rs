@@ -27,10 +27,9 @@ use crate::{Error, Result};
 pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
 pub const CU_MEMHOSTALLOC_DEVICEMAP: c_uint = 2;
 pub const CU_MEMHOSTALLOC_WRITECOMBINED: c_uint = 4;
-/// `CUDA_SUCCESS` and `CUDA_ERROR_NOT_READY` (CUresult 0 and 600; cuda-python
-/// `Result` page and numba `cudadrv/enums.py`).
+/// `CUDA_SUCCESS` (CUresult 0; cuda-python `Result` page and numba
+/// `cudadrv/enums.py`).
 const CUDA_SUCCESS: i32 = 0;
-const CUDA_ERROR_NOT_READY: i32 = 600;
 /// `CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY` = 19 (cuda.h CUdevice_attribute).
 pub const CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: c_int = 19;
 /// `CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS` = 122: the attribute of
@@ -97,7 +96,6 @@ struct Fns {
     memcpy_htod_async: MemcpyHtoDAsync,
     launch_kernel: LaunchKernel,
     stream_synchronize: StreamSync,
-    stream_query: StreamSync,
     /// Absent on drivers older than the v2 memory operations.
     stream_write_value64: Option<StreamWriteValue64>,
     get_error_string: GetErrorString,
@@ -199,7 +197,6 @@ impl CudaDriver {
             memcpy_htod_async: required!(lib, cs!("cuMemcpyHtoDAsync_v2"), MemcpyHtoDAsync),
             launch_kernel: required!(lib, cs!("cuLaunchKernel"), LaunchKernel),
             stream_synchronize: required!(lib, cs!("cuStreamSynchronize"), StreamSync),
-            stream_query: required!(lib, cs!("cuStreamQuery"), StreamSync),
             stream_write_value64: write64,
             get_error_string: required!(lib, cs!("cuGetErrorString"), GetErrorString),
         };

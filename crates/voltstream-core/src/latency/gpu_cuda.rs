@@ -67,16 +67,6 @@ impl CudaOps {
         self.driver.check("cuDeviceGetAttribute", r)?;
         Ok(value)
     }
-
-    /// Whether the copy stream has finished its work (`cuStreamQuery`).
-    pub fn stream_idle(&self) -> Result<bool> {
-        // SAFETY: `stream` is valid (constructor contract).
-        let r = unsafe { (self.driver.fns.stream_query)(self.stream) };
-        if r == CUDA_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        self.driver.check("cuStreamQuery", r).map(|()| true)
-    }
 }
 
 impl GpuOps for CudaOps {
