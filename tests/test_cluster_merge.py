@@ -38,7 +38,8 @@ def node_row(s: Subband, k: int) -> NodeRow:
     """Node ``s``'s part of `whole_band(k)`, in the node's own channel order."""
     data, freqs = whole_band(k)
     idx = [int(np.flatnonzero(freqs == f)[0]) for f in s.freqs()]
-    return NodeRow(s.node, k, data[:, idx, :], np.full(s.nchan, 0.5 + k))
+    return NodeRow(s.node, k, data[:, idx, :], np.full((s.nchan, NBIN), k + 1),
+                   np.full(s.nchan, 10 + k))  # fmt: skip
 
 
 def merger(**kw) -> RowMerger:
@@ -55,8 +56,8 @@ def test_rows_are_the_whole_band_in_frequency_order_whatever_the_arrival_order()
     for r in out:
         data, freqs = whole_band(r.k)
         np.testing.assert_array_equal(r.freqs, freqs)
-        np.testing.assert_array_equal(r.data, data)
-        assert np.all(r.weights == 0.5 + r.k)
+        np.testing.assert_array_equal(r.sums, data)
+        assert np.all(r.hits == r.k + 1) and np.all(r.offered == 10 + r.k)
         assert r.missing == () and r.reason == "complete"
     assert m.counters.rows_written == m.counters.rows_complete == 3
 
@@ -78,8 +79,9 @@ def test_a_missing_node_is_weighted_zero_by_the_lag_rule_and_not_waited_for_agai
     idx = np.isin(out[0].freqs, b.freqs())
     for r in out:
         assert r.missing == ("b",)
-        assert np.all(r.weights[idx] == 0) and np.all(r.data[:, idx] == 0)
-        assert np.all(r.weights[~idx] == 0.5 + r.k)
+        assert np.all(r.offered[idx] == 0) and np.all(r.hits[idx] == 0)
+        assert np.all(r.sums[:, idx] == 0)
+        assert np.all(r.offered[~idx] == 10 + r.k) and np.all(r.hits[~idx] == r.k + 1)
     assert m.counters.missing_by_node == {"c": 0, "a": 0, "d": 0, "b": 2}
     assert m.counters.rows_complete == 0
     # b comes back with row 2 (a restarted task): waited for again, its weights back.
@@ -135,13 +137,14 @@ def test_late_duplicate_and_malformed_rows_are_counted_never_applied():
     first = node_row(SUBBANDS[0], 1)
     m.add(first)
     again = node_row(SUBBANDS[0], 1)
-    again.data = again.data + 1
+    again.sums = again.sums + 1
     m.add(again)  # a rerun's resend: the first copy stands
     bad = [
-        NodeRow("nobody", 1, first.data, first.weights),
-        NodeRow("a", 1, first.data[:, :2], first.weights),
-        NodeRow("a", 1, first.data, first.weights[:2]),
-        NodeRow("a", -1, first.data, first.weights),
+        NodeRow("nobody", 1, first.sums, first.hits, first.offered),
+        NodeRow("a", 1, first.sums[:, :2], first.hits, first.offered),
+        NodeRow("a", 1, first.sums, first.hits[:, 1:], first.offered),
+        NodeRow("a", 1, first.sums, first.hits, first.offered[:2]),
+        NodeRow("a", -1, first.sums, first.hits, first.offered),
     ]
     for row in bad:
         assert m.add(row) == []
@@ -149,9 +152,9 @@ def test_late_duplicate_and_malformed_rows_are_counted_never_applied():
     for s in SUBBANDS[1:]:
         out += m.add(node_row(s, 1))
     assert [r.k for r in out] == [1]
-    np.testing.assert_array_equal(out[0].data, whole_band(1)[0])
+    np.testing.assert_array_equal(out[0].sums, whole_band(1)[0])
     c = m.counters
-    assert (c.late, c.duplicate, c.malformed) == (1, 1, 4)
+    assert (c.late, c.duplicate, c.malformed) == (1, 1, 5)
 
 
 def test_finish_writes_what_is_pending_with_missing_parts_at_zero_weight():

@@ -13,15 +13,16 @@ order, and decides when a row is final (docs/research/dask-scale-out.md, section
 - **deadline**: ``deadline_s`` after row k's first part arrived (a backstop for when
   every node stops; `tick`).
 
-A node missing from a final row gets weight 0 on its channels in that row (DAT_WTS),
+A node missing from a final row has no samples in it (hits and samples offered zero, so
+weight 0 on its channels, DAT_WTS),
 is named in the row and counted, and is not waited for again until it sends a row or
 says `hello` (a restarted node rejoins at a sub-integration boundary). Rows for a k
 already written are counted late and dropped; a second copy of a node's row (a
 restarted task resends) is counted duplicate and ignored; a row of the wrong shape or
 from an unknown node is counted and dropped. Nothing here raises on a node's input.
 
-No Dask and no files here: the transport (a Dask actor) and the appending PSRFITS
-writer come with the rest of the issue; this is the part they share and test against.
+No Dask and no files here: the Dask actor that receives the rows and writes the
+archive is cluster/merger.py.
 """
 
 from __future__ import annotations
@@ -51,22 +52,28 @@ class Subband:
 
 @dataclass
 class NodeRow:
-    """Sub-integration ``k`` of one node: ``data`` (npol, nchan, nbin) and ``weights``
-    (nchan,), the node's own channel order."""
+    """Sub-integration ``k`` of one node as its folder added it up (fold/reference.py
+    `Folder.take_rows`), the node's own channel order: ``sums`` (npol, nchan, nbin),
+    ``hits`` (nchan, nbin) and ``offered`` (nchan,). Sums, not profiles: the weights
+    and the sub-integration's length depend on every node's channels
+    (`fold_products`), so they are made once the row is whole."""
 
     node: str
     k: int
-    data: np.ndarray
-    weights: np.ndarray
+    sums: np.ndarray
+    hits: np.ndarray
+    offered: np.ndarray
 
 
 @dataclass
 class MergedRow:
-    """Row ``k`` of the whole band: channels in ascending frequency (``freqs``)."""
+    """Row ``k`` of the whole band, channels in ascending frequency (``freqs``): the
+    nodes' sums, hits and samples offered side by side, zero on a missing node's."""
 
     k: int
-    data: np.ndarray  # (npol, nchan, nbin)
-    weights: np.ndarray  # (nchan,): 0 on every channel of a missing node
+    sums: np.ndarray  # (npol, nchan, nbin)
+    hits: np.ndarray  # (nchan, nbin)
+    offered: np.ndarray  # (nchan,)
     freqs: np.ndarray
     missing: tuple[str, ...]
     reason: str  # complete | lag | deadline | finish
@@ -132,8 +139,9 @@ class RowMerger:
             sub is not None
             and isinstance(row.k, (int, np.integer))
             and row.k >= 0
-            and np.shape(row.data) == shape
-            and np.shape(row.weights) == (sub.nchan,)
+            and np.shape(row.sums) == shape
+            and np.shape(row.hits) == (sub.nchan, self.nbin)
+            and np.shape(row.offered) == (sub.nchan,)
         )
         if not ok:
             self.counters.malformed += 1
@@ -194,12 +202,14 @@ class RowMerger:
     def _write(self, k: int, reason: str) -> MergedRow:
         parts = self._pending.pop(k, {})
         self._first_arrival.pop(k, None)
-        data = np.zeros((self.npol, self.nchan, self.nbin), dtype=np.float64)
-        weights = np.zeros(self.nchan, dtype=np.float64)
+        sums = np.zeros((self.npol, self.nchan, self.nbin), dtype=np.float64)
+        hits = np.zeros((self.nchan, self.nbin), dtype=np.int64)
+        offered = np.zeros(self.nchan, dtype=np.int64)
         for node, row in parts.items():
             idx = self._index[node]
-            data[:, idx, :] = row.data
-            weights[idx] = row.weights
+            sums[:, idx, :] = row.sums
+            hits[idx] = row.hits
+            offered[idx] = row.offered
         missing = tuple(n for n in self.subbands if n not in parts)
         for n in missing:
             self.counters.missing_by_node[n] += 1
@@ -208,4 +218,4 @@ class RowMerger:
         self.counters.rows_written += 1
         self.counters.rows_complete += not missing
         self.next_k = k + 1
-        return MergedRow(k, data, weights, self.freqs, missing, reason)
+        return MergedRow(k, sums, hits, offered, self.freqs, missing, reason)

@@ -234,20 +234,30 @@ class Dedisperser:
 
     ``chan_bw_mhz`` is signed (negative = lower sideband). With ``nfft=None``
     the FFT length follows :func:`choose_fft_length` for the worst channel.
+    ``band_freqs_mhz``: the whole band's channels when these are part of it (a
+    cluster node's subband, cluster/node.py): the overlap and the samples cut at
+    each FFT's ends are then the whole band's, so each channel comes out exactly as
+    a fold of the whole band on one machine would make it.
     """
 
     def __init__(
-        self, dm: float, chan_freqs_mhz: npt.ArrayLike, chan_bw_mhz: float, nfft: int | None = None
+        self,
+        dm: float,
+        chan_freqs_mhz: npt.ArrayLike,
+        chan_bw_mhz: float,
+        nfft: int | None = None,
+        band_freqs_mhz: npt.ArrayLike | None = None,
     ) -> None:
         self.dm = float(dm)
         self.chan_freqs_mhz = np.atleast_1d(np.asarray(chan_freqs_mhz, dtype=np.float64))
         self.chan_bw_mhz = float(chan_bw_mhz)
         if self.chan_bw_mhz == 0:
             raise ConfigError("channel bandwidth is zero: give the signed channel width in MHz")
-        n_hi, n_lo = edge_delays_samples(self.dm, self.chan_freqs_mhz, self.chan_bw_mhz)
+        plan = self.chan_freqs_mhz if band_freqs_mhz is None else np.atleast_1d(band_freqs_mhz)
+        n_hi, n_lo = edge_delays_samples(self.dm, plan, self.chan_bw_mhz)
         head = int(np.ceil(n_hi.max() - 1e-9))
         tail = int(np.ceil(n_lo.max() - 1e-9))
-        n_smear = int(np.max(smearing_samples(self.dm, self.chan_freqs_mhz, self.chan_bw_mhz)))
+        n_smear = int(np.max(smearing_samples(self.dm, plan, self.chan_bw_mhz)))
         overlap = max(n_smear, head + tail)
         self.discard_head = head
         self.discard_tail = overlap - head

@@ -33,7 +33,7 @@ from voltstream.dsp.detect import npol_out
 from voltstream.errors import ConfigError
 from voltstream.observation import FoldedArchive, Observation
 
-__all__ = ["FoldSettings", "Folder", "profile_snr"]
+__all__ = ["FoldSettings", "Folder", "fold_products", "folding_periods", "profile_snr"]
 
 
 @dataclass(frozen=True)
@@ -111,15 +111,18 @@ class Folder:
         self._hits = np.zeros((0, self.nchan, self.nbin), dtype=np.int64)
         self._offered = np.zeros((0, self.nchan), dtype=np.int64)
         self.excluded_samples = 0  # (channel, sample) pairs kept out, divided by nchan
+        self._base = 0  # the sub-integration held first (rows below went to take_rows)
+        self.late_samples = 0  # (channel, sample) pairs for a row already taken
 
     @property
     def nsub(self) -> int:
         return self._sums.shape[0]
 
-    def _grow(self, nsub: int) -> None:
-        if nsub <= self.nsub:
+    def _grow(self, end: int) -> None:
+        """Holds rows up to ``end`` (a sub-integration index, not a count)."""
+        extra = end - self._base - self.nsub
+        if extra <= 0:
             return
-        extra = nsub - self.nsub
         self._sums = np.concatenate(
             [self._sums, np.zeros((extra, self.npol_out, self.nchan, self.nbin))]
         )
@@ -167,6 +170,10 @@ class Folder:
             # same choice bit for bit. A sample on a boundary may land either side.
             isub = np.floor(tc / self.tsub_s).astype(np.int64)
         inside = tc >= 0
+        if self._base:
+            taken = inside & (isub < self._base)
+            self.late_samples += int(np.count_nonzero(taken))
+            inside &= ~taken
         offered = inside
         use = inside & v
         self.excluded_samples += int(np.count_nonzero(inside & ~v)) // self.nchan
@@ -175,6 +182,8 @@ class Folder:
         lo = int(isub[inside].min())
         hi = int(isub[inside].max())
         self._grow(hi + 1)
+        isub = isub - self._base
+        lo, hi = lo - self._base, hi - self._base
         nsb = hi - lo + 1
         chan = np.broadcast_to(np.arange(self.nchan)[:, None], tc.shape)
         cell = ((isub - lo) * self.nchan + chan) * self.nbin + ibin
@@ -191,6 +200,24 @@ class Folder:
                 cu, weights=d[:, p][use], minlength=n_cells
             ).reshape(nsb, self.nchan, self.nbin)
 
+    def take_rows(self, upto: int) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """Hands over sub-integrations below ``upto`` still held, as (k, sums (npol_out,
+        nchan, nbin), hits (nchan, nbin), offered (nchan,)), and forgets them: a node of a
+        cluster sends each finished row on (cluster/node.py) and memory stays bounded.
+        Samples that fall in a row already taken later are counted
+        (``late_samples``), never folded."""
+        upto = min(int(upto), self._base + self.nsub)
+        n = upto - self._base
+        if n <= 0:
+            return []
+        rows = [
+            (self._base + i, self._sums[i].copy(), self._hits[i].copy(), self._offered[i].copy())
+            for i in range(n)
+        ]
+        self._sums, self._hits, self._offered = self._sums[n:], self._hits[n:], self._offered[n:]
+        self._base = upto
+        return rows
+
     def result(self, obs: Observation, pol_type: str = "AA+BB") -> FoldedArchive:
         """The folded archive so far: mean profiles, weights, sub-integration times."""
         if self.nsub == 0:
@@ -198,33 +225,51 @@ class Folder:
                 "nothing was folded: the input is shorter than the dedispersion FFT "
                 "or the dispersion delay; use a longer input"
             )
-        hits = self._hits[:, None]  # (nsub, 1, nchan, nbin)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            data = self._sums / hits
-            total = self._sums.sum(axis=-1, keepdims=True) / hits.sum(axis=-1, keepdims=True)
-        total = np.where(np.isfinite(total), total, 0.0)
-        data = np.where(hits > 0, data, total)
-        folded = self._hits.sum(axis=-1)  # (nsub, nchan)
-        expected = self._offered.max(axis=1)  # (nsub,)
-        weights = np.where(expected[:, None] > 0, folded / np.maximum(expected[:, None], 1), 0.0)
-        tsubint = expected * self.tsamp_s
+        data, weights, tsubint = fold_products(self._sums, self._hits, self._offered, self.tsamp_s)
         tsub = self.tsub_s if self.tsub_s is not None else 0.0
-        offs = np.arange(self.nsub) * tsub + tsubint / 2
-        freq = np.asarray(
-            self.predictor.freq_hz(self.start_mjd, self.start_sec + offs), dtype=np.float64
-        )
+        offs = (self._base + np.arange(self.nsub)) * tsub + tsubint / 2
         return FoldedArchive(
             obs=obs,
             data=data,
             weights=weights,
             tsubint_s=tsubint,
             offs_sub_s=offs,
-            period_s=1.0 / np.broadcast_to(freq, (self.nsub,)),
+            period_s=folding_periods(self.predictor, self.start_mjd, self.start_sec, offs),
             dm=self.dm,
             pol_type=pol_type,
             polyco_text=getattr(self.predictor, "text", None),
             excluded_samples=self.excluded_samples,
         )
+
+
+def fold_products(
+    sums: np.ndarray, hits: np.ndarray, offered: np.ndarray, tsamp_s: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What an archive holds, from what a fold adds up: (data, weights, tsubint_s).
+
+    ``sums`` (nsub, npol, nchan, nbin), ``hits`` (nsub, nchan, nbin) and ``offered``
+    (nsub, nchan) as `Folder` keeps them. One function for a one-node fold and for
+    the cluster merger's rows of many nodes' channels (cluster/merge.py), so that a
+    merged archive is the fold of the whole band on one machine.
+    """
+    h = hits[:, None]  # (nsub, 1, nchan, nbin)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        data = sums / h
+        total = sums.sum(axis=-1, keepdims=True) / h.sum(axis=-1, keepdims=True)
+    total = np.where(np.isfinite(total), total, 0.0)
+    data = np.where(h > 0, data, total)
+    folded = hits.sum(axis=-1)  # (nsub, nchan)
+    expected = offered.max(axis=1)  # (nsub,)
+    weights = np.where(expected[:, None] > 0, folded / np.maximum(expected[:, None], 1), 0.0)
+    return data, weights, expected * tsamp_s
+
+
+def folding_periods(
+    predictor: Any, start_mjd: int, start_sec: float, offs_s: np.ndarray
+) -> np.ndarray:
+    """The predictor's period at each sub-integration centre ``offs_s`` from the start."""
+    freq = np.asarray(predictor.freq_hz(start_mjd, start_sec + offs_s), dtype=np.float64)
+    return 1.0 / np.broadcast_to(freq, np.shape(offs_s))
 
 
 def profile_snr(profile: np.ndarray) -> float:

@@ -24,10 +24,86 @@ from voltstream.dsp.detect import detect
 from voltstream.errors import ConfigError
 from voltstream.fold.reference import Folder, FoldSettings
 from voltstream.io.baseband import reader_blocks
-from voltstream.observation import FoldedArchive
+from voltstream.observation import FoldedArchive, Observation
 from voltstream.pipeline.interfaces import BlockSource
 
-__all__ = ["fold_file"]
+__all__ = ["StreamFold", "fold_file"]
+
+
+class StreamFold:
+    """Dedisperse, detect and fold one block at a time: the CPU fold of a file
+    (:func:`fold_file`) and of one cluster node's subband (cluster/node.py), which
+    gives its own dedispersion (the whole band's, cut to its channels) and folder
+    (times and delays referred to the whole band)."""
+
+    def __init__(
+        self,
+        obs: Observation,
+        settings: FoldSettings,
+        dedisperser: Dedisperser | None = None,
+        folder: Folder | None = None,
+    ) -> None:
+        obs.check_critically_sampled(
+            "coherent dedispersion needs critically sampled complex channels "
+            "(tsamp = 1/|chan_bw|); check the file's TSAMP, BW and NCHAN"
+        )
+        self.obs, self.settings = obs, settings
+        s = settings
+        self.folder = folder or Folder.for_observation(
+            obs, s.nbin, s.pol_mode, s.dm, s.predictor, s.tsub_s
+        )
+        self.dd = dedisperser or Dedisperser(s.dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=s.nfft)
+        self.stream = self.dd.streaming()
+        self.block_samples = s.block_samples or max(4 * self.dd.step, 1 << 16)
+        self.lost = 0  # input samples from missing packets, set to zero
+        self.read = 0
+        #: Where the stream's first sample sits in the folder's time (a node that
+        #: starts late, cluster/node.py); 0 for a file.
+        self.offset = 0
+
+    def feed(self, block: np.ndarray, valid: np.ndarray | None) -> None:
+        """One (nsamp, nchan, npol) complex block; ``valid`` False marks lost samples."""
+        if valid is not None:
+            nlost = int(np.count_nonzero(~valid))
+            if nlost:
+                # Whatever a reader left in lost samples would leak through the
+                # chirp's long response into valid neighbours: make it zero.
+                self.lost += nlost
+                block = block.copy()
+                block[~valid] = 0
+        self.read += block.shape[0]
+        first = self.stream.next_output_sample
+        out, out_valid = self.stream.process(block.transpose(1, 2, 0), valid)
+        if out.shape[-1]:
+            self.folder.add(
+                detect(out, self.settings.pol_mode, basis=self.settings.basis),
+                self.offset + first,
+                None if out_valid.all() else out_valid,
+            )
+
+    @property
+    def folded_to(self) -> int:
+        """The folder's sample time reached: every sample before it has been folded."""
+        return self.offset + self.stream.samples_out
+
+    def archive(self) -> FoldedArchive:
+        """The archive of everything fed, with its history line."""
+        s, dd, stream = self.settings, self.dd, self.stream
+        if stream.samples_out == 0:
+            raise ConfigError(
+                f"input of {self.read} samples is shorter than one dedispersion FFT "
+                f"({dd.nfft} samples at DM {s.dm}); give a longer input"
+            )
+        arch = self.folder.result(self.obs, pol_type=s.pol_mode)
+        arch.excluded_samples = self.lost
+        kind = "polyco" if getattr(s.predictor, "text", None) else type(s.predictor).__name__
+        arch.history.append(
+            f"voltstream fold (cpu): coherent dedispersion DM={s.dm} nfft={dd.nfft} "
+            f"overlap={dd.overlap} (head {dd.discard_head}, tail {dd.discard_tail}); "
+            f"detection {s.pol_mode}; nbin={s.nbin} tsub={s.tsub_s}; predictor {kind}; "
+            f"{self.read} samples read, {stream.samples_out} dedispersed, {self.lost} lost"
+        )
+        return arch
 
 
 def fold_file(
@@ -39,53 +115,9 @@ def fold_file(
 
     ``progress(samples_read, samples_folded)`` is called after each block.
     """
-    obs = reader.obs
-    dm, predictor, nbin, tsub_s = settings.dm, settings.predictor, settings.nbin, settings.tsub_s
-    pol_mode = settings.pol_mode
-    folder = Folder.for_observation(obs, nbin, pol_mode, dm, predictor, tsub_s)
-    obs.check_critically_sampled(
-        "coherent dedispersion needs critically sampled complex channels "
-        "(tsamp = 1/|chan_bw|); check the file's TSAMP, BW and NCHAN"
-    )
-    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=settings.nfft)
-    stream = dd.streaming()
-    block_samples = settings.block_samples
-    if block_samples is None:
-        block_samples = max(4 * dd.step, 1 << 16)
-    lost = 0
-    nread = 0
-    for block, valid in reader_blocks(reader, block_samples):
-        if valid is not None:
-            nlost = int(np.count_nonzero(~valid))
-            if nlost:
-                # Whatever a reader left in lost samples would leak through the
-                # chirp's long response into valid neighbours: make it zero.
-                lost += nlost
-                block = block.copy()
-                block[~valid] = 0
-        nread += block.shape[0]
-        first = stream.next_output_sample
-        out, out_valid = stream.process(block.transpose(1, 2, 0), valid)
-        if out.shape[-1]:
-            folder.add(
-                detect(out, pol_mode, basis=settings.basis),
-                first,
-                None if out_valid.all() else out_valid,
-            )
+    fold = StreamFold(reader.obs, settings)
+    for block, valid in reader_blocks(reader, fold.block_samples):
+        fold.feed(block, valid)
         if progress is not None:
-            progress(nread, stream.samples_out)
-    if stream.samples_out == 0:
-        raise ConfigError(
-            f"input of {nread} samples is shorter than one dedispersion FFT "
-            f"({dd.nfft} samples at DM {dm}); give a longer input"
-        )
-    arch = folder.result(obs, pol_type=pol_mode)
-    arch.excluded_samples = lost
-    kind = "polyco" if getattr(predictor, "text", None) else type(predictor).__name__
-    arch.history.append(
-        f"voltstream fold (cpu): coherent dedispersion DM={dm} nfft={dd.nfft} "
-        f"overlap={dd.overlap} (head {dd.discard_head}, tail {dd.discard_tail}); "
-        f"detection {pol_mode}; nbin={nbin} tsub={tsub_s}; predictor {kind}; "
-        f"{nread} samples read, {stream.samples_out} dedispersed, {lost} lost"
-    )
-    return arch
+            progress(fold.read, fold.stream.samples_out)
+    return fold.archive()
