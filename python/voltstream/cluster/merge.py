@@ -7,7 +7,9 @@ whole band, channels in frequency order (never arrival order), rows strictly in 
 order, and decides when a row is final (docs/research/dask-scale-out.md, section 7):
 
 - **complete**: every node not known to be absent has sent row k (a node is absent
-  from the first final row it missed until it sends a row or says `hello`);
+  from the first final row it missed, or once the driver says it is `gone`, until it
+  sends a row or says `hello`; a node that said `bye` after row L is not waited for
+  after L);
 - **lag**: some node has sent row ``k + lag`` (default 2): the data says row k's
   stragglers are gone, with no wall clock (replays at any speed work);
 - **deadline**: ``deadline_s`` after row k's first part arrived (a backstop for when
@@ -129,6 +131,7 @@ class RowMerger:
         self._newest: dict[str, int] = {}  # the highest k each node has sent
         self._absent: set[str] = set()
         self._resume: dict[str, int] = {}  # a rejoined node's first row
+        self._ended: dict[str, int] = {}  # a node's last row, once it said bye
         self.counters = MergeCounters(missing_by_node={n: 0 for n in names})
 
     def add(self, row: NodeRow) -> list[MergedRow]:
@@ -164,7 +167,23 @@ class RowMerger:
         """A (re)started node will send rows from ``k`` on: wait for it from there."""
         if node in self.subbands:
             self._absent.discard(node)
+            self._ended.pop(node, None)
             self._resume[node] = k
+
+    def gone(self, node: str) -> list[MergedRow]:
+        """The node's worker left the cluster (the scheduler saw it die): not waited
+        for until it says `hello` again. Returns the rows that became final."""
+        if node in self.subbands:
+            self._absent.add(node)
+            self._resume.pop(node, None)
+        return self._ready(self.clock())
+
+    def bye(self, node: str, last_k: int) -> list[MergedRow]:
+        """The node ended its part after row ``last_k`` (its stream stopped): rows
+        after it do not wait for it. Returns the rows that became final."""
+        if node in self.subbands:
+            self._ended[node] = last_k
+        return self._ready(self.clock())
 
     def tick(self) -> list[MergedRow]:
         """Rows whose deadline passed (call it now and then when nothing arrives)."""
@@ -184,9 +203,13 @@ class RowMerger:
             k = self.next_k
             parts = self._pending.get(k, {})
             expected = {
-                n for n in self.subbands if n not in self._absent and self._resume.get(n, 0) <= k
+                n
+                for n in self.subbands
+                if n not in self._absent
+                and self._resume.get(n, 0) <= k
+                and self._ended.get(n, k) >= k
             }
-            if parts and expected <= set(parts):
+            if expected <= set(parts) and (parts or k <= max(self._ended.values(), default=-1)):
                 out.append(self._write(k, "complete"))
             elif max(self._newest.values(), default=-1) >= k + self.lag:
                 out.append(self._write(k, "lag"))
@@ -210,7 +233,9 @@ class RowMerger:
             sums[:, idx, :] = row.sums
             hits[idx] = row.hits
             offered[idx] = row.offered
-        missing = tuple(n for n in self.subbands if n not in parts)
+        # A node past its bye had no samples there (its channels' dispersion delay
+        # ends them earlier): not missing, its channels simply empty.
+        missing = tuple(n for n in self.subbands if n not in parts and self._ended.get(n, k) >= k)
         for n in missing:
             self.counters.missing_by_node[n] += 1
             if self._resume.get(n, 0) <= k:  # not a rejoining node's early row

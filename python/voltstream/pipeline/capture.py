@@ -249,9 +249,12 @@ def run_capture(
     source: ChunkSource | None = None,
     stop_event: threading.Event | None = None,
     live_report: Callable[[Callable[[], dict]], None] | None = None,
+    indexed_sink: bool = False,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
-    the first packet) and passes the samples to `sink(samples, valid)` in time order.
+    the first packet) and passes the samples to `sink(samples, valid)` in time order
+    (`sink(samples, valid, first_packet)` with `indexed_sink`: the format's packet
+    index of the first sample).
 
     `on_start` is called once the socket is bound, so a sender can be started
     without racing the bind. `settings` (capture_config.CaptureSettings) set the
@@ -279,7 +282,8 @@ def run_capture(
                 f"samples of a {fmt.name} stream cannot be written: only the YNAO and VDIF "
                 "formats carry their sample geometry; capture and count it without a sink"
             )
-        consumer = TfpSink(fmt, sink, report, slot_len=getattr(cap, "slot_len", None))
+        slot_len = getattr(cap, "slot_len", None)
+        consumer = TfpSink(fmt, sink, report, slot_len=slot_len, indexed=indexed_sink)
     elif consumer is None:
         consumer = CountingSink(fmt, report)
     timeline = ChunkTimeline(
@@ -447,16 +451,30 @@ class TfpSink(CountingSink):
     fmt: StreamFormat  # the sample geometry CountingSink does not need
 
     def __init__(
-        self, fmt: StreamFormat, sink: Any, report: CaptureReport, slot_len: int | None = None
+        self,
+        fmt: StreamFormat,
+        sink: Any,
+        report: CaptureReport,
+        slot_len: int | None = None,
+        indexed: bool = False,
     ) -> None:
         super().__init__(fmt, report)
         self.sink = sink
+        #: Call ``sink(samples, valid, first_packet)``: the format's packet index of the
+        #: first sample, so a consumer can place the samples by the packets' own time
+        #: stamps (a cluster node, cluster/node.py) whatever a discontinuity did.
+        self.indexed = indexed
+        self.next_packet = 0
         # A capture of whole packets (a recording's) has the header before each
         # payload in its slot: the samples are the slot's last payload_len bytes.
         self.slot_len = slot_len or fmt.payload_len
 
     def take(self, item: Any) -> None:
         spp = self.fmt.samples_per_packet
+        first_packet = self.next_packet
+        if isinstance(item, Block):
+            first_packet = item.chunk_id * item.present.shape[1] + item.first
+        self.next_packet = first_packet + item.packets
         if isinstance(item, Gap):
             n = item.packets * spp
             shape = (n, self.fmt.nchan, self.fmt.npol, 2)
@@ -475,4 +493,7 @@ class TfpSink(CountingSink):
         self.report.chunks += 1
         self.report.samples_written += samples.shape[0]
         self.report.bytes_written += samples.nbytes
-        self.sink(samples, valid)
+        if self.indexed:
+            self.sink(samples, valid, first_packet)
+        else:
+            self.sink(samples, valid)

@@ -1,0 +1,189 @@
+"""The merger of a cluster observation: a Dask actor that takes every node's rows,
+joins them (merge.py `RowMerger`) and writes one PSRFITS archive, whole on disk
+after every row (io/psrfits_append.py).
+
+Nodes call `Merger.put` straight on the actor's worker (no hop through the
+scheduler); the driver calls `tick` (the deadline rule), `status` (live counters per
+node) and `finish`. An actor runs its methods one at a time, so nothing here needs a
+lock. Every row written is timed: ``merge_latency_s`` is from the arrival of the part
+that made the row final (or, for the benchmark, the node's last packet of it) to the
+fsync that put it on disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from voltstream.cluster.merge import MergedRow, NodeRow, RowMerger, Subband
+from voltstream.dsp.detect import npol_out
+from voltstream.fold.reference import FoldSettings, fold_products, folding_periods
+from voltstream.observation import FoldedArchive, Observation
+
+log = logging.getLogger("voltstream.cluster.merger")
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """What the merger writes: ``band`` is the whole band as the archive holds it
+    (channels in ascending frequency, the order `RowMerger` puts them in), its start
+    the observation's."""
+
+    subbands: tuple[Subband, ...]
+    band: Observation
+    settings: FoldSettings
+    output: str
+    lag: int = 2
+    deadline_s: float | None = None
+    history: tuple[str, ...] = ()
+    coherent_nfft: int | None = None
+    par_text: str | None = None
+
+
+@dataclass
+class NodeStatus:
+    """What the merger knows of one node: its newest counters (sent with each row),
+    rows taken, and the rows it was missing from, as ranges."""
+
+    rows: int = 0
+    last_row: int | None = None
+    last_seen: float | None = None
+    hellos: list = field(default_factory=list)  # (k, wall time) of each (re)start
+    counters: dict = field(default_factory=dict)
+    missing: list = field(default_factory=list)  # [first, last] row ranges
+
+
+class Merger:
+    """The actor; see the module docstring."""
+
+    def __init__(self, plan: MergePlan) -> None:
+        s = plan.settings
+        self.plan = plan
+        self.npol = npol_out(s.pol_mode)
+        self.rows = RowMerger(plan.subbands, self.npol, s.nbin, lag=plan.lag,
+                              deadline_s=plan.deadline_s)  # fmt: skip
+        if not np.allclose(self.rows.freqs, plan.band.chan_freqs_mhz):
+            raise ValueError("the subbands do not tile the band's channels in frequency order")
+        self.nodes = {sb.node: NodeStatus() for sb in plan.subbands}
+        self.archive: Any = None
+        self.latencies: list[float] = []
+        self.reasons: dict[str, int] = {}
+        self.started = time.time()
+
+    def hello(self, node: str, k: int) -> None:
+        """A node (re)started; its rows begin at ``k``."""
+        self.rows.hello(node, int(k))
+        if node in self.nodes:
+            self.nodes[node].hellos.append((int(k), time.time()))
+
+    def put(
+        self,
+        node: str,
+        k: int,
+        sums: np.ndarray,
+        hits: np.ndarray,
+        offered: np.ndarray,
+        counters: dict | None = None,
+    ) -> int:
+        """One node's row ``k``; returns the rows written so far."""
+        arrived = time.time()
+        st = self.nodes.get(node)
+        if st is not None:
+            st.rows += 1
+            st.last_row = int(k) if st.last_row is None else max(st.last_row, int(k))
+            st.last_seen = arrived
+            if counters:
+                st.counters = counters
+        self._write(self.rows.add(NodeRow(node, k, sums, hits, offered)), arrived)
+        return self.rows.counters.rows_written
+
+    def gone(self, node: str) -> int:
+        """The driver saw the node's worker leave the cluster: not waited for."""
+        self._write(self.rows.gone(node), None)
+        return self.rows.counters.rows_written
+
+    def bye(self, node: str, last_k: int) -> int:
+        """The node's part ended after row ``last_k``."""
+        self._write(self.rows.bye(node, int(last_k)), None)
+        return self.rows.counters.rows_written
+
+    def tick(self) -> int:
+        """Rows whose deadline passed; returns the rows written so far."""
+        self._write(self.rows.tick(), None)
+        return self.rows.counters.rows_written
+
+    def finish(self) -> dict:
+        """The observation ended: every pending row written; the merge report."""
+        self._write(self.rows.finish(), None)
+        return self.status()
+
+    def status(self) -> dict:
+        c = self.rows.counters
+        lat = np.asarray(self.latencies or [np.nan])
+        tsub = self.plan.settings.tsub_s or 0.0
+        return {
+            "output": self.plan.output,
+            "rows_written": c.rows_written,
+            "rows_complete": c.rows_complete,
+            "rows_by_rule": dict(self.reasons),
+            "late": c.late,
+            "duplicate": c.duplicate,
+            "malformed": c.malformed,
+            "merge_latency_s": {
+                "p50": float(np.nanpercentile(lat, 50)),
+                "max": float(np.nanmax(lat)) if self.latencies else float("nan"),
+            },
+            "nodes": {
+                n: {
+                    "rows_received": st.rows,
+                    "last_row": st.last_row,
+                    "rows_missing": c.missing_by_node.get(n, 0),
+                    "seconds_lost": c.missing_by_node.get(n, 0) * tsub,
+                    "missing_rows": [list(r) for r in st.missing],
+                    "restarts": max(0, len(st.hellos) - 1),
+                    "first_rows": [k for k, _ in st.hellos],
+                    "counters": st.counters,
+                }
+                for n, st in self.nodes.items()
+            },
+        }
+
+    def _write(self, merged: list[MergedRow], arrived: float | None) -> None:
+        for row in merged:
+            self._write_row(row)
+            if arrived is not None:
+                self.latencies.append(time.time() - arrived)
+            self.reasons[row.reason] = self.reasons.get(row.reason, 0) + 1
+            for n in row.missing:
+                ranges = self.nodes[n].missing
+                if ranges and ranges[-1][1] == row.k - 1:
+                    ranges[-1][1] = row.k
+                else:
+                    ranges.append([row.k, row.k])
+            if row.missing:
+                log.warning("merger: row %d written without %s (%s rule): weight 0 there",
+                            row.k, ", ".join(row.missing), row.reason)  # fmt: skip
+
+    def _write_row(self, row: MergedRow) -> None:
+        from voltstream.io.psrfits_append import AppendingArchive
+
+        p, s = self.plan, self.plan.settings
+        data, weights, tsubint = fold_products(
+            row.sums[None], row.hits[None], row.offered[None], p.band.tsamp_s
+        )
+        offs = row.k * (s.tsub_s or 0.0) + tsubint / 2
+        period = folding_periods(s.predictor, p.band.start_mjd, p.band.start_sec, offs)
+        if self.archive is None:
+            first = FoldedArchive(
+                obs=p.band, data=data, weights=weights, tsubint_s=tsubint, offs_sub_s=offs,
+                period_s=period, dm=s.dm, pol_type=s.pol_mode,
+                polyco_text=getattr(s.predictor, "text", None), history=list(p.history),
+                par_text=p.par_text, coherent_nfft=p.coherent_nfft,
+            )  # fmt: skip
+            self.archive = AppendingArchive(p.output, first)
+        else:
+            self.archive.append(data[0], weights[0], tsubint[0], offs[0], period[0])

@@ -1,0 +1,329 @@
+"""One node of a cluster observation: capture (or read) one subband, dedisperse and
+fold it, and send each finished sub-integration to the merger (cluster/merger.py).
+
+`run_node` is the long Dask task pinned to the node's worker by its resource
+(cluster/driver.py submits it); it needs nothing from Dask but the merger's handle
+and the stop event, so the same code folds a file on that node.
+
+Time stamps, not wall clocks, line the nodes up: the observation starts at packet
+index ``start_packet`` of the format's index axis, the same on every node, and the
+folder's sample 0 is there (`NodeJob`). A node drops what comes before the start
+(counted ``samples_before_start``) and marks what it never received as lost, so
+sub-integration k is the same sample range on every node. A node that starts late (a
+restart after a kill, a spare) folds from its first packet but sends rows only from
+the first one it has whole (``first_row``), and says so to the merger (`hello`), which
+waits for it again from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from voltstream.capture_config import CaptureSettings
+from voltstream.cluster.merge import Subband
+from voltstream.dsp.dedisperse import Dedisperser
+from voltstream.dsp.detect import npol_out
+from voltstream.errors import ConfigError
+from voltstream.fold.reference import Folder, FoldSettings
+from voltstream.formats import StreamFormat
+from voltstream.observation import Observation
+from voltstream.pipeline.fold import StreamFold
+
+log = logging.getLogger("voltstream.cluster.node")
+
+_END = object()
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """Everything one node needs, made by the driver (pickled to the node's worker).
+
+    ``source``: ``HOST:PORT`` to capture ``fmt`` (this subband's stream, its own
+    centre frequency), or a file (DADA/VDIF) on that node. ``obs``: this subband, its
+    start the observation's (phase 0, row 0). ``band_freqs_mhz``: every channel of the
+    whole band, for the dedispersion's cut and the folder's reference frequency
+    ``band_centre_mhz`` (the merged archive must be the whole band's fold);
+    ``settings.nfft`` is the whole band's FFT length. The observation starts at packet
+    ``start_packet`` of a live stream; a file's first sample is ``file_offset``
+    samples after the start (from the file's own start time).
+    """
+
+    node: str
+    source: str
+    obs: Observation
+    settings: FoldSettings
+    band_freqs_mhz: tuple[float, ...]
+    band_centre_mhz: float
+    duration_s: float
+    fmt: StreamFormat | None = None
+    start_packet: int = 0
+    file_offset: int = 0
+    idle_timeout_s: float = 2.0
+    merger: str = "voltstream-merger"  # the Dask Variable holding the merger's handle
+    stop: str = "voltstream-stop"  # the Dask Event that ends the observation
+    capture: dict = field(default_factory=dict)  # CaptureSettings keywords
+
+    @property
+    def is_file(self) -> bool:
+        return ":" not in self.source or "/" in self.source
+
+
+class NodeFold:
+    """A subband's fold placed on the observation's time axis, handing out rows.
+
+    ``feed(samples, valid, first_sample)`` with ``first_sample`` on the observation's
+    axis (0 = the start); `rows()` gives the rows now whole, as (k, sums, hits,
+    offered); `finish()` the rest.
+    """
+
+    def __init__(self, job: NodeJob) -> None:
+        s, obs = job.settings, job.obs
+        self.job, self.obs = job, obs
+        chan_freqs = obs.chan_freqs_mhz
+        dd = Dedisperser(s.dm, chan_freqs, obs.chan_bw_mhz, s.nfft, job.band_freqs_mhz)
+        folder = Folder(s.nbin, obs.nchan, npol_out(s.pol_mode), obs.tsamp_s, chan_freqs,
+                        job.band_centre_mhz, s.dm, s.predictor, s.tsub_s, obs.start_mjd,
+                        obs.start_sec)  # fmt: skip
+        self.fold = StreamFold(self.obs, s, dd, folder)
+        self.tsamp = self.obs.tsamp_s
+        self.sub_samples = s.tsub_s / self.tsamp if s.tsub_s else math.inf
+        self.next_sample: int | None = None  # on the observation's axis
+        self.first_row: int | None = None
+        self.samples_before_start = 0
+        self.samples_skipped = 0  # a late start's samples before the FFT grid
+        self.samples_missing = 0  # not received between the start and the last packet
+        self.rows_skipped = 0  # partial rows of a late start, never sent
+
+    def start_at(self, first: int) -> int:
+        """The first sample is ``first``: where folding starts, and the first row."""
+        if first * self.tsamp < (self.job.settings.tsub_s or math.inf):
+            # Within the first row: the start counts as lost, as a fold of the whole
+            # band would count it, so row 0 is this node's too.
+            self.next_sample, self.first_row = 0, 0
+            return 0
+        # A late start. Folding begins on the whole band's FFT grid (multiples of the
+        # overlap-save step from the start): a chirp's response outlives the overlap a
+        # little, so only the same FFT blocks give the same samples as a node (or a
+        # one-machine fold) that ran from the start. Its first rows are partial: row
+        # k is whole once every channel's dedispersed time (sample time less the
+        # channel's delay) reaches k S.
+        step = self.fold.dd.step
+        first = -(-first // step) * step
+        lead = float(np.max(-self.fold.folder.delay_s, initial=0.0))
+        self.first_row = math.ceil((first * self.tsamp + lead) / self.job.settings.tsub_s + 1e-9)
+        self.fold.offset = self.next_sample = first
+        return self.first_row
+
+    def feed(self, samples: np.ndarray, valid: np.ndarray, first: int) -> None:
+        n = samples.shape[0]
+        if first + n <= 0:
+            self.samples_before_start += n
+            return
+        if first < 0:
+            self.samples_before_start += -first
+            samples, valid, first = samples[-first:], valid[-first:], 0
+        if self.next_sample is None:
+            self.start_at(first)
+        assert self.next_sample is not None
+        if first < self.next_sample:  # before the FFT grid, or a rewound index (a resync)
+            cut = self.next_sample - first
+            self.samples_skipped += min(cut, samples.shape[0])
+            samples, valid, first = samples[cut:], valid[cut:], self.next_sample
+            if not samples.shape[0]:
+                return
+        gap = first - self.next_sample
+        if gap:  # lost before this block: zeros, marked lost, as the timeline does
+            self.samples_missing += gap
+            for a in range(0, gap, 1 << 16):
+                m = min(1 << 16, gap - a)
+                zeros = np.zeros((m, *samples.shape[1:]), samples.dtype)
+                self.fold.feed(zeros, np.zeros(m, bool))
+        self.fold.feed(samples, valid)
+        self.next_sample = first + samples.shape[0]
+
+    def rows(self) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """Rows every channel has passed: the next unfolded sample's dedispersed time
+        (less half a sample, against rounding at a boundary) is past their end."""
+        if self.next_sample is None or not math.isfinite(self.sub_samples):
+            return []
+        t_next = (self.fold.folded_to - 0.5) * self.tsamp - float(self.fold.folder.delay_s.max())
+        upto = math.floor(t_next / self.job.settings.tsub_s)
+        return self._sendable(self.fold.folder.take_rows(upto))
+
+    def finish(self) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        return self._sendable(self.fold.folder.take_rows(2**62))
+
+    def _sendable(self, rows: list) -> list:
+        keep = [r for r in rows if self.first_row is not None and r[0] >= self.first_row]
+        self.rows_skipped += len(rows) - len(keep)
+        return keep
+
+    def counters(self) -> dict[str, int]:
+        f = self.fold
+        return {
+            "samples_read": f.read,
+            "samples_lost": f.lost,
+            "samples_dedispersed": f.stream.samples_out,
+            "samples_before_start": self.samples_before_start,
+            "samples_skipped": self.samples_skipped,
+            "samples_missing_before_first": self.samples_missing,
+            "samples_late": f.folder.late_samples // max(1, self.obs.nchan),
+            "rows_skipped": self.rows_skipped,
+        }
+
+
+def subband_of(job: NodeJob) -> Subband:
+    """The merger's view of this node's channels."""
+    obs = job.obs
+    return Subband(job.node, float(obs.chan_freqs_mhz[0]), obs.chan_bw_mhz, obs.nchan)
+
+
+def run_node(job: NodeJob) -> dict:
+    """The node's task: fold its subband, sending rows to the merger as they finish;
+    returns the node's report (capture counters, fold counters, rows sent)."""
+    from distributed import Event, Variable, secede
+
+    secede()  # a long task: the worker's thread pool is not held by it
+    merger = Variable(job.merger).get(timeout=60)
+    stop = threading.Event()
+    dask_stop = Event(job.stop)
+
+    def watch_stop() -> None:
+        while not stop.is_set():
+            if dask_stop.wait(0.5):
+                stop.set()
+
+    threading.Thread(target=watch_stop, name="voltstream-stop-watch", daemon=True).start()
+    try:
+        return NodeRun(job, merger, stop).run()
+    finally:
+        stop.set()
+
+
+class NodeRun:
+    """The node's work, Dask apart (a test drives it with a merger of its own)."""
+
+    def __init__(self, job: NodeJob, merger: Any, stop: threading.Event) -> None:
+        self.job, self.merger, self.stop = job, merger, stop
+        self.fold = NodeFold(job)
+        self.rows_sent = 0
+        self.last_k: int | None = None
+        self.send_errors = 0
+        self.started = time.time()
+        self.last_row_sent_at: float | None = None
+        self._progress: Any = None  # the capture's report so far (run_capture live_report)
+
+    def run(self) -> dict:
+        if self.job.is_file:
+            capture = self._fold_file()
+        else:
+            capture = self._fold_live()
+        for row in self.fold.finish():
+            self._send(row)
+        if self.last_k is not None:
+            self._call("bye", self.job.node, self.last_k)
+        return {
+            "node": self.job.node,
+            "source": self.job.source,
+            "first_row": self.fold.first_row,
+            "rows_sent": self.rows_sent,
+            "send_errors": self.send_errors,
+            "fold": self.fold.counters(),
+            "capture": capture,
+            "seconds": time.time() - self.started,
+        }
+
+    def _fold_live(self) -> dict:
+        from voltstream.pipeline.capture import run_capture
+
+        fmt = self.job.fmt
+        if fmt is None:
+            raise ConfigError(f"{self.job.node}: a live subband needs its stream format")
+        q: queue.Queue = queue.Queue(maxsize=64)
+        done: dict[str, Any] = {}
+
+        def capture() -> None:
+            try:
+                settings = CaptureSettings.of(self.job.source, **self.job.capture)
+                done["report"] = run_capture(
+                    fmt, settings, self.job.duration_s,
+                    sink=lambda s, v, first: q.put((s, v, first)),
+                    idle_timeout_s=self.job.idle_timeout_s, stop_event=self.stop,
+                    live_report=lambda f: setattr(self, "_progress", f), indexed_sink=True,
+                )  # fmt: skip
+            except BaseException as e:  # handed to the fold thread below
+                done["error"] = e
+            finally:
+                q.put(_END)
+
+        t = threading.Thread(target=capture, name="voltstream-node-capture", daemon=True)
+        t.start()
+        spp = fmt.samples_per_packet
+        while (item := q.get()) is not _END:
+            samples, valid, first_packet = item
+            x = samples.astype(np.float32).view(np.complex64)[..., 0]
+            self._feed(x, valid, (first_packet - self.job.start_packet) * spp)
+        t.join()
+        if "error" in done:
+            raise done["error"]
+        return done["report"].as_dict()
+
+    def _fold_file(self) -> dict:
+        from voltstream.io.baseband import open_baseband, reader_blocks
+
+        reader = open_baseband(self.job.source, None, None)
+        first = self.job.file_offset
+        for block, valid in reader_blocks(reader, self.fold.fold.block_samples):
+            if self.stop.is_set():
+                break
+            v = np.ones(block.shape[0], bool) if valid is None else valid
+            self._feed(block, v, first)
+            first += block.shape[0]
+        return {"file": self.job.source, "samples": first - self.job.file_offset}
+
+    def _feed(self, x: np.ndarray, valid: np.ndarray, first: int) -> None:
+        was = self.fold.first_row
+        self.fold.feed(x, valid, first)
+        if was is None and self.fold.first_row is not None:
+            self._call("hello", self.job.node, self.fold.first_row)
+            log.info("%s: first row %d", self.job.node, self.fold.first_row)
+        for row in self.fold.rows():
+            self._send(row)
+
+    def _send(self, row: tuple) -> None:
+        k, sums, hits, offered = row
+        counters = self.counters()
+        if self._call("put", self.job.node, k, sums, hits, offered, counters):
+            self.rows_sent += 1
+            self.last_k = k
+            self.last_row_sent_at = time.time()
+
+    def counters(self) -> dict:
+        out: dict[str, Any] = {"fold": self.fold.counters(), "rows_sent": self.rows_sent}
+        if self._progress is not None:
+            try:
+                out["capture"] = self._progress()
+            except Exception:  # a scrape racing the capture's end: skip this once
+                pass
+        return out
+
+    def _call(self, method: str, *args: Any) -> bool:
+        """Calls the merger; a merger that is gone is counted, never fatal: the node
+        goes on folding (its rows reach a restarted merger, or the report)."""
+        try:
+            r = getattr(self.merger, method)(*args)
+            if hasattr(r, "result"):
+                r.result()
+            return True
+        except Exception as e:
+            self.send_errors += 1
+            log.warning("%s: the merger did not take %s: %s", self.job.node, method, e)
+            return False
