@@ -73,6 +73,12 @@ class Merger:
         self.latencies: list[float] = []
         self.reasons: dict[str, int] = {}
         self.started = time.time()
+        self._ready: set[str] = set()
+
+    def ready(self, node: str) -> None:
+        """The node is capturing (its socket bound) or reading: the driver starts a
+        demo's sender once every node is."""
+        self._ready.add(node)
 
     def hello(self, node: str, k: int) -> None:
         """A node (re)started; its rows begin at ``k``."""
@@ -127,6 +133,7 @@ class Merger:
         tsub = self.plan.settings.tsub_s or 0.0
         return {
             "output": self.plan.output,
+            "ready": sorted(self._ready),
             "rows_written": c.rows_written,
             "rows_complete": c.rows_complete,
             "rows_by_rule": dict(self.reasons),

@@ -257,6 +257,7 @@ class NodeRun:
                     fmt, settings, self.job.duration_s,
                     sink=lambda s, v, first: q.put((s, v, first)),
                     idle_timeout_s=self.job.idle_timeout_s, stop_event=self.stop,
+                    on_start=lambda: self._call("ready", self.job.node),
                     live_report=lambda f: setattr(self, "_progress", f), indexed_sink=True,
                 )  # fmt: skip
             except BaseException as e:  # handed to the fold thread below
@@ -280,6 +281,7 @@ class NodeRun:
         from voltstream.io.baseband import open_baseband, reader_blocks
 
         reader = open_baseband(self.job.source, None, None)
+        self._call("ready", self.job.node)
         first = self.job.file_offset
         for block, valid in reader_blocks(reader, self.fold.fold.block_samples):
             if self.stop.is_set():

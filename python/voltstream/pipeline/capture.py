@@ -89,6 +89,7 @@ class CaptureReport:
             "discontinuities": self.discontinuities,
             "rate_gbps": 8 * payload / self.duration_s / 1e9 if self.duration_s else 0.0,
             "totals": self.totals,
+            "lost": self.lost,
             "engine": self.engine,
             "pipeline": self.pipeline,
             "streams": [

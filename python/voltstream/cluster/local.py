@@ -1,0 +1,171 @@
+"""A Dask cluster on this machine made of the same processes as on real hosts: one
+``dask scheduler``, one ``dask worker`` per node (under its nanny, which restarts it
+after a kill) and one for the merger, each node's worker in its own network
+namespace when namespaces are given (cluster/netns.py), on loopback otherwise.
+
+`voltstream demo --nodes N`, the benchmark and the tests use it; on real hosts the
+operator starts the same commands by hand (docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from voltstream.errors import ConfigError
+
+log = logging.getLogger("voltstream.cluster.local")
+
+#: Dask settings of every process: a worker that stops answering (a vanished host)
+#: is dropped after 15 s, not the default 5 minutes; a node may be killed and rerun
+#: many times in an observation (`KilledWorker` only after that many).
+DASK_ENV = {
+    "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": "15s",
+    "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "50",
+    "DASK_DISTRIBUTED__WORKER__DAEMON": "False",
+    "DASK_DISTRIBUTED__ADMIN__TICK__LIMIT": "30s",
+}
+
+
+def worker_command(
+    scheduler_file: Path, name: str, resources: str, host: str, prefix: list[str] | None = None
+) -> list[str]:
+    """``dask worker`` as docs/scale-out.md starts it on a real host."""
+    return [
+        *(prefix or []), sys.executable, "-m", "distributed.cli.dask_worker",
+        "--scheduler-file", str(scheduler_file), "--name", name, "--resources", resources,
+        "--nthreads", "1", "--nworkers", "1", "--nanny", "--host", host,
+        "--memory-limit", "0", "--no-dashboard", "--death-timeout", "60",
+    ]  # fmt: skip
+
+
+class ProcessCluster:
+    """Starts the scheduler and workers, hands out a connected `distributed.Client`,
+    and stops every process on exit (also after an error)."""
+
+    def __init__(
+        self,
+        nodes: list[str],
+        workdir: Path,
+        host: str = "127.0.0.1",
+        node_hosts: list[str] | None = None,
+        prefixes: list[list[str]] | None = None,
+        start_timeout_s: float = 90.0,
+    ) -> None:
+        self.nodes, self.workdir, self.host = nodes, Path(workdir), host
+        self.node_hosts = node_hosts or [host] * len(nodes)
+        self.prefixes = prefixes or [[] for _ in nodes]
+        self.start_timeout_s = start_timeout_s
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.client: Any = None
+        self.scheduler_file = self.workdir / "scheduler.json"
+
+    def __enter__(self) -> ProcessCluster:
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _spawn(self, name: str, cmd: list[str]) -> None:
+        logs = self.workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it open
+        env = dict(os.environ, **DASK_ENV)
+        # Its own session: a Ctrl-C at the terminal reaches the driver, which stops
+        # the observation in order, not every worker at once.
+        self.procs[name] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True)  # fmt: skip
+        out.close()
+
+    def _start(self) -> None:
+        from distributed import Client
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.scheduler_file.unlink(missing_ok=True)
+        self._spawn("scheduler", [
+            sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", self.host,
+            "--port", "0", "--scheduler-file", str(self.scheduler_file),
+            "--dashboard-address", ":0",
+        ])  # fmt: skip
+        deadline = time.monotonic() + self.start_timeout_s
+        while not self._scheduler_ready():
+            self._check_alive("scheduler")
+            if time.monotonic() > deadline:
+                raise ConfigError("the Dask scheduler did not start: see its log in "
+                                  f"{self.workdir / 'logs' / 'scheduler.log'}")  # fmt: skip
+            time.sleep(0.1)
+        self._spawn("merger", worker_command(self.scheduler_file, "merger", "merger=1", self.host))
+        for name, host, prefix in zip(self.nodes, self.node_hosts, self.prefixes, strict=True):
+            cmd = worker_command(self.scheduler_file, name, f"{name}=1", host, prefix)
+            self._spawn(name, cmd)
+        self.client = Client(scheduler_file=str(self.scheduler_file), timeout="30s")
+        want = len(self.nodes) + 1
+        while len(self.client.scheduler_info(n_workers=-1)["workers"]) < want:
+            for name in self.procs:
+                self._check_alive(name)
+            if time.monotonic() > deadline:
+                raise ConfigError(f"only {len(self.client.scheduler_info()['workers'])} of "
+                                  f"{want} Dask workers started in {self.start_timeout_s:.0f} s; "
+                                  f"see {self.workdir / 'logs'}")  # fmt: skip
+            time.sleep(0.1)
+
+    def _scheduler_ready(self) -> bool:
+        try:
+            return bool(json.loads(self.scheduler_file.read_text()).get("address"))
+        except (OSError, ValueError):
+            return False
+
+    def _check_alive(self, name: str) -> None:
+        p = self.procs[name]
+        if p.poll() is not None:
+            raise ConfigError(f"the Dask {name} process exited with status {p.returncode}: "
+                              f"see {self.workdir / 'logs' / (name + '.log')}")  # fmt: skip
+
+    @property
+    def dashboard(self) -> str | None:
+        return getattr(self.client, "dashboard_link", None) if self.client else None
+
+    def close(self) -> None:
+        if self.client is not None:
+            try:
+                self.client.close(timeout=5)
+            except Exception:  # a scheduler already gone: nothing to close politely
+                pass
+            self.client = None
+        # Workers first (their nannies would restart them), the scheduler last.
+        order = [n for n in self.procs if n != "scheduler"] + ["scheduler"]
+        for name in order:
+            p = self.procs.get(name)
+            if p is not None and p.poll() is None:
+                _signal_group(p, signal.SIGTERM)
+        end = time.monotonic() + 10
+        for name in order:
+            p = self.procs.get(name)
+            if p is None:
+                continue
+            try:
+                p.wait(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(p, signal.SIGKILL)
+                p.wait(timeout=10)
+        self.procs.clear()
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    """The process and its children (a nanny's worker; `ip netns exec`'s child)."""
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
