@@ -32,6 +32,7 @@ from voltstream.cli_options import (
     cpu_list,
     groups,
     host_port,
+    host_ports,
     positive,
 )
 from voltstream.errors import VoltstreamError
@@ -340,7 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
         "paced rate or write it to a file (.dada: a DADA file; anything else: the raw "
         "packets back to back). The sender batches with sendmmsg and uses UDP GSO "
         "(UDP_SEGMENT) where the kernel has it; without both, one core cannot generate "
-        "line-rate load.",
+        "line-rate load. With --subbands N, one band of N times the format's channels "
+        "is synthesised and split, as a digitiser feeding N nodes does: subband i to the "
+        "i-th --dest, or to FILE.sb{i}.SUFFIX with --output.",
     )
     add_format_options(p, extra_formats=("spead-dig",))
     _add_spead_dig_options(p)
@@ -359,10 +362,31 @@ def build_parser() -> argparse.ArgumentParser:
         ("--duration", positive(float), 1.0, "seconds of data to synthesise. Default: 1.0"),
         ("--seed", int, 1, "random seed. Default: 1"),
     ))  # fmt: skip
+    p.add_argument(
+        "--subbands",
+        type=positive(int),
+        default=1,
+        metavar="N",
+        help="synthesise one band of N x nchan channels (centred on --freq, the whole "
+        "band's centre) and split it into N subbands of nchan channels in channel order, "
+        "each centred on its own channels, all with the same packet indices and time "
+        "stamps (ynao, vdif). Default: 1",
+    )
     out = p.add_mutually_exclusive_group(required=True)
-    out.add_argument("--dest", type=host_port, help="send UDP to HOST:PORT")
-    out.add_argument("--output", help="write a file instead of sending")
-    add_rate(p, 1.0, "send rate in Gb/s with --dest (0 = as fast as possible). Default: 1.0")
+    out.add_argument(
+        "--dest",
+        type=host_ports,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="send UDP to HOST:PORT; with --subbands N, N of them, comma-separated, one "
+        "per subband in subband order",
+    )
+    out.add_argument(
+        "--output",
+        help="write a file instead of sending; with --subbands N, N files: scan.dada "
+        "becomes scan.sb0.dada .. scan.sb{N-1}.dada, each a file of its own subband",
+    )
+    add_rate(p, 1.0, "send rate in Gb/s with --dest, the total over all destinations "
+             "(0 = as fast as possible). Default: 1.0")  # fmt: skip
 
     p = verbs.add_parser(
         "capture",

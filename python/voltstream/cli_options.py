@@ -52,6 +52,14 @@ def host_port(text: str, free_port: bool = False) -> str:
     return text
 
 
+def host_ports(text: str) -> str:
+    """HOST:PORT[,HOST:PORT...]: each checked as ``host_port``; the text is kept as
+    given (a verb splits it: `simulate --subbands` sends one subband to each)."""
+    for item in text.split(","):
+        host_port(item.strip())
+    return text
+
+
 def positive(kind: Any) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:

@@ -1,5 +1,11 @@
 """`voltstream simulate`: synthesised streams of every sample format, to UDP or a
-file (commands.py dispatches here)."""
+file (commands.py dispatches here).
+
+With ``--subbands N`` one band of N x nchan channels is synthesised (one
+dispersion, one quantiser scale across it) and split into N subbands, each sent
+to its own destination or written to its own file with the same packet indices
+and time stamps, as a digitiser feeding N nodes does (sim/subbands.py).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,9 @@ import argparse
 import logging
 import threading
 import time
-from typing import Any, BinaryIO
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
@@ -21,19 +29,117 @@ from voltstream.commands_common import (
 from voltstream.errors import ConfigError
 from voltstream.ops.cli import status, watcher  # noqa: F401 - status: `voltstream status`
 
+if TYPE_CHECKING:  # imported when a verb runs: `voltstream --help` stays quick
+    from voltstream.formats import StreamFormat
+    from voltstream.observation import Observation
+
 log = logging.getLogger("voltstream.commands")
+
+
+def _destinations(dest: str, n: int) -> list[str]:
+    """--dest: one HOST:PORT per subband, comma-separated, in subband order."""
+    dests = [d.strip() for d in dest.split(",")]
+    if len(dests) != n:
+        example = ",".join(f"127.0.0.1:{7000 + i}" for i in range(min(n, 3)))
+        more = ",..." if n > 3 else ""
+        raise ConfigError(
+            f"--dest gives {len(dests)} destination(s) for {n} subband(s): give one "
+            f"HOST:PORT per subband, comma-separated in subband order (e.g. {example}{more})"
+        )
+    return dests
+
+
+@dataclass
+class _Output:
+    """Where one subband goes: a sender, a DADA writer or a file of raw packets."""
+
+    fmt: StreamFormat  # the subband's format
+    obs: Observation  # the subband's: its centre, the band's start
+    where: str  # destination or path, for messages
+    index: int  # the subband's number (YNAO headers carry it)
+    sender: Any = None
+    sink: tuple[str, Any] | None = None
+    packets: int = 0
+    bytes: int = 0
+
+    def put(self, q: np.ndarray, first: int, rate_gbps: float) -> None:
+        """Sends or writes samples ``first ..`` of this subband (whole packets)."""
+        if self.sink is not None and self.sink[0] == "dada":
+            self.sink[1].write(q)
+            self.bytes += q.nbytes
+            return
+        pkts = self.fmt.packetize(q, first, self.obs, subband=self.index)
+        if self.sender is not None:
+            r = _send_sliced(self.sender, pkts, self.fmt.packet_len, rate_gbps)
+            self.packets += int(r["packets"])
+            self.bytes += int(r["bytes"])
+        else:
+            assert self.sink is not None  # --dest or --output: one of them is given
+            self.sink[1].write(pkts.tobytes())
+            self.packets += pkts.size // self.fmt.packet_len
+            self.bytes += pkts.size
+
+    def close(self) -> None:
+        if self.sink is not None:
+            self.sink[1].close()
+
+
+def _open_outputs(
+    args: argparse.Namespace, formats: list[StreamFormat], obss: list[Observation]
+) -> list[_Output]:
+    """One output per subband: --dest's senders, or --output's files (FILE itself for
+    one subband, FILE.sb{i}.SUFFIX for several). Closes what it opened on an error."""
+    from voltstream.sim.subbands import subband_path
+
+    n = len(formats)
+    if args.dest:
+        from voltstream import _core
+
+        dests = _destinations(args.dest, n)
+        return [_Output(f, o, d, i, sender=_core.Sender(d))
+                for i, (f, o, d) in enumerate(zip(formats, obss, dests, strict=True))]  # fmt: skip
+    if args.output.endswith(".dada") and formats[0].bits < 8:
+        raise ConfigError(f"{formats[0].bits}-bit samples go to VDIF (.vdif) files, not DADA")
+    paths = [args.output] if n == 1 else [subband_path(args.output, i) for i in range(n)]
+    outs: list[_Output] = []
+    try:
+        for i, (f, o, path) in enumerate(zip(formats, obss, paths, strict=True)):
+            outs.append(_Output(f, o, path, i, sink=_open_sim_output(path, f, o)))
+    except BaseException:
+        for out in outs:
+            out.close()
+        raise
+    return outs
 
 
 def simulate(args: argparse.Namespace) -> int:
     from voltstream.cli_options import format_from
     from voltstream.sim import signal
+    from voltstream.sim.subbands import subband_formats, whole_band_observation
 
+    nsub = getattr(args, "subbands", 1)
     if args.format == "spead-dig":
+        if nsub != 1:
+            raise ConfigError(
+                "--subbands splits the channels of ynao and vdif streams; spead-dig heaps "
+                "carry a digitiser's unchannelised samples: leave --subbands at 1"
+            )
+        if args.dest:
+            _destinations(args.dest, 1)
         return simulate_spead_dig(args)
     fmt = format_from(args)
+    if args.dest:
+        _destinations(args.dest, nsub)  # before any work: a clear error first
+    if fmt.name == "vdif":
+        fmt.capture_kwargs()  # a frame rate VDIF cannot stamp: refused before files exist
     mjd, sec = _now_mjd()
-    obs = fmt.observation(start_mjd=mjd, start_sec=sec, source="SIM" + args.signal.upper())
-    block = fmt.samples_per_packet * max(1, 65536 // fmt.samples_per_packet)
+    start = {"start_mjd": mjd, "start_sec": sec, "source": "SIM" + args.signal.upper()}
+    formats = subband_formats(fmt, nsub)
+    obs = whole_band_observation(fmt, nsub, **start)
+    obss = [f.observation(**start) for f in formats]
+    # Blocks of about 65536 x nchan samples whatever the subband count: memory stays
+    # bounded (the samples do not depend on the block size).
+    per_block = max(1, 65536 // nsub // fmt.samples_per_packet)
     blocks = signal.synthesize_blocks(
         obs,
         args.duration,
@@ -44,20 +150,10 @@ def simulate(args: argparse.Namespace) -> int:
         pulse_phase=args.pulse_phase,
         tone_mhz=args.tone,
         seed=args.seed,
-        block_samples=block,
+        block_samples=fmt.samples_per_packet * per_block,
     )
-    stats = {"packets": 0, "bytes": 0, "seconds": 0.0, "clipped": 0}
-    if args.dest:
-        from voltstream import _core
-
-        sender = _core.Sender(args.dest)
-        sink: tuple[str, Any] | None = None
-    else:
-        sender = None
-        sink = _open_sim_output(args.output, fmt, obs)
-        if sink[0] == "dada" and fmt.bits < 8:
-            sink[1].close()
-            raise ConfigError(f"{fmt.bits}-bit samples go to VDIF (.vdif) files, not DADA")
+    stats: dict[str, Any] = {"seconds": 0.0, "clipped": 0}
+    outs = _open_outputs(args, formats, obss)
     t0 = time.monotonic()
     stop = _stop_event(args)
     log.info("simulate: %s %s -> %s", args.signal, fmt.name, args.dest or args.output)
@@ -65,68 +161,94 @@ def simulate(args: argparse.Namespace) -> int:
     bar = _progress(args, "simulate", None if args.dest else total, "samples")
     try:
         with bar as update:
-            _simulate_blocks(args, fmt, obs, blocks, sender, sink, stats, stop, update)
-            first = stats.pop("samples_sent")
+            first = _simulate_blocks(args, fmt, blocks, outs, stats, stop, update)
     finally:
-        if sink is not None:
-            sink[1].close()
+        for out in outs:
+            out.close()
     if args.output and fmt.name == "vdif":
         from voltstream.io.vdif import write_sidecar
 
-        write_sidecar(args.output, obs, fmt.capture_kwargs()["frames_per_second"])
+        for out in outs:
+            write_sidecar(out.where, out.obs, fmt.capture_kwargs()["frames_per_second"])
     stats["seconds"] = time.monotonic() - t0
-    stats["samples"] = first
-    where = args.dest or args.output
-    print(
-        f"simulate: {args.signal} {fmt.name}, {first} samples x {fmt.nchan} ch x {fmt.npol} pol "
-        f"-> {where}: {stats['packets']} packets, {stats['bytes'] / 1e6:.1f} MB in "
-        f"{stats['seconds']:.2f} s, {stats['clipped']} clipped samples"
-        + (" (stopped by a signal)" if stats.get("stopped") else "")
-    )
+    print(_summary(args, fmt, outs, first, stats))
     return 0
 
 
-def _simulate_blocks(
-    args: argparse.Namespace, fmt: Any, obs: Any, blocks: Any, sender: Any, sink: Any,
-    stats: dict, stop: threading.Event | None, update: Any,
-) -> None:  # fmt: skip
-    """Quantises, packetises and sends or writes each synthesised block, until the
-    blocks end or a stop is asked (SIGINT/SIGTERM: what was written stays whole)."""
-    from voltstream.sim import signal
+def _summary(args: argparse.Namespace, fmt: Any, outs: list[_Output], first: int,
+             stats: dict) -> str:  # fmt: skip
+    """The one line simulate prints at the end (one subband: as before subbands)."""
+    where = args.dest or args.output
+    nbytes = sum(out.bytes for out in outs)
+    tail = (
+        f"{nbytes / 1e6:.1f} MB in {stats['seconds']:.2f} s, {stats['clipped']} clipped "
+        "samples" + (" (stopped by a signal)" if stats.get("stopped") else "")
+    )
+    shape = f"{first} samples x {fmt.nchan} ch x {fmt.npol} pol"
+    if len(outs) == 1:
+        return (
+            f"simulate: {args.signal} {fmt.name}, {shape} -> {where}: {outs[0].packets} "
+            f"packets, {tail}"
+        )
+    per = "per destination" if args.dest else "per file"
+    counts = {out.packets for out in outs}
+    each = (f"{counts.pop()} packets {per}" if len(counts) == 1
+            else f"packets {per} " + ",".join(str(o.packets) for o in outs))  # fmt: skip
+    if args.output:
+        where = ",".join(out.where for out in outs)
+    return (
+        f"simulate: {args.signal} {fmt.name}, {len(outs)} subbands of {shape} "
+        f"({len(outs) * fmt.nchan} ch centred on {fmt.freq_mhz:g} MHz) -> {where}: {each} "
+        f"({sum(out.packets for out in outs)} in all), {tail}"
+    )
 
-    first = stats["samples_sent"] = 0
-    for x in blocks:
-        if stop is not None and stop.is_set():
-            stats["stopped"] = True
-            return
-        if fmt.bits < 8:
-            # Sub-byte VDIF: the packetizer quantises complex values itself, at
-            # about the optimal rms of the narrower code (2.2 levels at 2 bits).
-            q = (x * np.float32(SUB_BYTE_RMS[fmt.bits] * np.sqrt(2.0))).astype(np.complex64)
-        else:
-            q, clipped = signal.quantize_int8(x)
-            stats["clipped"] += int(clipped)
-        n = (q.shape[0] // fmt.samples_per_packet) * fmt.samples_per_packet
-        if n == 0:
-            continue
-        q = q[:n]
-        if sink is not None and sink[0] == "dada":
-            sink[1].write(q)
-            stats["bytes"] += q.nbytes
-        else:
-            pkts = fmt.packetize(q, first, obs)
-            if sender is not None:
-                r = _send_sliced(sender, pkts, fmt.packet_len, args.rate)
-                stats["packets"] += int(r["packets"])
-                stats["bytes"] += int(r["bytes"])
+
+def _simulate_blocks(
+    args: argparse.Namespace, fmt: Any, blocks: Any, outs: list[_Output], stats: dict,
+    stop: threading.Event | None, update: Any,
+) -> int:  # fmt: skip
+    """Quantises, splits into subbands, packetises and sends or writes each
+    synthesised block, until the blocks end or a stop is asked (SIGINT/SIGTERM: what
+    was written stays whole). Returns the samples sent or written per subband."""
+    from voltstream.sim import signal
+    from voltstream.sim.subbands import split_subbands
+
+    n = len(outs)
+    # --rate is the total: each destination gets its share, and the senders run side
+    # by side (one thread each; send releases the GIL), so the total is reached and
+    # each node sees a steady stream rather than bursts at the full rate.
+    rate = args.rate / n if args.rate else args.rate
+    pool = ThreadPoolExecutor(n) if n > 1 and outs[0].sender is not None else None
+    first = 0
+    try:
+        for x in blocks:
+            if stop is not None and stop.is_set():
+                stats["stopped"] = True
+                break
+            if fmt.bits < 8:
+                # Sub-byte VDIF: the packetizer quantises complex values itself, at
+                # about the optimal rms of the narrower code (2.2 levels at 2 bits).
+                q = (x * np.float32(SUB_BYTE_RMS[fmt.bits] * np.sqrt(2.0))).astype(np.complex64)
             else:
-                assert sink is not None  # --dest or --output: one of them is given
-                sink[1].write(pkts.tobytes())
-                stats["packets"] += pkts.size // fmt.packet_len
-                stats["bytes"] += pkts.size
-        first += n
-        stats["samples_sent"] = first
-        update(first)
+                q, clipped = signal.quantize_int8(x)
+                stats["clipped"] += int(clipped)
+            m = (q.shape[0] // fmt.samples_per_packet) * fmt.samples_per_packet
+            if m == 0:
+                continue
+            parts = split_subbands(q[:m], n) if n > 1 else [q[:m]]
+            pairs = list(zip(outs, parts, strict=True))
+            if pool is not None:
+                for done in [pool.submit(o.put, p, first, rate) for o, p in pairs]:
+                    done.result()
+            else:
+                for o, p in pairs:
+                    o.put(p, first, rate)
+            first += m
+            update(first)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+    return first
 
 
 def _parse_dig_ids(text: str) -> tuple[int, int]:

@@ -122,12 +122,16 @@ class StreamFormat:
         return PackedLayout(self.bits, enc, 2, self.nchan, self.npol, self.samples_per_packet,
                             frame, self.nchan * 2, 2, packets_per_chunk * frame)  # fmt: skip
 
-    def packetize(self, samples: np.ndarray, first_sample: int, obs: Observation) -> np.ndarray:
+    def packetize(
+        self, samples: np.ndarray, first_sample: int, obs: Observation, subband: int = 0
+    ) -> np.ndarray:
         """Samples into packets (n, packet_len) uint8 in send order.
 
         `samples` are int8 (nsamp, nchan, npol, 2) re/im, or complex (nsamp, nchan,
         npol) already scaled to the 8-bit range. `first_sample` counts samples since
         the observation start `obs`, so every packet's time stamp and index are exact.
+        `subband`: the YNAO header's subband id (a ROACH2 numbers the subbands it
+        sends to its nodes); VDIF has no such field.
         """
         if samples.dtype == np.int8:
             samples = samples.astype(np.float32).view(np.complex64)[..., 0]
@@ -145,6 +149,7 @@ class StreamFormat:
                 second=ns // 10**9,
                 nanosecond=ns % 10**9,
                 tsamp_s=self.tsamp_s,
+                subband=subband,
             )
         fps = self.capture_kwargs()["frames_per_second"]
         start_frame = (obs.start_mjd - VDIF_EPOCH_MJD) * 86400 * fps + round(obs.start_sec * fps)
