@@ -548,10 +548,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_options(p, (
         ("--outdir", None, "demo-output", "where to write. Default: demo-output"),
-        ("--duration", positive(float), 0.5, "seconds of data. Default: 0.5"),
+        ("--duration", positive(float), None,
+         "seconds of data. Default: 0.5 (one node), 4 (--nodes)"),
     ))  # fmt: skip
-    add_rate(p, 2.0, "send rate, Gb/s. Default: 2.0")
+    add_rate(p, None, "send rate, Gb/s. Default: 2.0 (one node), 0.1 in all (--nodes)")
     p.add_argument("--port", type=int, default=0, help="UDP port (0: pick a free one)")
+    g = p.add_argument_group(
+        "many nodes, one observation (docs/scale-out.md)",
+        "--nodes N runs the cluster demo: one band of N x 32 channels split into N "
+        "subbands (voltstream simulate --subbands), a Dask scheduler, N node workers "
+        "(each in its own network namespace with a veth when run as root, else on "
+        "loopback ports) folding one subband each, and a merger writing one archive "
+        "(demo-nodes.fits), its plot and a report (demo-nodes-report.json) to --outdir. "
+        "Exits non-zero on loss or a missed pulsar.",
+    )
+    add_options(g, (
+        ("--nodes", positive(int), None, "node workers, one subband each (e.g. 4)"),
+        ("--kill-node", int, None,
+         "kill this node's worker (SIGKILL) mid-run: its nanny restarts it, it rejoins at "
+         "the next sub-integration, its channels are weighted zero in between"),
+        ("--at", positive(float), 1.5,
+         "seconds after the data starts to kill --kill-node. Default: 1.5"),
+        ("--tsub", positive(float), 0.25, "sub-integration length, s. Default: 0.25"),
+        ("--netns", None, "auto",
+         "nodes in network namespaces: auto (when root), yes, no. Default: auto",
+         ("auto", "yes", "no")),
+    ))  # fmt: skip
     add_status_parser(verbs)
     add_metrics_options(verbs)
     add_katcp_options(verbs)

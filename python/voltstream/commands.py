@@ -327,9 +327,32 @@ def _free_udp_port() -> int:
 DEMO_PULSAR = {"dm": 26.833, "period": 0.0333, "duty": 0.03, "pulse_phase": 0.25}
 
 
+def pulsar_check(archive: FoldedArchive, psr: dict) -> tuple[float, float, float, list[str]]:
+    """The demos' verdict on a fold of `DEMO_PULSAR`: (S/N, peak phase, phase error,
+    problems): detected (S/N >= 10) within 0.02 turns of where it was simulated."""
+    from voltstream.fold.reference import profile_snr
+
+    prof = archive.profile()
+    snr = profile_snr(prof)
+    peak_phase = (int(np.argmax(prof)) + 0.5) / archive.nbin
+    phase_err = (peak_phase - psr["pulse_phase"] + 0.5) % 1.0 - 0.5
+    problems = []
+    if snr < 10 or abs(phase_err) > 0.02:
+        problems.append(
+            f"pulsar not detected at the right phase (S/N {snr:.1f}, phase error {phase_err:+.3f})"
+        )
+    return snr, peak_phase, phase_err, problems
+
+
 def demo(args: argparse.Namespace) -> int:
+    if args.nodes is not None:
+        from voltstream.commands_cluster import demo_nodes
+
+        return demo_nodes(args)
+    args.duration = 0.5 if args.duration is None else args.duration
+    args.rate = 2.0 if args.rate is None else args.rate
     from voltstream.capture_config import CaptureSettings
-    from voltstream.fold.reference import FoldSettings, profile_snr
+    from voltstream.fold.reference import FoldSettings
     from voltstream.formats import make_format
     from voltstream.io.dada import DadaWriter, open_dada
     from voltstream.io.polyco import ConstantPeriod
@@ -410,10 +433,7 @@ def demo(args: argparse.Namespace) -> int:
     fold_s = time.monotonic() - t0
     write_psrfits(out / "demo.fits", archive)
     plot_archive(archive, out / "demo.png", title=f"voltstream demo: DM {psr['dm']}")
-    prof = archive.profile()
-    snr = profile_snr(prof)
-    peak_phase = (int(np.argmax(prof)) + 0.5) / archive.nbin
-    phase_err = (peak_phase - psr["pulse_phase"] + 0.5) % 1.0 - 0.5
+    snr, peak_phase, phase_err, missed = pulsar_check(archive, psr)
     lost = report.lost
     summary = {
         "capture": report.as_dict(),
@@ -440,10 +460,7 @@ def demo(args: argparse.Namespace) -> int:
         problems.append("no data was captured")
     if lost:
         problems.append(f"{lost} packets were lost")
-    if snr < 10 or abs(phase_err) > 0.02:
-        problems.append(
-            f"pulsar not detected at the right phase (S/N {snr:.1f}, phase error {phase_err:+.3f})"
-        )
+    problems += missed
     if problems:
         print("demo: FAILED: " + "; ".join(problems), file=sys.stderr)
         return 1

@@ -26,7 +26,7 @@ from voltstream.commands_common import (
     _send_sliced,
     _stop_event,
 )
-from voltstream.errors import ConfigError
+from voltstream.errors import CaptureError, ConfigError
 from voltstream.ops.cli import status, watcher  # noqa: F401 - status: `voltstream status`
 
 if TYPE_CHECKING:  # imported when a verb runs: `voltstream --help` stays quick
@@ -61,6 +61,8 @@ class _Output:
     sink: tuple[str, Any] | None = None
     packets: int = 0
     bytes: int = 0
+    keep_going: bool = False  # several subbands: one refusing node stops nothing
+    refused_blocks: int = 0  # blocks a refusing node did not get (from the first refusal)
 
     def put(self, q: np.ndarray, first: int, rate_gbps: float) -> None:
         """Sends or writes samples ``first ..`` of this subband (whole packets)."""
@@ -70,7 +72,16 @@ class _Output:
             return
         pkts = self.fmt.packetize(q, first, self.obs, subband=self.index)
         if self.sender is not None:
-            r = _send_sliced(self.sender, pkts, self.fmt.packet_len, rate_gbps)
+            try:
+                r = _send_sliced(self.sender, pkts, self.fmt.packet_len, rate_gbps)
+            except CaptureError as e:
+                # A node that is down (killed, restarting) answers with ICMP "port
+                # unreachable": a digitiser feeding many nodes goes on sending, and the
+                # node's share of this block is counted, never silently lost.
+                if not self.keep_going or "refused" not in str(e):
+                    raise
+                self.refused_blocks += 1
+                return
             self.packets += int(r["packets"])
             self.bytes += int(r["bytes"])
         else:
@@ -96,7 +107,7 @@ def _open_outputs(
         from voltstream import _core
 
         dests = _destinations(args.dest, n)
-        return [_Output(f, o, d, i, sender=_core.Sender(d))
+        return [_Output(f, o, d, i, sender=_core.Sender(d), keep_going=n > 1)
                 for i, (f, o, d) in enumerate(zip(formats, obss, dests, strict=True))]  # fmt: skip
     if args.output.endswith(".dada") and formats[0].bits < 8:
         raise ConfigError(f"{formats[0].bits}-bit samples go to VDIF (.vdif) files, not DADA")
@@ -196,6 +207,8 @@ def _summary(args: argparse.Namespace, fmt: Any, outs: list[_Output], first: int
             else f"packets {per} " + ",".join(str(o.packets) for o in outs))  # fmt: skip
     if args.output:
         where = ",".join(out.where for out in outs)
+    if refused := [f"{o.where} ({o.refused_blocks})" for o in outs if o.refused_blocks]:
+        tail += "; blocks refused by a node that was down: " + ", ".join(refused)
     return (
         f"simulate: {args.signal} {fmt.name}, {len(outs)} subbands of {shape} "
         f"({len(outs) * fmt.nchan} ch centred on {fmt.freq_mhz:g} MHz) -> {where}: {each} "

@@ -1,0 +1,226 @@
+"""Many nodes, one observation, from the command line (issue 16; docs/scale-out.md):
+`voltstream demo --nodes N` on one machine and `voltstream fold --scheduler ...` on a
+Dask cluster (commands.py dispatches here)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from voltstream.commands_common import _now_mjd, _stop_event
+from voltstream.errors import ConfigError
+
+log = logging.getLogger("voltstream.commands")
+
+#: The cluster demo's band: four (N) YNAO subbands of 32 narrow channels, so that
+#: N CPU folds keep up on a small machine: 32 x 62.5 kHz per node, 2 x 8-bit pols.
+DEMO_CHAN_BW_MHZ = 0.0625
+DEMO_FREQ_MHZ = 1420.0
+DEMO_PORT = 7148
+
+
+def demo_nodes(args: argparse.Namespace) -> int:
+    """`voltstream demo --nodes N`: see the verb's help."""
+    from voltstream.cluster.driver import Kill, plan_observation, run_observation
+    from voltstream.cluster.local import ProcessCluster
+    from voltstream.commands import DEMO_PULSAR
+    from voltstream.fold.reference import FoldSettings
+    from voltstream.formats import make_format
+    from voltstream.io.polyco import ConstantPeriod
+    from voltstream.sim.subbands import subband_formats
+
+    n = args.nodes
+    args.duration = 4.0 if args.duration is None else args.duration
+    args.rate = 0.1 if args.rate is None else args.rate
+    out = Path(args.outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    archive = out / "demo-nodes.fits"
+    archive.unlink(missing_ok=True)
+    psr = DEMO_PULSAR
+    fmt = make_format("ynao", chan_bw_mhz=DEMO_CHAN_BW_MHZ, freq_mhz=DEMO_FREQ_MHZ)
+    formats = subband_formats(fmt, n)
+    names = [f"node{i}" for i in range(n)]
+    mjd, sec = _now_mjd()
+    kills = []
+    if args.kill_node is not None:
+        if not 0 <= args.kill_node < n:
+            raise ConfigError(f"--kill-node {args.kill_node}: the nodes are 0 .. {n - 1}")
+        kills.append(Kill(names[args.kill_node], args.at))
+    with ExitStack() as stack:
+        nets = _namespaces(stack, n, args.netns)
+        if nets:
+            dests = [f"{net.node_addr}:{DEMO_PORT}" for net in nets]
+            host, hosts = nets[0].host_addr, [net.node_addr for net in nets]
+            prefixes = [net.exec_prefix() for net in nets]
+            where = "each in its own network namespace with a veth on a bridge"
+        else:
+            from voltstream.commands import _free_udp_port
+
+            dests = [f"127.0.0.1:{_free_udp_port()}" for _ in names]
+            host, hosts, prefixes = "127.0.0.1", None, None
+            where = "on loopback ports (run as root for network namespaces)"
+        print(f"demo: {n} nodes x 32 channels of {DEMO_CHAN_BW_MHZ * 1e3:g} kHz around "
+              f"{DEMO_FREQ_MHZ} MHz, {where}; starting a Dask scheduler, {n} node workers "
+              "and a merger")  # fmt: skip
+        t_start = time.monotonic()
+        cluster = stack.enter_context(ProcessCluster(names, out / "dask", host, hosts, prefixes))
+        print(f"demo: Dask cluster up in {time.monotonic() - t_start:.1f} s "
+              f"(dashboard {cluster.dashboard})")  # fmt: skip
+        obss = [f.observation(start_mjd=mjd, start_sec=sec, source="PSR_DEMO") for f in formats]
+        predictor = ConstantPeriod(psr["period"], mjd, sec)
+        settings = FoldSettings(psr["dm"], predictor, nbin=128, tsub_s=args.tsub)
+        plan = plan_observation(
+            list(zip(names, dests, obss, strict=True)), settings, str(archive),
+            duration_s=args.duration + 120.0, formats=formats,
+            history=("voltstream demo --nodes " + " ".join(sys.argv[3:]),),
+        )  # fmt: skip
+        sim_cmd = [
+            sys.executable, "-m", "voltstream.cli", "simulate", "--format", "ynao",
+            "--subbands", str(n), "--chan-bw", str(DEMO_CHAN_BW_MHZ),
+            "--freq", str(DEMO_FREQ_MHZ), "--signal", "pulsar", "--dm", str(psr["dm"]),
+            "--period", str(psr["period"]), "--duty", str(psr["duty"]),
+            "--pulse-phase", str(psr["pulse_phase"]), "--duration", str(args.duration),
+            "--dest", ",".join(dests), "--rate", str(args.rate),
+        ]  # fmt: skip
+        sim: list[subprocess.Popen] = []
+
+        def start_sender() -> None:
+            print(f"demo: every node is capturing; simulating {args.duration} s of a "
+                  f"{psr['period'] * 1e3:.1f} ms pulsar at DM {psr['dm']} -> "
+                  f"{', '.join(dests)} at {args.rate} Gb/s in all")  # fmt: skip
+            sim.append(subprocess.Popen(sim_cmd, env=dict(os.environ, PYTHONUNBUFFERED="1")))
+
+        def sender_done() -> bool:
+            return bool(sim) and sim[0].poll() is not None
+
+        report = run_observation(cluster.client, plan, on_ready=start_sender,
+                                 stop_when=_after(sender_done, 3.0), kills=kills,
+                                 stop_event=_stop_event(args))  # fmt: skip
+        sim_rc = _wait(sim)
+    return _demo_verdict(args, report, archive, out, sim_rc, kills)
+
+
+def _after(cond: Any, grace_s: float) -> Any:
+    """``cond`` held for ``grace_s``: the sender has ended and the nodes' last packets
+    have had time to arrive (each node also ends by its idle timeout)."""
+    since: list[float] = []
+
+    def check() -> bool:
+        if not cond():
+            return False
+        since[:] = since or [time.monotonic()]
+        return time.monotonic() - since[0] >= grace_s
+
+    return check
+
+
+def _wait(procs: list[subprocess.Popen]) -> int:
+    for p in procs:
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return procs[0].returncode if procs else 1
+
+
+def _namespaces(stack: ExitStack, n: int, wanted: str) -> list:
+    """Network namespaces for the nodes when asked (``--netns yes``) or possible
+    (``auto``: root and `ip netns` works); none with ``no``."""
+    if wanted == "no":
+        return []
+    from voltstream.cluster.netns import NodeNamespaces, namespaces_available
+
+    ok, why = namespaces_available()
+    if not ok:
+        if wanted == "yes":
+            raise ConfigError(f"--netns yes: network namespaces are not available: {why}")
+        log.info("demo: nodes on loopback: %s", why)
+        return []
+    return stack.enter_context(NodeNamespaces(n))
+
+
+def _demo_verdict(args: argparse.Namespace, report: dict, archive: Path, out: Path,
+                  sim_rc: int, kills: list) -> int:  # fmt: skip
+    from voltstream.commands import DEMO_PULSAR, pulsar_check
+    from voltstream.io.psrfits import read_psrfits
+    from voltstream.monitor.plots import plot_archive
+
+    (out / "demo-nodes-report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    for line in cluster_summary(report):
+        print(line)
+    problems = []
+    if sim_rc != 0:
+        problems.append(f"the simulator exited with status {sim_rc}")
+    if not archive.exists():
+        problems.append("no archive was written")
+        print("demo: FAILED: " + "; ".join(problems), file=sys.stderr)
+        return 1
+    arch = read_psrfits(archive)
+    plot_archive(arch, out / "demo-nodes.png", title=f"voltstream demo: {len(report['nodes'])} "
+                 f"nodes, DM {DEMO_PULSAR['dm']}")  # fmt: skip
+    killed = {k["node"] for k in report["kills"]}
+    for node, r in report["nodes"].items():
+        if r["error"]:
+            problems.append(f"{node}: {r['error']}")
+        lost = ((r["task"] or {}).get("capture") or {}).get("lost", 0)
+        if lost and node not in killed:
+            problems.append(f"{node} lost {lost} packets")
+        missing = r["merger"].get("rows_missing", 0)
+        if missing and node not in killed:
+            problems.append(f"{node} is missing from {missing} rows")
+    snr, peak, err, bad = pulsar_check(arch, DEMO_PULSAR)
+    problems += bad
+    print(f"demo: {arch.nsub} rows x {arch.data.shape[2]} channels x {arch.nbin} bins in "
+          f"{archive}, S/N {snr:.1f}, peak at phase {peak:.3f} "
+          f"(expected {DEMO_PULSAR['pulse_phase']})")  # fmt: skip
+    print(f"demo: wrote {archive}, {out / 'demo-nodes.png'}, {out / 'demo-nodes-report.json'}, "
+          f"worker logs in {out / 'dask' / 'logs'}")  # fmt: skip
+    if problems:
+        print("demo: FAILED: " + "; ".join(problems), file=sys.stderr)
+        return 1
+    what = "zero loss" if not kills else f"{', '.join(sorted(killed))} killed and weighted zero"
+    print(f"demo: OK: {what}, pulsar detected across {len(report['nodes'])} subbands")
+    return 0
+
+
+def cluster_summary(report: dict) -> list[str]:
+    """The report's lines for the terminal: the merge, then one line per node."""
+    m = report["merge"]
+    lat = m["merge_latency_s"]
+    lines = [
+        f"cluster: {m['rows_written']} rows written ({m['rows_complete']} with every node; "
+        f"by rule {m['rows_by_rule']}), {m['late']} late, {m['duplicate']} duplicate, "
+        f"{m['malformed']} malformed node rows; merge latency p50 {lat['p50'] * 1e3:.1f} ms, "
+        f"max {lat['max'] * 1e3:.1f} ms"
+    ]
+    for node, r in report["nodes"].items():
+        t = r["task"] or {}
+        cap = t.get("capture") or {}
+        tot = cap.get("totals") or {}
+        mv = r["merger"]
+        text = (
+            f"  {node} ({r['source']}, {r['nchan']} ch at {r['freq_mhz']:.4f} MHz): "
+            f"{tot.get('received', 0)} packets, {cap.get('lost', 0)} lost "
+            f"(missing {tot.get('missing', 0)}, dropped {tot.get('dropped', 0)}), "
+            f"{t.get('rows_sent', 0)} rows sent"
+        )
+        if mv.get("rows_missing"):
+            text += (f"; missing from rows {mv['missing_rows']} ({mv['seconds_lost']:.2f} s "
+                     "weighted zero)")  # fmt: skip
+        if mv.get("restarts"):
+            text += f"; restarted {mv['restarts']}x, rejoined at rows {mv['first_rows'][1:]}"
+        if r["error"]:
+            text += f"; ERROR {r['error']}"
+        lines.append(text)
+    for k in report["kills"]:
+        lines.append(f"  killed {k['node']} (pid {k['pid']}) at {k['at_s']:.2f} s")
+    return lines
