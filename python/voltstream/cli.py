@@ -498,6 +498,30 @@ def build_parser() -> argparse.ArgumentParser:
     add_ring_mb(live)
     add_no_status(live)
     add_engine(live)
+    many = p.add_argument_group(
+        "many nodes, one observation (instead of INPUT or --listen; docs/scale-out.md)",
+        "each subband is captured (or read) and folded on its own node of a Dask cluster, "
+        "and one merger writes the archive: every channel in frequency order, a node "
+        "that is lost weighted zero from then on. Start the cluster first: `dask "
+        "scheduler`, `dask worker SCHEDULER --name NODE --resources NODE=1` per node and "
+        "one with --resources merger=1. The stream format options give ONE subband's "
+        "geometry, with --freq the centre of the WHOLE band",
+    )
+    add_options(many, (
+        ("--scheduler", None, None, "the Dask scheduler, e.g. tcp://head:8786"),
+        ("--start-packet", int, 0,
+         "live subbands: the packet index (the format's own) where the observation and "
+         "its first sub-integration start, the same on every node. Default: 0"),
+    ))  # fmt: skip
+    many.add_argument(
+        "--subband",
+        action="append",
+        default=[],
+        metavar="NODE=SOURCE",
+        help="a node and what it folds: HOST:PORT to capture, or a file on that node "
+        "(one per subband, e.g. scan.sb0.dada as `simulate --subbands` and the recorder "
+        "write them); repeat in the whole band's channel order",
+    )
     add_format_options(p)
 
     _add_fengine_parser(verbs)

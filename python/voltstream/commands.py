@@ -42,7 +42,7 @@ from voltstream.service.exit_status import Loss, record_loss
 
 if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up short
     from voltstream.fold.reference import FoldSettings
-    from voltstream.observation import FoldedArchive
+    from voltstream.observation import FoldedArchive, Observation
 
 
 log = logging.getLogger("voltstream.commands")
@@ -155,9 +155,12 @@ def inspect(args: argparse.Namespace) -> int:
 
 def fold(args: argparse.Namespace) -> int | Loss:
     from voltstream.fold.reference import FoldSettings
-    from voltstream.io.polyco import ConstantPeriod, read_polyco
     from voltstream.io.psrfits import write_psrfits
 
+    if args.scheduler or args.subband:
+        from voltstream.commands_cluster import fold_cluster
+
+        return fold_cluster(args)
     if (args.input is None) == (args.listen is None):
         raise ConfigError("give either an INPUT file or --listen HOST:PORT, not both or neither")
     device = resolve_device(args.device)
@@ -218,15 +221,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
         obs = reader.obs
     nsamp = getattr(reader, "nsamp", None)
     span_s = nsamp * obs.tsamp_s if nsamp else args.duration
-    if args.period:
-        predictor = ConstantPeriod(args.period, obs.start_mjd, obs.start_sec)
-    elif args.par:
-        from voltstream.io.par import predictor_from_par, quiet_pint_logging
-
-        quiet_pint_logging()  # PINT logs every TOA step at DEBUG to stderr by default
-        predictor = predictor_from_par(args.par, obs.start_mjd, obs.start_sec, span_s, obs.freq_mhz)
-    else:
-        predictor = read_polyco(args.polyco)
+    predictor = fold_predictor(args, obs, span_s)
     tsub = args.tsub if args.tsub is not None else span_s / 10
     settings = FoldSettings(args.dm, predictor, args.nbin, tsub, pol_mode=args.pol)
     if args.listen and device == "gpu":
@@ -286,6 +281,21 @@ def fold(args: argparse.Namespace) -> int | Loss:
             line += f"; {steady:.2f} once started, after {fold_s - st['blocks_s']:.2f} s start-up"
         print(line + ")")
     return loss if loss is not None else 0
+
+
+def fold_predictor(args: argparse.Namespace, obs: Observation, span_s: float) -> Any:
+    """Pulse phase for fold: --period (phase zero at the start), --par (polycos made
+    with PINT over the span) or --polyco."""
+    from voltstream.io.polyco import ConstantPeriod, read_polyco
+
+    if args.period:
+        return ConstantPeriod(args.period, obs.start_mjd, obs.start_sec)
+    if args.par:
+        from voltstream.io.par import predictor_from_par, quiet_pint_logging
+
+        quiet_pint_logging()  # PINT logs every TOA step at DEBUG to stderr by default
+        return predictor_from_par(args.par, obs.start_mjd, obs.start_sec, span_s, obs.freq_mhz)
+    return read_polyco(args.polyco)
 
 
 def _fold_on(

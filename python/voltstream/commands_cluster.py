@@ -12,8 +12,11 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from voltstream.commands_common import _now_mjd, _stop_event
 from voltstream.errors import ConfigError
@@ -224,3 +227,91 @@ def cluster_summary(report: dict) -> list[str]:
     for k in report["kills"]:
         lines.append(f"  killed {k['node']} (pid {k['pid']}) at {k['at_s']:.2f} s")
     return lines
+
+
+def _subbands(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """--subband NODE=SOURCE, checked: names unique, sources all live or all files."""
+    if not args.scheduler:
+        raise ConfigError("--subband folds on a Dask cluster: give --scheduler tcp://HOST:8786")
+    if not args.subband:
+        raise ConfigError("--scheduler needs the subbands: --subband NODE=SOURCE per node")
+    if args.input or args.listen:
+        raise ConfigError("with --scheduler, each node's source comes from --subband "
+                          "NODE=SOURCE: leave out INPUT and --listen")  # fmt: skip
+    pairs = []
+    for text in args.subband:
+        node, sep, source = text.partition("=")
+        if not sep or not node or not source:
+            raise ConfigError(f"--subband {text!r}: write NODE=HOST:PORT or NODE=FILE")
+        pairs.append((node, source))
+    names = [n for n, _ in pairs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--subband names a node twice: {', '.join(names)}")
+    return pairs
+
+
+def fold_cluster(args: argparse.Namespace) -> int:
+    """`voltstream fold --scheduler ADDR --subband NODE=SOURCE ...`: one observation
+    on a running Dask cluster (docs/scale-out.md)."""
+    from distributed import Client
+
+    from voltstream.cluster.driver import plan_observation, run_observation
+    from voltstream.cluster.node import NodeJob, probe_file
+    from voltstream.commands import fold_predictor
+    from voltstream.fold.reference import FoldSettings
+    from voltstream.ops.cli import watcher
+
+    pairs = _subbands(args)
+    files = [NodeJob.source_is_file(src) for _, src in pairs]
+    if any(files) and not all(files):
+        raise ConfigError("--subband: give every node a HOST:PORT or every node a file")
+    with Client(args.scheduler, timeout="30s") as client:
+        formats, offsets = None, None
+        if all(files):
+            probes = [client.submit(probe_file, src, resources={node: 1}, pure=False)
+                      for node, src in pairs]  # fmt: skip
+            found = [p.result(timeout=120) for p in probes]
+            t0 = min(o.start_mjd * 86400.0 + o.start_sec for o, _ in found)
+            mjd, sec = divmod(t0, 86400.0)
+            obss = [replace(o, start_mjd=int(mjd), start_sec=sec) for o, _ in found]
+            offsets = [round((o.start_mjd * 86400.0 + o.start_sec - t0) / o.tsamp_s)
+                       for o, _ in found]  # fmt: skip
+            ends = [off + n for off, (_, n) in zip(offsets, found, strict=True)]
+            span = max(ends) * obss[0].tsamp_s
+            duration = span + 3600.0  # files end by themselves
+        else:
+            from voltstream.cli_options import format_from
+            from voltstream.sim.subbands import subband_formats
+
+            formats = subband_formats(format_from(args), len(pairs))
+            mjd, sec = _now_mjd()
+            obss = [f.observation(start_mjd=mjd, start_sec=sec) for f in formats]
+            span = duration = args.duration
+        band = replace(obss[0], nchan=obss[0].nchan * len(pairs),
+                       freq_mhz=float(np.mean([o.freq_mhz for o in obss])),
+                       bw_mhz=obss[0].bw_mhz * len(pairs))  # fmt: skip
+        predictor = fold_predictor(args, band, span)
+        tsub = args.tsub if args.tsub is not None else span / 10
+        settings = FoldSettings(args.dm, predictor, args.nbin, tsub, pol_mode=args.pol)
+        capture = {"packets_per_chunk": args.packets_per_chunk or 64}
+        plan = plan_observation(
+            [(n, src, o) for (n, src), o in zip(pairs, obss, strict=True)], settings,
+            args.output, duration, formats=formats, start_packet=args.start_packet,
+            file_offsets=offsets, capture=capture,
+            history=("voltstream " + " ".join(sys.argv[1:]),),
+        )  # fmt: skip
+        print(f"fold: {len(pairs)} subbands on the Dask cluster at {args.scheduler} "
+              f"({client.dashboard_link}); merging into {args.output}")  # fmt: skip
+        report = run_observation(client, plan, stop_event=_stop_event(args),
+                                 live_report=watcher(args))  # fmt: skip
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2, default=str) + "\n")
+    for line in cluster_summary(report):
+        print(line)
+    errors = [n for n, r in report["nodes"].items() if r["error"]]
+    if args.plot and Path(args.output).exists():
+        from voltstream.io.psrfits import read_psrfits
+        from voltstream.monitor.plots import plot_archive
+
+        plot_archive(read_psrfits(args.output), args.plot, title=f"DM {args.dm}")
+    return 1 if errors or not report["merge"]["rows_written"] else 0

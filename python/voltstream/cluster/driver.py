@@ -143,12 +143,15 @@ def run_observation(
     on_status: Callable[[dict], None] | None = None,
     kills: Sequence[Kill] = (),
     stop_event: threading.Event | None = None,
+    live_report: Callable[[Callable[[], dict]], None] | None = None,
     tick_s: float = 0.25,
     finish_timeout_s: float = 60.0,
 ) -> dict:
     """Runs the observation to its end; returns the report. ``on_ready`` is called once
     every node is capturing (the demo starts its simulator then); ``stop_when()``
-    true, ``stop_event`` set or the duration passed ends it."""
+    true, ``stop_event`` set or the duration passed ends it. ``live_report`` (the
+    metrics board's ``watch``, ops/cli.py) is given the merger's status as it runs:
+    per node metrics (ops/counters.py ``_cluster``)."""
     from distributed import Event, Variable
 
     check_cluster(client, plan)
@@ -171,8 +174,10 @@ def run_observation(
     ready = False
     results: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    present = {j.node for j in plan.jobs}
+    seen = _node_workers(client)  # node -> worker address; a restart changes it
     status: dict = {}
+    if live_report is not None:
+        live_report(lambda: {"cluster": status})
     last_status = 0.0
     stopped_at: float | None = None
     while len(results) + len(errors) < len(plan.jobs):
@@ -204,11 +209,12 @@ def run_observation(
                     errors[node] = f"{type(e).__name__}: {e}"
                     log.error("cluster: %s failed: %s", node, errors[node])
         workers = _node_workers(client)
-        for node in present - set(workers):
-            log.warning("cluster: %s's worker left the cluster; its rows are not waited for",
-                        node)  # fmt: skip
-            merger.gone(node).result()
-        present = {j.node for j in plan.jobs} & set(workers)
+        for node, addr in seen.items():
+            if workers.get(node) != addr:  # gone, or gone and back (a nanny's restart)
+                log.warning("cluster: %s's worker left the cluster; its rows are not "
+                            "waited for until it rejoins", node)  # fmt: skip
+                merger.gone(node, addr).result()
+        seen = {j.node: workers[j.node] for j in plan.jobs if j.node in workers}
         for k in kills:
             if k.done_at is None and now - t0 >= k.at_s and ready:
                 k.pid = _kill_worker(client, workers.get(k.node), k.node)
@@ -226,6 +232,8 @@ def run_observation(
                     on_ready()
         time.sleep(tick_s)
     merge = merger.finish().result()
+    if live_report is not None:
+        live_report(lambda: {"cluster": merge})
     return _report(plan, merge, results, errors, kills, attempts)
 
 

@@ -53,6 +53,7 @@ class NodeStatus:
     last_row: int | None = None
     last_seen: float | None = None
     hellos: list = field(default_factory=list)  # (k, wall time) of each (re)start
+    worker: str | None = None  # the Dask worker of the newest hello
     counters: dict = field(default_factory=dict)
     missing: list = field(default_factory=list)  # [first, last] row ranges
 
@@ -80,11 +81,12 @@ class Merger:
         demo's sender once every node is."""
         self._ready.add(node)
 
-    def hello(self, node: str, k: int) -> None:
-        """A node (re)started; its rows begin at ``k``."""
+    def hello(self, node: str, k: int, worker: str | None = None) -> None:
+        """A node (re)started on ``worker`` (its Dask address); its rows begin at ``k``."""
         self.rows.hello(node, int(k))
         if node in self.nodes:
             self.nodes[node].hellos.append((int(k), time.time()))
+            self.nodes[node].worker = worker
 
     def put(
         self,
@@ -107,8 +109,13 @@ class Merger:
         self._write(self.rows.add(NodeRow(node, k, sums, hits, offered)), arrived)
         return self.rows.counters.rows_written
 
-    def gone(self, node: str) -> int:
-        """The driver saw the node's worker leave the cluster: not waited for."""
+    def gone(self, node: str, worker: str | None = None) -> int:
+        """The driver saw the node's worker (``worker``: its address) leave the
+        cluster: not waited for, unless the node has already said hello from a new
+        worker (a nanny's restart can be quicker than the driver's look)."""
+        st = self.nodes.get(node)
+        if st is not None and worker is not None and st.worker not in (None, worker):
+            return self.rows.counters.rows_written
         self._write(self.rows.gone(node), None)
         return self.rows.counters.rows_written
 

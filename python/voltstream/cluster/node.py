@@ -73,7 +73,12 @@ class NodeJob:
 
     @property
     def is_file(self) -> bool:
-        return ":" not in self.source or "/" in self.source
+        return self.source_is_file(self.source)
+
+    @staticmethod
+    def source_is_file(source: str) -> bool:
+        """A path, not HOST:PORT (a path may hold a colon only after a slash)."""
+        return ":" not in source or "/" in source.partition(":")[0]
 
 
 class NodeFold:
@@ -94,7 +99,9 @@ class NodeFold:
                         obs.start_sec)  # fmt: skip
         self.fold = StreamFold(self.obs, s, dd, folder)
         self.tsamp = self.obs.tsamp_s
-        self.sub_samples = s.tsub_s / self.tsamp if s.tsub_s else math.inf
+        if not s.tsub_s:
+            raise ConfigError("a cluster node sends sub-integrations: give their length (tsub)")
+        self.tsub: float = s.tsub_s
         self.next_sample: int | None = None  # on the observation's axis
         self.first_row: int | None = None
         self.samples_before_start = 0
@@ -104,7 +111,7 @@ class NodeFold:
 
     def start_at(self, first: int) -> int:
         """The first sample is ``first``: where folding starts, and the first row."""
-        if first * self.tsamp < (self.job.settings.tsub_s or math.inf):
+        if first * self.tsamp < self.tsub:
             # Within the first row: the start counts as lost, as a fold of the whole
             # band would count it, so row 0 is this node's too.
             self.next_sample, self.first_row = 0, 0
@@ -118,7 +125,7 @@ class NodeFold:
         step = self.fold.dd.step
         first = -(-first // step) * step
         lead = float(np.max(-self.fold.folder.delay_s, initial=0.0))
-        self.first_row = math.ceil((first * self.tsamp + lead) / self.job.settings.tsub_s + 1e-9)
+        self.first_row = math.ceil((first * self.tsamp + lead) / self.tsub + 1e-9)
         self.fold.offset = self.next_sample = first
         return self.first_row
 
@@ -152,10 +159,10 @@ class NodeFold:
     def rows(self) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         """Rows every channel has passed: the next unfolded sample's dedispersed time
         (less half a sample, against rounding at a boundary) is past their end."""
-        if self.next_sample is None or not math.isfinite(self.sub_samples):
+        if self.next_sample is None:
             return []
         t_next = (self.fold.folded_to - 0.5) * self.tsamp - float(self.fold.folder.delay_s.max())
-        upto = math.floor(t_next / self.job.settings.tsub_s)
+        upto = math.floor(t_next / self.tsub)
         return self._sendable(self.fold.folder.take_rows(upto))
 
     def finish(self) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
@@ -180,6 +187,15 @@ class NodeFold:
         }
 
 
+def probe_file(path: str) -> tuple[Observation, int]:
+    """What a node's file holds (run on that node by the driver): its observation,
+    start time included, and its samples."""
+    from voltstream.io.baseband import open_baseband
+
+    reader = open_baseband(path)
+    return reader.obs, int(reader.nsamp)
+
+
 def subband_of(job: NodeJob) -> Subband:
     """The merger's view of this node's channels."""
     obs = job.obs
@@ -189,7 +205,7 @@ def subband_of(job: NodeJob) -> Subband:
 def run_node(job: NodeJob) -> dict:
     """The node's task: fold its subband, sending rows to the merger as they finish;
     returns the node's report (capture counters, fold counters, rows sent)."""
-    from distributed import Event, Variable, secede
+    from distributed import Event, Variable, get_worker, secede
 
     secede()  # a long task: the worker's thread pool is not held by it
     merger = Variable(job.merger).get(timeout=60)
@@ -203,7 +219,7 @@ def run_node(job: NodeJob) -> dict:
 
     threading.Thread(target=watch_stop, name="voltstream-stop-watch", daemon=True).start()
     try:
-        return NodeRun(job, merger, stop).run()
+        return NodeRun(job, merger, stop, get_worker().address).run()
     finally:
         stop.set()
 
@@ -211,8 +227,10 @@ def run_node(job: NodeJob) -> dict:
 class NodeRun:
     """The node's work, Dask apart (a test drives it with a merger of its own)."""
 
-    def __init__(self, job: NodeJob, merger: Any, stop: threading.Event) -> None:
-        self.job, self.merger, self.stop = job, merger, stop
+    def __init__(
+        self, job: NodeJob, merger: Any, stop: threading.Event, worker: str | None = None
+    ) -> None:
+        self.job, self.merger, self.stop, self.worker = job, merger, stop, worker
         self.fold = NodeFold(job)
         self.rows_sent = 0
         self.last_k: int | None = None
@@ -257,7 +275,7 @@ class NodeRun:
                     fmt, settings, self.job.duration_s,
                     sink=lambda s, v, first: q.put((s, v, first)),
                     idle_timeout_s=self.job.idle_timeout_s, stop_event=self.stop,
-                    on_start=lambda: self._call("ready", self.job.node),
+                    on_start=lambda: self._call_none("ready", self.job.node),
                     live_report=lambda f: setattr(self, "_progress", f), indexed_sink=True,
                 )  # fmt: skip
             except BaseException as e:  # handed to the fold thread below
@@ -295,7 +313,7 @@ class NodeRun:
         was = self.fold.first_row
         self.fold.feed(x, valid, first)
         if was is None and self.fold.first_row is not None:
-            self._call("hello", self.job.node, self.fold.first_row)
+            self._call("hello", self.job.node, self.fold.first_row, self.worker)
             log.info("%s: first row %d", self.job.node, self.fold.first_row)
         for row in self.fold.rows():
             self._send(row)
@@ -316,6 +334,9 @@ class NodeRun:
             except Exception:  # a scrape racing the capture's end: skip this once
                 pass
         return out
+
+    def _call_none(self, method: str, *args: Any) -> None:
+        self._call(method, *args)
 
     def _call(self, method: str, *args: Any) -> bool:
         """Calls the merger; a merger that is gone is counted, never fatal: the node

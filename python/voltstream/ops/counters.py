@@ -19,7 +19,7 @@ labels.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -104,6 +104,8 @@ def samples(snapshot: dict[str, Any]) -> list[Sample]:
         out += _fengine(snapshot)
     if "dest" in snapshot and "packets" in snapshot:
         out += _replay(snapshot)
+    if isinstance(snapshot.get("cluster"), dict):
+        out += _cluster(snapshot["cluster"])
     if isinstance(snapshot.get("latency"), dict):
         out += _flat(snapshot["latency"], "voltstream_latency_",
                      "latency mode (docs/latency.md): ")  # fmt: skip
@@ -219,6 +221,48 @@ def _capture(st: dict[str, Any], snap: dict[str, Any]) -> list[Sample]:
         out.append(Sample("voltstream_capture_ring_fill_ratio", "gauge",
                           "share of the pool's chunks in use: 1 - free / pool",
                           1.0 - free / pool))  # fmt: skip
+    return out
+
+
+#: The merger's counters (cluster/merger.py `Merger.status`): name, help.
+_MERGE = (
+    ("rows_written", "rows of the merged archive on disk"),
+    ("rows_complete", "rows written with every node's channels"),
+    ("late", "node rows that came after their row was written (dropped)"),
+    ("duplicate", "second copies of a node's row (a rerun's; ignored)"),
+    ("malformed", "node rows of a wrong shape or an unknown node (dropped)"),
+)
+#: Per node, as the merger saw it.
+_MERGE_NODE = (
+    ("rows_received", "counter", "rows this node sent the merger"),
+    ("rows_missing", "counter", "merged rows written without this node (weight 0 there)"),
+    ("restarts", "counter", "times this node's task started again (a kill, a rerun)"),
+    ("last_row", "gauge", "the newest row this node sent"),
+)
+
+
+def _cluster(c: dict[str, Any]) -> list[Sample]:
+    """A cluster observation (voltstream demo --nodes, fold --scheduler): the merger's
+    counters, and per node (label ``node``) its merge counters and the capture
+    counters it last sent with a row, under the capture metrics' own names."""
+    out = [
+        Sample(f"voltstream_cluster_{k}_total", "counter", "cluster merger: " + text, c[k])
+        for k, text in _MERGE if _num(c.get(k))
+    ]  # fmt: skip
+    lat = c.get("merge_latency_s") or {}
+    if _num(lat.get("p50")) and lat["p50"] == lat["p50"]:  # NaN before the first row
+        out.append(Sample("voltstream_cluster_merge_latency_seconds", "gauge",
+                          "median time from the part that completed a row to the row on "
+                          "disk", lat["p50"]))  # fmt: skip
+    for node, st in (c.get("nodes") or {}).items():
+        lab = {"node": str(node)}
+        for k, kind, text in _MERGE_NODE:
+            if _num(st.get(k)):
+                out.append(Sample(f"voltstream_cluster_node_{k}" + ("_total" if kind ==
+                                  "counter" else ""), kind, text, st[k], lab))  # fmt: skip
+        cap = (st.get("counters") or {}).get("capture")
+        if isinstance(cap, dict) and isinstance(cap.get("engine"), dict):
+            out += [replace(x, labels=x.labels | lab) for x in _capture(cap["engine"], cap)]
     return out
 
 
