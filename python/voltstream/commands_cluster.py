@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,13 +31,8 @@ DEMO_PORT = 7148
 
 def demo_nodes(args: argparse.Namespace) -> int:
     """`voltstream demo --nodes N`: see the verb's help."""
-    from voltstream.cluster.driver import Kill, plan_observation, run_observation
-    from voltstream.cluster.local import ProcessCluster
-    from voltstream.commands import DEMO_PULSAR
-    from voltstream.fold.reference import FoldSettings
-    from voltstream.formats import make_format
-    from voltstream.io.polyco import ConstantPeriod
-    from voltstream.sim.subbands import subband_formats
+    from voltstream.cluster.driver import Kill
+    from voltstream.cluster.local import local_nodes
 
     n = args.nodes
     args.duration = 4.0 if args.duration is None else args.duration
@@ -47,68 +41,90 @@ def demo_nodes(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     archive = out / "demo-nodes.fits"
     archive.unlink(missing_ok=True)
-    psr = DEMO_PULSAR
-    fmt = make_format("ynao", chan_bw_mhz=DEMO_CHAN_BW_MHZ, freq_mhz=DEMO_FREQ_MHZ)
-    formats = subband_formats(fmt, n)
     names = [f"node{i}" for i in range(n)]
-    mjd, sec = _now_mjd()
     kills = []
     if args.kill_node is not None:
         if not 0 <= args.kill_node < n:
             raise ConfigError(f"--kill-node {args.kill_node}: the nodes are 0 .. {n - 1}")
         kills.append(Kill(names[args.kill_node], args.at))
-    with ExitStack() as stack:
-        nets = _namespaces(stack, n, args.netns)
-        if nets:
-            dests = [f"{net.node_addr}:{DEMO_PORT}" for net in nets]
-            host, hosts = nets[0].host_addr, [net.node_addr for net in nets]
-            prefixes = [net.exec_prefix() for net in nets]
-            where = "each in its own network namespace with a veth on a bridge"
-        else:
-            from voltstream.commands import _free_udp_port
-
-            dests = [f"127.0.0.1:{_free_udp_port()}" for _ in names]
-            host, hosts, prefixes = "127.0.0.1", None, None
-            where = "on loopback ports (run as root for network namespaces)"
-        print(f"demo: {n} nodes x 32 channels of {DEMO_CHAN_BW_MHZ * 1e3:g} kHz around "
-              f"{DEMO_FREQ_MHZ} MHz, {where}; starting a Dask scheduler, {n} node workers "
-              "and a merger")  # fmt: skip
-        t_start = time.monotonic()
-        cluster = stack.enter_context(ProcessCluster(names, out / "dask", host, hosts, prefixes))
-        print(f"demo: Dask cluster up in {time.monotonic() - t_start:.1f} s "
-              f"(dashboard {cluster.dashboard})")  # fmt: skip
-        obss = [f.observation(start_mjd=mjd, start_sec=sec, source="PSR_DEMO") for f in formats]
-        predictor = ConstantPeriod(psr["period"], mjd, sec)
-        settings = FoldSettings(psr["dm"], predictor, nbin=128, tsub_s=args.tsub)
-        plan = plan_observation(
-            list(zip(names, dests, obss, strict=True)), settings, str(archive),
-            duration_s=args.duration + 120.0, formats=formats,
-            history=("voltstream demo --nodes " + " ".join(sys.argv[3:]),),
-        )  # fmt: skip
-        sim_cmd = [
-            sys.executable, "-m", "voltstream.cli", "simulate", "--format", "ynao",
-            "--subbands", str(n), "--chan-bw", str(DEMO_CHAN_BW_MHZ),
-            "--freq", str(DEMO_FREQ_MHZ), "--signal", "pulsar", "--dm", str(psr["dm"]),
-            "--period", str(psr["period"]), "--duty", str(psr["duty"]),
-            "--pulse-phase", str(psr["pulse_phase"]), "--duration", str(args.duration),
-            "--dest", ",".join(dests), "--rate", str(args.rate),
-        ]  # fmt: skip
-        sim: list[subprocess.Popen] = []
-
-        def start_sender() -> None:
-            print(f"demo: every node is capturing; simulating {args.duration} s of a "
-                  f"{psr['period'] * 1e3:.1f} ms pulsar at DM {psr['dm']} -> "
-                  f"{', '.join(dests)} at {args.rate} Gb/s in all")  # fmt: skip
-            sim.append(subprocess.Popen(sim_cmd, env=dict(os.environ, PYTHONUNBUFFERED="1")))
-
-        def sender_done() -> bool:
-            return bool(sim) and sim[0].poll() is not None
-
-        report = run_observation(cluster.client, plan, on_ready=start_sender,
-                                 stop_when=_after(sender_done, 3.0), kills=kills,
-                                 stop_event=_stop_event(args))  # fmt: skip
-        sim_rc = _wait(sim)
+    print(
+        f"demo: {n} nodes x 32 channels of {DEMO_CHAN_BW_MHZ * 1e3:g} kHz around "
+        f"{DEMO_FREQ_MHZ} MHz; starting a Dask scheduler, {n} node workers and a merger"
+    )
+    t_start = time.monotonic()
+    with local_nodes(names, out / "dask", args.netns) as nodes:
+        print(f"demo: Dask cluster up in {time.monotonic() - t_start:.1f} s, nodes "
+              f"{nodes.where} (dashboard {nodes.cluster.dashboard})")  # fmt: skip
+        plan, sim_cmd = demo_plan(names, nodes.dests, archive, args.tsub, args.duration)
+        sim_cmd += ["--rate", str(args.rate)]
+        report, sim_rc = run_simulated(nodes.cluster.client, plan, sim_cmd, kills,
+                                       stop_event=_stop_event(args))  # fmt: skip
     return _demo_verdict(args, report, archive, out, sim_rc, kills)
+
+
+def demo_plan(
+    names: list[str], dests: list[str], archive: Path, tsub_s: float, duration_s: float,
+    seed: int = 1,
+) -> tuple[Any, list[str]]:  # fmt: skip
+    """The demo's observation of `DEMO_PULSAR` on nodes ``names`` capturing at ``dests``,
+    and the simulator's command (without its rate) that feeds them."""
+    from voltstream.cluster.driver import plan_observation
+    from voltstream.commands import DEMO_PULSAR as psr
+    from voltstream.fold.reference import FoldSettings
+    from voltstream.formats import make_format
+    from voltstream.io.polyco import ConstantPeriod
+    from voltstream.sim.subbands import subband_formats
+
+    n = len(names)
+    fmt = make_format("ynao", chan_bw_mhz=DEMO_CHAN_BW_MHZ, freq_mhz=DEMO_FREQ_MHZ)
+    formats = subband_formats(fmt, n)
+    mjd, sec = _now_mjd()
+    obss = [f.observation(start_mjd=mjd, start_sec=sec, source="PSR_DEMO") for f in formats]
+    settings = FoldSettings(psr["dm"], ConstantPeriod(psr["period"], mjd, sec), nbin=128,
+                            tsub_s=tsub_s)  # fmt: skip
+    plan = plan_observation(
+        list(zip(names, dests, obss, strict=True)), settings, str(archive),
+        duration_s=duration_s + 120.0, formats=formats,
+        # Small chunks: a row leaves a node about 4 chunks after its last packet.
+        capture={"packets_per_chunk": 32},
+        history=("voltstream demo --nodes " + " ".join(sys.argv[3:]),),
+    )  # fmt: skip
+    sim_cmd = [
+        sys.executable, "-m", "voltstream.cli", "simulate", "--format", "ynao",
+        "--subbands", str(n), "--chan-bw", str(DEMO_CHAN_BW_MHZ),
+        "--freq", str(DEMO_FREQ_MHZ), "--signal", "pulsar", "--dm", str(psr["dm"]),
+        "--period", str(psr["period"]), "--duty", str(psr["duty"]),
+        "--pulse-phase", str(psr["pulse_phase"]), "--duration", str(duration_s),
+        "--seed", str(seed), "--dest", ",".join(dests),
+    ]  # fmt: skip
+    return plan, sim_cmd
+
+
+def run_simulated(
+    client: Any, plan: Any, sim_cmd: list[str], kills: Any = (), stop_event: Any = None,
+    grace_s: float = 3.0,
+) -> tuple[dict, int]:  # fmt: skip
+    """Runs ``plan`` with the simulator started once every node captures, ending
+    ``grace_s`` after the simulator; (report, the simulator's exit status)."""
+    from voltstream.cluster.driver import run_observation
+
+    sim: list[subprocess.Popen] = []
+
+    def start_sender() -> None:
+        dests = sim_cmd[sim_cmd.index("--dest") + 1]
+        print(f"cluster: every node is capturing; simulating -> {dests}")
+        sim.append(subprocess.Popen(sim_cmd, env=dict(os.environ, PYTHONUNBUFFERED="1")))
+
+    def sender_done() -> bool:
+        return bool(sim) and sim[0].poll() is not None
+
+    try:
+        report = run_observation(client, plan, on_ready=start_sender,
+                                 stop_when=_after(sender_done, grace_s), kills=kills,
+                                 stop_event=stop_event)  # fmt: skip
+    finally:
+        rc = _wait(sim)
+    return report, rc
 
 
 def _after(cond: Any, grace_s: float) -> Any:
@@ -133,22 +149,6 @@ def _wait(procs: list[subprocess.Popen]) -> int:
             p.kill()
             p.wait()
     return procs[0].returncode if procs else 1
-
-
-def _namespaces(stack: ExitStack, n: int, wanted: str) -> list:
-    """Network namespaces for the nodes when asked (``--netns yes``) or possible
-    (``auto``: root and `ip netns` works); none with ``no``."""
-    if wanted == "no":
-        return []
-    from voltstream.cluster.netns import NodeNamespaces, namespaces_available
-
-    ok, why = namespaces_available()
-    if not ok:
-        if wanted == "yes":
-            raise ConfigError(f"--netns yes: network namespaces are not available: {why}")
-        log.info("demo: nodes on loopback: %s", why)
-        return []
-    return stack.enter_context(NodeNamespaces(n))
 
 
 def _demo_verdict(args: argparse.Namespace, report: dict, archive: Path, out: Path,
@@ -210,12 +210,13 @@ def cluster_summary(report: dict) -> list[str]:
         cap = t.get("capture") or {}
         tot = cap.get("totals") or {}
         mv = r["merger"]
-        text = (
-            f"  {node} ({r['source']}, {r['nchan']} ch at {r['freq_mhz']:.4f} MHz): "
-            f"{tot.get('received', 0)} packets, {cap.get('lost', 0)} lost "
-            f"(missing {tot.get('missing', 0)}, dropped {tot.get('dropped', 0)}), "
-            f"{t.get('rows_sent', 0)} rows sent"
-        )
+        text = f"  {node} ({r['source']}, {r['nchan']} ch at {r['freq_mhz']:.4f} MHz): "
+        if "file" in cap:
+            text += f"{cap.get('samples', 0)} samples read, "
+        else:
+            text += (f"{tot.get('received', 0)} packets, {cap.get('lost', 0)} lost (missing "
+                     f"{tot.get('missing', 0)}, dropped {tot.get('dropped', 0)}), ")  # fmt: skip
+        text += f"{t.get('rows_sent', 0)} rows sent"
         if mv.get("rows_missing"):
             text += (f"; missing from rows {mv['missing_rows']} ({mv['seconds_lost']:.2f} s "
                      "weighted zero)")  # fmt: skip

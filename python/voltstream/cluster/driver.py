@@ -31,6 +31,9 @@ from voltstream.fold.reference import FoldSettings
 from voltstream.observation import Observation
 
 log = logging.getLogger("voltstream.cluster.driver")
+# Dask logs at INFO that an actor handle (set in a Variable) is pickled, not
+# serialised its own way: that is what a handle is, and says nothing to an operator.
+logging.getLogger("distributed.protocol.core").setLevel(logging.WARNING)
 
 
 @dataclass

@@ -13,9 +13,13 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +173,50 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
         os.killpg(p.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+@dataclass
+class LocalNodes:
+    """A running `ProcessCluster` and where each node's subband is to be sent."""
+
+    cluster: ProcessCluster
+    dests: list[str]  # HOST:PORT each node captures on
+    where: str  # how the nodes are placed, for messages
+
+
+@contextmanager
+def local_nodes(
+    names: list[str], workdir: Path, netns: str = "auto", port: int = 7148
+) -> Iterator[LocalNodes]:
+    """Node workers ``names`` and a merger on this machine: each node in its own
+    network namespace (``netns`` "yes", or "auto" when root and `ip netns` works)
+    capturing on ``port`` of its own address, else on a free loopback port each."""
+    with ExitStack() as stack:
+        nets = []
+        if netns != "no":
+            from voltstream.cluster.netns import NodeNamespaces, namespaces_available
+
+            ok, why = namespaces_available()
+            if ok:
+                nets = stack.enter_context(NodeNamespaces(len(names)))
+            elif netns == "yes":
+                raise ConfigError(f"network namespaces are not available: {why}")
+            else:
+                log.info("cluster: nodes on loopback: %s", why)
+        if nets:
+            dests = [f"{net.node_addr}:{port}" for net in nets]
+            cluster = ProcessCluster(names, workdir, nets[0].host_addr,
+                                     [net.node_addr for net in nets],
+                                     [net.exec_prefix() for net in nets])  # fmt: skip
+            where = "each in its own network namespace with a veth on a bridge"
+        else:
+            dests = [f"127.0.0.1:{_free_udp_port()}" for _ in names]
+            cluster = ProcessCluster(names, workdir)
+            where = "on loopback ports (run as root for network namespaces)"
+        yield LocalNodes(stack.enter_context(cluster), dests, where)
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

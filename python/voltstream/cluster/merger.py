@@ -55,6 +55,7 @@ class NodeStatus:
     hellos: list = field(default_factory=list)  # (k, wall time) of each (re)start
     worker: str | None = None  # the Dask worker of the newest hello
     counters: dict = field(default_factory=dict)
+    earlier: list = field(default_factory=list)  # the last counters of each run before
     missing: list = field(default_factory=list)  # [first, last] row ranges
 
 
@@ -84,9 +85,13 @@ class Merger:
     def hello(self, node: str, k: int, worker: str | None = None) -> None:
         """A node (re)started on ``worker`` (its Dask address); its rows begin at ``k``."""
         self.rows.hello(node, int(k))
-        if node in self.nodes:
-            self.nodes[node].hellos.append((int(k), time.time()))
-            self.nodes[node].worker = worker
+        st = self.nodes.get(node)
+        if st is not None:
+            if st.hellos and st.counters:  # a rerun: keep what the run before counted
+                st.earlier.append(st.counters)
+                st.counters = {}
+            st.hellos.append((int(k), time.time()))
+            st.worker = worker
 
     def put(
         self,
@@ -161,6 +166,7 @@ class Merger:
                     "restarts": max(0, len(st.hellos) - 1),
                     "first_rows": [k for k, _ in st.hellos],
                     "counters": st.counters,
+                    "earlier_runs": st.earlier,
                 }
                 for n, st in self.nodes.items()
             },
