@@ -73,6 +73,7 @@ class Merger:
         self.nodes = {sb.node: NodeStatus() for sb in plan.subbands}
         self.archive: Any = None
         self.latencies: list[float] = []
+        self.written_at: dict[int, float] = {}  # row -> Unix time it was on disk
         self.reasons: dict[str, int] = {}
         self.started = time.time()
         self._ready: set[str] = set()
@@ -149,6 +150,7 @@ class Merger:
             "rows_written": c.rows_written,
             "rows_complete": c.rows_complete,
             "rows_by_rule": dict(self.reasons),
+            "rows_at": dict(self.written_at),
             "late": c.late,
             "duplicate": c.duplicate,
             "malformed": c.malformed,
@@ -175,6 +177,9 @@ class Merger:
     def _write(self, merged: list[MergedRow], arrived: float | None) -> None:
         for row in merged:
             self._write_row(row)
+            self.written_at[row.k] = time.time()
+            if len(self.written_at) > 4096:  # a long observation: the newest rows
+                del self.written_at[min(self.written_at)]
             if arrived is not None:
                 self.latencies.append(time.time() - arrived)
             self.reasons[row.reason] = self.reasons.get(row.reason, 0) + 1
