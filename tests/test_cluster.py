@@ -156,3 +156,20 @@ def test_fold_scheduler_folds_each_subband_file_where_it_lies(nodes, tmp_path):
     same_profiles(got, ref, np.arange(ref.nsub), np.arange(4 * NCH))
     assert f"{ref.nsub} rows written ({ref.nsub} with every node" in r.stdout
     assert f"{open_dada(paths[0]).nsamp} samples read" in r.stdout  # each node: its whole file
+
+
+def test_a_killed_merger_leaves_a_whole_archive_and_a_new_one_goes_on(nodes, tmp_path):
+    """kill -9 of the merger's worker: the archive on disk is whole (every row it
+    wrote), a new merger reopens it and goes on, the nodes resend the rows it lost."""
+    plan, sim, report = observe(nodes, tmp_path, kills=[Kill("merger", 2.5)])
+    ref = reference(tmp_path, plan, sim)
+    got = read_psrfits(tmp_path / "merged.fits")
+    assert report["merge"]["merger_restarts"] == 1
+    assert got.nsub == ref.nsub
+    np.testing.assert_array_equal(got.offs_sub_s, ref.offs_sub_s)
+    # Every row either whole and equal to the one-machine fold, or (lost with the
+    # merger, none resent in time) weighted zero: never wrong.
+    whole = [k for k in range(ref.nsub) if np.all(got.weights[k] == ref.weights[k])]
+    empty = [k for k in range(ref.nsub) if not got.weights[k].any()]
+    assert sorted(whole + empty) == list(range(ref.nsub)) and len(whole) >= ref.nsub - 1
+    same_profiles(got, ref, np.array(whole), np.arange(4 * NCH))

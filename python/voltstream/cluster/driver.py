@@ -155,11 +155,10 @@ def run_observation(
     true, ``stop_event`` set or the duration passed ends it. ``live_report`` (the
     metrics board's ``watch``, ops/cli.py) is given the merger's status as it runs:
     per node metrics (ops/counters.py ``_cluster``)."""
-    from distributed import Event, Variable
+    from distributed import Event
 
     check_cluster(client, plan)
-    merger = client.submit(Merger, plan.merge, actor=True, resources={"merger": 1}).result()
-    Variable(plan.jobs[0].merger, client=client).set(merger)
+    merger = MergerHandle(client, plan)
     stop = Event(plan.jobs[0].stop, client=client)
     futures: dict[str, Any] = {}
     attempts: dict[str, int] = {}
@@ -216,15 +215,15 @@ def run_observation(
             if workers.get(node) != addr:  # gone, or gone and back (a nanny's restart)
                 log.warning("cluster: %s's worker left the cluster; its rows are not "
                             "waited for until it rejoins", node)  # fmt: skip
-                merger.gone(node, addr).result()
+                merger.call("gone", node, addr)
         seen = {j.node: workers[j.node] for j in plan.jobs if j.node in workers}
         for k in kills:
             if k.done_at is None and now - t0 >= k.at_s and ready:
                 k.pid = _kill_worker(client, workers.get(k.node), k.node)
                 k.done_at = now - t0
-        merger.tick().result()
+        merger.call("tick")
         if now - last_status >= 1.0 or not ready:
-            status = merger.status().result()
+            status = merger.call("status")
             last_status = now
             if on_status is not None:
                 on_status(status)
@@ -234,10 +233,47 @@ def run_observation(
                 if on_ready is not None:
                     on_ready()
         time.sleep(tick_s)
-    merge = merger.finish().result()
+    merge = merger.call("finish")
+    merge["merger_restarts"] = merger.restarts
     if live_report is not None:
         live_report(lambda: {"cluster": merge})
     return _report(plan, merge, results, errors, kills, attempts)
+
+
+class MergerHandle:
+    """The merger actor, started again (on the worker with the ``merger`` resource,
+    which its nanny restarts) when its worker dies: the new actor reopens the archive
+    on disk and goes on after its last row; the nodes find it through the Dask
+    ``Variable`` and resend the rows they hold (node.py ``RESEND_ROWS``)."""
+
+    MAX_RESTARTS = 5
+
+    def __init__(self, client: Any, plan: ClusterPlan) -> None:
+        from distributed import Variable
+
+        self.client, self.plan = client, plan
+        self.variable = Variable(plan.jobs[0].merger, client=client)
+        self.restarts = 0
+        self.actor = self._start(resume=False)
+
+    def _start(self, resume: bool) -> Any:
+        key = f"voltstream-merger-{self.plan.name}-{self.restarts}"
+        actor = self.client.submit(Merger, self.plan.merge, resume, actor=True, key=key,
+                                   resources={"merger": 1}).result(timeout=120)  # fmt: skip
+        self.variable.set(actor)
+        return actor
+
+    def call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self.actor, method)(*args).result(timeout=60)
+        except Exception as e:
+            if self.restarts >= self.MAX_RESTARTS:
+                raise
+            log.error("cluster: the merger is lost (%s: %s); starting it again on the "
+                      "archive on disk", type(e).__name__, e)  # fmt: skip
+            self.restarts += 1
+            self.actor = self._start(resume=True)
+            return getattr(self.actor, method)(*args).result(timeout=60)
 
 
 def _node_workers(client: Any) -> dict[str, str]:

@@ -35,6 +35,9 @@ DASK_ENV = {
     "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "50",
     "DASK_DISTRIBUTED__WORKER__DAEMON": "False",
     "DASK_DISTRIBUTED__ADMIN__TICK__LIMIT": "30s",
+    # A dead merger's worker is given up on in seconds, not the default 30 s, so a
+    # node's call fails fast and it finds the new merger.
+    "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s",
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -62,7 +63,7 @@ class NodeStatus:
 class Merger:
     """The actor; see the module docstring."""
 
-    def __init__(self, plan: MergePlan) -> None:
+    def __init__(self, plan: MergePlan, resume: bool = False) -> None:
         s = plan.settings
         self.plan = plan
         self.npol = npol_out(s.pol_mode)
@@ -77,6 +78,17 @@ class Merger:
         self.reasons: dict[str, int] = {}
         self.started = time.time()
         self._ready: set[str] = set()
+        if resume and Path(plan.output).exists():
+            self._resume()
+
+    def _resume(self) -> None:
+        """A merger started again (its worker was killed): the rows on disk stay, new
+        rows go after them; the nodes resend the rows they still hold."""
+        from voltstream.io.psrfits_append import AppendingArchive
+
+        self.archive = AppendingArchive.reopen(self.plan.output, self._template())
+        self.rows.next_k = self.archive.nrows
+        log.warning("merger: resuming %s after row %d", self.plan.output, self.archive.nrows - 1)
 
     def ready(self, node: str) -> None:
         """The node is capturing (its socket bound) or reading: the driver starts a
@@ -193,6 +205,22 @@ class Merger:
                 log.warning("merger: row %d written without %s (%s rule): weight 0 there",
                             row.k, ", ".join(row.missing), row.reason)  # fmt: skip
 
+    def _template(self, *row: np.ndarray) -> FoldedArchive:
+        """The archive's first row (``row``: data, weights, tsubint, offs, period), or
+        a row of zeros to describe the rows of a resumed archive."""
+        p, s = self.plan, self.plan.settings
+        if not row:
+            nchan = p.band.nchan
+            z = np.zeros(1)
+            row = (np.zeros((1, self.npol, nchan, s.nbin)), np.zeros((1, nchan)), z, z, z + 1)
+        data, weights, tsubint, offs, period = row
+        return FoldedArchive(
+            obs=p.band, data=data, weights=weights, tsubint_s=tsubint, offs_sub_s=offs,
+            period_s=period, dm=s.dm, pol_type=s.pol_mode,
+            polyco_text=getattr(s.predictor, "text", None), history=list(p.history),
+            par_text=p.par_text, coherent_nfft=p.coherent_nfft,
+        )  # fmt: skip
+
     def _write_row(self, row: MergedRow) -> None:
         from voltstream.io.psrfits_append import AppendingArchive
 
@@ -203,12 +231,7 @@ class Merger:
         offs = row.k * (s.tsub_s or 0.0) + tsubint / 2
         period = folding_periods(s.predictor, p.band.start_mjd, p.band.start_sec, offs)
         if self.archive is None:
-            first = FoldedArchive(
-                obs=p.band, data=data, weights=weights, tsubint_s=tsubint, offs_sub_s=offs,
-                period_s=period, dm=s.dm, pol_type=s.pol_mode,
-                polyco_text=getattr(s.predictor, "text", None), history=list(p.history),
-                par_text=p.par_text, coherent_nfft=p.coherent_nfft,
-            )  # fmt: skip
+            first = self._template(data, weights, tsubint, offs, period)
             self.archive = AppendingArchive(p.output, first)
         else:
             self.archive.append(data[0], weights[0], tsubint[0], offs[0], period[0])

@@ -17,6 +17,7 @@ waits for it again from there.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import queue
@@ -38,6 +39,12 @@ from voltstream.observation import Observation
 from voltstream.pipeline.fold import StreamFold
 
 log = logging.getLogger("voltstream.cluster.node")
+
+#: Rows a node keeps after sending them, for a merger started again.
+RESEND_ROWS = 4
+#: The longest a call to the merger may take: a merger whose worker died can leave a
+#: call waiting on its connection (Dask's connect timeout, 30 s by default).
+ASK_TIMEOUT_S = 10.0
 
 _END = object()
 
@@ -208,7 +215,8 @@ def run_node(job: NodeJob) -> dict:
     from distributed import Event, Variable, get_worker, secede
 
     secede()  # a long task: the worker's thread pool is not held by it
-    merger = Variable(job.merger).get(timeout=60)
+    handle = Variable(job.merger)
+    merger = handle.get(timeout=60)
     stop = threading.Event()
     dask_stop = Event(job.stop)
 
@@ -219,7 +227,9 @@ def run_node(job: NodeJob) -> dict:
 
     threading.Thread(target=watch_stop, name="voltstream-stop-watch", daemon=True).start()
     try:
-        return NodeRun(job, merger, stop, get_worker().address).run()
+        run = NodeRun(job, merger, stop, get_worker().address)
+        run.refresh = lambda: handle.get(timeout=10)
+        return run.run()
     finally:
         stop.set()
 
@@ -238,6 +248,11 @@ class NodeRun:
         self.started = time.time()
         self.last_row_sent_at: float | None = None
         self._progress: Any = None  # the capture's report so far (run_capture live_report)
+        #: The rows sent last, resent to a merger that was started again (its worker
+        #: killed): what it had not written yet is not lost.
+        self.recent: collections.deque = collections.deque(maxlen=RESEND_ROWS)
+        self.refresh: Any = None  # () -> the merger's handle now (a Dask Variable's)
+        self.merger_changes = 0
 
     def run(self) -> dict:
         if self.job.is_file:
@@ -254,6 +269,7 @@ class NodeRun:
             "first_row": self.fold.first_row,
             "rows_sent": self.rows_sent,
             "send_errors": self.send_errors,
+            "merger_changes": self.merger_changes,
             "fold": self.fold.counters(),
             "capture": capture,
             "seconds": time.time() - self.started,
@@ -320,8 +336,8 @@ class NodeRun:
 
     def _send(self, row: tuple) -> None:
         k, sums, hits, offered = row
-        counters = self.counters()
-        if self._call("put", self.job.node, k, sums, hits, offered, counters):
+        self.recent.append(row)
+        if self._call("put", self.job.node, k, sums, hits, offered, self.counters()):
             self.rows_sent += 1
             self.last_k = k
             self.last_row_sent_at = time.time()
@@ -342,11 +358,45 @@ class NodeRun:
         """Calls the merger; a merger that is gone is counted, never fatal: the node
         goes on folding (its rows reach a restarted merger, or the report)."""
         try:
-            r = getattr(self.merger, method)(*args)
-            if hasattr(r, "result"):
-                r.result()
+            self._ask(method, *args)
             return True
         except Exception as e:
-            self.send_errors += 1
-            log.warning("%s: the merger did not take %s: %s", self.job.node, method, e)
+            err: Exception = e
+        if self._reconnect():
+            try:
+                self._ask(method, *args)
+                return True
+            except Exception as e:
+                err = e
+        self.send_errors += 1
+        log.warning("%s: the merger did not take %s: %s", self.job.node, method, err)
+        return False
+
+    def _ask(self, method: str, *args: Any) -> None:
+        r = getattr(self.merger, method)(*args)
+        if hasattr(r, "result"):
+            r.result(timeout=ASK_TIMEOUT_S)
+
+    def _reconnect(self) -> bool:
+        """A new merger (the driver started one after the old one's worker died): say
+        hello again and resend the recent rows; False when there is none yet."""
+        if self.refresh is None:
             return False
+        try:
+            merger = self.refresh()
+        except Exception:
+            return False
+        if merger is None or getattr(merger, "key", merger) == getattr(self.merger, "key", None):
+            return False
+        self.merger = merger
+        self.merger_changes += 1
+        log.warning("%s: a new merger; resending the last %d rows", self.job.node, len(self.recent))
+        try:
+            self._ask("ready", self.job.node)
+            if self.fold.first_row is not None:
+                self._ask("hello", self.job.node, self.fold.first_row, self.worker)
+            for k, sums, hits, offered in list(self.recent):
+                self._ask("put", self.job.node, k, sums, hits, offered, self.counters())
+        except Exception:
+            return False
+        return True

@@ -82,6 +82,24 @@ class AppendingArchive:
         self.scanlen = float(np.sum(first.tsubint_s))
         self._fsync()
 
+    @classmethod
+    def reopen(cls, path: str | os.PathLike[str], template: FoldedArchive,
+               **write_kw: Any) -> AppendingArchive:  # fmt: skip
+        """An archive this class wrote (a merger killed, restarted), to append more rows
+        to: ``template`` describes its rows (observation, settings) as the first did.
+        Bytes past the last whole row (an append cut short) are dropped by the next
+        append, which truncates to the rows NAXIS2 counts."""
+        from astropy.io import fits
+
+        arch = cls.__new__(cls)
+        arch.path, arch.template, arch.write_kw = Path(path), template, write_kw
+        arch._hdr, arch._dat, arch.row_bytes, arch.nrows, arch._primary_end = _subint_geometry(
+            arch.path
+        )
+        with fits.open(arch.path, memmap=False) as hdul:
+            arch.scanlen = float(np.sum(hdul["SUBINT"].data["TSUBINT"]))
+        return arch
+
     def append(
         self,
         data: np.ndarray,
