@@ -11,6 +11,7 @@ and the rest unchanged; `voltstream fold --scheduler` folds files where they lie
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import replace
@@ -173,3 +174,24 @@ def test_a_killed_merger_leaves_a_whole_archive_and_a_new_one_goes_on(nodes, tmp
     empty = [k for k in range(ref.nsub) if not got.weights[k].any()]
     assert sorted(whole + empty) == list(range(ref.nsub)) and len(whole) >= ref.nsub - 1
     same_profiles(got, ref, np.array(whole), np.arange(4 * NCH))
+
+
+def test_voltstream_demo_nodes_kills_a_node_and_says_so(tmp_path):
+    """The demo as a user runs it: a 4 x 32-channel archive, a plot, a report naming
+    the killed node and the rows it lost; exit 0 (the pulsar found, no other loss)."""
+    out = tmp_path / "demo"
+    r = subprocess.run(
+        [sys.executable, "-m", "voltstream.cli", "demo", "--nodes", "4", "--duration", "2",
+         "--kill-node", "2", "--at", "1.5", "--outdir", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "demo: OK: node2 killed and weighted zero" in r.stdout
+    arch = read_psrfits(out / "demo-nodes.fits")
+    assert arch.data.shape[2] == 4 * NCH and (out / "demo-nodes.png").stat().st_size > 0
+    report = json.loads((out / "demo-nodes-report.json").read_text())
+    node2 = report["nodes"]["node2"]["merger"]
+    assert node2["rows_missing"] > 0 and node2["restarts"] >= 1
+    lost = [k for a, b in node2["missing_rows"] for k in range(a, b + 1)]
+    assert np.all(arch.weights[np.ix_(lost, range(2 * NCH, 3 * NCH))] == 0)
+    assert "node2 (" in r.stdout and "weighted zero" in r.stdout

@@ -226,6 +226,31 @@ GPU_FOLD = {"blocks": 1, "gaps": 0, "samples_fed": 1, "bytes_fed": 1, "lost_samp
             "gpu_busy_ms": 1.0, "gpu_busy_pct": 50.0, "host_wait_s": 0.1}  # fmt: skip
 
 
+#: A cluster merger's status (cluster/merger.py `Merger.status`), its numbers only.
+CLUSTER_STATUS = {"rows_written": 3, "rows_complete": 2, "late": 1, "duplicate": 0,
+                  "malformed": 0, "merge_latency_s": {"p50": 0.1, "max": 0.2}}  # fmt: skip
+CLUSTER_NODE = {"rows_received": 2, "rows_missing": 1, "restarts": 1, "last_row": 2}
+
+
+def test_cluster_metrics_carry_each_node_and_the_merger():
+    report = {"engine": {"streams": [{"stream": 0, "received": 7, "missing": 1}],
+                         "totals": {"received": 7, "missing": 1}}, "streams": []}  # fmt: skip
+    status = CLUSTER_STATUS | {"nodes": {
+        "node0": CLUSTER_NODE | {"counters": {"capture": report}},
+        "node1": CLUSTER_NODE | {"rows_missing": 0, "counters": {}},
+    }}  # fmt: skip
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for s in samples({"cluster": status})}  # fmt: skip
+    assert got[("voltstream_cluster_rows_written_total", ())] == 3
+    assert got[("voltstream_cluster_merge_latency_seconds", ())] == 0.1
+    assert got[("voltstream_cluster_node_rows_missing_total", (("node", "node0"),))] == 1
+    assert got[("voltstream_cluster_node_rows_missing_total", (("node", "node1"),))] == 0
+    key = ("voltstream_capture_packets_total", (("kind", "missing"), ("node", "node0")))
+    assert got[key] == 1  # the node's own capture counters, labelled by node
+    assert not any(dict(k[1]).get("node") == "node1" and k[0].startswith("voltstream_capture")
+                   for k in got)  # fmt: skip
+
+
 def _names_of_every_section() -> set[str]:
     """Exposed metric names of a real capture run's report (every capture section, a GPU stage
     added) and of the record, F-engine and replay report shapes."""
@@ -239,9 +264,11 @@ def _names_of_every_section() -> set[str]:
     fengine = {"heaps_paired": 1, "heaps_unpaired": [0, 0], "copies_in_flight": 0,
                "engine": {"gpu_busy_s": 1.0}, "output": {"bytes_sent": 1}}  # fmt: skip
     replay = {"dest": "x:1", "packets": 1, "bytes": 1, "loops_done": 1, "late_s": 0.0}
+    cluster = {"cluster": CLUSTER_STATUS | {"nodes": {"node0": CLUSTER_NODE | {
+        "counters": {"capture": report}}}}}  # fmt: skip
     board = RunStatus("capture", {"listen": bind})
     every = [*run_samples(board.status())]
-    for r in (report, RECORD_REPORT, fengine, replay):
+    for r in (report, RECORD_REPORT, fengine, replay, cluster):
         every += samples(r)
     return {s.name + ("_info" if s.kind == "info" else "") for s in every}  # as exposed
 

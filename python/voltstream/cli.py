@@ -592,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
          "kill this node's worker (SIGKILL) mid-run: its nanny restarts it, it rejoins at "
          "the next sub-integration, its channels are weighted zero in between"),
         ("--at", positive(float), 1.5,
-         "seconds after the data starts to kill --kill-node. Default: 1.5"),
+         "seconds after the simulator starts sending to kill --kill-node. Default: 1.5"),
         ("--tsub", positive(float), 0.25, "sub-integration length, s. Default: 0.25"),
         ("--netns", None, "auto",
          "nodes in network namespaces: auto (when root), yes, no. Default: auto",

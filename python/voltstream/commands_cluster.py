@@ -221,7 +221,7 @@ def cluster_summary(report: dict) -> list[str]:
             text += (f"; missing from rows {mv['missing_rows']} ({mv['seconds_lost']:.2f} s "
                      "weighted zero)")  # fmt: skip
         if mv.get("restarts"):
-            text += f"; restarted {mv['restarts']}x, rejoined at rows {mv['first_rows'][1:]}"
+            text += f"; left {mv['restarts']}x, rows from {mv['first_rows'][-1:]} after"
         if r["error"]:
             text += f"; ERROR {r['error']}"
         lines.append(text)

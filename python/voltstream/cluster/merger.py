@@ -55,6 +55,7 @@ class NodeStatus:
     last_seen: float | None = None
     hellos: list = field(default_factory=list)  # (k, wall time) of each (re)start
     worker: str | None = None  # the Dask worker of the newest hello
+    departures: int = 0  # times the driver saw its worker leave (a kill, a lost host)
     counters: dict = field(default_factory=dict)
     earlier: list = field(default_factory=list)  # the last counters of each run before
     missing: list = field(default_factory=list)  # [first, last] row ranges
@@ -134,6 +135,8 @@ class Merger:
         st = self.nodes.get(node)
         if st is not None and worker is not None and st.worker not in (None, worker):
             return self.rows.counters.rows_written
+        if st is not None:
+            st.departures += 1
         self._write(self.rows.gone(node), None)
         return self.rows.counters.rows_written
 
@@ -177,7 +180,7 @@ class Merger:
                     "rows_missing": c.missing_by_node.get(n, 0),
                     "seconds_lost": c.missing_by_node.get(n, 0) * tsub,
                     "missing_rows": [list(r) for r in st.missing],
-                    "restarts": max(0, len(st.hellos) - 1),
+                    "restarts": st.departures,
                     "first_rows": [k for k, _ in st.hellos],
                     "counters": st.counters,
                     "earlier_runs": st.earlier,

@@ -236,7 +236,7 @@ _MERGE = (
 _MERGE_NODE = (
     ("rows_received", "counter", "rows this node sent the merger"),
     ("rows_missing", "counter", "merged rows written without this node (weight 0 there)"),
-    ("restarts", "counter", "times this node's task started again (a kill, a rerun)"),
+    ("restarts", "counter", "times this node's worker left the cluster (a kill, a lost host)"),
     ("last_row", "gauge", "the newest row this node sent"),
 )
 
