@@ -221,7 +221,9 @@ def cluster_summary(report: dict) -> list[str]:
             text += (f"; missing from rows {mv['missing_rows']} ({mv['seconds_lost']:.2f} s "
                      "weighted zero)")  # fmt: skip
         if mv.get("restarts"):
-            text += f"; left {mv['restarts']}x, rows from {mv['first_rows'][-1:]} after"
+            text += f"; its worker left {mv['restarts']}x"
+            if mv.get("first_rows"):
+                text += f", back from row {mv['first_rows'][-1]}"
         if r["error"]:
             text += f"; ERROR {r['error']}"
         lines.append(text)
