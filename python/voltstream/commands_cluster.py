@@ -64,7 +64,7 @@ def demo_nodes(args: argparse.Namespace) -> int:
 
 def demo_plan(
     names: list[str], dests: list[str], archive: Path, tsub_s: float, duration_s: float,
-    seed: int = 1,
+    seed: int = 1, device: str = "cpu",
 ) -> tuple[Any, list[str]]:  # fmt: skip
     """The demo's observation of `DEMO_PULSAR` on nodes ``names`` capturing at ``dests``,
     and the simulator's command (without its rate) that feeds them."""
@@ -87,6 +87,7 @@ def demo_plan(
         duration_s=duration_s + 120.0, formats=formats,
         # Small chunks: a row leaves a node about 4 chunks after its last packet.
         capture={"packets_per_chunk": 32},
+        device=device,
         history=("voltstream demo --nodes " + " ".join(sys.argv[3:]),),
     )  # fmt: skip
     sim_cmd = [
@@ -300,7 +301,7 @@ def fold_cluster(args: argparse.Namespace) -> int:
         plan = plan_observation(
             [(n, src, o) for (n, src), o in zip(pairs, obss, strict=True)], settings,
             args.output, duration, formats=formats, start_packet=args.start_packet,
-            file_offsets=offsets, capture=capture,
+            file_offsets=offsets, capture=capture, device=args.device,
             history=("voltstream " + " ".join(sys.argv[1:]),),
         )  # fmt: skip
         print(f"fold: {len(pairs)} subbands on the Dask cluster at {args.scheduler} "

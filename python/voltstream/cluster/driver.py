@@ -59,6 +59,7 @@ def plan_observation(
     deadline_s: float | None = None,
     lag: int | None = None,
     history: Sequence[str] = (),
+    device: str = "cpu",
 ) -> ClusterPlan:
     """``subbands``: (node, source, the subband's Observation with the observation's
     start), in any order; together they must tile one band of equal channels."""
@@ -99,7 +100,7 @@ def plan_observation(
             duration_s=duration_s, fmt=formats[i] if formats else None,
             start_packet=start_packet,
             file_offset=file_offsets[i] if file_offsets else 0,
-            idle_timeout_s=idle_timeout_s, merger=f"voltstream-merger-{name}",
+            idle_timeout_s=idle_timeout_s, merger=f"voltstream-merger-{name}", device=device,
             stop=f"voltstream-stop-{name}", capture=dict(capture or {}),
         ))  # fmt: skip
     merge = MergePlan(

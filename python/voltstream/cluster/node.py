@@ -30,13 +30,10 @@ import numpy as np
 
 from voltstream.capture_config import CaptureSettings
 from voltstream.cluster.merge import Subband
-from voltstream.dsp.dedisperse import Dedisperser
-from voltstream.dsp.detect import npol_out
 from voltstream.errors import ConfigError
-from voltstream.fold.reference import Folder, FoldSettings
+from voltstream.fold.reference import FoldSettings
 from voltstream.formats import StreamFormat
 from voltstream.observation import Observation
-from voltstream.pipeline.fold import StreamFold
 
 log = logging.getLogger("voltstream.cluster.node")
 
@@ -74,6 +71,7 @@ class NodeJob:
     start_packet: int = 0
     file_offset: int = 0
     idle_timeout_s: float = 2.0
+    device: str = "cpu"  # where the node folds: cpu (NumPy) or gpu (fold/gpu.py)
     merger: str = "voltstream-merger"  # the Dask Variable holding the merger's handle
     stop: str = "voltstream-stop"  # the Dask Event that ends the observation
     capture: dict = field(default_factory=dict)  # CaptureSettings keywords
@@ -97,14 +95,11 @@ class NodeFold:
     """
 
     def __init__(self, job: NodeJob) -> None:
+        from voltstream.cluster.engines import fold_engine
+
         s, obs = job.settings, job.obs
         self.job, self.obs = job, obs
-        chan_freqs = obs.chan_freqs_mhz
-        dd = Dedisperser(s.dm, chan_freqs, obs.chan_bw_mhz, s.nfft, job.band_freqs_mhz)
-        folder = Folder(s.nbin, obs.nchan, npol_out(s.pol_mode), obs.tsamp_s, chan_freqs,
-                        job.band_centre_mhz, s.dm, s.predictor, s.tsub_s, obs.start_mjd,
-                        obs.start_sec)  # fmt: skip
-        self.fold = StreamFold(self.obs, s, dd, folder)
+        self.fold = fold_engine(job)
         self.tsamp = self.obs.tsamp_s
         if not s.tsub_s:
             raise ConfigError("a cluster node sends sub-integrations: give their length (tsub)")
@@ -129,11 +124,12 @@ class NodeFold:
         # one-machine fold) that ran from the start. Its first rows are partial: row
         # k is whole once every channel's dedispersed time (sample time less the
         # channel's delay) reaches k S.
-        step = self.fold.dd.step
+        step = self.fold.step
         first = -(-first // step) * step
-        lead = float(np.max(-self.fold.folder.delay_s, initial=0.0))
+        lead = float(np.max(-self.fold.delay_s, initial=0.0))
         self.first_row = math.ceil((first * self.tsamp + lead) / self.tsub + 1e-9)
-        self.fold.offset = self.next_sample = first
+        self.fold.set_start(first)
+        self.next_sample = first
         return self.first_row
 
     def feed(self, samples: np.ndarray, valid: np.ndarray, first: int) -> None:
@@ -168,12 +164,12 @@ class NodeFold:
         (less half a sample, against rounding at a boundary) is past their end."""
         if self.next_sample is None:
             return []
-        t_next = (self.fold.folded_to - 0.5) * self.tsamp - float(self.fold.folder.delay_s.max())
+        t_next = (self.fold.folded_to - 0.5) * self.tsamp - float(self.fold.delay_s.max())
         upto = math.floor(t_next / self.tsub)
-        return self._sendable(self.fold.folder.take_rows(upto))
+        return self._sendable(self.fold.take_rows(upto))
 
     def finish(self) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
-        return self._sendable(self.fold.folder.take_rows(2**62))
+        return self._sendable(self.fold.take_rows(2**62))
 
     def _sendable(self, rows: list) -> list:
         keep = [r for r in rows if self.first_row is not None and r[0] >= self.first_row]
@@ -181,15 +177,10 @@ class NodeFold:
         return keep
 
     def counters(self) -> dict[str, int]:
-        f = self.fold
-        return {
-            "samples_read": f.read,
-            "samples_lost": f.lost,
-            "samples_dedispersed": f.stream.samples_out,
+        return self.fold.counters() | {
             "samples_before_start": self.samples_before_start,
             "samples_skipped": self.samples_skipped,
             "samples_missing_before_first": self.samples_missing,
-            "samples_late": f.folder.late_samples // max(1, self.obs.nchan),
             "rows_skipped": self.rows_skipped,
         }
 
@@ -317,7 +308,7 @@ class NodeRun:
         reader = open_baseband(self.job.source, None, None)
         self._call("ready", self.job.node)
         first = self.job.file_offset
-        for block, valid in reader_blocks(reader, self.fold.fold.block_samples):
+        for block, valid in reader_blocks(reader, 1 << 16):
             if self.stop.is_set():
                 break
             v = np.ones(block.shape[0], bool) if valid is None else valid

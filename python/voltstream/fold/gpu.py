@@ -96,9 +96,14 @@ class _Plan:
     """Overlap-save arithmetic shared by both engines (host side, no GPU)."""
 
     def __init__(
-        self, obs: Observation, dm: float, nfft: int | None, chunk_samples: int | None
+        self,
+        obs: Observation,
+        dm: float,
+        nfft: int | None,
+        chunk_samples: int | None,
+        band_freqs_mhz: Any = None,
     ) -> None:
-        self.dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=nfft)
+        self.dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft, band_freqs_mhz)
         self.nfft, self.step = self.dd.nfft, self.dd.step
         self.head, self.overlap = self.dd.discard_head, self.dd.overlap
         if chunk_samples is None:
@@ -137,14 +142,23 @@ class _FolderBase:
         basis: str = "linear",
         nfft: int | None = None,
         chunk_samples: int | None = None,
+        band_freqs_mhz: Any = None,
+        f_ref_mhz: float | None = None,
     ) -> None:
+        """``band_freqs_mhz`` and ``f_ref_mhz``: these channels are part of a whole band
+        (a cluster node's subband): the dedispersion is cut as the band's and the
+        delays are referred to its centre (cluster/node.py)."""
         self.cp = cupy_module()
         self.obs, self.dm, self.predictor = obs, float(dm), predictor
         self.nbin, self.tsub_s, self.pol_mode, self.basis = int(nbin), tsub_s, pol_mode, basis
         # The reference's folder, composed: its phase rule and delays are the GPU's.
         self.folder = Folder.for_observation(obs, nbin, pol_mode, dm, predictor, tsub_s)
+        if f_ref_mhz is not None:
+            self.folder = Folder(nbin, obs.nchan, self.folder.npol_out, obs.tsamp_s,
+                                 obs.chan_freqs_mhz, f_ref_mhz, dm, predictor, tsub_s,
+                                 obs.start_mjd, obs.start_sec)  # fmt: skip
         self.npol_out = self.folder.npol_out
-        self.plan = _Plan(obs, dm, nfft, chunk_samples)
+        self.plan = _Plan(obs, dm, nfft, chunk_samples, band_freqs_mhz)
         self.ncp = obs.nchan * obs.npol
         self.carry_len = 0
         self.samples_in = 0
@@ -155,6 +169,8 @@ class _FolderBase:
         # before it: output k of this engine is absolute output out_base + k.
         self.out_base = 0
         self.nsub_cap = 0
+        self.nsub_used = 0  # sub-integrations some output has reached
+        self.rows_taken = 0  # sub-integrations handed out by take_rows
         self.knot = 1 << FoldTemplate.KNOT_LOG2
 
     def start_segment(self, in_start: int) -> None:
@@ -331,6 +347,22 @@ class GpuFolder(_FolderBase):
                 hits[: self.nsub_cap] = self.hits
                 offered[: self.nsub_cap] = self.offered
         self.acc, self.hits, self.offered, self.nsub_cap = acc, hits, offered, cap
+
+    def take_rows(self, upto: int) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """Sub-integrations ``rows_taken .. upto - 1``, as the reference's
+        `Folder.take_rows` gives them (k, sums, hits, offered), once the GPU has folded
+        everything queued. The accumulators stay on the GPU (a row of 32 channels x
+        1024 bins x 4 products is 1 MB: an observation's rows fit): nothing is moved."""
+        upto = min(int(upto), self.nsub_used)
+        a = self.rows_taken
+        if upto <= a:
+            return []
+        self.synchronize()
+        acc = self.acc[a:upto].get()
+        hits = self.hits[a:upto].get().astype(np.int64)
+        offered = self.offered[a:upto].get().astype(np.int64)
+        self.rows_taken = upto
+        return [(a + i, acc[i], hits[i], offered[i]) for i in range(upto - a)]
 
     def warm_up(self, n: int, duration_s: float | None = None) -> None:
         """Makes now what the first chunks of ``n`` samples would make while data
@@ -549,7 +581,8 @@ class GpuFolder(_FolderBase):
         if self.consumed[kslot] is not None:
             self.copy_stream.wait_event(self.consumed[kslot])
         if nout:
-            self._grow(self._max_sub(first, nout) + 1)
+            self.nsub_used = max(self.nsub_used, self._max_sub(first, nout) + 1)
+            self._grow(self.nsub_used)
             self._knots(first, nknot, knots_h)
             if out_valid is not None:
                 self.pin_valid[kslot][:nout] = out_valid

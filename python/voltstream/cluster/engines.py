@@ -1,0 +1,111 @@
+"""The fold engines a cluster node folds its subband with, behind one small interface
+(`NodeFold` in node.py uses it): the NumPy fold (`CpuRows`, the reference) and the
+GPU fold engine (`GpuRows`, fold/gpu.py). Both dedisperse as the whole band does
+(the band's FFT length, overlap and cut) and refer delays to the band's centre, so
+a node's rows are the whole band's fold's rows for its channels.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from voltstream.dsp.dedisperse import Dedisperser
+from voltstream.dsp.detect import npol_out
+from voltstream.fold.reference import Folder
+from voltstream.pipeline.fold import StreamFold
+
+if TYPE_CHECKING:
+    from voltstream.cluster.node import NodeJob
+
+Row = tuple[int, np.ndarray, np.ndarray, np.ndarray]
+
+
+class CpuRows:
+    """The NumPy fold (pipeline/fold.py `StreamFold`)."""
+
+    def __init__(self, job: NodeJob) -> None:
+        s, obs = job.settings, job.obs
+        freqs = obs.chan_freqs_mhz
+        dd = Dedisperser(s.dm, freqs, obs.chan_bw_mhz, s.nfft, job.band_freqs_mhz)
+        folder = Folder(s.nbin, obs.nchan, npol_out(s.pol_mode), obs.tsamp_s, freqs,
+                        job.band_centre_mhz, s.dm, s.predictor, s.tsub_s, obs.start_mjd,
+                        obs.start_sec)  # fmt: skip
+        self.fold = StreamFold(obs, s, dd, folder)
+        self.step = dd.step
+        self.delay_s = folder.delay_s
+        self.nchan = obs.nchan
+
+    def set_start(self, first: int) -> None:
+        """The stream's first sample is ``first`` on the observation's axis."""
+        self.fold.offset = first
+
+    def feed(self, x: np.ndarray, valid: np.ndarray) -> None:
+        self.fold.feed(x, valid)
+
+    @property
+    def folded_to(self) -> int:
+        return self.fold.folded_to
+
+    def take_rows(self, upto: int) -> list[Row]:
+        return self.fold.folder.take_rows(upto)
+
+    def counters(self) -> dict[str, int]:
+        f = self.fold
+        return {
+            "samples_read": f.read,
+            "samples_lost": f.lost,
+            "samples_dedispersed": f.stream.samples_out,
+            "samples_late": f.folder.late_samples // max(1, self.nchan),
+        }
+
+
+class GpuRows:
+    """The GPU fold engine (fold/gpu.py `GpuFolder`), fed complex64 blocks as float32
+    re/im; its accumulators stay on the GPU and rows are read out as they finish."""
+
+    def __init__(self, job: NodeJob) -> None:
+        from voltstream.fold.gpu import GpuFolder
+
+        obs = job.obs
+        self.eng = GpuFolder.from_settings(obs, job.settings, dtype=np.float32, ndim=2,
+                                           band_freqs_mhz=job.band_freqs_mhz,
+                                           f_ref_mhz=job.band_centre_mhz)  # fmt: skip
+        self.step = self.eng.plan.step
+        self.delay_s = self.eng.folder.delay_s
+        self.shape = (obs.nchan, obs.npol, 2)
+
+    def set_start(self, first: int) -> None:
+        self.eng.start_segment(first)
+
+    def feed(self, x: np.ndarray, valid: np.ndarray) -> None:
+        raw: Any = np.ascontiguousarray(x, dtype=np.complex64).view(np.float32)
+        raw = raw.reshape(x.shape[0], *self.shape)
+        chunk = self.eng.plan.chunk
+        for a in range(0, x.shape[0], chunk):
+            self.eng.feed(raw[a : a + chunk], valid[a : a + chunk])
+
+    @property
+    def folded_to(self) -> int:
+        return int(self.eng.out_base + self.eng.samples_out)
+
+    def take_rows(self, upto: int) -> list[Row]:
+        return self.eng.take_rows(upto)
+
+    def counters(self) -> dict[str, int]:
+        e = self.eng
+        return {
+            "samples_read": int(e.samples_in),
+            "samples_lost": int(e.lost),
+            "samples_dedispersed": int(e.samples_out),
+            "samples_late": 0,  # rows are taken only once every output before them is in
+        }
+
+
+def fold_engine(job: NodeJob) -> CpuRows | GpuRows:
+    """The node's engine: ``job.device`` gpu, cpu, or auto (the GPU when this node has
+    a usable one: decided on the node, not by the driver)."""
+    from voltstream.device import resolve_device
+
+    return GpuRows(job) if resolve_device(job.device) == "gpu" else CpuRows(job)

@@ -1,0 +1,79 @@
+"""A cluster node folding on the GPU (cluster/engines.py `GpuRows`) against the NumPy
+node (`CpuRows`) and the one-machine fold of the whole band: the same rows, for a node
+from the start and for one that starts late (a rerun after a kill)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from test_cluster_node import NCH, NSUB, MemoryReader, band, jobs, settings  # tests/: on the path
+from voltstream.cluster.merge import NodeRow, RowMerger
+from voltstream.cluster.node import NodeFold, subband_of
+from voltstream.fold.gpu import gpu_available
+from voltstream.fold.reference import fold_products
+from voltstream.pipeline.fold import fold_file
+from voltstream.sim.signal import synthesize
+
+pytestmark = pytest.mark.gpu
+DM, PERIOD = 30.0, 2e-3
+
+
+def data_of(whole, seconds, seed):
+    return synthesize(whole, seconds, signal="pulsar", dm=DM, period_s=PERIOD, duty=0.05,
+                       seed=seed)  # fmt: skip
+
+
+def rows_of(job, x, valid, first=0, piece=5000):
+    nf = NodeFold(job)
+    out = []
+    for a in range(first, x.shape[0], piece):
+        nf.feed(x[a : a + piece], valid[a : a + piece], a)
+        out += nf.rows()
+    return out + nf.finish(), nf
+
+
+@pytest.mark.parametrize("bw", [64.0, -64.0])
+def test_gpu_node_rows_merge_into_the_whole_band_fold(bw):
+    assert gpu_available()
+    whole = band(bw)
+    x = data_of(whole, 0.06, 11)
+    valid = np.ones(x.shape[0], bool)
+    valid[9000:9300] = False
+    s = settings(whole)
+    ref = fold_file(MemoryReader(whole, x, valid), s)
+    js = [replace(j, device="gpu") for j in jobs(whole, s)]
+    merger = RowMerger([subband_of(j) for j in js], 1, 32, lag=100)
+    merged = []
+    for i, j in enumerate(js):
+        rows, nf = rows_of(j, x[:, i * NCH : (i + 1) * NCH], valid)
+        assert nf.counters()["samples_lost"] == 300
+        for k, *acc in rows:
+            merged += merger.add(NodeRow(j.node, k, *acc))
+        merged += merger.bye(j.node, rows[-1][0])
+    merged += merger.finish()
+    assert [r.k for r in merged] == list(range(ref.nsub))
+    order = np.argsort(whole.chan_freqs_mhz)
+    for r in merged:
+        d, w, t = fold_products(r.sums[None], r.hits[None], r.offered[None], whole.tsamp_s)
+        np.testing.assert_allclose(d[0], ref.data[r.k][:, order], rtol=2e-4, atol=1e-6)
+        np.testing.assert_allclose(w[0], ref.weights[r.k][order], rtol=1e-9)
+        assert t[0] == pytest.approx(ref.tsubint_s[r.k])
+
+
+def test_a_late_gpu_node_sends_the_rows_of_a_cpu_node_that_ran_from_the_start():
+    whole = band(64.0)
+    x = data_of(whole, 0.05, 12)
+    valid = np.ones(x.shape[0], bool)
+    job = jobs(whole, settings(whole))[NSUB - 1]
+    sub = x[:, (NSUB - 1) * NCH :]
+    full, _ = rows_of(job, sub, valid)
+    late, nf = rows_of(replace(job, device="gpu"), sub, valid, first=42000)
+    assert nf.first_row == 3 and [r[0] for r in late] == [k for k, *_ in full if k >= 3]
+    ref = {k: acc for k, *acc in full}
+    for k, sums, hits, offered in late:
+        np.testing.assert_array_equal(hits, ref[k][1])
+        np.testing.assert_array_equal(offered, ref[k][2])
+        np.testing.assert_allclose(sums, ref[k][0], rtol=2e-4)
