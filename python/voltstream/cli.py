@@ -598,6 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
          "nodes in network namespaces: auto (when root), yes, no. Default: auto",
          ("auto", "yes", "no")),
     ))  # fmt: skip
+    add_device(g, "where each node folds its subband (--nodes; on one GPU the nodes share it)")
     add_status_parser(verbs)
     add_metrics_options(verbs)
     add_katcp_options(verbs)

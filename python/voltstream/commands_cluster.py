@@ -55,7 +55,8 @@ def demo_nodes(args: argparse.Namespace) -> int:
     with local_nodes(names, out / "dask", args.netns) as nodes:
         print(f"demo: Dask cluster up in {time.monotonic() - t_start:.1f} s, nodes "
               f"{nodes.where} (dashboard {nodes.cluster.dashboard})")  # fmt: skip
-        plan, sim_cmd = demo_plan(names, nodes.dests, archive, args.tsub, args.duration)
+        plan, sim_cmd = demo_plan(names, nodes.dests, archive, args.tsub, args.duration,
+                                  device=args.device)  # fmt: skip
         sim_cmd += ["--rate", str(args.rate)]
         report, sim_rc = run_simulated(nodes.cluster.client, plan, sim_cmd, kills,
                                        stop_event=_stop_event(args))  # fmt: skip
