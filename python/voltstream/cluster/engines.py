@@ -25,6 +25,8 @@ Row = tuple[int, np.ndarray, np.ndarray, np.ndarray]
 class CpuRows:
     """The NumPy fold (pipeline/fold.py `StreamFold`)."""
 
+    device = "cpu"
+
     def __init__(self, job: NodeJob) -> None:
         s, obs = job.settings, job.obs
         freqs = obs.chan_freqs_mhz
@@ -64,6 +66,8 @@ class CpuRows:
 class GpuRows:
     """The GPU fold engine (fold/gpu.py `GpuFolder`), fed complex64 blocks as float32
     re/im; its accumulators stay on the GPU and rows are read out as they finish."""
+
+    device = "gpu"
 
     def __init__(self, job: NodeJob) -> None:
         from voltstream.fold.gpu import GpuFolder

@@ -257,6 +257,7 @@ class NodeRun:
         return {
             "node": self.job.node,
             "source": self.job.source,
+            "device": self.fold.fold.device,
             "first_row": self.fold.first_row,
             "rows_sent": self.rows_sent,
             "send_errors": self.send_errors,
