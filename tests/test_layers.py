@@ -52,12 +52,15 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     # The low-latency mode: its CuPy side builds on the kernel loader (dsp/cuda).
     "latency": {"dsp/cuda"},
     # Many nodes, one observation (issue 16): the row merger, NumPy only for now.
-    "cluster": set(),
+    "subbands": {"formats"},
+    # Many nodes (issue 16): a node captures and folds as the one-host pipeline does.
+    "cluster": {"dsp", "fold", "io", "pipeline", "formats", "capture_config"},
     # The command line sits on top and may import anything.
     "cli_options": {"*"},
     "commands": {"*"},
     "commands_common": {"*"},
     "commands_simulate": {"*"},
+    "commands_cluster": {"*"},
     "commands_fengine": {"*"},
     "commands_latency": {"*"},
     "cli_latency": {"*"},

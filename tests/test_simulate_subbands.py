@@ -23,7 +23,7 @@ from voltstream.io.vdif import open_vdif
 from voltstream.observation import Observation
 from voltstream.sim.packetize import YNAO_FRAME_LEN, depacketize_ynao, ynao_headers
 from voltstream.sim.signal import quantize_int8, synthesize_blocks
-from voltstream.sim.subbands import (
+from voltstream.subbands import (
     split_subbands,
     subband_formats,
     subband_path,
@@ -45,7 +45,7 @@ def whole_band(nchan: int, chan_bw: float, duration: float) -> tuple[Observation
     return obs, quantize_int8(x)[0]
 
 
-# --- the reusable pieces (sim/subbands.py) -------------------------------------
+# --- the reusable pieces (subbands.py) -------------------------------------
 
 
 @pytest.mark.parametrize("chan_bw", [0.0625, -0.0625])

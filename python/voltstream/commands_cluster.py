@@ -74,7 +74,7 @@ def demo_plan(
     from voltstream.fold.reference import FoldSettings
     from voltstream.formats import make_format
     from voltstream.io.polyco import ConstantPeriod
-    from voltstream.sim.subbands import subband_formats
+    from voltstream.subbands import subband_formats
 
     n = len(names)
     fmt = make_format("ynao", chan_bw_mhz=DEMO_CHAN_BW_MHZ, freq_mhz=DEMO_FREQ_MHZ)
@@ -286,7 +286,7 @@ def fold_cluster(args: argparse.Namespace) -> int:
             duration = span + 3600.0  # files end by themselves
         else:
             from voltstream.cli_options import format_from
-            from voltstream.sim.subbands import subband_formats
+            from voltstream.subbands import subband_formats
 
             formats = subband_formats(format_from(args), len(pairs))
             mjd, sec = _now_mjd()

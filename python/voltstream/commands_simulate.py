@@ -4,7 +4,7 @@ file (commands.py dispatches here).
 With ``--subbands N`` one band of N x nchan channels is synthesised (one
 dispersion, one quantiser scale across it) and split into N subbands, each sent
 to its own destination or written to its own file with the same packet indices
-and time stamps, as a digitiser feeding N nodes does (sim/subbands.py).
+and time stamps, as a digitiser feeding N nodes does (subbands.py).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _open_outputs(
 ) -> list[_Output]:
     """One output per subband: --dest's senders, or --output's files (FILE itself for
     one subband, FILE.sb{i}.SUFFIX for several). Closes what it opened on an error."""
-    from voltstream.sim.subbands import subband_path
+    from voltstream.subbands import subband_path
 
     n = len(formats)
     if args.dest:
@@ -126,7 +126,7 @@ def _open_outputs(
 def simulate(args: argparse.Namespace) -> int:
     from voltstream.cli_options import format_from
     from voltstream.sim import signal
-    from voltstream.sim.subbands import subband_formats, whole_band_observation
+    from voltstream.subbands import subband_formats, whole_band_observation
 
     nsub = getattr(args, "subbands", 1)
     if args.format == "spead-dig":
@@ -224,7 +224,7 @@ def _simulate_blocks(
     synthesised block, until the blocks end or a stop is asked (SIGINT/SIGTERM: what
     was written stays whole). Returns the samples sent or written per subband."""
     from voltstream.sim import signal
-    from voltstream.sim.subbands import split_subbands
+    from voltstream.subbands import split_subbands
 
     n = len(outs)
     # --rate is the total: each destination gets its share, and the senders run side
