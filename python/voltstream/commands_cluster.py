@@ -172,9 +172,9 @@ def _demo_verdict(args: argparse.Namespace, report: dict, archive: Path, out: Pa
     arch = read_psrfits(archive)
     plot_archive(arch, out / "demo-nodes.png", title=f"voltstream demo: {len(report['nodes'])} "
                  f"nodes, DM {DEMO_PULSAR['dm']}")  # fmt: skip
-    killed = {k["node"] for k in report["kills"]}
+    killed = {k["node"] for k in report["kills"] if k["at_s"] is not None}
     for node, r in report["nodes"].items():
-        if r["error"]:
+        if r["error"] and node not in killed:
             problems.append(f"{node}: {r['error']}")
         lost = ((r["task"] or {}).get("capture") or {}).get("lost", 0)
         if lost and node not in killed:
@@ -192,7 +192,9 @@ def _demo_verdict(args: argparse.Namespace, report: dict, archive: Path, out: Pa
     if problems:
         print("demo: FAILED: " + "; ".join(problems), file=sys.stderr)
         return 1
-    what = "zero loss" if not kills else f"{', '.join(sorted(killed))} killed and weighted zero"
+    what = "zero loss"
+    if killed:
+        what = f"{', '.join(sorted(killed))} killed and weighted zero"
     print(f"demo: OK: {what}, pulsar detected across {len(report['nodes'])} subbands")
     return 0
 
@@ -230,7 +232,10 @@ def cluster_summary(report: dict) -> list[str]:
             text += f"; ERROR {r['error']}"
         lines.append(text)
     for k in report["kills"]:
-        lines.append(f"  killed {k['node']} (pid {k['pid']}) at {k['at_s']:.2f} s")
+        if k["at_s"] is None:
+            lines.append(f"  {k['node']} was not killed: the run ended first")
+        else:
+            lines.append(f"  killed {k['node']} (pid {k['pid']}) at {k['at_s']:.2f} s")
     return lines
 
 

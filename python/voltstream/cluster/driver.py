@@ -31,6 +31,9 @@ from voltstream.fold.reference import FoldSettings
 from voltstream.observation import Observation
 
 log = logging.getLogger("voltstream.cluster.driver")
+
+#: After the stop, how long a node without a worker is waited for before it is lost.
+LOST_AFTER_S = 10.0
 # Dask logs at INFO that an actor handle (set in a Variable) is pickled, not
 # serialised its own way: that is what a handle is, and says nothing to an operator.
 logging.getLogger("distributed.protocol.core").setLevel(logging.WARNING)
@@ -183,6 +186,7 @@ def run_observation(
         live_report(lambda: {"cluster": status})
     last_status = 0.0
     stopped_at: float | None = None
+    absent_since: dict[str, float] = {}  # node -> when its worker was last seen gone
     while len(results) + len(errors) < len(plan.jobs):
         now = time.monotonic()
         if stopped_at is None and (
@@ -192,6 +196,15 @@ def run_observation(
         ):
             stop.set()
             stopped_at = now
+        if stopped_at is not None:
+            # A node whose worker is gone for good (its nanny killed too, its host
+            # down) cannot end its task: after the stop it is reported lost, and
+            # the observation does not wait for it.
+            for node in set(futures) - set(results) - set(errors) - set(seen):
+                if now - max(stopped_at, absent_since.get(node, now)) >= LOST_AFTER_S:
+                    errors[node] = (f"lost: its worker left the cluster and no worker with "
+                                    f"resource {node} came back")  # fmt: skip
+                    futures[node].cancel()
         if stopped_at is not None and now - stopped_at > finish_timeout_s:
             for node in set(futures) - set(results) - set(errors):
                 errors[node] = f"did not end within {finish_timeout_s:.0f} s of the stop"
@@ -218,6 +231,11 @@ def run_observation(
                             "waited for until it rejoins", node)  # fmt: skip
                 merger.call("gone", node, addr)
         seen = {j.node: workers[j.node] for j in plan.jobs if j.node in workers}
+        for j in plan.jobs:
+            if j.node in seen:
+                absent_since.pop(j.node, None)
+            else:
+                absent_since.setdefault(j.node, now)
         for k in kills:
             if k.done_at is None and now - t0 >= k.at_s and ready:
                 k.pid = _kill_worker(client, workers.get(k.node), k.node)
