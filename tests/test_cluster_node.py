@@ -81,6 +81,18 @@ def fold_nodes(whole, s, data, valid, skip=None, late=None, piece=3000):
     return merged, merger
 
 
+def assert_rows_are_the_reference(merged, ref, whole, rtol, wtol):
+    """Every merged row is the one-machine fold's (also used by the GPU nodes' test)."""
+    assert [r.k for r in merged] == list(range(ref.nsub))
+    # The merger's channels ascend; the one-node fold's follow the band's sign.
+    order = np.argsort(whole.chan_freqs_mhz)
+    for r in merged:
+        d, w, t = fold_products(r.sums[None], r.hits[None], r.offered[None], whole.tsamp_s)
+        np.testing.assert_allclose(d[0], ref.data[r.k][:, order], rtol=rtol, atol=1e-6 * rtol)
+        np.testing.assert_allclose(w[0], ref.weights[r.k][order], rtol=wtol)
+        assert t[0] == pytest.approx(ref.tsubint_s[r.k])
+
+
 @pytest.mark.parametrize("bw", [64.0, -64.0])
 def test_four_nodes_merged_equal_the_whole_band_folded_on_one_machine(bw):
     whole = band(bw)
@@ -90,15 +102,8 @@ def test_four_nodes_merged_equal_the_whole_band_folded_on_one_machine(bw):
     s = settings(whole)
     ref = fold_file(MemoryReader(whole, data, valid), s)
     merged, merger = fold_nodes(whole, s, data, valid)
-    assert [r.k for r in merged] == list(range(ref.nsub))
     assert all(r.missing == () for r in merged)
-    # The merger's channels ascend; the one-node fold's follow the band's sign.
-    order = np.argsort(whole.chan_freqs_mhz)
-    for r in merged:
-        d, w, t = fold_products(r.sums[None], r.hits[None], r.offered[None], whole.tsamp_s)
-        np.testing.assert_allclose(d[0], ref.data[r.k][:, order], rtol=1e-9, atol=1e-12)
-        np.testing.assert_allclose(w[0], ref.weights[r.k][order], rtol=1e-12)
-        assert t[0] == pytest.approx(ref.tsubint_s[r.k])
+    assert_rows_are_the_reference(merged, ref, whole, rtol=1e-9, wtol=1e-12)
 
 
 def test_a_missing_node_is_zero_weight_and_a_late_node_sends_only_whole_rows():

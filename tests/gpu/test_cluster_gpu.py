@@ -9,11 +9,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from test_cluster_node import NCH, NSUB, MemoryReader, band, jobs, settings  # tests/: on the path
+from test_cluster_node import (
+    NCH,
+    NSUB,
+    MemoryReader,
+    assert_rows_are_the_reference,
+    band,
+    jobs,
+    settings,
+)  # tests/: on the path
 from voltstream.cluster.merge import NodeRow, RowMerger
 from voltstream.cluster.node import NodeFold, subband_of
 from voltstream.fold.gpu import gpu_available
-from voltstream.fold.reference import fold_products
 from voltstream.pipeline.fold import fold_file
 from voltstream.sim.signal import synthesize
 
@@ -54,13 +61,7 @@ def test_gpu_node_rows_merge_into_the_whole_band_fold(bw):
             merged += merger.add(NodeRow(j.node, k, *acc))
         merged += merger.bye(j.node, rows[-1][0])
     merged += merger.finish()
-    assert [r.k for r in merged] == list(range(ref.nsub))
-    order = np.argsort(whole.chan_freqs_mhz)
-    for r in merged:
-        d, w, t = fold_products(r.sums[None], r.hits[None], r.offered[None], whole.tsamp_s)
-        np.testing.assert_allclose(d[0], ref.data[r.k][:, order], rtol=2e-4, atol=1e-6)
-        np.testing.assert_allclose(w[0], ref.weights[r.k][order], rtol=1e-9)
-        assert t[0] == pytest.approx(ref.tsubint_s[r.k])
+    assert_rows_are_the_reference(merged, ref, whole, rtol=2e-4, wtol=1e-9)
 
 
 def test_a_late_gpu_node_sends_the_rows_of_a_cpu_node_that_ran_from_the_start():
