@@ -119,11 +119,13 @@ class ProcessCluster:
             self._spawn(name, cmd)
         self.client = Client(scheduler_file=str(self.scheduler_file), timeout="30s")
         want = len(self.nodes) + 1
-        while len(self.client.scheduler_info(n_workers=-1)["workers"]) < want:
+        from voltstream.cluster.driver import cluster_workers
+
+        while len(cluster_workers(self.client)) < want:
             for name in self.procs:
                 self._check_alive(name)
             if time.monotonic() > deadline:
-                raise ConfigError(f"only {len(self.client.scheduler_info()['workers'])} of "
+                raise ConfigError(f"only {len(cluster_workers(self.client))} of "
                                   f"{want} Dask workers started in {self.start_timeout_s:.0f} s; "
                                   f"see {self.workdir / 'logs'}")  # fmt: skip
             time.sleep(0.1)
