@@ -9,42 +9,53 @@ per N. The band is the demo's (`voltstream demo --nodes N`): N x 32 channels of
 62.5 kHz around 1420 MHz, 2 pols, 8-bit YNAO packets of 64 samples (8216 bytes), the
 demo's pulsar at DM 26.833; it is synthesised once per N in memory and split into
 subbands as the simulator does (bench/cluster_traffic.py), not by the simulator
-subprocess, because the benchmark must know when each packet was due.
+subprocess, because the benchmark must know when each packet was due. One node's
+stream at the telescope's own rate is 0.0642 Gb/s ("x real time" below).
 
-For each total rate R in `--rates` (Gb/s of UDP payload over all nodes, rising),
-one observation planned as the demo plans it (`demo_plan`: nbin 128, sub-integrations
-of `--tsub` S): one paced `_core.Sender` per node, each at R / N, every node's packet
-p due at the same Unix time T0 + p dt; the observation ends 2 s after the last
-sender. `--seconds` D of rows are measured; one more sub-integration of data (at
-least 0.25 s) follows them, so that every measured row leaves its node in the
-stream (a node holds a row until a few capture chunks past its last packet), not in
-the flush at the stream's end. A rate is lossless when every node received every
-packet sent (capture `lost` 0 and received == sent), no node or sender failed and
-every row was written with every node's part (rows written == rows complete). The
-rates stop at N's first rate with any loss.
+Each cluster's first observation (0.5 s of rows at real time) is its warm-up: fresh
+worker processes import and plan on their first rows, which costs seconds here; it
+is reported as the cold start and not rated. Then, for each total rate R in
+`--rates` (Gb/s of UDP payload over all nodes, rising), one observation planned as
+the demo plans it (`demo_plan`: nbin 128, sub-integrations of `--tsub` S, capture
+chunks of 32 packets): one paced `_core.Sender` per node at R / N, every node's
+packet p due at the same Unix time T0 + p dt; the observation ends 2 s after the
+last sender. `--seconds` D of rows are measured; one more sub-integration of data
+(at least 0.25 s) follows them, so that every measured row leaves its node in the
+stream (a node holds a row until its capture chunk leaves the reorder window, 4
+chunks on), not in the flush at the stream's end.
 
-Merge latency of row k = the Unix time the merger had it on disk (fsync'd;
-merger status `rows_at`) - the Unix time its last packet was due: the packet holding
-sample ceil(((k + 1) S + d) / tsamp) - 1, d the largest dispersion delay of the
-band's channels behind its centre (the folder's reference; 0.3 ms here, counted).
-It covers the node's capture chunks, its dedispersion and fold, the call to the
-merger, the merge and the fsync. A sender that fell behind its schedule (its
-`late_s`, the most a burst started after its due time, above 1 ms) is flagged: the
-latency is then counted from when the packet was due, not sent. The merger's own
-figure (`merger_latency_s`: the arrival of the part that completed a row to its
-fsync) is kept beside it.
+A rate is lossless when every node received every packet sent (capture `lost` 0
+and received == sent), no node or sender failed and every row was written with every
+node's part (rows written == rows complete). A run of a few seconds can be lossless
+above what the nodes sustain: their socket buffers (64 MiB) and queues hold the
+backlog, and they fold it after the senders stop. So a run also has to keep up to
+count as sustained: its rows' merge latency must not grow with time (the median
+slope between rows below 0.1 s per s of sending). The rates stop at N's first rate
+with any loss; the summary gives the highest lossless and the highest sustained.
+
+Merge latency of row k = the Unix time the merger had it on disk (fsync'd; merger
+status `rows_at`) - the Unix time its last packet was due: the packet holding sample
+ceil(((k + 1) S + d) / tsamp) - 1, d the largest dispersion delay of the band's
+channels behind its centre (the folder's reference; 0.3 ms here, counted). It covers
+the capture's reorder window (at most `window_wait_s`, 128 packets' time at the
+node's rate), the node's dedispersion and fold, the call to the merger, the merge
+and the append. A sender that fell behind its schedule (its `late_s`, the most a
+burst started after its due time, above 1 ms) is flagged: the latency then counts
+from when the packet was due, not sent. The merger's own figure (`merger_latency_s`:
+the arrival of the part that completed a row to its fsync) is kept beside it.
 
 Same-run baseline: one node's CPU fold alone (`NodeFold`, the code of every node's
-fold) of node 0's subband from memory in the capture's chunks, in samples per
-second and as Gb/s of packets; the aggregate lossless rate is compared with N x that.
-The nodes, the merger, the scheduler and the senders all share this machine's
-cores: with fewer cores than N + 1 busy processes the aggregate cannot scale with N,
-and the output says so.
+fold) of node 0's subband from memory in the capture's chunks, in samples per second
+and as Gb/s of packets; the aggregate rate is compared with N x that. The nodes, the
+merger, the scheduler and the senders all share this machine's cores: with fewer
+cores than N + 1 busy processes the aggregate cannot scale with N, and the output
+says so. bench/cluster_node_alone.py runs one node's task without Dask, with and
+without the merger's writes, to tell the parts apart.
 
 GPU: a node folds on the CPU only today (cluster/node.py); GPU node folds (one
 worker per node sharing the GPU) are not built yet, so `--device` takes cpu only.
 
-    python bench/cluster.py [--nodes 1,2,4] [--rates 0.05,0.1,...] [--seconds 4]
+    python bench/cluster.py [--nodes 1,2,4] [--rates 0.05,0.07,...] [--seconds 4]
                             [--tsub 0.25] [--json docs/results/cluster.json]
 """
 
@@ -94,6 +105,8 @@ CHUNK_PACKETS = 32
 #: senders), or by less than `RISE_NOISE_S` over the whole run (the fsync's jitter).
 KEEP_UP_SLOPE = 0.1
 RISE_NOISE_S = 0.1
+#: Seconds of rows in each cluster's first, unrated observation (the cold start).
+WARMUP_S = 0.5
 
 
 def machine() -> dict:
@@ -112,12 +125,18 @@ def machine() -> dict:
     }
 
 
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
 def git_commit() -> dict:
     def git(*a: str) -> str:
         r = subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True)
         return r.stdout.strip()
 
-    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain"))}
+    # Dirty: tracked files changed (a results file not yet committed does not count).
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return {"commit": git("rev-parse", "HEAD") or None, "dirty": dirty}
 
 
 def _after(cond: Any, grace_s: float) -> Any:
@@ -133,20 +152,63 @@ def _after(cond: Any, grace_s: float) -> Any:
     return check
 
 
+def cpu_seconds(procs: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds (user + system) so far of each cluster process with its children
+    (a nanny's worker), and of this process alone (the senders, the driver, the
+    client; the cluster's processes are its children)."""
+    import psutil
+
+    def of(p: Any) -> float:
+        try:
+            t = p.cpu_times()
+            return float(t.user + t.system)
+        except psutil.NoSuchProcess:
+            return 0.0
+
+    def tree(pid: int) -> float:
+        try:
+            p = psutil.Process(pid)
+            return of(p) + sum(of(c) for c in p.children(recursive=True))
+        except psutil.NoSuchProcess:
+            return 0.0
+
+    out = {name: tree(p.pid) for name, p in procs.items()}
+    out["bench"] = of(psutil.Process())
+    return out
+
+
 def one_run(nodes: Any, band: Band, rate: float, a: argparse.Namespace, workdir: Path) -> dict:
-    """One observation at ``rate`` Gb/s in all; its record (see `measure`)."""
+    """One observation at ``rate`` Gb/s in all; its record (see `measure`), with the
+    share of a core each process used while the senders sent (where the cores went)."""
     n = band.n
     names = [f"node{i}" for i in range(n)]
     archive = workdir / f"n{n}-{rate:g}.fits"
     plan, _ = demo_plan(names, nodes.dests, archive, a.tsub, a.seconds, seed=a.seed)
     tx = BandSender(nodes.dests, band.packets(plan.jobs), band.fmt.packet_len, rate)
+    cpu: list[tuple[float, dict]] = []
+
+    def start() -> None:
+        cpu.append((time.monotonic(), cpu_seconds(nodes.cluster.procs)))
+        tx.start()
+
+    def sent() -> bool:
+        if not tx.done():
+            return False
+        if len(cpu) == 1:
+            cpu.append((time.monotonic(), cpu_seconds(nodes.cluster.procs)))
+        return True
+
     try:
-        report = run_observation(nodes.cluster.client, plan, on_ready=tx.start,
-                                 stop_when=_after(tx.done, GRACE_S))  # fmt: skip
+        report = run_observation(nodes.cluster.client, plan, on_ready=start,
+                                 stop_when=_after(sent, GRACE_S))  # fmt: skip
     finally:
         tx.join()
         archive.unlink(missing_ok=True)
-    return measure(report, plan, band, tx, rate, a)
+    r = measure(report, plan, band, tx, rate, a)
+    if len(cpu) == 2:
+        (t0, c0), (t1, c1) = cpu
+        r["cpu_share"] = {k: (c1[k] - c0.get(k, 0.0)) / (t1 - t0) for k in c1}
+    return r
 
 
 def measure(report: dict, plan: Any, band: Band, tx: BandSender, rate: float,
@@ -328,6 +390,11 @@ def table(out: dict) -> list[str]:
             f"{c['gbps_per_node']:.3f} ({c['x_realtime']:.1f}) | {s['n_x_ceiling_gbps']:.3f} | "
             f"{ratio} |"
         )
+    for w in out["warmups"]:
+        lines.append(f"cold start, {w['nodes']} node(s) (each cluster's first observation, "
+                     f"{w['asked_gbps']:.3f} Gb/s, not rated): merge latency p50 / p99 / max "
+                     f"{_lat(w['merge_latency_s'])} ms, lost "
+                     f"{sum(x['lost'] for x in w['per_node'])}")  # fmt: skip
     cores = out["machine"]["cpus_allowed"]
     if any(s["cores_short"] for s in out["summary"]):
         lines.append(
@@ -351,7 +418,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add = ap.add_argument
     add("--nodes", default="1,2,4", help="node counts, comma-separated")
-    add("--rates", default="0.05,0.1,0.2,0.4,0.8",
+    add("--rates", default="0.05,0.07,0.1,0.14,0.2,0.28,0.4,0.56,0.8",
         help="total rates, Gb/s of UDP payload over all nodes, rising")  # fmt: skip
     add("--seconds", type=float, default=4.0, help="seconds of data whose rows are measured")
     add("--tsub", type=float, default=0.25, help="sub-integration length, s")
@@ -362,6 +429,51 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--seed", type=int, default=1)
     add("--json", default=None, metavar="PATH")
     return ap.parse_args(argv)
+
+
+def node_count(n: int, a: argparse.Namespace, rates: list[float], tail: float,
+               workdir: Path, out: dict) -> None:  # fmt: skip
+    """N's ceiling, its cluster's warm-up and its rising rates, added to ``out``."""
+    band = Band(n, a.seconds + tail, seed=a.seed)
+    names = [f"node{i}" for i in range(n)]
+    plan, _ = demo_plan(names, ["127.0.0.1:9"] * n, workdir / "x.fits", a.tsub, a.seconds,
+                        seed=a.seed)  # fmt: skip
+    spp = band.fmt.samples_per_packet
+    ceiling = fold_ceiling(plan.jobs[0], band.parts[0], CHUNK_PACKETS * spp)
+    print(f"cluster bench: {n} node(s); one node's fold alone: "
+          f"{ceiling['samples_per_s'] / 1e6:.2f} M samples/s = {ceiling['gbps_per_node']:.3f} "
+          f"Gb/s ({ceiling['x_realtime']:.1f} x real time)", flush=True)  # fmt: skip
+    runs = []
+    # This machine's load before N's runs: other work on these cores (another
+    # checkout's tests, say) lowers every rate and lengthens every latency.
+    load = os.getloadavg()
+    with local_nodes(names, workdir / f"dask{n}", a.netns) as nodes:
+        out["where"] = nodes.where
+        # A first observation on fresh workers pays their imports (astropy in the
+        # merger, the FFTs in the nodes) and first calls, seconds on a busy machine:
+        # it is run, reported as the cold start, and not rated.
+        # At the telescope's own rate: quick, and far from any limit.
+        w = argparse.Namespace(**dict(vars(a), seconds=WARMUP_S))
+        rt = n * realtime_gbps(band.fmt)
+        warm = one_run(nodes, Band(n, WARMUP_S + tail, seed=a.seed), rt, w, workdir)
+        out["warmups"].append(warm)
+        lat = warm["merge_latency_s"]
+        print(f"  {n} node(s), warm-up ({WARMUP_S:g} s of rows at {rt:.3f} Gb/s, real time): "
+              f"merge latency max {_ms(lat['max'])} ms", flush=True)  # fmt: skip
+        for rate in rates:
+            r = one_run(nodes, band, rate, a, workdir)
+            runs.append(r)
+            lat = r["merge_latency_s"]
+            print(f"  {n} node(s) at {rate:g} Gb/s: lost {sum(x['lost'] for x in r['per_node'])}"
+                  f", rows {r['rows_written']}/{r['rows_complete']}, latency p50 "
+                  f"{_ms(lat['p50'])} ms, max {_ms(lat['max'])} ms, growth "
+                  f"{r['latency_growth'] or 0:.2f}, {'lossless' if r['lossless'] else 'LOSSY'}",
+                  flush=True)  # fmt: skip
+            if not r["lossless"]:
+                break
+    out["runs"] += runs
+    summary = summarise(n, runs, ceiling, out["machine"]["cpus_allowed"])
+    out["summary"].append(dict(summary, loadavg_before=list(load)))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -378,46 +490,18 @@ def main(argv: list[str] | None = None) -> dict:
                 "packets_per_chunk": CHUNK_PACKETS}  # fmt: skip
     out: dict[str, Any] = {
         "machine": info,
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": now(),
         "command": " ".join(["python", "bench/cluster.py", *argv]),
         "git": git_commit(),
         "settings": settings,
+        "warmups": [],
         "runs": [],
         "summary": [],
     }
     workdir = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     try:
         for n in counts:
-            band = Band(n, a.seconds + tail, seed=a.seed)
-            names = [f"node{i}" for i in range(n)]
-            plan, _ = demo_plan(names, ["127.0.0.1:9"] * n, workdir / "x.fits", a.tsub,
-                                a.seconds, seed=a.seed)  # fmt: skip
-            spp = band.fmt.samples_per_packet
-            ceiling = fold_ceiling(plan.jobs[0], band.parts[0], CHUNK_PACKETS * spp)
-            print(f"cluster bench: {n} node(s); one node's fold alone: "
-                  f"{ceiling['samples_per_s'] / 1e6:.2f} M samples/s = "
-                  f"{ceiling['gbps_per_node']:.3f} Gb/s ({ceiling['x_realtime']:.1f} x real "
-                  "time)", flush=True)  # fmt: skip
-            runs = []
-            # This machine's load before N's runs: other work on these cores (another
-            # checkout's tests, say) lowers every rate and lengthens every latency.
-            load = os.getloadavg()
-            with local_nodes(names, workdir / f"dask{n}", a.netns) as nodes:
-                out["where"] = nodes.where
-                for rate in rates:
-                    r = one_run(nodes, band, rate, a, workdir)
-                    runs.append(r)
-                    lat = r["merge_latency_s"]
-                    print(f"  {n} node(s) at {rate:g} Gb/s: lost "
-                          f"{sum(x['lost'] for x in r['per_node'])}, rows "
-                          f"{r['rows_written']}/{r['rows_complete']}, latency p50 "
-                          f"{_ms(lat['p50'])} ms, max {_ms(lat['max'])} ms, "
-                          f"{'lossless' if r['lossless'] else 'LOSSY'}", flush=True)  # fmt: skip
-                    if not r["lossless"]:
-                        break
-            out["runs"] += runs
-            summary = summarise(n, runs, ceiling, info["cpus_allowed"])
-            out["summary"].append(dict(summary, loadavg_before=list(load)))
+            node_count(n, a, rates, tail, workdir, out)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"nodes {out.get('where', '?')}; {info['cpus_allowed']} cores")

@@ -29,6 +29,7 @@ def test_quick_cluster_bench_is_lossless_and_times_every_row(tmp_path, capsys):
         assert 0 < lat["p50"] <= lat["p99"] <= lat["max"]
         assert all(v > 0 for v in r["latency_by_row_s"].values())
         assert r["sent_gbps"] > 0
+        assert {"merger", "node0", "bench"} <= set(r["cpu_share"])
         for node in r["per_node"]:
             assert node["sent"] == node["received"] == r["packets_per_node"] > 0, node
             assert node["lost"] == 0 and not node["sender_error"] and not node["node_error"]
