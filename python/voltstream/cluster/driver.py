@@ -123,10 +123,22 @@ class Kill:
     pid: int | None = None
 
 
+def cluster_workers(client: Any) -> dict[str, dict]:
+    """Every worker now in the cluster (its info, by address), asked of the scheduler.
+
+    Not `client.scheduler_info(n_workers=-1)`: that fetches into the client's cache
+    and returns the cache, which the client's own periodic refresh (every 2 s, asking
+    for no workers) can overwrite in between (distributed 2026.8). A cluster with every
+    worker up then reads as one with none: each node "left", its rows not waited for,
+    and a row that some nodes had sent written without the others."""
+    info = client.sync(client.scheduler.identity, n_workers=-1)
+    return dict(info.get("workers") or {})
+
+
 def check_cluster(client: Any, plan: ClusterPlan) -> None:
     """Every node and the merger have a worker to run on, or a clear error."""
     have: set[str] = set()
-    for w in client.scheduler_info(n_workers=-1)["workers"].values():
+    for w in cluster_workers(client).values():
         have |= set(w.get("resources", {}))
     need = {"merger"} | {j.node for j in plan.jobs}
     if missing := sorted(need - have):
@@ -242,8 +254,7 @@ def run_observation(
 
 def _node_workers(client: Any) -> dict[str, str]:
     """Worker address by name, of the workers now in the cluster."""
-    info = client.scheduler_info(n_workers=-1)["workers"]
-    return {str(w.get("name")): addr for addr, w in info.items()}
+    return {str(w.get("name")): addr for addr, w in cluster_workers(client).items()}
 
 
 def _kill_worker(client: Any, addr: str | None, node: str) -> int | None:
