@@ -36,7 +36,7 @@ with any loss; the summary gives the highest lossless and the highest sustained.
 Merge latency of row k = the Unix time the merger had it on disk (fsync'd; merger
 status `rows_at`) - the Unix time its last packet was due: the packet holding sample
 ceil(((k + 1) S + d) / tsamp) - 1, d the largest dispersion delay of the band's
-channels behind its centre (the folder's reference; 0.3 ms here, counted). It covers
+channels behind its centre (the folder's reference; at most 0.3 ms here, counted). It covers
 the capture's reorder window (at most `window_wait_s`, 128 packets' time at the
 node's rate), the node's dedispersion and fold, the call to the merger, the merge
 and the append. A sender that fell behind its schedule (its `late_s`, the most a
@@ -102,7 +102,7 @@ BEHIND_S = 1e-3
 CHUNK_PACKETS = 32
 #: A run kept up when its rows' merge latency grew by less than this many seconds
 #: per second of sending (the nodes or the merger fell less than 10 % behind the
-#: senders), or by less than `RISE_NOISE_S` over the whole run (the fsync's jitter).
+#: senders), or by less than `RISE_NOISE_S` over the whole run (the append's jitter).
 KEEP_UP_SLOPE = 0.1
 RISE_NOISE_S = 0.1
 #: Seconds of rows in each cluster's first, unrated observation (the cold start).

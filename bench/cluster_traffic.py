@@ -49,8 +49,8 @@ class Band:
     parts: list[np.ndarray] = field(default_factory=list)  # per node (nsamp, 32, 2, 2) int8
 
     def __post_init__(self) -> None:
-        # The start only stamps the samples' headers; each run packetises again with
-        # its own plan's start (`packets`), and the nodes index by sequence number.
+        # This start only anchors the synthesis; each run stamps the packets with its
+        # own plan's start (`packets`), and the nodes index them by sequence number.
         obs = whole_band_observation(self.fmt, self.n, start_mjd=60000, start_sec=0.0,
                                      source="PSR_DEMO")  # fmt: skip
         spp = self.fmt.samples_per_packet
