@@ -42,6 +42,11 @@ def test_rows_appended_read_back_as_the_archive_written_at_once(tmp_path):
     np.testing.assert_array_equal(back.offs_sub_s, once.offs_sub_s)
     np.testing.assert_array_equal(back.period_s, once.period_s)
     np.testing.assert_array_equal(back.tsubint_s, once.tsubint_s)
+    # Every column of every row, byte for byte (LST_SUB, DAT_FREQ, RA_SUB too).
+    from astropy.io import fits
+
+    with fits.open(tmp_path / "once.fits") as a, fits.open(tmp_path / "grown.fits") as b:
+        assert a["SUBINT"].data.tobytes() == b["SUBINT"].data.tobytes()
 
 
 def test_the_grown_file_is_valid_fits_by_the_definition(tmp_path):
@@ -68,3 +73,24 @@ def test_rows_of_another_shape_are_refused(tmp_path):
     with pytest.raises(FormatError, match="one row"):
         AppendingArchive(tmp_path / "h.fits", whole)
     assert read_psrfits(tmp_path / "g.fits").nsub == 1  # untouched by the refusal
+
+
+def test_a_reopened_archive_goes_on_after_its_last_row(tmp_path):
+    """A merger started again: its archive reopened, the next rows after the last."""
+    whole = make_archive(nsub=4)
+    write_psrfits(tmp_path / "once.fits", whole)
+    grown = AppendingArchive(tmp_path / "g.fits", first_row(whole))
+    grown.append(whole.data[1], whole.weights[1], whole.tsubint_s[1], whole.offs_sub_s[1],
+                 whole.period_s[1])  # fmt: skip
+    with open(tmp_path / "g.fits", "ab") as f:
+        f.write(b"\x01" * 1000)  # an append cut short by a kill -9
+    again = AppendingArchive.reopen(tmp_path / "g.fits")
+    assert again.nrows == 2
+    for k in (2, 3):
+        again.append(whole.data[k], whole.weights[k], whole.tsubint_s[k], whole.offs_sub_s[k],
+                     whole.period_s[k])  # fmt: skip
+    from astropy.io import fits
+
+    with fits.open(tmp_path / "once.fits") as a, fits.open(tmp_path / "g.fits") as b:
+        b.verify("exception")
+        assert a["SUBINT"].data.tobytes() == b["SUBINT"].data.tobytes()

@@ -87,7 +87,7 @@ class Merger:
         rows go after them; the nodes resend the rows they still hold."""
         from voltstream.io.psrfits_append import AppendingArchive
 
-        self.archive = AppendingArchive.reopen(self.plan.output, self._template())
+        self.archive = AppendingArchive.reopen(self.plan.output)
         self.rows.next_k = self.archive.nrows
         log.warning("merger: resuming %s after row %d", self.plan.output, self.archive.nrows - 1)
 
@@ -208,22 +208,6 @@ class Merger:
                 log.warning("merger: row %d written without %s (%s rule): weight 0 there",
                             row.k, ", ".join(row.missing), row.reason)  # fmt: skip
 
-    def _template(self, *row: np.ndarray) -> FoldedArchive:
-        """The archive's first row (``row``: data, weights, tsubint, offs, period), or
-        a row of zeros to describe the rows of a resumed archive."""
-        p, s = self.plan, self.plan.settings
-        if not row:
-            nchan = p.band.nchan
-            z = np.zeros(1)
-            row = (np.zeros((1, self.npol, nchan, s.nbin)), np.zeros((1, nchan)), z, z, z + 1)
-        data, weights, tsubint, offs, period = row
-        return FoldedArchive(
-            obs=p.band, data=data, weights=weights, tsubint_s=tsubint, offs_sub_s=offs,
-            period_s=period, dm=s.dm, pol_type=s.pol_mode,
-            polyco_text=getattr(s.predictor, "text", None), history=list(p.history),
-            par_text=p.par_text, coherent_nfft=p.coherent_nfft,
-        )  # fmt: skip
-
     def _write_row(self, row: MergedRow) -> None:
         from voltstream.io.psrfits_append import AppendingArchive
 
@@ -234,7 +218,12 @@ class Merger:
         offs = row.k * (s.tsub_s or 0.0) + tsubint / 2
         period = folding_periods(s.predictor, p.band.start_mjd, p.band.start_sec, offs)
         if self.archive is None:
-            first = self._template(data, weights, tsubint, offs, period)
+            first = FoldedArchive(
+                obs=p.band, data=data, weights=weights, tsubint_s=tsubint, offs_sub_s=offs,
+                period_s=period, dm=s.dm, pol_type=s.pol_mode,
+                polyco_text=getattr(s.predictor, "text", None), history=list(p.history),
+                par_text=p.par_text, coherent_nfft=p.coherent_nfft,
+            )  # fmt: skip
             self.archive = AppendingArchive(p.output, first)
         else:
             self.archive.append(data[0], weights[0], tsubint[0], offs[0], period[0])
