@@ -52,8 +52,9 @@ cores than N + 1 busy processes the aggregate cannot scale with N, and the outpu
 says so. bench/cluster_node_alone.py runs one node's task without Dask, with and
 without the merger's writes, to tell the parts apart.
 
-GPU: a node folds on the CPU only today (cluster/node.py); GPU node folds (one
-worker per node sharing the GPU) are not built yet, so `--device` takes cpu only.
+`--device gpu`: every node folds on the GPU (cluster/engines.py `GpuRows`): on one
+GPU, one worker per node sharing it, as the issue asks; the same-run baseline is then
+one node's GPU fold alone.
 
     python bench/cluster.py [--nodes 1,2,4] [--rates 0.05,0.07,...] [--seconds 4]
                             [--tsub 0.25] [--json docs/results/cluster.json]
@@ -183,7 +184,8 @@ def one_run(nodes: Any, band: Band, rate: float, a: argparse.Namespace, workdir:
     n = band.n
     names = [f"node{i}" for i in range(n)]
     archive = workdir / f"n{n}-{rate:g}.fits"
-    plan, _ = demo_plan(names, nodes.dests, archive, a.tsub, a.seconds, seed=a.seed)
+    plan, _ = demo_plan(names, nodes.dests, archive, a.tsub, a.seconds, seed=a.seed,
+                        device=a.device)  # fmt: skip
     tx = BandSender(nodes.dests, band.packets(plan.jobs), band.fmt.packet_len, rate)
     cpu: list[tuple[float, dict]] = []
 
@@ -422,8 +424,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="total rates, Gb/s of UDP payload over all nodes, rising")  # fmt: skip
     add("--seconds", type=float, default=4.0, help="seconds of data whose rows are measured")
     add("--tsub", type=float, default=0.25, help="sub-integration length, s")
-    add("--device", choices=["cpu"], default="cpu",
-        help="where nodes fold (GPU node folds are not built yet)")  # fmt: skip
+    add("--device", choices=["cpu", "gpu"], default="cpu",
+        help="where nodes fold (gpu: every node on GPU 0, sharing it)")  # fmt: skip
     add("--netns", choices=["auto", "yes", "no"], default="auto",
         help="nodes in network namespaces (auto: when root)")  # fmt: skip
     add("--seed", type=int, default=1)
@@ -437,7 +439,7 @@ def node_count(n: int, a: argparse.Namespace, rates: list[float], tail: float,
     band = Band(n, a.seconds + tail, seed=a.seed)
     names = [f"node{i}" for i in range(n)]
     plan, _ = demo_plan(names, ["127.0.0.1:9"] * n, workdir / "x.fits", a.tsub, a.seconds,
-                        seed=a.seed)  # fmt: skip
+                        seed=a.seed, device=a.device)  # fmt: skip
     spp = band.fmt.samples_per_packet
     ceiling = fold_ceiling(plan.jobs[0], band.parts[0], CHUNK_PACKETS * spp)
     print(f"cluster bench: {n} node(s); one node's fold alone: "
@@ -485,6 +487,10 @@ def main(argv: list[str] | None = None) -> dict:
     # after them: it carries them out of their nodes' chunks and FFT blocks.
     tail = max(a.tsub, 0.25)
     info = machine()
+    if a.device == "gpu":
+        import cupy
+
+        info["gpu"] = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     settings = {"nodes": counts, "rates_gbps": rates, "seconds": a.seconds, "tail_s": tail,
                 "tsub_s": a.tsub, "device": a.device, "seed": a.seed, "grace_s": GRACE_S,
                 "packets_per_chunk": CHUNK_PACKETS}  # fmt: skip
