@@ -90,7 +90,7 @@ from cluster_traffic import (  # noqa: E402
 from voltstream.capture_config import CaptureSettings  # noqa: E402
 from voltstream.cluster.driver import run_observation  # noqa: E402
 from voltstream.cluster.local import local_nodes  # noqa: E402
-from voltstream.commands_cluster import demo_plan  # noqa: E402
+from voltstream.commands_cluster import demo_plan, held_for  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: Seconds the observation runs on after the last sender: the last packets arrive
@@ -138,19 +138,6 @@ def git_commit() -> dict:
     # Dirty: tracked files changed (a results file not yet committed does not count).
     dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     return {"commit": git("rev-parse", "HEAD") or None, "dirty": dirty}
-
-
-def _after(cond: Any, grace_s: float) -> Any:
-    """``cond()`` has held for ``grace_s``."""
-    since: list[float] = []
-
-    def check() -> bool:
-        if not cond():
-            return False
-        since[:] = since or [time.monotonic()]
-        return time.monotonic() - since[0] >= grace_s
-
-    return check
 
 
 def cpu_seconds(procs: dict[str, Any]) -> dict[str, float]:
@@ -202,7 +189,7 @@ def one_run(nodes: Any, band: Band, rate: float, a: argparse.Namespace, workdir:
 
     try:
         report = run_observation(nodes.cluster.client, plan, on_ready=start,
-                                 stop_when=_after(sent, GRACE_S))  # fmt: skip
+                                 stop_when=held_for(sent, GRACE_S))  # fmt: skip
     finally:
         tx.join()
         archive.unlink(missing_ok=True)

@@ -122,16 +122,17 @@ def run_simulated(
 
     try:
         report = run_observation(client, plan, on_ready=start_sender,
-                                 stop_when=_after(sender_done, grace_s), kills=kills,
+                                 stop_when=held_for(sender_done, grace_s), kills=kills,
                                  stop_event=stop_event)  # fmt: skip
     finally:
         rc = _wait(sim)
     return report, rc
 
 
-def _after(cond: Any, grace_s: float) -> Any:
-    """``cond`` held for ``grace_s``: the sender has ended and the nodes' last packets
-    have had time to arrive (each node also ends by its idle timeout)."""
+def held_for(cond: Any, grace_s: float) -> Any:
+    """A check that ``cond()`` has held for ``grace_s`` (the sender has ended and the
+    nodes' last packets have had time to arrive; each node also ends by its idle
+    timeout)."""
     since: list[float] = []
 
     def check() -> bool:
