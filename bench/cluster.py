@@ -94,7 +94,7 @@ from voltstream.commands_cluster import demo_plan, held_for  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: Seconds the observation runs on after the last sender: the last packets arrive
-#: and the tail row leaves its nodes (each node also ends on its 2 s idle timeout).
+#: and the tail row leaves its nodes (the driver's stop ends every node).
 GRACE_S = 2.0
 #: A sender whose bursts started this far behind their due time fell behind: ten
 #: of its 100 us pacing quanta.

@@ -22,7 +22,7 @@ import pytest
 
 from voltstream.cluster.driver import Kill
 from voltstream.cluster.local import local_nodes
-from voltstream.commands_cluster import demo_plan, run_simulated
+from voltstream.commands_cluster import cluster_summary, demo_plan, run_simulated
 from voltstream.io.dada import open_dada
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.io.psrfits import read_psrfits, write_psrfits
@@ -75,6 +75,9 @@ def same_profiles(got, ref, rows, chans):
 def observe(nodes, tmp, kills=()):
     plan, sim = demo_plan(NAMES, nodes.dests, tmp / "merged.fits", TSUB, DURATION, seed=SEED)
     report, rc = run_simulated(nodes.cluster.client, plan, sim + ["--rate", "0.06"], kills)
+    for line in cluster_summary(report):  # in the test's output when it fails
+        print(line)
+    print(json.dumps(report["merge"], default=str))
     assert rc == 0
     return plan, sim, report
 

@@ -89,7 +89,7 @@ def demo_plan(
         # Small chunks: a row leaves a node about 4 chunks after its last packet.
         capture={"packets_per_chunk": 32},
         device=device,
-        history=("voltstream demo --nodes " + " ".join(sys.argv[3:]),),
+        history=(f"voltstream demo --nodes {n} (voltstream.commands_cluster.demo_plan)",),
     )  # fmt: skip
     sim_cmd = [
         sys.executable, "-m", "voltstream.cli", "simulate", "--format", "ynao",

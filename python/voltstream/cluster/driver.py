@@ -57,7 +57,7 @@ def plan_observation(
     formats: Sequence[Any] | None = None,
     start_packet: int = 0,
     file_offsets: Sequence[int] | None = None,
-    idle_timeout_s: float = 2.0,
+    idle_timeout_s: float | None = None,
     capture: dict | None = None,
     deadline_s: float | None = None,
     lag: int | None = None,

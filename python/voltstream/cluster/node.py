@@ -72,7 +72,10 @@ class NodeJob:
     fmt: StreamFormat | None = None
     start_packet: int = 0
     file_offset: int = 0
-    idle_timeout_s: float = 2.0
+    #: None: a node captures until the driver's stop (or its duration), however long
+    #: its stream pauses: a sender that stalls for seconds (a busy machine) must not
+    #: end one node's part of the observation while the others go on.
+    idle_timeout_s: float | None = None
     device: str = "cpu"  # where the node folds: cpu (NumPy) or gpu (fold/gpu.py)
     merger: str = "voltstream-merger"  # the Dask Variable holding the merger's handle
     stop: str = "voltstream-stop"  # the Dask Event that ends the observation
