@@ -198,3 +198,36 @@ def test_voltstream_demo_nodes_kills_a_node_and_says_so(tmp_path):
     lost = [k for a, b in node2["missing_rows"] for k in range(a, b + 1)]
     assert np.all(arch.weights[np.ix_(lost, range(2 * NCH, 3 * NCH))] == 0)
     assert "node2 (" in r.stdout and "weighted zero" in r.stdout
+
+
+def test_fold_scheduler_live_subbands_as_on_real_hosts(nodes, tmp_path):
+    """`voltstream fold --scheduler ... --subband NODE=HOST:PORT`, the real-hosts
+    command: the nodes capture until --duration, the archive is the whole band's."""
+    addr = nodes.cluster.client.scheduler.address
+    subs = [f"--subband=node{i}={d}" for i, d in enumerate(nodes.dests)]
+    fold = subprocess.Popen(
+        [sys.executable, "-m", "voltstream.cli", "fold", "--scheduler", addr, *subs,
+         "--format", "ynao", "--chan-bw", "0.0625", "--freq", "1420", "--duration", "12",
+         "--dm", "26.833", "--period", "0.0333", "--nbin", "128", "--tsub", str(TSUB),
+         "-o", str(tmp_path / "live.fits"), "--report", str(tmp_path / "live.json")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        lines = []
+        for line in fold.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if "every node is capturing" in line:
+                break
+        _, sim = demo_plan(NAMES, nodes.dests, tmp_path / "x.fits", TSUB, 1.0, seed=SEED)
+        subprocess.run(sim + ["--rate", "0.06"], check=True, capture_output=True, timeout=120)
+        out, _ = fold.communicate(timeout=120)
+    finally:
+        if fold.poll() is None:
+            fold.kill()
+    assert fold.returncode == 0, "".join(lines) + (out or "")
+    report = json.loads((tmp_path / "live.json").read_text())
+    assert report["merge"]["rows_written"] == report["merge"]["rows_complete"] > 0
+    for r in report["nodes"].values():
+        assert r["task"]["capture"]["lost"] == 0 and r["task"]["capture"]["totals"]["received"]
+    arch = read_psrfits(tmp_path / "live.fits")
+    assert arch.data.shape[2] == 4 * NCH and arch.nsub == report["merge"]["rows_written"]

@@ -313,8 +313,12 @@ def fold_cluster(args: argparse.Namespace) -> int:
         )  # fmt: skip
         print(f"fold: {len(pairs)} subbands on the Dask cluster at {args.scheduler} "
               f"({client.dashboard_link}); merging into {args.output}")  # fmt: skip
-        report = run_observation(client, plan, stop_event=_stop_event(args),
-                                 live_report=watcher(args))  # fmt: skip
+        report = run_observation(
+            client, plan, stop_event=_stop_event(args), live_report=watcher(args),
+            on_ready=lambda: print(f"fold: every node is {'reading' if all(files) else 'capturing'}"
+                                   f" (the observation's {duration:g} s count from now)",
+                                   flush=True),
+        )  # fmt: skip
     if args.report:
         Path(args.report).write_text(json.dumps(report, indent=2, default=str) + "\n")
     for line in cluster_summary(report):
