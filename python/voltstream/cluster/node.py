@@ -242,7 +242,6 @@ class NodeRun:
         self.last_k: int | None = None
         self.send_errors = 0
         self.started = time.time()
-        self.last_row_sent_at: float | None = None
         self._progress: Any = None  # the capture's report so far (run_capture live_report)
         #: The rows sent last, resent to a merger that was started again (its worker
         #: killed): what it had not written yet is not lost.
@@ -364,7 +363,6 @@ class NodeRun:
                 return
         self.rows_sent += 1
         self.last_k = k if self.last_k is None else max(self.last_k, k)
-        self.last_row_sent_at = time.time()
 
     def _drain(self) -> None:
         while self._in_flight:
