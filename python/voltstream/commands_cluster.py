@@ -195,7 +195,12 @@ def _demo_verdict(args: argparse.Namespace, report: dict, archive: Path, out: Pa
         return 1
     what = "zero loss"
     if killed:
-        what = f"{', '.join(sorted(killed))} killed and weighted zero"
+        zeroed = sorted(n for n in killed if report["nodes"][n]["merger"].get("rows_missing"))
+        what = f"{', '.join(sorted(killed))} killed" + (
+            f", {', '.join(zeroed)} weighted zero while away"
+            if zeroed
+            else ", back before its first row was due"
+        )
     print(f"demo: OK: {what}, pulsar detected across {len(report['nodes'])} subbands")
     return 0
 
@@ -222,6 +227,13 @@ def cluster_summary(report: dict) -> list[str]:
             text += (f"{tot.get('received', 0)} packets, {cap.get('lost', 0)} lost (missing "
                      f"{tot.get('missing', 0)}, dropped {tot.get('dropped', 0)}), ")  # fmt: skip
         text += f"{t.get('rows_sent', 0)} rows sent"
+        earlier = [((e.get("capture") or {}).get("totals") or {}).get("received", 0)
+                   for e in mv.get("earlier_runs") or []]  # fmt: skip
+        if earlier:  # a run killed: what it had counted when it last sent a row
+            text += (
+                f" (this run; the run(s) before: {'+'.join(map(str, earlier))} packets, "
+                f"{mv.get('rows_received', 0)} rows merged in all)"
+            )
         if mv.get("rows_missing"):
             text += (f"; missing from rows {mv['missing_rows']} ({mv['seconds_lost']:.2f} s "
                      "weighted zero)")  # fmt: skip
