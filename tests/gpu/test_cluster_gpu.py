@@ -78,3 +78,26 @@ def test_a_late_gpu_node_sends_the_rows_of_a_cpu_node_that_ran_from_the_start():
         np.testing.assert_array_equal(hits, ref[k][1])
         np.testing.assert_array_equal(offered, ref[k][2])
         np.testing.assert_allclose(sums, ref[k][0], rtol=2e-4)
+
+
+def test_a_live_gpu_node_takes_the_captures_int8_samples_as_they_are():
+    """A live node hands its GPU engine the capture's int8 re/im (no conversion on the
+    host): its rows are the CPU node's rows of the same samples."""
+    from voltstream.formats import make_format
+    from voltstream.sim.signal import quantize_int8
+
+    whole = band(64.0)
+    job = jobs(whole, settings(whole))[1]
+    sub = data_of(whole, 0.04, 13)[:, NCH : 2 * NCH]
+    q, _ = quantize_int8(sub)  # int8 (n, nchan, npol, 2), as the capture gives them
+    valid = np.ones(q.shape[0], bool)
+    valid[5000:5200] = False
+    fmt = make_format("ynao", chan_bw_mhz=whole.chan_bw_mhz, freq_mhz=job.obs.freq_mhz)
+    live = replace(job, source="127.0.0.1:7148", fmt=fmt)
+    cpu, _ = rows_of(live, q, valid)
+    gpu, nf = rows_of(replace(live, device="gpu"), q, valid)
+    assert nf.fold.dtype == np.int8 and [r[0] for r in gpu] == [r[0] for r in cpu]
+    for (_, sums, hits, offered), (_, s2, h2, o2) in zip(gpu, cpu, strict=True):
+        np.testing.assert_array_equal(hits, h2)
+        np.testing.assert_array_equal(offered, o2)
+        np.testing.assert_allclose(sums, s2, rtol=2e-4)

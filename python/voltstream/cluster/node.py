@@ -301,9 +301,8 @@ class NodeRun:
         t.start()
         spp = fmt.samples_per_packet
         while (item := q.get()) is not _END:
-            samples, valid, first_packet = item
-            x = samples.astype(np.float32).view(np.complex64)[..., 0]
-            self._feed(x, valid, (first_packet - self.job.start_packet) * spp)
+            samples, valid, first_packet = item  # int8 (n, nchan, npol, re/im)
+            self._feed(samples, valid, (first_packet - self.job.start_packet) * spp)
         t.join()
         if "error" in done:
             raise done["error"]
