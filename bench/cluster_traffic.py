@@ -183,7 +183,7 @@ def _clock_offset(sender: Any) -> float:
 
 def fold_ceiling(job: NodeJob, part: np.ndarray, chunk_samples: int) -> dict:
     """One node's fold alone: ``part`` (int8 samples of the node's subband) fed to a
-    `NodeFold` in the capture's chunks, converted as the node converts them, rows
+    `NodeFold` in the capture's chunks, as int8 as the node gets them, rows
     taken as the node takes them. Samples per second and the same as Gb/s of this
     format's packets (the rate a node's fold could keep up with, capture aside)."""
     assert job.fmt is not None
@@ -209,7 +209,7 @@ def fold_ceiling(job: NodeJob, part: np.ndarray, chunk_samples: int) -> dict:
 def _fold_all(fold: NodeFold, part: np.ndarray, chunk_samples: int) -> int:
     rows = 0
     for a in range(0, part.shape[0], chunk_samples):
-        x = part[a : a + chunk_samples].astype(np.float32).view(np.complex64)[..., 0]
+        x = part[a : a + chunk_samples]  # int8, as the capture hands them to a node
         fold.feed(x, np.ones(x.shape[0], bool), a)
         rows += len(fold.rows())
     return rows + len(fold.finish())
