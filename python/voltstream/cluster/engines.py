@@ -82,6 +82,12 @@ class GpuRows:
         self.eng = GpuFolder.from_settings(obs, job.settings, dtype=self.dtype, ndim=2,
                                            band_freqs_mhz=job.band_freqs_mhz,
                                            f_ref_mhz=job.band_centre_mhz)  # fmt: skip
+        if job.fmt is not None and not job.is_file:
+            # The FFT plans of the capture's chunks made now, before the capture opens:
+            # made on the first chunks instead, they stall the fold while the capture's
+            # small pool fills, and whole chunks are dropped.
+            per_chunk = int(job.capture.get("packets_per_chunk", 256))
+            self.eng.warm_up(per_chunk * job.fmt.samples_per_packet)
         self.step = self.eng.plan.step
         self.delay_s = self.eng.folder.delay_s
         self.shape = (obs.nchan, obs.npol, 2)
