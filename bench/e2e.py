@@ -468,7 +468,7 @@ def parse_args(argv):
     add("--idle-timeout", type=float, default=2.0)
     add("--start-timeout", type=float, default=120.0, help="for the receiver to bind")
     add("--drain-timeout", type=float, default=120.0, help="for it to finish after the senders")
-    add("--fengine-sink", default="--output-file /dev/null", help="fengine output flags")
+    add("--fengine-sink", default="--output /dev/null", help="fengine output flags")
     add("--capture-args", default="", help="more flags for voltstream capture")
     add("--fold-args", default="", help="more flags for voltstream fold --listen")
     add("--fengine-args", default="", help="more flags for voltstream fengine")

@@ -134,7 +134,7 @@ def test_capture_keeps_bind_as_the_old_name_of_listen():
 def test_end_to_end_loopback(tmp_path):
     """simulate → UDP loopback → capture → DADA → fold: zero loss, pulsar at its phase."""
     out = tmp_path / "demo"
-    r = run_cli("demo", "--outdir", str(out), "--duration", "0.25", "--rate", "1", timeout=600)
+    r = run_cli("demo", "--output", str(out), "--duration", "0.25", "--rate", "1", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     report = json.loads((out / "demo-report.json").read_text())
     totals = report["capture"]["totals"]

@@ -185,7 +185,7 @@ def test_voltstream_demo_nodes_kills_a_node_and_says_so(tmp_path):
     out = tmp_path / "demo"
     r = subprocess.run(
         [sys.executable, "-m", "voltstream.cli", "demo", "--nodes", "4", "--duration", "2",
-         "--kill-node", "2", "--at", "1.5", "--outdir", str(out)],
+         "--kill-node", "2", "--at", "1.5", "--output", str(out)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr

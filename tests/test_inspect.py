@@ -58,7 +58,7 @@ def test_a_live_stream_is_described_and_its_options_capture_it_without_loss():
     timer.join()
     assert info["kind"] == "vdif" and info["packets"] == len(packets)
     assert info["stations"] == {3: len(ours), 9: len(ours) // 2}
-    opts = info["options"].split("(capture: --bind HOST:PORT ")[1].rstrip(")")
+    opts = info["options"].split("(capture: --listen HOST:PORT ")[1].rstrip(")")
     assert "--station 3" in opts
     args = build_parser().parse_args(["capture", "--listen", bind, "--duration", "1",
                                       *shlex.split(opts)])  # fmt: skip

@@ -138,6 +138,8 @@ def test_cli_latency_without_a_gpu_says_what_to_do(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert "CuPy" in proc.stderr and "--standin" in proc.stderr
+    # Before: "use --device cpu otherwise", an option latency does not have.
+    assert "--device" not in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -168,7 +170,7 @@ def test_cli_latency_serves_its_counters_live(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "voltstream.cli", "latency", "--listen", "127.0.0.1:0",
          "--standin", "--mode", "copy", "--packets-per-frame", "2", "--duration", "30",
-         "--idle", "3", "--print-address", "--metrics", "127.0.0.1:0"],
+         "--idle-timeout", "3", "--print-address", "--metrics", "127.0.0.1:0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -200,7 +202,7 @@ def test_cli_latency_loop_errors_are_clear_and_exit_2():
     # A CPU the process may not use: the loop's thread cannot pin itself.
     proc = subprocess.run(
         [sys.executable, "-m", "voltstream.cli", "latency", "--listen", "127.0.0.1:0",
-         "--standin", "--cpu", "4095", "--frames", "1", "--idle", "1"],
+         "--standin", "--cpus", "4095", "--frames", "1", "--idle-timeout", "1"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr

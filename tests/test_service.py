@@ -166,7 +166,7 @@ def test_a_second_signal_ends_the_process_at_once(second, status):
 def test_a_verb_that_cannot_stop_cleanly_exits_128_plus_the_signal(tmp_path):
     """inspect --listen polls no stop event: SIGTERM interrupts it, exit 143."""
     proc, err = _start("--log-level", "debug", "inspect", "--listen", free_bind(),
-                       "--timeout", "600")  # fmt: skip
+                       "--duration", "600")  # fmt: skip
     try:
         # inspect says nothing before it listens; wait until its socket is bound.
         _wait_bound(proc.pid)
@@ -337,7 +337,7 @@ def _verb(name: str, bind: str, tmp_path: Path) -> tuple[list[str], str]:
             "record: listening on"  # fmt: skip
     if name == "fengine":
         return ["fengine", "--listen", bind, "--device", "cpu", "--engine", "socket",
-                "--output-file", str(tmp_path / "f.spead"), "--duration", "600",
+                "--output", str(tmp_path / "f.spead"), "--duration", "600",
                 "--report", report], ""  # fmt: skip
     if name == "simulate":
         return ["simulate", "--format", "ynao", "--signal", "noise", "--duration", "600",

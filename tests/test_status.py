@@ -106,3 +106,26 @@ def test_status_where_nothing_listens_is_a_clear_error():
     assert r.returncode == 2
     assert "nothing serves voltstream status at 127.0.0.1:9" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_narrow_terminal_wraps_labels_instead_of_cutting_them():
+    """Before: `status` cut a long label to `label=VD…` in an 80-column terminal."""
+    from voltstream.ops.counters import Sample
+    from voltstream.ops.status_view import counter_tables
+
+    frame = Frame({"report": {}})
+    label = "VDIF station Ef thread 3 polarisation 0"
+    frame.samples = [
+        Sample("voltstream_stream_packets_total", "counter", "", 64000 + k,
+               {"kind": kind, "stream": "0", "label": label})
+        for k, kind in enumerate(("received", "missing", "late", "duplicate", "malformed",
+                                  "foreign", "dropped", "invalid"))
+    ]  # fmt: skip
+    for width in (80, 110):
+        console = Console(width=width, record=True)
+        for table in counter_tables(frame):
+            console.print(table)
+        text = console.export_text()
+        assert f"stream=0: {label}" in text and " stream=0 " in text
+        if width > 100:  # room for every kind's column too
+            assert "…" not in text and "64,007" in text

@@ -18,6 +18,8 @@ from typing import Any
 
 from voltstream.cli_latency import add_latency_parser
 from voltstream.cli_options import (
+    Parser,
+    add_alias,
     add_capture_threads,
     add_device,
     add_digitiser,
@@ -30,6 +32,7 @@ from voltstream.cli_options import (
     add_run,
     add_sample_rate,
     cpu_list,
+    dir_list,
     groups,
     host_port,
     host_ports,
@@ -53,7 +56,7 @@ voltstream: a real-time backend for radio telescopes.
 
 Typical chain (each step is also a library call):
   voltstream simulate --format ynao --signal pulsar --dm 26.833 --dest 127.0.0.1:7000
-  voltstream capture  --format ynao --bind 127.0.0.1:7000 --duration 10 --output obs.dada
+  voltstream capture  --format ynao --listen 127.0.0.1:7000 --duration 10 --output obs.dada
   voltstream fold obs.dada --dm 26.833 --period 0.0333 --nbin 256 -o obs.fits --plot obs.png
 Or run everything on a built-in pulsar with `voltstream demo`, or a whole pipeline
 from one file (capture, record and fold in one process):
@@ -182,8 +185,10 @@ def _add_fengine_parser(verbs: Any) -> None:
         ("--substreams", int, None,
          "channel ranges (heaps per time slot), each to its own destination. "
          "Default: the number of destinations"),
-        ("--bits", int, 8, "output bits per real/imag part: 8 or 4. Default: 8"),
     ))  # fmt: skip
+    bits = g.add_argument("--output-bits", type=int, default=8,
+                          help="output bits per real/imag part: 8 or 4. Default: 8")  # fmt: skip
+    add_alias(g, "--bits", bits)
     add_rate(
         g,
         None,
@@ -200,10 +205,11 @@ def _add_fengine_parser(verbs: Any) -> None:
          "F-engines in the array (heap cnt = slot x n-fengs + feng-id). Default: 1"),
         ("--descriptor-interval", int, 1024,
          "resend the item descriptors every this many heaps per destination. Default: 1024"),
-        ("--output-file", None, None,
-         "also write the packets as sent, back to back (docs/fengine.md; spead2 "
-         "reads it with add_buffer_reader)"),
     ))  # fmt: skip
+    out = g.add_argument("-o", "--output", default=None,
+                         help="also write the packets as sent, back to back, to this file "
+                         "(docs/fengine.md; spead2 reads it with add_buffer_reader)")  # fmt: skip
+    add_alias(g, "--output-file", out)
     g = p.add_argument_group("run and control")
     add_device(g, "where the engine runs")
     add_run(g, what="run", report="also write the end-of-run report (JSON) here")
@@ -256,27 +262,26 @@ def _add_capture_options(p: argparse.ArgumentParser, *, listen_required: bool = 
         "has one per format). Replaces --format and its options",
     )
     add_engine(p)
-    p.add_argument(
+    listen = p.add_argument(
         "--listen",
-        "--bind",
-        dest="listen",
         type=host_port,
         required=listen_required,
-        help="HOST:PORT to listen on (as fold, fengine and inspect; --bind is its old name)",
+        help="HOST:PORT to listen on",
     )
+    add_alias(p, "--bind", listen)
     p.add_argument(
         "--multicast",
         type=groups,
         default=None,
         metavar="GROUP[,GROUP]",
-        help="IPv4 multicast groups to join (IGMP) and receive on the --bind port; "
-        "--bind then is 0.0.0.0:PORT (or GROUP:PORT). Several groups on one port (e.g. one "
+        help="IPv4 multicast groups to join (IGMP) and receive on the --listen port; "
+        "--listen then is 0.0.0.0:PORT (or GROUP:PORT). Several groups on one port (e.g. one "
         "per polarisation) assemble onto one timeline",
     )
     add_options(p, (
         ("--interface", None, None,
          "interface to capture on and join the groups on (needed by packet_ring and xdp "
-         "with --multicast). Default: the one that owns the --bind address"),
+         "with --multicast). Default: the one that owns the --listen address"),
         ("--packets-per-chunk", positive(int), 256, "packets per stream per chunk. Default: 256"),
         ("--window", positive(int), 4, "reorder window in chunks. Default: 4"),
     ))  # fmt: skip
@@ -292,17 +297,21 @@ def _add_capture_options(p: argparse.ArgumentParser, *, listen_required: bool = 
          "with --engine dpdk: a PCI address (0000:3b:00.0, bound to vfio-pci), EAL "
          "device arguments (net_af_packet0,iface=eth1,framesz=16384,blocksz=65536), or an "
          "interface name (net_af_packet, ring sized by voltstream). Default: net_af_packet on "
-         "the interface that owns the --bind address"),
+         "the interface that owns the --listen address"),
         ("--dpdk-eal-args", None, None,
          "with --engine dpdk: more EAL arguments, e.g. '--log-level=pmd.net.*:debug'"),
     ))  # fmt: skip
 
 
-def _add_service_options(parser: argparse.ArgumentParser) -> None:
+def _add_service_options(parser: argparse.ArgumentParser, after_verb: bool = False) -> None:
+    """The run's options as a service. They belong to the whole command, so they may
+    stand before the verb or after it (``after_verb``: the verb's copy, whose defaults
+    are left out so it never overrides one given before the verb)."""
     g = parser.add_argument_group(
-        "running as a service (global: give them before the verb)",
+        "running as a service (before or after the verb)",
         "docs/operations.md, 'Running as a service': signals, exit codes, logs",
     )
+    first = len(parser._actions)
     add_options(g, (
         ("--log-format", None, "text",
          "log lines on stderr as plain text or one JSON object per line. Default: text",
@@ -321,10 +330,13 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
         help="no progress bar for fold of a file, replay and simulate --output (shown "
         "only when stderr is a terminal anyway)",
     )
+    if after_verb:
+        for action in parser._actions[first:]:
+            action.default = argparse.SUPPRESS
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="voltstream",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -381,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
         "per subband in subband order",
     )
     out.add_argument(
+        "-o",
         "--output",
         help="write a file instead of sending; with --subbands N, N files: scan.dada "
         "becomes scan.sb0.dada .. scan.sb{N-1}.dada, each a file of its own subband",
@@ -401,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_capture_options(p)
     add_run(p, what="capture", required=True)
-    p.add_argument("--output", help="write the samples to this DADA file")
+    p.add_argument("-o", "--output", help="write the samples to this DADA file")
     p.add_argument("--source", default="J0000+0000", help="source name for the DADA header")
 
     p = verbs.add_parser(
@@ -411,10 +424,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_capture_options(p, listen_required=False)
-    add_run(p, what="record (Default: until Ctrl-C)", required=False)
+    add_run(p, what="record", required=False)
     p.add_argument(
         "--dirs",
-        type=lambda v: [d for d in v.split(",") if d],
+        type=dir_list,
         required=True,
         metavar="DIR[,DIR]",
         help="directories to record into, one per disk (each gets a writer thread)",
@@ -558,8 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(p, (
         ("--listen", host_port, None, "listen on HOST:PORT"),
         ("--packets", positive(int), 2000, "packets to look at. Default: 2000"),
-        ("--timeout", positive(float), 5.0, "seconds to wait. Default: 5"),
     ))  # fmt: skip
+    wait = p.add_argument("--duration", type=positive(float), default=5.0,
+                          help="seconds to listen at most. Default: 5")  # fmt: skip
+    add_alias(p, "--timeout", wait)
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
 
     p = verbs.add_parser(
@@ -570,8 +585,10 @@ def build_parser() -> argparse.ArgumentParser:
         "run report to ./demo-output/. Exits non-zero if any packet was lost or the pulsar "
         "is not detected at the right phase.",
     )
+    outdir = p.add_argument("-o", "--output", default="demo-output",
+                            help="folder to write into. Default: demo-output")  # fmt: skip
+    add_alias(p, "--outdir", outdir)
     add_options(p, (
-        ("--outdir", None, "demo-output", "where to write. Default: demo-output"),
         ("--duration", positive(float), None,
          "seconds of data. Default: 0.5 (one node), 4 (--nodes)"),
     ))  # fmt: skip
@@ -602,6 +619,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_parser(verbs)
     add_metrics_options(verbs)
     add_katcp_options(verbs)
+    for sub in verbs.choices.values():
+        _add_service_options(sub, after_verb=True)
     return parser
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from voltstream.cli_options import add_options, host_port, positive
+from voltstream.cli_options import add_alias, add_options, cpu_list, host_port, positive
 
 DESCRIPTION = """\
 Low-latency acquisition (adaptive optics, triggers): small frames from the network into
-the GPU within microseconds, every frame's latency measured.
+the GPU within microseconds, every frame's latency measured. It needs an NVIDIA GPU
+and CuPy; --standin runs the same loop with a host thread in the GPU's place.
 
 A frame is --packets-per-frame packets of one stream. Packets carry the frame number
 and their place in it: either one packet counter (the format's index: frame = index /
@@ -20,7 +21,7 @@ arrives. A frame with packets missing when the window moves on (or its deadline,
 GPU is told to skip it. When the GPU has not finished with a slot the frame would
 use, the frame is dropped whole (gpu_busy): the receive loop never waits for the GPU.
 
-The receive loop is one Rust thread, pinned (--cpu), busy-polling recvmmsg without
+The receive loop is one Rust thread, pinned (--cpus), busy-polling recvmmsg without
 ever sleeping. Hand-off modes (--mode), fastest found by measurement (docs/benchmarks.md,
 "Low latency"):
   copy             per frame: async copy, kernel launch, synchronise (the baseline)
@@ -40,7 +41,7 @@ EPILOG = """\
 examples:
   voltstream latency --listen 127.0.0.1:7300 --packets-per-frame 8 --frames 20000
   voltstream latency --listen 0.0.0.0:7300 --stream wfs.toml --packets-per-frame 16 \\
-      --frame-field 8:4:be --mode zerocopy --cpu 3 --duration 60 --report lat.json
+      --frame-field 8:4:be --mode zerocopy --cpus 3 --duration 60 --report lat.json
 A test source: voltstream.latency.send_test_frames (python -m voltstream.latency.send).
 """
 
@@ -91,11 +92,8 @@ def add_latency_parser(verbs: Any) -> None:
          "built-in test frame has one"),
         ("--mode", None, "zerocopy", "hand-off to the GPU. Default: zerocopy",
          ("copy", "persistent-flag", "zerocopy")),
-        ("--cpu", int, None, "pin the receive loop to this CPU (it never sleeps)"),
         ("--frames", positive(int), None, "stop after this many frames"),
         ("--duration", positive(float), None, "stop after this many seconds"),
-        ("--idle", positive(float), None,
-         "stop after this many seconds without a packet (once one came)"),
         ("--frame-timeout-us", int, 1000,
          "close a frame as incomplete this long after its first packet (0: only when "
          "the window moves on). Default: 1000"),
@@ -103,11 +101,19 @@ def add_latency_parser(verbs: Any) -> None:
         ("--slots", positive(int), 16, "frames in flight to the GPU (power of 2). Default: 16"),
         ("--blocks", positive(int), None,
          "GPU blocks per frame. Default: one block up to 64 KiB frames (docs/latency.md)"),
-        ("--threads", positive(int), None,
+        ("--block-threads", positive(int), None,
          "GPU threads per block (a multiple of 32). Default: a frame's 16-byte units / 4"),
         ("--warmup", int, 100, "frames left out of the statistics first. Default: 100"),
         ("--report", None, None, "write the report (counters, statistics) as JSON here"),
     ))  # fmt: skip
+    cpus = p.add_argument("--cpus", type=cpu_list, default=None,
+                          help="CPU to pin the receive loop to (one; it never sleeps)")  # fmt: skip
+    add_alias(p, "--cpu", cpus)
+    idle = p.add_argument("--idle-timeout", type=positive(float), default=None,
+                          help="stop after this many seconds without a packet (once one "
+                          "came)")  # fmt: skip
+    add_alias(p, "--idle", idle)
+    add_alias(p, "--threads", p._option_string_actions["--block-threads"])
     p.add_argument(
         "--print-address",
         action="store_true",

@@ -39,6 +39,11 @@ def int_list(what: str) -> Callable[[str], list[int]]:
 cpu_list = int_list("CPU numbers")
 
 
+def dir_list(text: str) -> list[str]:
+    """DIR[,DIR...]: the disks of a recording (record --dirs, replay --dirs)."""
+    return [d for d in text.split(",") if d]
+
+
 def threads_arg(text: str) -> str | list[int]:
     return "auto" if text == "auto" else int_list("VDIF thread ids")(text)
 
@@ -158,9 +163,56 @@ def add_engine(g: Any, alias: str | None = None) -> None:
 ENGINES = ("auto", "packet_ring", "socket", "xdp", "dpdk")
 
 
+class _Deprecated(argparse.Action):
+    """An old spelling of an option: stores to the new one's destination and says, once
+    per run, which name to use instead (printed at parse time: logging is not set up yet)."""
+
+    def __init__(self, *args: Any, new: str, **kw: Any) -> None:
+        self.new = new
+        super().__init__(*args, **kw)
+
+    def __call__(self, parser: Any, ns: Any, values: Any, option: str | None = None) -> None:
+        setattr(ns, self.dest, True if self.nargs == 0 else values)
+        print(f"voltstream: {option} is an old name: use {self.new} (the old one goes "
+              "in a later release)", file=sys.stderr)  # fmt: skip
+
+
 def _hidden_alias(g: Any, flag: str, dest: str, **kw: Any) -> None:
-    """An old spelling of an option: same destination, not in --help."""
-    g.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw)
+    """An old spelling of an option: same destination, not in --help, a deprecation line
+    when used (docs/cli.md lists the old names)."""
+    new = "--" + dest.replace("_", "-")
+    g.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                   action=_Deprecated, new=kw.pop("new", new), **kw)  # fmt: skip
+
+
+def add_alias(g: Any, flag: str, of: argparse.Action, **kw: Any) -> None:
+    """``flag``, an old name of the option ``of`` (hidden, with a deprecation line)."""
+    new = max(of.option_strings, key=len)
+    if of.required:  # either name satisfies it: Parser checks after parsing
+        of.required = False
+        of.required_by_name = True  # type: ignore[attr-defined]
+    if of.nargs == 0:
+        kw["nargs"] = 0
+    else:
+        kw.setdefault("type", of.type)
+        if of.choices is not None:
+            kw.setdefault("choices", of.choices)
+    _hidden_alias(g, flag, of.dest, new=new, **kw)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the house's errors: one line naming the problem and where the help
+    is, not a wall of usage (``voltstream VERB --help`` has that)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        ns, rest = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            if getattr(action, "required_by_name", False) and getattr(ns, action.dest) is None:
+                self.error(f"the following arguments are required: {action.option_strings[0]}")
+        return ns, rest
+
+    def error(self, message: str) -> Any:  # argparse's signature: NoReturn
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists every option)\n")
 
 
 def add_run(g: Any, *, what: str, duration: float | None = None, required: bool = False,
@@ -290,7 +342,7 @@ def learn_threads(args: argparse.Namespace) -> list[int]:
     bind = getattr(args, "bind", None) or getattr(args, "listen", None)
     if args.format != "vdif" or not bind:
         raise ConfigError(
-            "--vdif-threads auto learns the threads of a live VDIF stream (capture --bind, "
+            "--vdif-threads auto learns the threads of a live VDIF stream (capture --listen, "
             "fold --listen); give the thread ids otherwise"
         )
     learnt = learn_vdif_threads(bind, getattr(args, "station", None))

@@ -144,7 +144,7 @@ def inspect(args: argparse.Namespace) -> int:
     if args.input:
         info = ins.inspect_file(args.input)
     else:
-        info = ins.inspect_packets(ins.listen_packets(args.listen, args.packets, args.timeout))
+        info = ins.inspect_packets(ins.listen_packets(args.listen, args.packets, args.duration))
         info["options"] = info["options"].replace("HOST:PORT", args.listen)
     if args.json:
         print(json.dumps(info, indent=2, default=str))
@@ -371,7 +371,7 @@ def demo(args: argparse.Namespace) -> int:
     from voltstream.pipeline.capture import run_capture
     from voltstream.pipeline.fold import fold_file
 
-    out = Path(args.outdir)
+    out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     fmt = make_format("ynao")
     port = args.port or _free_udp_port()

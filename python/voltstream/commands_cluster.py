@@ -37,7 +37,7 @@ def demo_nodes(args: argparse.Namespace) -> int:
     n = args.nodes
     args.duration = 4.0 if args.duration is None else args.duration
     args.rate = 0.1 if args.rate is None else args.rate
-    out = Path(args.outdir)
+    out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     archive = out / "demo-nodes.fits"
     archive.unlink(missing_ok=True)

@@ -32,23 +32,25 @@ def fengine(args: argparse.Namespace) -> Loss:
     from voltstream.fengine.pipeline import apply_settings, run_fengine
 
     check_bits(args.sample_bits, "--sample-bits")
-    if args.bits not in (4, 8):
-        raise ConfigError(f"--bits {args.bits}: the output is 8-bit or 4-bit, use 8 or 4")
+    if args.output_bits not in (4, 8):
+        raise ConfigError(
+            f"--output-bits {args.output_bits}: the output is 8-bit or 4-bit, use 8 or 4"
+        )
     nchan, taps = check_pfb_shape(args.channels, args.taps)
     dig_ids = _parse_dig_ids(args.dig_ids)
     dests = parse_destinations(args.dest)
     substreams = args.substreams if args.substreams is not None else max(1, len(dests))
     if substreams < 1:
         raise ConfigError(f"--substreams {substreams}: give at least 1")
-    if not dests and not args.output_file:
+    if not dests and not args.output:
         raise ConfigError(
-            "nowhere to send: give --dest HOST:PORT (one per substream) and/or --output-file"
+            "nowhere to send: give --dest HOST:PORT (one per substream) and/or --output FILE"
         )
-    layout = HeapLayout(nchan, args.spectra_per_heap, substreams, args.bits)
+    layout = HeapLayout(nchan, args.spectra_per_heap, substreams, args.output_bits)
     if args.rate is None:
         # Output bytes per digitiser sample time: 2 pols x (2 or 1) bytes per complex
         # value x nchan values per 2*nchan samples; plus packet headers; 10% margin.
-        per_sample = 2 * (2 if args.bits == 8 else 1) / 2
+        per_sample = 2 * (2 if args.output_bits == 8 else 1) / 2
         per_packet = max(1, min(args.packet_payload, layout.payload_bytes))
         overhead = (per_packet + 72) / per_packet
         rate = 1.1 * args.sample_rate_hz * per_sample * 8 * overhead / 1e9
@@ -58,7 +60,8 @@ def fengine(args: argparse.Namespace) -> Loss:
         nchan=nchan,
         taps=taps,
         n_substreams=substreams,
-        **_by_name(args, "spectra_per_heap", "bits", "sample_rate_hz", "max_delay_samples",
+        bits=args.output_bits,
+        **_by_name(args, "spectra_per_heap", "sample_rate_hz", "max_delay_samples",
                    "feng_id", "dither_seed"),
     )  # fmt: skip
     if not 0 <= args.feng_id < args.n_fengs:
@@ -93,14 +96,15 @@ def fengine(args: argparse.Namespace) -> Loss:
         layout,
         dests,
         rate_gbps=rate,
-        **_by_name(args, "packet_payload", "n_fengs", "output_file", "descriptor_interval"),
+        output_file=args.output,
+        **_by_name(args, "packet_payload", "n_fengs", "descriptor_interval"),
     )
     where = ", ".join(dests) if dests else "no UDP destination"
     print(
         f"fengine ({device}): {args.listen} (ids {dig_ids[0]},{dig_ids[1]}, "
         f"{args.sample_bits}-bit) -> {nchan} channels x {args.spectra_per_heap} spectra, "
-        f"{substreams} substream(s), {args.bits}-bit -> {where}"
-        + (f" + {args.output_file}" if args.output_file else "")
+        f"{substreams} substream(s), {args.output_bits}-bit -> {where}"
+        + (f" + {args.output}" if args.output else "")
         + (f" at {rate:.2f} Gb/s" if rate else " unpaced"),
         flush=True,
     )

@@ -66,6 +66,13 @@ def summary(report: dict[str, Any], stages: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _one_cpu(cpus: list[int] | None) -> int | None:
+    """--cpus of the latency loop: the vocabulary's CPU list, holding one CPU."""
+    if cpus is not None and len(cpus) != 1:
+        raise ConfigError(f"--cpus {cpus}: the receive loop is one thread, give one CPU")
+    return None if cpus is None else cpus[0]
+
+
 def latency(args: argparse.Namespace) -> Loss:
     from voltstream.latency.run import LatencyRun, LatencySettings
     from voltstream.latency.stats import records_array, stage_stats
@@ -78,11 +85,11 @@ def latency(args: argparse.Namespace) -> Loss:
         packets_per_frame=args.packets_per_frame,
         slots=args.slots,
         blocks=args.blocks,
-        threads=args.threads,
+        threads=args.block_threads,
         window=args.window,
         timeout_us=args.frame_timeout_us,
         records=min(args.frames or 1_000_000, 1_000_000) + 16,
-        cpu=args.cpu,
+        cpu=_one_cpu(args.cpus),
         standin=args.standin,
     )
     try:
@@ -104,7 +111,7 @@ def latency(args: argparse.Namespace) -> Loss:
             fmt, run.frame_bytes, settings.packets_per_frame, run.local_addr,
             settings.mode, run.blocks, run.threads,
         )  # fmt: skip
-        run.start(frames=args.frames, seconds=args.duration, idle_s=args.idle)
+        run.start(frames=args.frames, seconds=args.duration, idle_s=args.idle_timeout)
         live = watcher(args)  # --metrics: every counter, live (0.1 s old at most)
         if live is not None:
             live(lambda: {"latency": dict(run.session.stats())})

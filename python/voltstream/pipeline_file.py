@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -179,13 +180,15 @@ class FEngineSection(_Section):
     dither_seed: int | None = None
     dest: list[str] = []
     substreams: int | None = Field(default=None, ge=1)
-    bits: Literal[4, 8] = 8
+    output_bits: Literal[4, 8] = Field(
+        default=8, validation_alias=AliasChoices("output_bits", "bits")
+    )
     rate: float | None = Field(default=None, ge=0)
     packet_payload: int = Field(default=8192, gt=0)
     feng_id: int = Field(default=0, ge=0)
     n_fengs: int = Field(default=1, ge=1)
     descriptor_interval: int = Field(default=1024, gt=0)
-    output_file: str | None = None
+    output: str | None = Field(default=None, validation_alias=AliasChoices("output", "output_file"))
     device: Literal["auto", "gpu", "cpu"] = "auto"
     settings: str | None = None
     status: bool = True

@@ -42,7 +42,7 @@ def test_sigterm_during_a_live_gpu_fold_leaves_a_valid_archive_and_report(tmp_pa
 def test_sigterm_ends_a_gpu_fengine_with_its_report(tmp_path):
     proc, err = _start(
         "fengine", "--listen", free_bind(), "--device", "gpu", "--engine", "socket",
-        "--output-file", str(tmp_path / "f.spead"), "--duration", "600",
+        "--output", str(tmp_path / "f.spead"), "--duration", "600",
         "--no-status", "--report", str(tmp_path / "report.json"),
     )  # fmt: skip
     try:

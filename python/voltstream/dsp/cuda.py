@@ -74,8 +74,9 @@ def cupy_module() -> Any:
         import cupy
     except ImportError as exc:
         raise GpuError(
-            "the GPU path needs CuPy (pip install cupy-cuda12x or cupy-cuda13x) and an "
-            "NVIDIA GPU; use --device cpu otherwise"
+            # No "--device cpu" advice here: not every verb has that option (latency's
+            # way without a GPU is --standin); the verbs that do say so themselves.
+            "the GPU path needs CuPy (pip install cupy-cuda12x or cupy-cuda13x) and an NVIDIA GPU"
         ) from exc
     return cupy
 

@@ -207,7 +207,7 @@ def _vdif_options(i: dict) -> str:
     if i["frames_per_second"]:
         bw = i["frames_per_second"] * (payload * 8 // (2 * nchan * bits)) / 1e6
         opts += f" --chan-bw {bw:g}"
-    return f"voltstream fold --listen HOST:PORT {opts} (capture: --bind HOST:PORT {opts})"
+    return f"voltstream fold --listen HOST:PORT {opts} (capture: --listen HOST:PORT {opts})"
 
 
 def _ynao(packets: list[bytes], heads: list[dict[str, Any]]) -> dict:
@@ -218,7 +218,7 @@ def _ynao(packets: list[bytes], heads: list[dict[str, Any]]) -> dict:
         "first_sequence": int(seq.min()), "last_sequence": int(seq.max()),
         "missing_frames": span - len(np.unique(seq)),
         "options": "voltstream fold --listen HOST:PORT --format ynao "
-                   "(capture: --bind HOST:PORT --format ynao)",
+                   "(capture: --listen HOST:PORT --format ynao)",
     }  # fmt: skip
 
 

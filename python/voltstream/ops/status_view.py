@@ -155,7 +155,7 @@ def summary(frame: Frame, address: str) -> Table:
     return t
 
 
-def counter_tables(frame: Frame) -> list[Table]:
+def counter_tables(frame: Frame) -> list[Table | Text]:
     """Counters with a ``kind`` label as a table per metric (one row per stream or
     thread, a column per kind: value and rate); every other sample in one table."""
     by_kind: dict[str, dict[tuple, dict[str, Sample]]] = defaultdict(lambda: defaultdict(dict))
@@ -166,22 +166,30 @@ def counter_tables(frame: Frame) -> list[Table]:
             by_kind[s.name][row][s.labels["kind"]] = s
         else:
             rest.append(s)
-    tables = []
+    tables: list[Table | Text] = []
     for name, rows in by_kind.items():
         kinds = list(dict.fromkeys(k for row in rows.values() for k in row))
         t = Table(title=name.removeprefix("voltstream_"), title_justify="left", box=None,
                   header_style="bold")  # fmt: skip
-        t.add_column("")
+        # A stream's description (its `label`: "VDIF station Ef thread 3 ...") goes
+        # under the table, whole: in the row it took the width the numbers need, and
+        # a narrow terminal cut it to "label=VD…".
+        keys = [" ".join(f"{k}={v}" for k, v in row if v and k != "label") or "all"
+                for row in rows]  # fmt: skip
+        t.add_column("", no_wrap=True, min_width=max(map(len, keys)))
         for k in kinds:
             t.add_column(k, justify="right")
-        for row, cells in rows.items():
-            label = " ".join(f"{k}={v}" for k, v in row if v) or "all"
-            t.add_row(label, *(_cell(frame, cells.get(k)) for k in kinds))
+        described = []
+        for key, (row, cells) in zip(keys, rows.items(), strict=True):
+            t.add_row(key, *(_cell(frame, cells.get(k)) for k in kinds))
+            described += [f"{key}: {v}" for k, v in row if k == "label" and v]
         tables.append(t)
+        if described:
+            tables.append(Text("\n".join(described), style="dim"))
     t = Table(title="other counters and levels", title_justify="left", box=None,
               header_style="bold")  # fmt: skip
     for col in ("metric", "labels"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     t.add_column("value", justify="right")
     t.add_column("per s", justify="right")
     for s in rest:

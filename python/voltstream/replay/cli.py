@@ -9,7 +9,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from voltstream.cli_options import add_format_options, add_options, host_port, positive
+from voltstream.cli_options import (
+    add_alias,
+    add_format_options,
+    add_options,
+    dir_list,
+    host_port,
+    positive,
+)
 from voltstream.errors import ConfigError, FormatError
 from voltstream.replay import layouts
 from voltstream.replay.pcap import is_pcap
@@ -40,7 +47,7 @@ examples:
   # a DADA scan rebuilt into VDIF frames
   voltstream replay scan02 --dirs /mnt/d0 --dest 127.0.0.1:7000 --format vdif --rate 1
   # a tcpdump capture, only the datagrams to port 7148, at its own time stamps
-  voltstream replay capture.pcap --port 7148 --dest 127.0.0.1:7148 --realtime
+  voltstream replay capture.pcap --pcap-port 7148 --dest 127.0.0.1:7148 --realtime
   # raw packets back to back (what `voltstream simulate --output x.bin` writes)
   voltstream replay x.bin --packet-len 8216 --dest 127.0.0.1:7000 --rate 0
 """
@@ -55,7 +62,7 @@ def add_replay_parser(verbs: Any) -> None:
     )
     p.add_argument("inputs", nargs="+", metavar="SCAN|FILE",
                    help="a scan name (with --dirs), or raw packet / pcap files")  # fmt: skip
-    p.add_argument("--dirs", type=lambda v: [d for d in v.split(",") if d],
+    p.add_argument("--dirs", type=dir_list,
                    metavar="DIR[,DIR]", help="the disks the scan was recorded to")  # fmt: skip
     p.add_argument("--dest", type=host_port, required=True, help="send UDP to HOST:PORT")
     pace = p.add_mutually_exclusive_group()
@@ -69,15 +76,21 @@ def add_replay_parser(verbs: Any) -> None:
     add_options(p, (
         ("--loop", positive(int), 1, "send the recording this many times. Default: 1"),
         ("--report", None, None, "write the report (every counter) as JSON here"),
-        ("--bind", None, None, "local HOST:PORT to send from. Default: any"),
         ("--packet-len", positive(int), None,
          "bytes per packet of raw files and vbs scans without a manifest. Default: the "
          "manifest's, else --format's, else the first VDIF header's frame length"),
         ("--frames-per-second", positive(int), None,
          "VDIF frames per second of one thread, for --realtime. Default: the manifest's"),
-        ("--port", int, None, "pcap: replay only UDP datagrams to this port"),
-        ("--source-port", int, None, "pcap: replay only UDP datagrams from this port"),
     ))  # fmt: skip
+    send_from = p.add_argument("--send-from", default=None,
+                               help="local HOST:PORT to send from. Default: any")  # fmt: skip
+    add_alias(p, "--bind", send_from)
+    port = p.add_argument("--pcap-port", type=int, default=None,
+                          help="pcap: replay only UDP datagrams to this port")  # fmt: skip
+    add_alias(p, "--port", port)
+    source_port = p.add_argument("--pcap-source-port", type=int, default=None,
+                                 help="pcap: replay only UDP datagrams from this port")  # fmt: skip
+    add_alias(p, "--source-port", source_port)
     p.add_argument("--send-fill", action="store_true",
                    help="vdif layout: also send the fill frames of packets never received "
                    "(skipped and counted by default)")  # fmt: skip
@@ -101,7 +114,7 @@ def run(args: argparse.Namespace, stop: Any = None, bar: Any = None) -> int:
         board = getattr(args, "run_status", None)  # --metrics (voltstream.ops)
         with bar(total and total * args.loop) if bar else nullcontext(None) as update:
             report = replay(source, args.dest, rate_gbps=rate, realtime=args.realtime,
-                            loops=args.loop, bind=args.bind, stop=stop, progress=update,
+                            loops=args.loop, bind=args.send_from, stop=stop, progress=update,
                             live_report=board.watch if board else None)  # fmt: skip
     finally:
         close = getattr(source, "close", None)
@@ -182,7 +195,7 @@ def file_source(paths: list[Path], args: argparse.Namespace) -> Source:
     if any(pcap):
         if not all(pcap):
             raise ConfigError("give pcap files or raw packet files, not both at once")
-        return PcapFiles(paths, port=args.port, source_port=args.source_port)
+        return PcapFiles(paths, port=args.pcap_port, source_port=args.pcap_source_port)
     if any(p.suffix == ".dada" for p in paths):
         raise ConfigError("DADA files replay as a scan: give its name and --dirs")
     return PacketFiles(paths, _packet_len(args, paths[0], None),
