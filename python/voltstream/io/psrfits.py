@@ -30,7 +30,8 @@ http://www.atnf.csiro.au/research/pulsar/psrfits/fitsdef.html; header version
   BW (signed, MHz), OUT_NCHAN (1: each channel is dedispersed in place),
   OUT_FREQ, OUT_BW, NCHIRP (FFT length, ``archive.coherent_nfft``, 0 when
   unknown), NCYC_POS and NCYC_NEG (samples discarded at the start and end of
-  each FFT, computed as voltstream.dsp.dedisperse.Dedisperser does).
+  each FFT: ``archive.coherent_discard``, which the fold's plan sets, else
+  computed by voltstream.dsp.dedisperse.discard_samples, the Dedisperser's rule).
   read_psrfits returns PSRPARAM as ``par_text`` and NCHIRP as
   ``coherent_nfft`` (None when 0).
 
@@ -201,16 +202,15 @@ def _psrparam_hdu(par_text: str) -> Any:
 
 
 def _cohddisp_geometry(archive: FoldedArchive) -> tuple[int, int]:
-    """Samples discarded at the start and end of each FFT, as the Dedisperser chooses."""
-    from voltstream.dsp.dedisperse import edge_delays_samples, smearing_samples
+    """Samples discarded at the start and end of each FFT: the fold's plan's (set on the
+    archive, fold/plan.py), else the Dedisperser's rule for the archive's channels."""
+    if archive.coherent_discard is not None:
+        head, tail = archive.coherent_discard
+        return int(head), int(tail)
+    from voltstream.dsp.dedisperse import discard_samples
 
     obs = archive.obs
-    freqs, cbw = obs.chan_freqs_mhz, float(obs.chan_bw_mhz)
-    n_hi, n_lo = edge_delays_samples(float(archive.dm), freqs, cbw)
-    head = int(np.ceil(np.max(n_hi) - 1e-9))
-    tail = int(np.ceil(np.max(n_lo) - 1e-9))
-    overlap = max(int(np.max(smearing_samples(float(archive.dm), freqs, cbw))), head + tail)
-    return head, overlap - head
+    return discard_samples(float(archive.dm), obs.chan_freqs_mhz, float(obs.chan_bw_mhz))
 
 
 def _cohddisp_hdu(archive: FoldedArchive) -> Any:
