@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from voltstream.capture_defaults import PACKETS_PER_CHUNK
 from voltstream.fold.plan import FoldPlan
 from voltstream.pipeline.fold import StreamFold
 
@@ -77,7 +78,7 @@ class GpuRows:
             # The FFT plans of the capture's chunks made now, before the capture opens:
             # made on the first chunks instead, they stall the fold while the capture's
             # small pool fills, and whole chunks are dropped.
-            per_chunk = int(job.capture.get("packets_per_chunk", 256))
+            per_chunk = int(job.capture.get("packets_per_chunk", PACKETS_PER_CHUNK))
             self.eng.warm_up(per_chunk * job.fmt.samples_per_packet)
         self.step = self.eng.plan.step
         self.delay_s = self.eng.folder.delay_s
