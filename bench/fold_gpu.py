@@ -63,7 +63,8 @@ def run_once(cls, obs, dm, pred, chunks, device: bool, passes: int, **kw):
     """Seconds to fold all ``chunks`` (after a warm-up chunk) with a fresh engine."""
     import cupy as cp
 
-    eng = cls(obs, dm, pred, 1024, 10.0, chunk_samples=chunks[0].shape[0], **kw)
+    s = FoldSettings(dm, pred, 1024, 10.0)
+    eng = cls.from_settings(obs, s, chunk_samples=chunks[0].shape[0], **kw)
     eng.feed_device(chunks[0]) if device else eng.feed(chunks[0], pinned=True)
     eng.synchronize()
     cp.cuda.Device().synchronize()
@@ -108,7 +109,8 @@ def packed_row(cp, obs, dm, pred, big, nbit: int, args) -> dict:
     n_c = args.chunk * len(chunks) * args.passes * obs.nchan * obs.npol
     ts = []
     for _ in range(args.repeat):
-        eng = GpuFolder(obs, dm, pred, 1024, 10.0, chunk_samples=args.chunk, packed=layout)
+        s = FoldSettings(dm, pred, 1024, 10.0)
+        eng = GpuFolder.from_settings(obs, s, chunk_samples=args.chunk, packed=layout)
         eng.feed_packed(chunks[0], args.chunk, pinned=True)
         eng.synchronize()
         t0 = time.perf_counter()
@@ -137,7 +139,8 @@ def fold_variant_row(cp, obs, dm, pred, on_dev, min_blocks: int, args) -> dict:
 
     old, FoldTemplate.MIN_BLOCKS = FoldTemplate.MIN_BLOCKS, min_blocks
     try:
-        eng = GpuFolder(obs, dm, pred, 1024, 10.0, chunk_samples=args.chunk, profile=True)
+        s = FoldSettings(dm, pred, 1024, 10.0)
+        eng = GpuFolder.from_settings(obs, s, chunk_samples=args.chunk, profile=True)
         for c in on_dev:
             eng.feed_device(c)
         eng.synchronize()
@@ -287,7 +290,8 @@ def main(argv=None) -> int:
                 row[f"{variant}_{mode}_gsps"] = csamp / t / 1e9
                 row[f"{variant}_{mode}_rtf"] = duration / t
         # One profiled pass of the fused engine: stages serialised by events.
-        eng = GpuFolder(obs, dm, pred, 1024, 10.0, chunk_samples=args.chunk, profile=True)
+        s = FoldSettings(dm, pred, 1024, 10.0)
+        eng = GpuFolder.from_settings(obs, s, chunk_samples=args.chunk, profile=True)
         for c in pinned:
             eng.feed(c, pinned=True)
         eng.synchronize()

@@ -49,6 +49,7 @@ def run(fmt_key: str, seconds: float, dm: float, ppc: int | None) -> dict:
     import cupyx
 
     from voltstream.fold.gpu import GpuFolder
+    from voltstream.fold.reference import FoldSettings
     from voltstream.formats import make_format
     from voltstream.io.polyco import ConstantPeriod
     from voltstream.pipeline.gpu import HostRegistry, StageConsumer
@@ -62,8 +63,9 @@ def run(fmt_key: str, seconds: float, dm: float, ppc: int | None) -> dict:
     nsamp = ppc * fmt.samples_per_packet
     nbytes = fmt.streams * ppc * fmt.payload_len
     pred = ConstantPeriod(0.0333, obs.start_mjd, obs.start_sec)
-    eng = GpuFolder(obs, dm, pred, 256, 1.0, packed=fmt.chunk_layout(ppc), chunk_samples=nsamp,
-                    raw_bytes=nbytes)  # fmt: skip
+    eng = GpuFolder.from_settings(obs, FoldSettings(dm, pred, 256, 1.0),
+                                  packed=fmt.chunk_layout(ppc), chunk_samples=nsamp,
+                                  raw_bytes=nbytes)  # fmt: skip
     eng.warm_up(nsamp, seconds * 4)
     nchunks = 8
     pool = cupyx.empty_pinned(nchunks * nbytes, np.uint8)  # pinned as the registry would

@@ -130,3 +130,17 @@ def test_ipv6_loopback_capture(tmp_path, engine):
     cap = load_capture_file(write(tmp_path, text)).open_capture()
     host = send_counter_packets(cap, socket.AF_INET6, "::1", [(i, 1) for i in range(16)])
     assert host.startswith("[") and cap.stats()["totals"]["received"] == 16
+
+
+def test_each_capture_default_is_set_once():
+    """The settings, the command line and a cluster node take a capture's defaults from
+    one module (capture_defaults.py): the numbers cannot disagree."""
+    from voltstream import capture_defaults as d
+    from voltstream.cli import build_parser
+
+    c = CaptureSettings.of("127.0.0.1:0")
+    assert (c.chunks.packets_per_chunk, c.chunks.nchunks) == (d.PACKETS_PER_CHUNK, d.NCHUNKS)
+    assert (c.chunks.window, c.chunks.resync_chunks) == (d.WINDOW, d.RESYNC_CHUNKS)
+    assert c.network.queue_mb == d.QUEUE_MB
+    args = build_parser().parse_args(["capture", "--listen", "127.0.0.1:7000", "--duration", "1"])
+    assert (args.packets_per_chunk, args.window) == (d.PACKETS_PER_CHUNK, d.WINDOW)

@@ -13,7 +13,10 @@ import pytest
 from voltstream.dsp import cuda
 from voltstream.dsp.dedisperse import Dedisperser, StreamingOverlapSave
 from voltstream.fold import kernels as fold_kernels
-from voltstream.fold.gpu import _Plan, _ValidCarry, gpu_available, output_valid
+from voltstream.fold.gpu import gpu_available, output_valid
+from voltstream.fold.gpu_ingest import ValidCarry, gpu_chunk_samples
+from voltstream.fold.plan import FoldPlan
+from voltstream.fold.reference import FoldSettings
 from voltstream.observation import Observation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,10 +89,11 @@ def test_gpu_available_is_false_without_cupy():
 def test_plan_blocks_and_validity_match_reference(dm, chunk):
     rng = np.random.default_rng()
     obs = Observation(nchan=4, npol=1, freq_mhz=1400.0, bw_mhz=-4.0, tsamp_s=1e-6)
-    plan = _Plan(obs, dm, None, chunk)
+    plan = FoldPlan(obs, FoldSettings(dm, None, 2, None))
+    chunk = gpu_chunk_samples(plan, chunk)
     dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz)
     ref = StreamingOverlapSave(np.ones((1, dd.nfft)), dd.discard_head, dd.discard_tail)
-    vc = _ValidCarry(plan.overlap)
+    vc = ValidCarry(plan.overlap)
     carry_len = 0
     for _ in range(6):
         n = int(rng.integers(1, 2 * chunk))
@@ -106,7 +110,7 @@ def test_plan_blocks_and_validity_match_reference(dm, chunk):
             np.testing.assert_array_equal(got, want)
         carry_len = carry_len + n - nblock * plan.step
         assert carry_len == ref._carry.shape[-1] < plan.nfft
-    assert plan.max_blocks >= plan.blocks(plan.nfft - 1, plan.chunk)
+    assert plan.max_blocks(chunk) >= plan.blocks(plan.nfft - 1, chunk)
 
 
 def test_output_valid_rule():

@@ -16,7 +16,8 @@ PACKAGE = ROOT / "python" / "voltstream"
 CORE = ROOT / "crates" / "voltstream-core" / "src"
 
 # Package-root modules every folder may import: no voltstream imports but each other.
-BASE = {"errors", "observation", "device", "digitiser", "spead_items", "config_files", "_core"}
+BASE = {"errors", "observation", "device", "digitiser", "spead_items", "config_files", "_core",
+        "capture_defaults"}  # fmt: skip
 
 # What each unit may import besides BASE: a folder, or one module of a folder.
 PYTHON_ALLOWED: dict[str, set[str]] = {
@@ -27,6 +28,7 @@ PYTHON_ALLOWED: dict[str, set[str]] = {
     "digitiser": set(),
     "spead_items": set(),
     "config_files": set(),
+    "capture_defaults": set(),
     "dsp": set(),
     "fold": {"dsp"},
     "io": {"dsp/dedisperse", "dsp/packed", "pipeline/interfaces", "config_files"},

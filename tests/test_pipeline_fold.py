@@ -160,8 +160,8 @@ def test_input_shorter_than_one_fft_is_refused():
 
 
 def test_gpu_engines_are_made_from_the_settings():
-    """The drivers make every GPU engine by ``from_settings``: each setting reaches the
-    engine's keyword of that meaning, and a driver's own chunk or FFT length wins."""
+    """The drivers make every GPU engine by ``from_settings``: the engine gets the plan
+    of the settings (fold/plan.py) and a driver's own chunk wins over the settings'."""
     from voltstream.fold.gpu import _FolderBase
 
     seen = {}
@@ -170,11 +170,15 @@ def test_gpu_engines_are_made_from_the_settings():
         def __init__(self, *args, **kw):  # records instead of building (no GPU here)
             seen.update(args=args, kw=kw)
 
+    obs = Observation(nchan=4, npol=2, freq_mhz=1400.0, bw_mhz=16.0, tsamp_s=0.25e-6)
     s = FoldSettings(12.5, "pred", 64, 2.0, "IQUV", "circular", nfft=4096, block_samples=1000)
-    Recorder.from_settings("obs", s, packed="layout")
-    assert seen["args"] == ("obs", 12.5, "pred", 64, 2.0)
-    assert seen["kw"] == dict(
-        pol_mode="IQUV", basis="circular", nfft=4096, chunk_samples=1000, packed="layout"
-    )
-    Recorder.from_settings("obs", s, chunk_samples=7, nfft=8192)
-    assert (seen["kw"]["chunk_samples"], seen["kw"]["nfft"]) == (7, 8192)
+    Recorder.from_settings(obs, s, packed="layout")
+    (plan,) = seen["args"]
+    assert plan.obs is obs and plan.settings is s and plan.nfft == 4096
+    assert plan.f_ref_mhz is None and plan.band_freqs_mhz is None
+    assert seen["kw"] == dict(chunk_samples=1000, packed="layout")
+    band = np.arange(8) * 4.0 + 1386.0
+    Recorder.from_settings(obs, s, chunk_samples=7, band_freqs_mhz=band, f_ref_mhz=1400.0)
+    (plan,) = seen["args"]
+    assert seen["kw"]["chunk_samples"] == 7 and plan.f_ref_mhz == 1400.0
+    assert plan.band_freqs_mhz is band

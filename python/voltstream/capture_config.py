@@ -40,6 +40,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from voltstream import capture_defaults as defaults
 from voltstream.config_files import read_toml, validated
 from voltstream.errors import ConfigError
 from voltstream.streams import StreamDescription
@@ -93,7 +94,9 @@ class NetworkSettings(_Section):
     )
     multicast: list[str] = Field(default_factory=list, description="groups to join")
     queue_mb: float = Field(
-        default=64.0, gt=0, description="MiB for unread packets: socket buffer, ring, UMEM or queue"
+        default=defaults.QUEUE_MB,
+        gt=0,
+        description="MiB for unread packets: socket buffer, ring, UMEM or queue",
     )
 
 
@@ -116,10 +119,14 @@ class EngineSettings(_Section):
 class ChunkSettings(_Section):
     """How packets are assembled into chunks."""
 
-    packets_per_chunk: int = Field(default=256, ge=1, description="packets per stream per chunk")
-    nchunks: int = Field(default=16, ge=2, description="chunks in the pool")
-    window: int = Field(default=4, ge=1, description="chunks open for late packets")
-    resync_chunks: int = Field(default=64, ge=1, description="a jump beyond this resynchronises")
+    packets_per_chunk: int = Field(
+        default=defaults.PACKETS_PER_CHUNK, ge=1, description="packets per stream per chunk"
+    )
+    nchunks: int = Field(default=defaults.NCHUNKS, ge=2, description="chunks in the pool")
+    window: int = Field(default=defaults.WINDOW, ge=1, description="chunks open for late packets")
+    resync_chunks: int = Field(
+        default=defaults.RESYNC_CHUNKS, ge=1, description="a jump beyond this resynchronises"
+    )
     whole_packets: bool = Field(
         default=False, description="slots hold whole packets, headers included (recording)"
     )

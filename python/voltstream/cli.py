@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from voltstream.capture_defaults import PACKETS_PER_CHUNK, WINDOW
 from voltstream.cli_latency import add_latency_parser
 from voltstream.cli_options import (
     Parser,
@@ -282,8 +283,9 @@ def _add_capture_options(p: argparse.ArgumentParser, *, listen_required: bool = 
         ("--interface", None, None,
          "interface to capture on and join the groups on (needed by packet_ring and xdp "
          "with --multicast). Default: the one that owns the --listen address"),
-        ("--packets-per-chunk", positive(int), 256, "packets per stream per chunk. Default: 256"),
-        ("--window", positive(int), 4, "reorder window in chunks. Default: 4"),
+        ("--packets-per-chunk", positive(int), PACKETS_PER_CHUNK,
+         f"packets per stream per chunk. Default: {PACKETS_PER_CHUNK}"),
+        ("--window", positive(int), WINDOW, f"reorder window in chunks. Default: {WINDOW}"),
     ))  # fmt: skip
     add_capture_threads(
         p,

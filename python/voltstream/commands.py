@@ -247,10 +247,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
             raise
         fold_s = time.monotonic() - t_fold
         report = live.report if live is not None else None
-    archive.par_text = getattr(predictor, "par_text", None)
-    from voltstream.dsp.dedisperse import Dedisperser
-
-    archive.coherent_nfft = Dedisperser(args.dm, obs.chan_freqs_mhz, obs.chan_bw_mhz).nfft
+    archive.par_text = getattr(predictor, "par_text", None)  # coherent_nfft: the fold's plan's
     archive.history.append("voltstream " + " ".join(sys.argv[1:]))
     write_psrfits(args.output, archive)
     if args.plot:

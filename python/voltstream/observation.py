@@ -86,6 +86,9 @@ class FoldedArchive:
     excluded_samples: int = 0  # samples from missing packets kept out of profiles
     par_text: str | None = None  # the .par file folded with, for the PSRPARAM HDU
     coherent_nfft: int | None = None  # FFT length of the coherent dedispersion (COHDDISP)
+    # Samples cut at the start and end of each of its FFTs (COHDDISP NCYC_POS/NCYC_NEG),
+    # as the fold's plan made them (fold/plan.py); None: computed from dm and channels.
+    coherent_discard: tuple[int, int] | None = None
     # Where a fold's time went (start-up, blocks, ...), seconds; not written to files.
     stage_seconds: dict = field(default_factory=dict)
 

@@ -305,7 +305,9 @@ def test_streaming_double_buffer_from_pinned(cp):
     obs = make_obs(32, 128.0)
     dm = 26.833
     pred = ConstantPeriod(0.0013, obs.start_mjd, obs.start_sec)
-    eng = GpuFolder(obs, dm, pred, 64, None, dtype=np.int8, ndim=2, chunk_samples=20000)
+    eng = GpuFolder.from_settings(
+        obs, FoldSettings(dm, pred, 64, None), dtype=np.int8, ndim=2, chunk_samples=20000
+    )
     chunks = []
     for _ in range(7):
         c = cupyx.empty_pinned((20000, 32, 2, 2), dtype=np.int8)
@@ -317,7 +319,7 @@ def test_streaming_double_buffer_from_pinned(cp):
     raw = np.concatenate(chunks)
     cpu = fold_file(MemReader(obs, raw), FoldSettings(dm, pred, 64, None))
     compare_archives(gpu, cpu)
-    naive = NaiveGpuFolder(obs, dm, pred, 64, None, chunk_samples=20000)
+    naive = NaiveGpuFolder.from_settings(obs, FoldSettings(dm, pred, 64, None), chunk_samples=20000)
     for c in chunks:
         naive.feed(c)
     compare_archives(naive.finish(), cpu)

@@ -25,8 +25,8 @@ import numpy as np
 
 from voltstream.cluster.merger import MergePlan, Merger
 from voltstream.cluster.node import NodeJob, run_node, subband_of
-from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.errors import ConfigError
+from voltstream.fold.plan import FoldPlan
 from voltstream.fold.reference import FoldSettings
 from voltstream.observation import Observation
 
@@ -85,8 +85,9 @@ def plan_observation(
         tsamp_s=obs0.tsamp_s, start_mjd=obs0.start_mjd, start_sec=obs0.start_sec,
         source=obs0.source, telescope=obs0.telescope,
     )  # fmt: skip
-    nfft = settings.nfft or Dedisperser(settings.dm, freqs, cbw).nfft
-    settings = replace(settings, nfft=nfft)
+    # The whole band's plan: every node dedisperses with its FFT length and cut.
+    plan = FoldPlan(band, settings, band_freqs_mhz=freqs)
+    settings = replace(settings, nfft=plan.nfft)
     tsub = settings.tsub_s
     if not tsub:
         raise ConfigError("a cluster observation needs --tsub (rows are sent as they finish)")
@@ -110,7 +111,8 @@ def plan_observation(
         subbands=tuple(subband_of(j) for j in jobs), band=band, settings=settings,
         output=str(output), lag=lag,
         deadline_s=deadline_s if deadline_s is not None else 1.5 * tsub + 10.0,
-        history=tuple(history), coherent_nfft=nfft,
+        history=tuple(history), coherent_nfft=plan.nfft,
+        coherent_discard=(plan.head, plan.tail),
         par_text=getattr(settings.predictor, "par_text", None),
     )  # fmt: skip
     return ClusterPlan(jobs, merge, name)

@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from voltstream.dsp.dedisperse import Dedisperser
-from voltstream.dsp.detect import npol_out
-from voltstream.fold.reference import Folder
+from voltstream.capture_defaults import PACKETS_PER_CHUNK
+from voltstream.fold.plan import FoldPlan
 from voltstream.pipeline.fold import StreamFold
 
 if TYPE_CHECKING:
@@ -28,16 +27,10 @@ class CpuRows:
     device = "cpu"
 
     def __init__(self, job: NodeJob) -> None:
-        s, obs = job.settings, job.obs
-        freqs = obs.chan_freqs_mhz
-        dd = Dedisperser(s.dm, freqs, obs.chan_bw_mhz, s.nfft, job.band_freqs_mhz)
-        folder = Folder(s.nbin, obs.nchan, npol_out(s.pol_mode), obs.tsamp_s, freqs,
-                        job.band_centre_mhz, s.dm, s.predictor, s.tsub_s, obs.start_mjd,
-                        obs.start_sec)  # fmt: skip
-        self.fold = StreamFold(obs, s, dd, folder)
-        self.step = dd.step
-        self.delay_s = folder.delay_s
-        self.nchan = obs.nchan
+        self.fold = StreamFold(job.obs, job.settings, node_plan(job))
+        self.step = self.fold.plan.step
+        self.delay_s = self.fold.folder.delay_s
+        self.nchan = job.obs.nchan
 
     def set_start(self, first: int) -> None:
         """The stream's first sample is ``first`` on the observation's axis."""
@@ -79,14 +72,13 @@ class GpuRows:
 
         obs = job.obs
         self.dtype = np.int8 if job.fmt is not None and not job.is_file else np.float32
-        self.eng = GpuFolder.from_settings(obs, job.settings, dtype=self.dtype, ndim=2,
-                                           band_freqs_mhz=job.band_freqs_mhz,
-                                           f_ref_mhz=job.band_centre_mhz)  # fmt: skip
+        chunk = job.settings.block_samples
+        self.eng = GpuFolder(node_plan(job), chunk, dtype=self.dtype, ndim=2)
         if job.fmt is not None and not job.is_file:
             # The FFT plans of the capture's chunks made now, before the capture opens:
             # made on the first chunks instead, they stall the fold while the capture's
             # small pool fills, and whole chunks are dropped.
-            per_chunk = int(job.capture.get("packets_per_chunk", 256))
+            per_chunk = int(job.capture.get("packets_per_chunk", PACKETS_PER_CHUNK))
             self.eng.warm_up(per_chunk * job.fmt.samples_per_packet)
         self.step = self.eng.plan.step
         self.delay_s = self.eng.folder.delay_s
@@ -103,7 +95,7 @@ class GpuRows:
         elif x.dtype != np.int8:
             raise ValueError(f"a live GPU node is fed int8 samples, got {x.dtype}")
         raw = raw.reshape(x.shape[0], *self.shape)
-        chunk = self.eng.plan.chunk
+        chunk = self.eng.chunk
         for a in range(0, x.shape[0], chunk):
             self.eng.feed(raw[a : a + chunk], valid[a : a + chunk])
 
@@ -122,6 +114,13 @@ class GpuRows:
             "samples_dedispersed": int(e.samples_out),
             "samples_late": 0,  # rows are taken only once every output before them is in
         }
+
+
+def node_plan(job: NodeJob) -> FoldPlan:
+    """The plan of a node's fold: its channels, dedispersed as the whole band is, and
+    delays referred to the band's centre."""
+    return FoldPlan(job.obs, job.settings, band_freqs_mhz=job.band_freqs_mhz,
+                    f_ref_mhz=job.band_centre_mhz)  # fmt: skip
 
 
 def fold_engine(job: NodeJob) -> CpuRows | GpuRows:

@@ -42,6 +42,7 @@ class MergePlan:
     deadline_s: float | None = None
     history: tuple[str, ...] = ()
     coherent_nfft: int | None = None
+    coherent_discard: tuple[int, int] | None = None  # (head, tail), the band's plan's
     par_text: str | None = None
 
 
@@ -223,6 +224,7 @@ class Merger:
                 period_s=period, dm=s.dm, pol_type=s.pol_mode,
                 polyco_text=getattr(s.predictor, "text", None), history=list(p.history),
                 par_text=p.par_text, coherent_nfft=p.coherent_nfft,
+                coherent_discard=p.coherent_discard,
             )  # fmt: skip
             self.archive = AppendingArchive(p.output, first)
         else:

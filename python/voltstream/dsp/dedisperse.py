@@ -51,6 +51,7 @@ __all__ = [
     "chirp",
     "chirps",
     "choose_fft_length",
+    "discard_samples",
     "dispersion_delay_s",
     "edge_delays_samples",
     "smearing_samples",
@@ -143,6 +144,24 @@ def choose_fft_length(n_smear: int, max_log2: int = 24, min_log2: int = 6) -> in
         if cost < best_cost:
             best, best_cost = n, cost
     return best
+
+
+def discard_samples(
+    dm: float, chan_freqs_mhz: npt.ArrayLike, chan_bw_mhz: float
+) -> tuple[int, int]:
+    """Samples cut at the start and at the end of each overlap-save FFT (head, tail).
+
+    The head covers the upper edge's delay, the tail the lower edge's, and together
+    they cover the smearing (:func:`smearing_samples`) of the worst channel. The one
+    rule: :class:`Dedisperser` cuts these, and a PSRFITS archive records them
+    (io/psrfits.py, COHDDISP) when its fold did not say.
+    """
+    f = np.atleast_1d(np.asarray(chan_freqs_mhz, dtype=np.float64))
+    n_hi, n_lo = edge_delays_samples(dm, f, chan_bw_mhz)
+    head = int(np.ceil(n_hi.max() - 1e-9))
+    tail = int(np.ceil(n_lo.max() - 1e-9))
+    n_smear = int(np.max(smearing_samples(dm, f, chan_bw_mhz)))
+    return head, max(n_smear, head + tail) - head
 
 
 def _segments(x: np.ndarray, nfft: int, step: int, nseg: int) -> np.ndarray:
@@ -254,15 +273,9 @@ class Dedisperser:
         if self.chan_bw_mhz == 0:
             raise ConfigError("channel bandwidth is zero: give the signed channel width in MHz")
         plan = self.chan_freqs_mhz if band_freqs_mhz is None else np.atleast_1d(band_freqs_mhz)
-        n_hi, n_lo = edge_delays_samples(self.dm, plan, self.chan_bw_mhz)
-        head = int(np.ceil(n_hi.max() - 1e-9))
-        tail = int(np.ceil(n_lo.max() - 1e-9))
-        n_smear = int(np.max(smearing_samples(self.dm, plan, self.chan_bw_mhz)))
-        overlap = max(n_smear, head + tail)
-        self.discard_head = head
-        self.discard_tail = overlap - head
-        self.overlap = overlap
-        self.nfft = choose_fft_length(overlap) if nfft is None else int(nfft)
+        self.discard_head, self.discard_tail = discard_samples(self.dm, plan, self.chan_bw_mhz)
+        self.overlap = self.discard_head + self.discard_tail
+        self.nfft = choose_fft_length(self.overlap) if nfft is None else int(nfft)
         if self.nfft <= self.overlap:
             raise ConfigError(
                 f"nfft={self.nfft} must exceed the dispersion overlap of {self.overlap} "

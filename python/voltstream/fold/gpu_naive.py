@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from voltstream.fold.gpu import _FolderBase, _lost_mask
+from voltstream.fold.gpu import _FolderBase
+from voltstream.fold.gpu_ingest import lost_mask
 from voltstream.observation import FoldedArchive
 
 __all__ = ["NaiveGpuFolder"]
@@ -28,7 +29,7 @@ class NaiveGpuFolder(_FolderBase):
         kw.pop("dtype", None), kw.pop("ndim", None), kw.pop("profile", None)
         super().__init__(*args, **kw)
         cp = self.cp
-        self.response = cp.asarray(self.plan.dd.response.astype(np.complex64))
+        self.response = cp.asarray(self.plan.dedisperser.response.astype(np.complex64))
         self.delay = cp.asarray(self.folder.delay_s)
         self._drop_carry()
         self.acc = cp.zeros((0, self.npol_out, self.obs.nchan, self.nbin))
@@ -52,7 +53,7 @@ class NaiveGpuFolder(_FolderBase):
             x = raw[..., 0].astype(np.float32) + 1j * raw[..., 1].astype(np.float32)
         else:
             x = raw.reshape(n, obs.nchan, obs.npol).astype(np.complex64)
-        lost = _lost_mask(valid, n)
+        lost = lost_mask(valid, n)
         if lost is not None:  # zero lost samples before the FFT, as the reference does
             x = x.astype(np.complex64, copy=True)
             x[cp.asarray(lost)] = 0

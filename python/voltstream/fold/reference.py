@@ -62,13 +62,16 @@ class Folder:
 
     @classmethod
     def for_observation(cls, obs: Observation, nbin: int, pol_mode: str, dm: float,
-                        predictor: Any, tsub_s: float | None) -> Folder:  # fmt: skip
+                        predictor: Any, tsub_s: float | None,
+                        f_ref_mhz: float | None = None) -> Folder:  # fmt: skip
         """The folder of ``obs``'s channels for detection ``pol_mode``, phase zero at the
-        observation's start, delays relative to its centre frequency."""
+        observation's start, delays relative to ``f_ref_mhz`` (None: its centre
+        frequency; a cluster node's channels: the whole band's centre)."""
         npo = npol_out(pol_mode)
         if pol_mode != "AA+BB" and obs.npol != 2:
             raise ConfigError(f"{pol_mode} needs 2 polarisations; the input has {obs.npol}")
-        return cls(nbin, obs.nchan, npo, obs.tsamp_s, obs.chan_freqs_mhz, obs.freq_mhz, dm,
+        f_ref = obs.freq_mhz if f_ref_mhz is None else f_ref_mhz
+        return cls(nbin, obs.nchan, npo, obs.tsamp_s, obs.chan_freqs_mhz, f_ref, dm,
                    predictor, tsub_s, obs.start_mjd, obs.start_sec)  # fmt: skip
 
     def __init__(

@@ -30,7 +30,8 @@ http://www.atnf.csiro.au/research/pulsar/psrfits/fitsdef.html; header version
   BW (signed, MHz), OUT_NCHAN (1: each channel is dedispersed in place),
   OUT_FREQ, OUT_BW, NCHIRP (FFT length, ``archive.coherent_nfft``, 0 when
   unknown), NCYC_POS and NCYC_NEG (samples discarded at the start and end of
-  each FFT, computed as voltstream.dsp.dedisperse.Dedisperser does).
+  each FFT: ``archive.coherent_discard``, which the fold's plan sets, else
+  computed by voltstream.dsp.dedisperse.discard_samples, the Dedisperser's rule).
   read_psrfits returns PSRPARAM as ``par_text`` and NCHIRP as
   ``coherent_nfft`` (None when 0).
 
@@ -47,6 +48,10 @@ column and reads back as 0.
 Keys voltstream has no measurement for (antenna position, sky position,
 receiver) get neutral values; pass ``primary={...}`` to set them. Sky position
 defaults to the one a J2000 ``Jhhmm+ddmm`` source name implies.
+
+Written HDU by HDU: PRIMARY, HISTORY and SUBINT here (``_primary_hdu``,
+``_history_hdu``, ``_subint_hdu``), the extension tables in io/psrfits_tables.py;
+read back by io/psrfits_read.py (``read_psrfits``, re-exported here).
 """
 
 from __future__ import annotations
@@ -56,12 +61,13 @@ import math
 import os
 import re
 from collections.abc import Iterable
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
 from voltstream.errors import FormatError
-from voltstream.io.polyco import Polyco, PolycoEntry, write_polyco
+from voltstream.io.psrfits_read import read_psrfits
+from voltstream.io.psrfits_tables import cohddisp_hdu, col, polyco_hdu, psrparam_hdu
 from voltstream.observation import FoldedArchive, Observation
 
 __all__ = ["read_psrfits", "write_psrfits"]
@@ -70,40 +76,6 @@ HDRVER = "6.1"
 _MJD_EPOCH = _dt.datetime(1858, 11, 17)
 _POL_NPOL = {"AA+BB": 1, "INTEN": 1, "AABBCRCI": 4, "IQUV": 4, "AABB": 2}
 _QMAX = 32767
-_NCOEF_COL = 15
-
-
-# --- polyco ------------------------------------------------------------------
-
-
-def _polyco_entries(rows: Any, src: str, dm: float) -> list[PolycoEntry]:
-    """Polyco entries back from POLYCO table rows (PSRFITS keeps no Doppler: 0)."""
-    entries = []
-    for r in rows:
-        ref_mjd = float(r["REF_MJD"])
-        # TEMPO's UTC field has 0.01 s resolution; round TMID to it before splitting.
-        day, cs = divmod(round(ref_mjd * 8640000), 8640000)
-        hh, rem = divmod(cs, 360000)
-        mm, rem = divmod(rem, 6000)
-        ncoef = int(r["NCOEF"])
-        entries.append(
-            PolycoEntry(
-                psr=src,
-                tmid_mjd=math.floor(ref_mjd),
-                tmid_frac=ref_mjd - math.floor(ref_mjd),
-                rphase=float(r["REF_PHS"]),
-                f0_hz=float(r["REF_F0"]),
-                span_min=float(r["NSPAN"]),
-                coeffs=np.asarray(r["COEFF"][:ncoef], dtype=np.float64),
-                dm=dm,
-                date=(_MJD_EPOCH + _dt.timedelta(days=day)).strftime("%d-%b-%y").upper(),
-                utc=f"{hh:02d}{mm:02d}{rem // 100:02d}.{rem % 100:02d}",
-                log10_rms=float(r["LGFITERR"]),
-                site=str(r["NSITE"]).strip(),
-                ref_freq_mhz=float(r["REF_FREQ"]),
-            )
-        )
-    return entries
 
 
 # --- helpers -----------------------------------------------------------------
@@ -183,109 +155,44 @@ def _check(archive: FoldedArchive) -> None:
         raise FormatError("archive data holds NaN or infinity; zero-weight those channels first")
 
 
-# --- PSRPARAM and COHDDISP ----------------------------------------------------
-
-
-def _psrparam_hdu(par_text: str) -> Any:
-    """PSRPARAM: the .par file, one row per non-blank line (column PARAM)."""
-    from astropy.io import fits
-
-    lines = [ln.rstrip() for ln in par_text.splitlines() if ln.strip()]
-    if not lines:
-        raise FormatError("the archive's .par text is empty; pass the .par file folded with")
-    if not all(ln.isascii() for ln in lines):
-        raise FormatError("the archive's .par text is not ASCII; FITS strings must be ASCII")
-    width = max(128, max(len(ln) for ln in lines))
-    col = fits.Column(name="PARAM", format=f"{width}A", array=lines)
-    return fits.BinTableHDU.from_columns([col], name="PSRPARAM")
-
-
-def _cohddisp_geometry(archive: FoldedArchive) -> tuple[int, int]:
-    """Samples discarded at the start and end of each FFT, as the Dedisperser chooses."""
-    from voltstream.dsp.dedisperse import edge_delays_samples, smearing_samples
-
-    obs = archive.obs
-    freqs, cbw = obs.chan_freqs_mhz, float(obs.chan_bw_mhz)
-    n_hi, n_lo = edge_delays_samples(float(archive.dm), freqs, cbw)
-    head = int(np.ceil(np.max(n_hi) - 1e-9))
-    tail = int(np.ceil(np.max(n_lo) - 1e-9))
-    overlap = max(int(np.max(smearing_samples(float(archive.dm), freqs, cbw))), head + tail)
-    return head, overlap - head
-
-
-def _cohddisp_hdu(archive: FoldedArchive) -> Any:
-    """COHDDISP: the coherent dedispersion applied (see the module docstring)."""
-    from astropy.io import fits
-
-    obs = archive.obs
-    nchan = obs.nchan
-    nfft = int(archive.coherent_nfft or 0)
-    if nfft < 0:
-        raise FormatError(f"archive coherent_nfft is {nfft}; give the FFT length (> 0) or None")
-    head, tail = _cohddisp_geometry(archive)
-    freqs = np.asarray(obs.chan_freqs_mhz, dtype=np.float64)
-    bw = np.full(nchan, float(obs.chan_bw_mhz))
-    ones = np.ones(nchan, dtype=np.int32)
-    hdu = fits.BinTableHDU.from_columns(
-        [
-            fits.Column(name="FREQ", format="1D", unit="MHz", array=freqs),
-            fits.Column(name="BW", format="1D", unit="MHz", array=bw),
-            fits.Column(name="OUT_NCHAN", format="1J", array=ones),
-            fits.Column(name="OUT_FREQ", format="1D", unit="MHz", array=freqs),
-            fits.Column(name="OUT_BW", format="1D", unit="MHz", array=bw),
-            fits.Column(name="NCHIRP", format="1J", array=ones * nfft),
-            fits.Column(name="NCYC_POS", format="1J", array=ones * head),
-            fits.Column(name="NCYC_NEG", format="1J", array=ones * tail),
-        ],
-        name="COHDDISP",
-    )
-    h = hdu.header
-    for key, value, comment in [
-        ("DOMAIN", "FREQ", "Coherent dedisp domain (TIME/FREQ)"),
-        ("CHRPTYPE", "voltstream overlap-save", "Chirp function descriptor"),
-        ("DM", float(archive.dm), "[cm-3 pc] DM used for coherent dedispersion"),
-        ("DOPPLER", 1.0, "[v/c] Doppler correction factor"),
-        ("DATANBIT", 32, "Number of quantization levels for data"),
-        ("CHRPNBIT", 32, "Number of quantization levels for chirp"),
-        ("NCHAN", nchan, "Number of input frequency channels"),
-        ("NFFT", nfft, "Size of forward FFT (0: unknown)"),
-    ]:
-        h[key] = (value, comment)
-    return hdu
-
-
 # --- writer ------------------------------------------------------------------
 
 
-def write_psrfits(
-    path: str | os.PathLike | BinaryIO,
-    archive: FoldedArchive,
-    extra_history: Iterable[str] = (),
-    *,
-    primary: dict | None = None,
-    subint_last: bool = False,
-) -> None:
-    """Write ``archive`` as a PSRFITS fold-mode file (overwrites ``path``; a path or a
-    binary file object). ``subint_last`` puts the SUBINT table after every other HDU,
-    so that rows can be appended at the file's end (io/psrfits_append.py)."""
-    from astropy.io import fits
+class _Start(NamedTuple):
+    """When and where the observation starts, as the PRIMARY and SUBINT HDUs say it."""
 
-    _check(archive)
-    obs = archive.obs
-    nsub, npol, nchan, nbin = archive.data.shape
-    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    imjd: int
+    smjd: int
+    offs: float
+    date: _dt.datetime
+    ra: str
+    dec: str
+    lst: float
+    ant: tuple[float, float, float]  # ITRF position (m), for the local sidereal time
+
+
+def _start(obs: Observation, over: dict) -> _Start:
+    """The start of ``obs``; RA and DEC from ``over`` (taken out of it) or the source name."""
     stt_smjd = math.floor(obs.start_sec)
     stt_offs = obs.start_sec - stt_smjd
     start_dt = _mjd_datetime(obs.start_mjd, stt_smjd)
     stt_imjd = obs.start_mjd + stt_smjd // 86400
     stt_smjd %= 86400
     ra, dec = _sky_from_name(obs.source)
-    over = {k.upper(): v for k, v in (primary or {}).items()}
-    ant = [float(over.get(k, 0.0)) for k in ("ANT_X", "ANT_Y", "ANT_Z")]
+    ax, ay, az = (float(over.get(k, 0.0)) for k in ("ANT_X", "ANT_Y", "ANT_Z"))
     ra, dec = str(over.pop("RA", ra)), str(over.pop("DEC", dec))
-    lst = _lst_seconds(stt_imjd, stt_smjd + stt_offs, ant[0], ant[1])
-    scanlen = float(np.sum(archive.tsubint_s))
+    lst = _lst_seconds(stt_imjd, stt_smjd + stt_offs, ax, ay)
+    return _Start(stt_imjd, stt_smjd, stt_offs, start_dt, ra, dec, lst, (ax, ay, az))
 
+
+def _primary_hdu(archive: FoldedArchive, now: str, start: _Start, over: dict) -> Any:
+    """PRIMARY: the observation's keys; ``over`` (upper-case keys) replaces or adds keys."""
+    from astropy.io import fits
+
+    obs = archive.obs
+    nchan = archive.data.shape[2]
+    ra, dec, ant = start.ra, start.dec, start.ant
+    scanlen = float(np.sum(archive.tsubint_s))
     cards = [
         ("HDRVER", HDRVER, "Header version"),
         ("FITSTYPE", "PSRFITS", "FITS definition for pulsar data files"),
@@ -310,7 +217,7 @@ def write_psrfits(
         ("BE_DELAY", 0.0, "[s] Backend propn delay from digitiser input"),
         ("TCYCLE", 0.0, "[s] On-line cycle time"),
         ("OBS_MODE", "PSR", "(PSR, CAL, SEARCH)"),
-        ("DATE-OBS", start_dt.strftime("%Y-%m-%dT%H:%M:%S"), "UTC date of observation"),
+        ("DATE-OBS", start.date.strftime("%Y-%m-%dT%H:%M:%S"), "UTC date of observation"),
         ("OBSFREQ", float(obs.freq_mhz), "[MHz] Centre frequency for observation"),
         ("OBSBW", float(obs.bw_mhz), "[MHz] Bandwidth for observation"),
         ("OBSNCHAN", nchan, "Number of frequency channels (original)"),
@@ -337,29 +244,29 @@ def write_psrfits(
         ("CAL_DCYC", 0.0, "Cal duty cycle"),
         ("CAL_PHS", 0.0, "Cal phase (wrt start time)"),
         ("CAL_NPHS", 0, "Number of states in cal pulse"),
-        ("STT_IMJD", int(stt_imjd), "Start MJD (UTC days) (J - long integer)"),
-        ("STT_SMJD", int(stt_smjd), "[s] Start time (sec past UTC 00h) (J)"),
-        ("STT_OFFS", float(stt_offs), "[s] Start time offset (D)"),
-        ("STT_LST", lst, "[s] Start LST (D)"),
+        ("STT_IMJD", int(start.imjd), "Start MJD (UTC days) (J - long integer)"),
+        ("STT_SMJD", int(start.smjd), "[s] Start time (sec past UTC 00h) (J)"),
+        ("STT_OFFS", float(start.offs), "[s] Start time offset (D)"),
+        ("STT_LST", start.lst, "[s] Start LST (D)"),
     ]
     hdr = fits.Header()
     for key, value, comment in cards:
         hdr[key] = (over.pop(key, value), comment)
     for key, value in over.items():
         hdr[key] = value
-    hdus = [fits.PrimaryHDU(header=hdr)]
+    return fits.PrimaryHDU(header=hdr)
 
+
+def _history_hdu(archive: FoldedArchive, now: str, steps: list[str]) -> Any:
+    """HISTORY: one row per processing step, each with the archive's state."""
+    from astropy.io import fits
+
+    obs = archive.obs
+    nsub, npol, nchan, nbin = archive.data.shape
     chan_bw = float(obs.chan_bw_mhz)
     tbin = float(archive.period_s[0]) / nbin
-    steps = [*archive.history, *extra_history] or ["voltstream fold"]
     n = len(steps)
-
-    def col(
-        name: str, fmt: str, values: Any, unit: str | None = None, dim: str | None = None
-    ) -> Any:
-        return fits.Column(name=name, format=fmt, array=values, unit=unit, dim=dim)
-
-    hist = fits.BinTableHDU.from_columns(
+    return fits.BinTableHDU.from_columns(
         [
             col("DATE_PRO", "24A", [now] * n),
             col("PROC_CMD", "256A", [s[:256] for s in steps]),
@@ -393,12 +300,20 @@ def write_psrfits(
         ],
         name="HISTORY",
     )
-    hdus.append(hist)
 
+
+def _subint_hdu(archive: FoldedArchive, start: _Start) -> Any:
+    """SUBINT: one row per sub-integration, the profiles quantised to int16."""
+    from astropy.io import fits
+
+    obs = archive.obs
+    nsub, npol, nchan, nbin = archive.data.shape
+    chan_bw = float(obs.chan_bw_mhz)
+    tbin = float(archive.period_s[0]) / nbin
     q, scl, offs = _quantise(np.asarray(archive.data, dtype=np.float64))
-    ra_deg, dec_deg = _hms_to_deg(ra, True), _hms_to_deg(dec, False)
+    ra_deg, dec_deg = _hms_to_deg(start.ra, True), _hms_to_deg(start.dec, False)
     offs_sub = np.asarray(archive.offs_sub_s, dtype=np.float64)
-    lst_sub = (lst + offs_sub * 1.00273781191135448) % 86400.0
+    lst_sub = (start.lst + offs_sub * 1.00273781191135448) % 86400.0
     freqs = np.broadcast_to(obs.chan_freqs_mhz, (nsub, nchan))
     zeros = np.zeros(nsub)
     subint = fits.BinTableHDU.from_columns(
@@ -452,47 +367,35 @@ def write_psrfits(
         ("NSTOT", 0, "Total number of samples (SEARCH mode, else 0)"),
     ]:
         sh[key] = (value, comment)
-    hdus.append(subint)
+    return subint
 
+
+def write_psrfits(
+    path: str | os.PathLike | BinaryIO,
+    archive: FoldedArchive,
+    extra_history: Iterable[str] = (),
+    *,
+    primary: dict | None = None,
+    subint_last: bool = False,
+) -> None:
+    """Write ``archive`` as a PSRFITS fold-mode file (overwrites ``path``; a path or a
+    binary file object). ``subint_last`` puts the SUBINT table after every other HDU,
+    so that rows can be appended at the file's end (io/psrfits_append.py)."""
+    from astropy.io import fits
+
+    _check(archive)
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    over = {k.upper(): v for k, v in (primary or {}).items()}
+    start = _start(archive.obs, over)
+    steps = [*archive.history, *extra_history] or ["voltstream fold"]
+    primary_hdu = _primary_hdu(archive, now, start, over)
+    subint = _subint_hdu(archive, start)
+    hdus = [primary_hdu, _history_hdu(archive, now, steps), subint]
     if archive.polyco_text:
-        entries = Polyco.from_text(archive.polyco_text, name="archive polyco").entries
-        if not entries:
-            raise FormatError("the archive's polyco text holds no entries; pass a TEMPO polyco")
-        ncol = max(_NCOEF_COL, max(e.coeffs.size for e in entries))
-        coeff = np.zeros((len(entries), ncol))
-        for k, e in enumerate(entries):
-            coeff[k, : e.coeffs.size] = e.coeffs
-        nb = len(entries)
-
-        def pred_phase(e: PolycoEntry) -> float:
-            return float(e.phase_dt(e.dt_min(obs.start_mjd, obs.start_sec))) % 1.0
-
-        hdus.append(
-            fits.BinTableHDU.from_columns(
-                [
-                    col("DATE_PRO", "24A", [now] * nb),
-                    col("POLYVER", "16A", ["TEMPO"] * nb),
-                    col("NSPAN", "1I", [round(e.span_min) for e in entries], "min"),
-                    col("NCOEF", "1I", [e.coeffs.size for e in entries]),
-                    col("NPBLK", "1I", [nb] * nb),
-                    col("NSITE", "8A", [e.site for e in entries]),
-                    col("REF_FREQ", "1D", [e.ref_freq_mhz for e in entries], "MHz"),
-                    # Fractional phase each block predicts for the observation start.
-                    col("PRED_PHS", "1D", [pred_phase(e) for e in entries]),
-                    col("REF_MJD", "1D", [e.tmid_mjd + e.tmid_frac for e in entries]),
-                    col("REF_PHS", "1D", [e.rphase_int + e.rphase_frac for e in entries]),
-                    col("REF_F0", "1D", [e.f0_hz for e in entries], "Hz"),
-                    col("LGFITERR", "1D", [e.log10_rms for e in entries]),
-                    col("COEFF", f"{ncol}D", coeff),
-                ],
-                name="POLYCO",
-            )
-        )
-        hdus[-1].header["DM"] = (entries[0].dm, "[cm-3 pc] DM of the polyco")
-        hdus[-1].header["SRC_NAME"] = (entries[0].psr, "Pulsar of the polyco")
+        hdus.append(polyco_hdu(archive.polyco_text, archive.obs, now))
     if archive.par_text:
-        hdus.append(_psrparam_hdu(archive.par_text))
-    hdus.append(_cohddisp_hdu(archive))
+        hdus.append(psrparam_hdu(archive.par_text))
+    hdus.append(cohddisp_hdu(archive))
     if subint_last:
         hdus.remove(subint)
         hdus.append(subint)
@@ -500,102 +403,3 @@ def write_psrfits(
         fits.HDUList(hdus).writeto(path, overwrite=True)
     except OSError as exc:
         raise FormatError(f"cannot write PSRFITS file {path}: {exc}") from exc
-
-
-# --- reader ------------------------------------------------------------------
-
-
-def read_psrfits(path: str | os.PathLike) -> FoldedArchive:
-    """A fold-mode PSRFITS file as a FoldedArchive, profiles rescaled to float64."""
-    from astropy.io import fits
-
-    try:
-        hdul = fits.open(path, memmap=False)
-    except FileNotFoundError:
-        raise FormatError(f"cannot read {path}: no such file") from None
-    except (OSError, ValueError, TypeError) as exc:
-        raise FormatError(f"{path} is not a FITS file ({exc}); pass a PSRFITS archive") from None
-    with hdul:
-        try:
-            return _read(path, hdul)
-        except (KeyError, ValueError, TypeError, IndexError) as exc:
-            raise FormatError(
-                f"{path} is not a readable PSRFITS fold-mode file ({exc}); "
-                "check it was written as PSRFITS"
-            ) from None
-
-
-def _read(path: str | os.PathLike[str], hdul: Any) -> FoldedArchive:
-    ph = hdul[0].header
-    if str(ph.get("FITSTYPE", "")).strip() != "PSRFITS":
-        raise FormatError(f"{path} is a FITS file but not PSRFITS (FITSTYPE is not 'PSRFITS')")
-    if str(ph.get("OBS_MODE", "")).strip() != "PSR":
-        raise FormatError(
-            f"{path} has OBS_MODE {ph.get('OBS_MODE')!r}; only fold-mode (PSR) archives are read"
-        )
-    names = [h.name for h in hdul]
-    if "SUBINT" not in names:
-        raise FormatError(f"{path} has no SUBINT table; the archive holds no profiles")
-    sub = hdul["SUBINT"]
-    sh, rows = sub.header, sub.data
-    nchan, npol, nbin = int(sh["NCHAN"]), int(sh["NPOL"]), int(sh["NBIN"])
-    nsub = len(rows)
-    if nsub == 0:
-        raise FormatError(f"{path} has an empty SUBINT table; nothing to read")
-    raw = np.asarray(rows["DATA"], dtype=np.float64).reshape(nsub, npol, nchan, nbin)
-    scl = np.asarray(rows["DAT_SCL"], dtype=np.float64).reshape(nsub, npol, nchan)
-    offs = np.asarray(rows["DAT_OFFS"], dtype=np.float64).reshape(nsub, npol, nchan)
-    data = raw * scl[..., None] + offs[..., None]
-    weights = np.asarray(rows["DAT_WTS"], dtype=np.float64).reshape(nsub, nchan)
-    bw = float(ph["OBSBW"])
-    obs = Observation(
-        nchan=nchan,
-        npol=int(ph.get("NRCVR", 2) or 2),
-        freq_mhz=float(ph["OBSFREQ"]),
-        bw_mhz=bw,
-        tsamp_s=abs(nchan / (bw * 1e6)),
-        start_mjd=int(ph["STT_IMJD"]),
-        start_sec=float(ph["STT_SMJD"]) + float(ph.get("STT_OFFS", 0.0)),
-        source=str(ph.get("SRC_NAME", "")).strip(),
-        telescope=str(ph.get("TELESCOP", "")).strip(),
-    )
-    cols = rows.columns.names
-    period = (
-        np.asarray(rows["PERIOD"], dtype=np.float64)
-        if "PERIOD" in cols
-        else np.full(nsub, float(sh.get("TBIN", 0.0)) * nbin)
-    )
-    history: list[str] = []
-    if "HISTORY" in names and hdul["HISTORY"].data is not None:
-        history = [str(s).strip() for s in hdul["HISTORY"].data["PROC_CMD"]]
-    polyco_text = None
-    if "POLYCO" in names and hdul["POLYCO"].data is not None and len(hdul["POLYCO"].data):
-        src = str(hdul["POLYCO"].header.get("SRC_NAME", obs.source))
-        dm = float(hdul["POLYCO"].header.get("DM", sh.get("DM", 0.0)))
-        prows = [{c: r[c] for c in hdul["POLYCO"].data.columns.names} for r in hdul["POLYCO"].data]
-        polyco_text = write_polyco(None, _polyco_entries(prows, src, dm))
-    par_text = None
-    if "PSRPARAM" in names and hdul["PSRPARAM"].data is not None:
-        par_lines = [str(s).rstrip() for s in hdul["PSRPARAM"].data["PARAM"]]
-        par_text = "".join(ln + "\n" for ln in par_lines) or None
-    coherent_nfft = None
-    if "COHDDISP" in names and hdul["COHDDISP"].data is not None:
-        coh = hdul["COHDDISP"]
-        if "NCHIRP" in coh.columns.names and len(coh.data):
-            coherent_nfft = int(np.ravel(coh.data["NCHIRP"])[0]) or None
-        else:
-            coherent_nfft = int(coh.header.get("NFFT", 0)) or None
-    return FoldedArchive(
-        obs=obs,
-        data=data,
-        weights=weights,
-        tsubint_s=np.asarray(rows["TSUBINT"], dtype=np.float64),
-        offs_sub_s=np.asarray(rows["OFFS_SUB"], dtype=np.float64),
-        period_s=period,
-        dm=float(sh.get("DM", ph.get("CHAN_DM", 0.0))),
-        pol_type=str(sh.get("POL_TYPE", "AA+BB")).strip(),
-        polyco_text=polyco_text,
-        history=history,
-        par_text=par_text,
-        coherent_nfft=coherent_nfft,
-    )

@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.dsp.detect import detect
 from voltstream.errors import ConfigError
-from voltstream.fold.reference import Folder, FoldSettings
+from voltstream.fold.plan import FoldPlan
+from voltstream.fold.reference import FoldSettings
 from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive, Observation
 from voltstream.pipeline.interfaces import BlockSource
@@ -33,28 +33,22 @@ __all__ = ["StreamFold", "fold_file"]
 class StreamFold:
     """Dedisperse, detect and fold one block at a time: the CPU fold of a file
     (:func:`fold_file`) and of one cluster node's subband (cluster/node.py), which
-    gives its own dedispersion (the whole band's, cut to its channels) and folder
-    (times and delays referred to the whole band)."""
+    gives its own plan (fold/plan.py: the whole band's dedispersion, cut to its
+    channels, and times and delays referred to the whole band)."""
 
     def __init__(
-        self,
-        obs: Observation,
-        settings: FoldSettings,
-        dedisperser: Dedisperser | None = None,
-        folder: Folder | None = None,
+        self, obs: Observation, settings: FoldSettings, plan: FoldPlan | None = None
     ) -> None:
         obs.check_critically_sampled(
             "coherent dedispersion needs critically sampled complex channels "
             "(tsamp = 1/|chan_bw|); check the file's TSAMP, BW and NCHAN"
         )
         self.obs, self.settings = obs, settings
-        s = settings
-        self.folder = folder or Folder.for_observation(
-            obs, s.nbin, s.pol_mode, s.dm, s.predictor, s.tsub_s
-        )
-        self.dd = dedisperser or Dedisperser(s.dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=s.nfft)
+        self.plan = plan or FoldPlan(obs, settings)
+        self.folder = self.plan.new_folder()
+        self.dd = self.plan.dedisperser
         self.stream = self.dd.streaming()
-        self.block_samples = s.block_samples or max(4 * self.dd.step, 1 << 16)
+        self.block_samples = settings.block_samples or max(4 * self.dd.step, 1 << 16)
         self.lost = 0  # input samples from missing packets, set to zero
         self.read = 0
         #: Where the stream's first sample sits in the folder's time (a node that
@@ -94,7 +88,7 @@ class StreamFold:
                 f"input of {self.read} samples is shorter than one dedispersion FFT "
                 f"({dd.nfft} samples at DM {s.dm}); give a longer input"
             )
-        arch = self.folder.result(self.obs, pol_type=s.pol_mode)
+        arch = self.plan.describe(self.folder.result(self.obs, pol_type=s.pol_mode))
         arch.excluded_samples = self.lost
         kind = "polyco" if getattr(s.predictor, "text", None) else type(s.predictor).__name__
         arch.history.append(

@@ -68,7 +68,7 @@ def fold_file_gpu(
     elif raw_ok:
         dtype = np.int8 if obs.nbit == 8 else np.int16
         eng = cls.from_settings(obs, settings, dtype=dtype, ndim=obs.ndim)
-        chunk = eng.plan.chunk
+        chunk = eng.chunk
         for s in range(0, reader.nsamp, chunk):
             blk = np.asarray(reader.read_raw(s, min(chunk, reader.nsamp - s)))
             if obs.ndim == 1:
@@ -78,7 +78,7 @@ def fold_file_gpu(
                 progress(eng.samples_in, eng.samples_out)
     else:
         eng = cls.from_settings(obs, settings, dtype=np.float32, ndim=2)
-        for blk, valid in reader_blocks(reader, eng.plan.chunk, np.complex64):
+        for blk, valid in reader_blocks(reader, eng.chunk, np.complex64):
             eng.feed(blk, valid)
             if progress is not None:
                 progress(eng.samples_in, eng.samples_out)

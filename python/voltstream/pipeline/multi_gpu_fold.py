@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.errors import ConfigError
+from voltstream.fold.plan import FoldPlan
 from voltstream.fold.reference import FoldSettings
 from voltstream.io.baseband import reader_blocks
 from voltstream.observation import FoldedArchive
@@ -253,7 +253,8 @@ def fold_file_multi_gpu(
     segment (see :func:`plan_segments`; default: one segment per worker for a
     random-access reader, 4 chunks for one read in order).
     """
-    from voltstream.fold.gpu import GpuFolder, _Plan, gpu_available
+    from voltstream.fold.gpu import GpuFolder, gpu_available
+    from voltstream.fold.gpu_ingest import gpu_chunk_samples
     from voltstream.fold.gpu_naive import NaiveGpuFolder
 
     if not gpu_available():
@@ -280,30 +281,28 @@ def fold_file_multi_gpu(
     obs = reader.obs
     t_start = time.perf_counter()
     dm = settings.dm
-    dd = Dedisperser(dm, obs.chan_freqs_mhz, obs.chan_bw_mhz, nfft=settings.nfft)
-    chunk = _Plan(obs, dm, dd.nfft, settings.block_samples).chunk
+    plan = FoldPlan(obs, settings)  # one plan: every worker's engine composes it
+    chunk = gpu_chunk_samples(plan, settings.block_samples)
     devices = [g for g in gpus for _ in range(int(workers_per_gpu))]
     raw_ok = hasattr(reader, "read_raw") and obs.nbit in (8, 16)
     raw_ok = raw_ok and getattr(reader, "valid", None) is None
     if segment_samples is None and not raw_ok:
         segment_samples = 4 * chunk
-    segments = plan_segments(
-        nsamp, dd.discard_head, dd.discard_tail, dd.step, len(devices), segment_samples
-    )
+    segments = plan_segments(nsamp, plan.head, plan.tail, plan.step, len(devices), segment_samples)
     if not segments:
         raise ConfigError(
             f"input of {nsamp} samples is shorter than one dedispersion FFT "
-            f"({dd.nfft} samples at DM {dm}); give a longer input"
+            f"({plan.nfft} samples at DM {dm}); give a longer input"
         )
     cls = GpuFolder if variant == "fused" else NaiveGpuFolder
-    kw: dict[str, Any] = dict(nfft=dd.nfft, chunk_samples=chunk)
+    kw: dict[str, Any] = {}
     if raw_ok:
         kw.update(dtype=np.int8 if obs.nbit == 8 else np.int16, ndim=obs.ndim)
     else:
         kw.update(dtype=np.float32, ndim=2)
 
     def factory() -> Any:
-        return cls.from_settings(obs, settings, **kw)
+        return cls(plan, chunk, **kw)
 
     workers = [_Worker(d, factory) for d in devices]
     if raw_ok:
@@ -337,6 +336,6 @@ def fold_file_multi_gpu(
     arch = eng._finish_archive(acc, hits, offered, f"{variant}, {len(devices)} workers: {where}")
     arch.history.append(
         f"gpu fold: {len(segments)} segments of {segments[0].out_stop} outputs "
-        f"(+{dd.overlap} lead-in); wall time {time.perf_counter() - t_start:.3f} s"
+        f"(+{plan.overlap} lead-in); wall time {time.perf_counter() - t_start:.3f} s"
     )
     return arch
