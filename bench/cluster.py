@@ -88,9 +88,9 @@ from cluster_traffic import (  # noqa: E402
     realtime_gbps,
 )
 from voltstream.capture_config import CaptureSettings  # noqa: E402
+from voltstream.cli.cluster import demo_plan, held_for  # noqa: E402
 from voltstream.cluster.driver import run_observation  # noqa: E402
 from voltstream.cluster.local import local_nodes  # noqa: E402
-from voltstream.commands_cluster import demo_plan, held_for  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: Seconds the observation runs on after the last sender: the last packets arrive

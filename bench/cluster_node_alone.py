@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster import KEEP_UP_SLOPE, _growth, _lat, _percentiles, git_commit, machine, now  # noqa: E402
 from cluster_traffic import Band, BandSender, band_lead_s, last_packet_of_row  # noqa: E402
+from voltstream.cli.cluster import demo_plan  # noqa: E402
 from voltstream.cluster.merger import Merger  # noqa: E402
 from voltstream.cluster.node import NodeRun  # noqa: E402
-from voltstream.commands_cluster import demo_plan  # noqa: E402
 
 
 class StandIn:

@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 
 from voltstream import _core
-from voltstream.cluster.node import NodeFold, NodeJob
-from voltstream.commands import DEMO_PULSAR
-from voltstream.commands_cluster import DEMO_CHAN_BW_MHZ, DEMO_FREQ_MHZ
+from voltstream.cli.cluster import DEMO_CHAN_BW_MHZ, DEMO_FREQ_MHZ
+from voltstream.cli.commands import DEMO_PULSAR
+from voltstream.cluster.job import NodeJob
+from voltstream.cluster.node import NodeFold
 from voltstream.dsp.dedisperse import dispersion_delay_s
 from voltstream.formats import StreamFormat, make_format
 from voltstream.sim import signal
@@ -34,7 +35,7 @@ LEAD_S = 0.3
 
 
 def demo_format() -> StreamFormat:
-    """One node's YNAO stream of the demo (commands_cluster.py): 32 x 62.5 kHz."""
+    """One node's YNAO stream of the demo (cli/cluster.py): 32 x 62.5 kHz."""
     return make_format("ynao", chan_bw_mhz=DEMO_CHAN_BW_MHZ, freq_mhz=DEMO_FREQ_MHZ)
 
 

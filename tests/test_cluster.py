@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from voltstream.cli.cluster import cluster_summary, demo_plan, run_simulated
 from voltstream.cluster.driver import Kill
 from voltstream.cluster.local import local_nodes
-from voltstream.commands_cluster import cluster_summary, demo_plan, run_simulated
 from voltstream.io.dada import open_dada
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.io.psrfits import read_psrfits, write_psrfits

@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from voltstream.cluster.job import NodeJob
 from voltstream.cluster.merge import NodeRow, RowMerger
 from voltstream.cluster.merger import MergePlan, Merger
-from voltstream.cluster.node import NodeFold, NodeJob, subband_of
+from voltstream.cluster.node import NodeFold, subband_of
 from voltstream.dsp.dedisperse import Dedisperser
 from voltstream.fold.reference import FoldSettings, fold_products
 from voltstream.io.polyco import ConstantPeriod

@@ -11,7 +11,7 @@ import numpy as np
 from loopback import free_bind, send, sender
 from voltstream.capture_config import CaptureSettings
 from voltstream.cli import build_parser, main
-from voltstream.cli_options import format_from
+from voltstream.cli.options import format_from
 from voltstream.formats import make_format
 from voltstream.io.inspect import inspect_file, inspect_packets, listen_packets
 from voltstream.pipeline.capture import run_capture

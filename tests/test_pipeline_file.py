@@ -17,12 +17,12 @@ import pytest
 from cli_process import run_cli
 from loopback import free_bind
 from voltstream.cli import build_parser
-from voltstream.cli_options import format_from
-from voltstream.commands import _capture_format, _capture_settings
+from voltstream.cli.commands import _capture_format, _capture_settings
+from voltstream.cli.options import format_from
+from voltstream.cli.run_file import config_of, verb_args
 from voltstream.config_files import key_lines, line_of, to_toml
 from voltstream.errors import ConfigError
 from voltstream.pipeline_file import load_pipeline, parse_pipeline
-from voltstream.run_pipeline import config_of, verb_args
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -162,7 +162,7 @@ def test_dada_scan_is_rebuilt_into_vdif_frames_with_the_same_samples(tmp_path):
 
 def main_raises(args):
     from voltstream.cli import build_parser
-    from voltstream.replay.cli import open_source
+    from voltstream.cli.replay import open_source
 
     return open_source(build_parser().parse_args(["replay", *args]))
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from voltstream.cli import build_parser
-from voltstream.commands import _fold_on
+from voltstream.cli.commands import _fold_on
 from voltstream.device import resolve_device
 from voltstream.fold.reference import FoldSettings, profile_snr
 from voltstream.io.dada import DadaWriter, open_dada

@@ -12,7 +12,7 @@
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
@@ -24,25 +24,14 @@ use voltstream_core::capture::{
 use voltstream_core::stats::{Counters, Snapshot};
 
 use crate::chunk::PyChunk;
-use crate::errors::{py_error, to_py};
+use crate::errors::{capture_error, config_error, to_py};
 use crate::format_args::{format_spec, FormatArgs};
 use crate::layout::layout_from_dict;
+use crate::lock::lock;
 use crate::report::{dpdk_dict, host_dict, memory_dict, stats_dict, threads_list, xdp_dict};
 
 /// Longest uninterrupted wait in `next_chunk` before checking for Ctrl-C.
 const SIGNAL_SLICE: Duration = Duration::from_millis(100);
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-pub(crate) fn config_error(msg: String) -> PyErr {
-    Python::attach(|py| py_error(py, "ConfigError", msg))
-}
-
-pub(crate) fn capture_error(msg: String) -> PyErr {
-    Python::attach(|py| py_error(py, "CaptureError", msg))
-}
 
 /// A UDP capture assembling packets into chunks; `engine` picks the backend.
 #[pyclass(module = "voltstream._core", name = "Capture", frozen)]

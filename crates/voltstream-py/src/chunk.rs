@@ -12,7 +12,8 @@ use pyo3::types::PyBytes;
 use voltstream_core::assemble::ChunkLayout;
 use voltstream_core::ring::Lease;
 
-use crate::capture::{capture_error, lock};
+use crate::errors::capture_error;
+use crate::lock::lock;
 
 /// One assembled chunk: data `[stream][packet][payload byte]` through the buffer
 /// protocol (`np.frombuffer(chunk, np.uint8)`), presence per stream x packet.

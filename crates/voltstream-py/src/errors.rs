@@ -30,3 +30,13 @@ pub fn to_py(err: Error) -> PyErr {
         py_error(py, class, err.to_string())
     })
 }
+
+/// A `voltstream.errors.ConfigError`: settings that do not fit.
+pub(crate) fn config_error(msg: String) -> PyErr {
+    Python::attach(|py| py_error(py, "ConfigError", msg))
+}
+
+/// A `voltstream.errors.CaptureError`: a capture that cannot do what was asked.
+pub(crate) fn capture_error(msg: String) -> PyErr {
+    Python::attach(|py| py_error(py, "CaptureError", msg))
+}

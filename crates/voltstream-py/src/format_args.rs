@@ -5,8 +5,7 @@
 use pyo3::prelude::*;
 use voltstream_core::wire::{FormatSpec, Layout, SpeadHeapIndex};
 
-use crate::capture::config_error;
-use crate::errors::to_py;
+use crate::errors::{config_error, to_py};
 use crate::layout::layout_from_dict;
 use pyo3::types::PyDict;
 

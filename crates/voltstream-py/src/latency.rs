@@ -20,10 +20,10 @@ use voltstream_core::latency::standin::{HostGpu, StandinOptions};
 use voltstream_core::send::frames::bench_layout;
 use voltstream_core::wire::FormatSpec;
 
-use crate::capture::{config_error, lock};
-use crate::errors::to_py;
+use crate::errors::{config_error, to_py};
 use crate::format_args::format_spec_from_kwargs;
 use crate::layout::layout_field;
+use crate::lock::lock;
 
 /// The GPU side of a session: the real one or the host stand-in.
 enum Hand {

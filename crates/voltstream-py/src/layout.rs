@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use voltstream_core::wire::{Endian, Layout, LayoutCheck, LayoutField};
 
-use crate::capture::config_error;
+use crate::errors::config_error;
 
 /// Reads one `{offset, bytes, endian='big', shift=0, bits=0}` field of a layout.
 pub(crate) fn layout_field(d: &Bound<'_, PyDict>, what: &str) -> PyResult<LayoutField> {

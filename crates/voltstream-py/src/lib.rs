@@ -18,6 +18,7 @@ mod format_args;
 mod frame_send;
 mod latency;
 mod layout;
+mod lock;
 mod record;
 mod report;
 mod send;

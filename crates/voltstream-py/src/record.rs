@@ -9,9 +9,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use voltstream_core::record::{Forward, Layout, Piece, RecordReport, RecordSpec, Recorder};
 
-use crate::capture::{capture_error, config_error, lock, PyCapture};
+use crate::capture::PyCapture;
 use crate::chunk::PyChunk;
-use crate::errors::to_py;
+use crate::errors::{capture_error, config_error, to_py};
+use crate::lock::lock;
 
 /// Records every chunk of a started capture: one writer thread per directory,
 /// in the layout asked (vbs, mark6, vdif, dada); never holds the capture back

@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from voltstream.cluster.job import NodeJob
 from voltstream.cluster.merger import MergePlan, Merger
-from voltstream.cluster.node import NodeJob, run_node, subband_of
+from voltstream.cluster.node import run_node, subband_of
 from voltstream.errors import ConfigError
 from voltstream.fold.plan import FoldPlan
 from voltstream.fold.reference import FoldSettings
@@ -171,7 +172,7 @@ def run_observation(
     """Runs the observation to its end; returns the report. ``on_ready`` is called once
     every node is capturing (the demo starts its simulator then); ``stop_when()``
     true, ``stop_event`` set or the duration passed ends it. ``live_report`` (the
-    metrics board's ``watch``, ops/cli.py) is given the merger's status as it runs:
+    metrics board's ``watch``, cli/ops.py) is given the merger's status as it runs:
     per node metrics (ops/counters.py ``_cluster``)."""
     from distributed import Event
 

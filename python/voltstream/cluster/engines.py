@@ -16,7 +16,7 @@ from voltstream.fold.plan import FoldPlan
 from voltstream.pipeline.fold import StreamFold
 
 if TYPE_CHECKING:
-    from voltstream.cluster.node import NodeJob
+    from voltstream.cluster.job import NodeJob
 
 Row = tuple[int, np.ndarray, np.ndarray, np.ndarray]
 

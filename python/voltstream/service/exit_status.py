@@ -79,18 +79,3 @@ def exit_status(result: int | Loss, max_loss: float | None, verb: str) -> int:
         100 * max_loss,
     )
     return LOSS
-
-
-def loss_fraction(text: str) -> float:
-    """``--max-loss``: a fraction from 0 to 1 (0: any loss fails the run)."""
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give a fraction from 0 to 1 (0.001 = 0.1 %; 0 = any loss fails)"
-        )
-    return value

@@ -4,8 +4,8 @@ for cli.main to judge against --max-loss; library errors propagate to cli.main.
 
 A long-running verb polls the stop event (``_stop_event``): the first SIGINT or
 SIGTERM ends its run as its duration would, and the report is written. simulate
-and fengine live in commands_simulate.py and commands_fengine.py, what the verbs
-share in commands_common.py; this module names every verb for cli.main."""
+and fengine live in simulate.py and fengine.py, what the verbs share in common.py;
+this module names every verb for cli.main."""
 
 from __future__ import annotations
 
@@ -20,9 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from voltstream.commands_common import (  # noqa: F401 - the verbs' shared helpers
+from voltstream.cli.common import (  # noqa: F401 - the verbs' shared helpers
     SUB_BYTE_RMS,
     _capture_format,
     _capture_settings,
@@ -32,20 +30,21 @@ from voltstream.commands_common import (  # noqa: F401 - the verbs' shared helpe
     _status_line,
     _stop_event,
 )
-from voltstream.commands_fengine import fengine  # noqa: F401 - a verb
-from voltstream.commands_latency import latency  # noqa: F401 - a verb
-from voltstream.commands_simulate import simulate, simulate_spead_dig  # noqa: F401 - verbs
+from voltstream.cli.fengine import fengine  # noqa: F401 - a verb
+from voltstream.cli.latency import latency  # noqa: F401 - a verb
+from voltstream.cli.ops import status, watcher  # noqa: F401 - status: `voltstream status`
+from voltstream.cli.pulsar import DEMO_PULSAR, fold_predictor, pulsar_check
+from voltstream.cli.simulate import simulate, simulate_spead_dig  # noqa: F401 - verbs
 from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
-from voltstream.ops.cli import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.service.exit_status import Loss, record_loss
 
 if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up short
     from voltstream.fold.reference import FoldSettings
-    from voltstream.observation import FoldedArchive, Observation
+    from voltstream.observation import FoldedArchive
 
 
-log = logging.getLogger("voltstream.commands")
+log = logging.getLogger("voltstream.cli.commands")
 
 
 def capture(args: argparse.Namespace) -> Loss:
@@ -124,14 +123,18 @@ def record(args: argparse.Namespace) -> int | Loss:
     return record_loss(report)
 
 
-def run(args: argparse.Namespace) -> int:
-    from voltstream.run_pipeline import run as run_file
+def run(args: argparse.Namespace) -> Any:
+    """`voltstream run FILE`: the file validated whole (run_file), then its verb here."""
+    from voltstream.cli.run_file import verb_of
 
-    return run_file(args)
+    verb_args = verb_of(args)
+    if isinstance(verb_args, int):  # --check, --print-config: done
+        return verb_args
+    return globals()[verb_args.verb](verb_args)
 
 
 def replay(args: argparse.Namespace) -> int:
-    from voltstream.replay.cli import run
+    from voltstream.cli.replay import run
 
     return run(args, _stop_event(args), lambda total: _progress(args, "replay", total, "B"))
 
@@ -158,7 +161,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
     from voltstream.io.psrfits import write_psrfits
 
     if args.scheduler or args.subband:
-        from voltstream.commands_cluster import fold_cluster
+        from voltstream.cli.cluster import fold_cluster
 
         return fold_cluster(args)
     if (args.input is None) == (args.listen is None):
@@ -167,12 +170,12 @@ def fold(args: argparse.Namespace) -> int | Loss:
     live = None
     reader: Any
     predictor: Any
-    # A pipeline file's [record] beside [fold] (run_pipeline.py): the capture is the
+    # A pipeline file's [record] beside [fold] (run_file.py): the capture is the
     # recording's, and the fold takes each chunk once it is written.
     recording_asked = getattr(args, "record", None) is not None
     recording = None
     if args.listen:
-        from voltstream.cli_options import format_from
+        from voltstream.cli.options import format_from
         from voltstream.pipeline.live import LiveReader
 
         fmt = format_from(args)
@@ -187,7 +190,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
         else:
             settings = _capture_settings(args, args.listen)
             if recording_asked:
-                from voltstream.run_pipeline import start_recording
+                from voltstream.cli.run_file import start_recording
 
                 recording = start_recording(args, fmt, settings)
             live = LiveReader(
@@ -259,7 +262,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
     loss = None
     snr = profile_snr(archive.profile())
     if recording is not None:
-        from voltstream.run_pipeline import finish_recording
+        from voltstream.cli.run_file import finish_recording
 
         finish_recording(recording, report, archive, snr, args.report)
     elif report is not None:
@@ -278,21 +281,6 @@ def fold(args: argparse.Namespace) -> int | Loss:
             line += f"; {steady:.2f} once started, after {fold_s - st['blocks_s']:.2f} s start-up"
         print(line + ")")
     return loss if loss is not None else 0
-
-
-def fold_predictor(args: argparse.Namespace, obs: Observation, span_s: float) -> Any:
-    """Pulse phase for fold: --period (phase zero at the start), --par (polycos made
-    with PINT over the span) or --polyco."""
-    from voltstream.io.polyco import ConstantPeriod, read_polyco
-
-    if args.period:
-        return ConstantPeriod(args.period, obs.start_mjd, obs.start_sec)
-    if args.par:
-        from voltstream.io.par import predictor_from_par, quiet_pint_logging
-
-        quiet_pint_logging()  # PINT logs every TOA step at DEBUG to stderr by default
-        return predictor_from_par(args.par, obs.start_mjd, obs.start_sec, span_s, obs.freq_mhz)
-    return read_polyco(args.polyco)
 
 
 def _fold_on(
@@ -329,31 +317,9 @@ def _free_udp_port() -> int:
         return s.getsockname()[1]
 
 
-#: The demo's pulsar: a 33.3 ms pulsar at DM 26.833 (a DM from the paper's Table 3),
-#: seen in the paper's configuration: 32 channels of 4 MHz, 2 pols, 8-bit complex.
-DEMO_PULSAR = {"dm": 26.833, "period": 0.0333, "duty": 0.03, "pulse_phase": 0.25}
-
-
-def pulsar_check(archive: FoldedArchive, psr: dict) -> tuple[float, float, float, list[str]]:
-    """The demos' verdict on a fold of `DEMO_PULSAR`: (S/N, peak phase, phase error,
-    problems): detected (S/N >= 10) within 0.02 turns of where it was simulated."""
-    from voltstream.fold.reference import profile_snr
-
-    prof = archive.profile()
-    snr = profile_snr(prof)
-    peak_phase = (int(np.argmax(prof)) + 0.5) / archive.nbin
-    phase_err = (peak_phase - psr["pulse_phase"] + 0.5) % 1.0 - 0.5
-    problems = []
-    if snr < 10 or abs(phase_err) > 0.02:
-        problems.append(
-            f"pulsar not detected at the right phase (S/N {snr:.1f}, phase error {phase_err:+.3f})"
-        )
-    return snr, peak_phase, phase_err, problems
-
-
 def demo(args: argparse.Namespace) -> int:
     if args.nodes is not None:
-        from voltstream.commands_cluster import demo_nodes
+        from voltstream.cli.cluster import demo_nodes
 
         return demo_nodes(args)
     args.duration = 0.5 if args.duration is None else args.duration

@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from voltstream.cli_options import (
+from voltstream.cli.options import (
     add_alias,
     add_format_options,
     add_options,

@@ -1,24 +1,25 @@
-"""`voltstream <verb>`: the command line.
+"""The command line's parser: every verb and its options (``build_parser``).
 
-Each verb is a thin layer over a library function; errors derived from
-VoltstreamError are logged as one line (`voltstream VERB: error: ...`) with exit
-status 2, never as a traceback. The options of the run as a service (logging,
---max-loss, --no-progress) are global: they come before the verb. main() applies
-them alike to every verb: the log format, the signal handling (service/shutdown.py)
-and the exit status (service/exit_status.py).
+The options several verbs share, and their one name each, are in ``options``
+(docs/cli.md, generated from this parser). Over 500 lines: it is the one table of
+the command line, verb by verb, and reads top to bottom; a verb's option group stays
+beside its verb.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
-from collections.abc import Sequence
 from typing import Any
 
 from voltstream.capture_defaults import PACKETS_PER_CHUNK, WINDOW
-from voltstream.cli_latency import add_latency_parser
-from voltstream.cli_options import (
+from voltstream.cli.latency_options import add_latency_parser
+from voltstream.cli.ops import (
+    add_katcp_options,
+    add_metrics_options,
+    add_status_parser,
+)
+from voltstream.cli.options import (
     Parser,
     add_alias,
     add_capture_threads,
@@ -37,18 +38,10 @@ from voltstream.cli_options import (
     groups,
     host_port,
     host_ports,
+    loss_fraction,
     positive,
 )
-from voltstream.errors import VoltstreamError
-from voltstream.ops.cli import (
-    add_katcp_options,
-    add_metrics_options,
-    add_status_parser,
-    serving,
-)
 from voltstream.service import logs
-from voltstream.service.exit_status import BAD_INPUT, exit_status, loss_fraction
-from voltstream.service.shutdown import Shutdown
 
 log = logging.getLogger("voltstream.cli")
 
@@ -449,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
          "their last whole packet or block, fix DADA headers, rewrite the manifest)"),
     ))  # fmt: skip
 
-    from voltstream.replay.cli import add_replay_parser
+    from voltstream.cli.replay import add_replay_parser
 
     add_replay_parser(verbs)
 
@@ -624,38 +617,3 @@ def build_parser() -> argparse.ArgumentParser:
     for sub in verbs.choices.values():
         _add_service_options(sub, after_verb=True)
     return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logs.setup(args.log_format, args.log_level)
-    if args.version:
-        from voltstream import __version__
-
-        print(f"voltstream {__version__}")
-        return 0
-    if args.verb is None:
-        parser.print_help()
-        return BAD_INPUT
-    from voltstream import commands
-
-    args.shutdown = shutdown = Shutdown()
-    shutdown.install()
-    try:
-        with serving(args):
-            return exit_status(getattr(commands, args.verb)(args), args.max_loss, args.verb)
-    except VoltstreamError as e:
-        log.error("voltstream %s: error: %s", args.verb, e)
-        return BAD_INPUT
-    except KeyboardInterrupt:
-        # A verb that cannot stop cleanly (or Ctrl-C outside the run loop): the
-        # shell's convention, 128 + the signal.
-        log.warning("voltstream %s: interrupted", args.verb)
-        return 128 + (shutdown.signum or 2)
-    finally:
-        shutdown.uninstall()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

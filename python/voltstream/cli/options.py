@@ -5,7 +5,7 @@ One name per concept across verbs (``--engine``, ``--rate``, ``--duration``,
 ``--no-status``) and the argparse types behind them. Old spellings stay as hidden
 aliases for one release (``fengine --capture-engine``, ``--rate-gbps``).
 ``format_from(args)`` builds the stream format the format options describe; the
-verbs (``voltstream.commands``) import it from here, not from ``cli``.
+verbs (``voltstream.cli.commands``) import it from here, not from ``cli``.
 """
 
 from __future__ import annotations
@@ -63,6 +63,19 @@ def host_ports(text: str) -> str:
     for item in text.split(","):
         host_port(item.strip())
     return text
+
+
+def loss_fraction(text: str) -> float:
+    """``--max-loss``: a fraction from 0 to 1 (0: any loss fails the run)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a fraction from 0 to 1 (0.001 = 0.1 %; 0 = any loss fails)"
+        )
+    return value
 
 
 def positive(kind: Any) -> Callable[[str], Any]:

@@ -1,4 +1,4 @@
-"""`voltstream latency`: the low-latency mode as a tool (options in cli_latency.py)."""
+"""`voltstream latency`: the low-latency mode as a tool (options in latency_options.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import logging
 import time
 from typing import Any
 
+from voltstream.cli.ops import watcher
 from voltstream.dsp.cuda import GpuError
 from voltstream.errors import CaptureError, ConfigError
-from voltstream.ops.cli import watcher
 from voltstream.service.exit_status import Loss
 
 log = logging.getLogger("voltstream.latency")

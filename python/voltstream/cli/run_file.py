@@ -30,7 +30,14 @@ from voltstream.pipeline_file import (
     parse_pipeline,
 )
 
-__all__ = ["config_of", "finish_recording", "print_config", "run", "start_recording", "verb_args"]
+__all__ = [
+    "config_of",
+    "finish_recording",
+    "print_config",
+    "start_recording",
+    "verb_args",
+    "verb_of",
+]
 
 #: The verbs a pipeline file can be, and the section holding each one's own options.
 VERB_SECTIONS: dict[str, type[BaseModel]] = {
@@ -48,7 +55,7 @@ GLOBAL_OPTIONS = ("log_format", "log_level", "max_loss", "no_progress")
 def _verb_defaults(verb: str) -> argparse.Namespace:
     """The namespace argparse gives `voltstream VERB` before any option: every
     option's default (a required one: None)."""
-    from voltstream.cli import build_parser
+    from voltstream.cli.parser import build_parser
 
     parser = build_parser()
     # argparse keeps its subcommands' parsers in the subparsers action's choices.
@@ -124,8 +131,8 @@ def _capture_options(args: argparse.Namespace, pf: PipelineFile) -> None:
 
 def config_of(argv: list[str]) -> dict[str, Any]:
     """The pipeline file a command line (`VERB ARGS...`) means, as a dict of tables."""
-    from voltstream.cli import build_parser
-    from voltstream.commands import _capture_settings
+    from voltstream.cli.common import _capture_settings
+    from voltstream.cli.parser import build_parser
 
     if not argv or argv[0] not in VERB_SECTIONS:
         raise ConfigError(
@@ -176,10 +183,10 @@ def print_config(argv: list[str]) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    """`voltstream run`: the file validated whole, then its verb's own function."""
-    from voltstream import commands
-
+def verb_of(args: argparse.Namespace) -> argparse.Namespace | int:
+    """`voltstream run`: the file validated whole and turned into its verb's command
+    line (a namespace, which ``commands.run`` hands to the verb), or the exit status
+    of what needs no verb (``--check``, ``--print-config``)."""
     if args.print_config is not None:
         return print_config(args.print_config)
     if not args.pipeline:
@@ -190,11 +197,11 @@ def run(args: argparse.Namespace) -> int:
               + (" with a recording" if pf.verb() == "fold" and pf.record else ""))  # fmt: skip
         return 0
     verb_ns = verb_args(pf)
-    for name in GLOBAL_OPTIONS:  # as given before `run` (logs, --max-loss, progress)
+    # As given to `run`: logs, --max-loss, progress, and the run's signal handling.
+    for name in (*GLOBAL_OPTIONS, "shutdown"):
         if hasattr(args, name):
             setattr(verb_ns, name, getattr(args, name))
-    result: int = getattr(commands, verb_ns.verb)(verb_ns)
-    return result
+    return verb_ns
 
 
 def start_recording(args: argparse.Namespace, fmt: Any, settings: Any) -> Any:

@@ -7,19 +7,19 @@ import argparse
 import logging
 from typing import Any
 
-from voltstream.commands_common import (
+from voltstream.cli.common import (
     _by_name,
     _capture_settings,
     _print_report,
     _status_line,
     _stop_event,
 )
-from voltstream.commands_simulate import _parse_dig_ids
+from voltstream.cli.ops import status, watcher  # noqa: F401 - status: `voltstream status`
+from voltstream.cli.simulate import _parse_dig_ids
 from voltstream.errors import ConfigError
-from voltstream.ops.cli import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.service.exit_status import Loss
 
-log = logging.getLogger("voltstream.commands")
+log = logging.getLogger("voltstream.cli.commands")
 
 
 def fengine(args: argparse.Namespace) -> Loss:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from voltstream.cli_options import add_alias, add_options, cpu_list, host_port, positive
+from voltstream.cli.options import add_alias, add_options, cpu_list, host_port, positive
 
 DESCRIPTION = """\
 Low-latency acquisition (adaptive optics, triggers): small frames from the network into

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from voltstream.commands_common import _now_mjd, _stop_event
+from voltstream.cli.common import _now_mjd, _stop_event
 from voltstream.errors import ConfigError
 
-log = logging.getLogger("voltstream.commands")
+log = logging.getLogger("voltstream.cli.commands")
 
 #: The cluster demo's band: four (N) YNAO subbands of 32 narrow channels, so that
 #: N CPU folds keep up on a small machine: 32 x 62.5 kHz per node, 2 x 8-bit pols.
@@ -69,8 +69,8 @@ def demo_plan(
 ) -> tuple[Any, list[str]]:  # fmt: skip
     """The demo's observation of `DEMO_PULSAR` on nodes ``names`` capturing at ``dests``,
     and the simulator's command (without its rate) that feeds them."""
+    from voltstream.cli.pulsar import DEMO_PULSAR as psr
     from voltstream.cluster.driver import plan_observation
-    from voltstream.commands import DEMO_PULSAR as psr
     from voltstream.fold.reference import FoldSettings
     from voltstream.formats import make_format
     from voltstream.io.polyco import ConstantPeriod
@@ -89,7 +89,7 @@ def demo_plan(
         # Small chunks: a row leaves a node about 4 chunks after its last packet.
         capture={"packets_per_chunk": 32},
         device=device,
-        history=(f"voltstream demo --nodes {n} (voltstream.commands_cluster.demo_plan)",),
+        history=(f"voltstream demo --nodes {n} (voltstream.cli.cluster.demo_plan)",),
     )  # fmt: skip
     sim_cmd = [
         sys.executable, "-m", "voltstream.cli", "simulate", "--format", "ynao",
@@ -156,7 +156,7 @@ def _wait(procs: list[subprocess.Popen]) -> int:
 
 def _demo_verdict(args: argparse.Namespace, report: dict, archive: Path, out: Path,
                   sim_rc: int, kills: list) -> int:  # fmt: skip
-    from voltstream.commands import DEMO_PULSAR, pulsar_check
+    from voltstream.cli.pulsar import DEMO_PULSAR, pulsar_check
     from voltstream.io.psrfits import read_psrfits
     from voltstream.monitor.plots import plot_archive
 
@@ -278,11 +278,12 @@ def fold_cluster(args: argparse.Namespace) -> int:
     on a running Dask cluster (docs/scale-out.md)."""
     from distributed import Client
 
+    from voltstream.cli.ops import watcher
+    from voltstream.cli.pulsar import fold_predictor
     from voltstream.cluster.driver import plan_observation, run_observation
-    from voltstream.cluster.node import NodeJob, probe_file
-    from voltstream.commands import fold_predictor
+    from voltstream.cluster.job import NodeJob
+    from voltstream.cluster.node import probe_file
     from voltstream.fold.reference import FoldSettings
-    from voltstream.ops.cli import watcher
 
     pairs = _subbands(args)
     files = [NodeJob.source_is_file(src) for _, src in pairs]
@@ -303,7 +304,7 @@ def fold_cluster(args: argparse.Namespace) -> int:
             span = max(ends) * obss[0].tsamp_s
             duration = span + 3600.0  # files end by themselves
         else:
-            from voltstream.cli_options import format_from
+            from voltstream.cli.options import format_from
             from voltstream.subbands import subband_formats
 
             formats = subband_formats(format_from(args), len(pairs))

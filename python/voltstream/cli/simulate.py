@@ -19,21 +19,21 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
-from voltstream.commands_common import (
+from voltstream.cli.common import (
     SUB_BYTE_RMS,
     _now_mjd,
     _progress,
     _send_sliced,
     _stop_event,
 )
+from voltstream.cli.ops import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.errors import CaptureError, ConfigError
-from voltstream.ops.cli import status, watcher  # noqa: F401 - status: `voltstream status`
 
 if TYPE_CHECKING:  # imported when a verb runs: `voltstream --help` stays quick
     from voltstream.formats import StreamFormat
     from voltstream.observation import Observation
 
-log = logging.getLogger("voltstream.commands")
+log = logging.getLogger("voltstream.cli.commands")
 
 
 def _destinations(dest: str, n: int) -> list[str]:
@@ -124,7 +124,7 @@ def _open_outputs(
 
 
 def simulate(args: argparse.Namespace) -> int:
-    from voltstream.cli_options import format_from
+    from voltstream.cli.options import format_from
     from voltstream.sim import signal
     from voltstream.subbands import subband_formats, whole_band_observation
 

@@ -1,5 +1,5 @@
 """What the verbs share: the stop event, progress, the capture's settings and format
-from the command line, and the end-of-run report (commands.py and its siblings)."""
+from the command line, and the end-of-run report (commands.py and its siblings in cli/)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from voltstream.cli.ops import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.errors import ConfigError
-from voltstream.ops.cli import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.service.exit_status import Loss, capture_loss
 from voltstream.service.progress import progress_bar, wanted
 
-log = logging.getLogger("voltstream.commands")
+log = logging.getLogger("voltstream.cli.commands")
 
 
 def _stop_event(args: argparse.Namespace) -> threading.Event | None:
@@ -84,7 +84,7 @@ _CAPTURE_OPTIONS = (
 def _capture_settings(args: argparse.Namespace, bind: str) -> Any:
     """The capture options a verb has, as one CaptureSettings (the core's sections);
     an option the verb lacks or the user left unset keeps the settings' default. A
-    pipeline file (run_pipeline.py) gives its sections whole, as ``capture_settings``."""
+    pipeline file (run_file.py) gives its sections whole, as ``capture_settings``."""
     from voltstream.capture_config import CaptureSettings
 
     if (whole := getattr(args, "capture_settings", None)) is not None:
@@ -97,12 +97,12 @@ def _capture_settings(args: argparse.Namespace, bind: str) -> Any:
 def _capture_format(args: argparse.Namespace) -> Any:
     """The capture's format: a stream description file, the digitiser stream's
     defaults, or the YNAO/VDIF options."""
-    from voltstream.cli_options import format_from
+    from voltstream.cli.options import format_from
 
     if args.stream:
         from voltstream.streams import load_stream  # pydantic: only where a file is read
 
-        # A path (--stream), or a description a pipeline file holds (run_pipeline.py).
+        # A path (--stream), or a description a pipeline file holds (run_file.py).
         desc = load_stream(args.stream) if isinstance(args.stream, str) else args.stream
         if args.format not in ("ynao", desc.format):  # ynao: the default, not a choice
             raise ConfigError(f"--format {args.format} but {args.stream} says {desc.format}")
