@@ -1,7 +1,7 @@
 """The live fold's GPU stage alone, through the product's own host-to-GPU path.
 
 The same objects `voltstream fold --listen --device gpu` builds (pipeline/live.py):
-a GpuFolder over the format's chunk layout, a StageConsumer with its Handoff and a
+a GpuFolder over the format's chunk layout, a StageRunner with its Handoff and a
 HostRegistry, fed by a chunk timeline; only the capture is replaced by a pool of
 page-locked host chunks holding random bytes, handed over as fast as the stage takes
 them. So this is the "GPU alone" ceiling of the live product (copy, kernels and the
@@ -52,7 +52,7 @@ def run(fmt_key: str, seconds: float, dm: float, ppc: int | None) -> dict:
     from voltstream.fold.reference import FoldSettings
     from voltstream.formats import make_format
     from voltstream.io.polyco import ConstantPeriod
-    from voltstream.pipeline.gpu import HostRegistry, StageConsumer
+    from voltstream.pipeline.gpu import HostRegistry, gpu_stage_runner
     from voltstream.pipeline.live import gpu_chunking
     from voltstream.pipeline.timeline import ChunkTimeline
 
@@ -71,7 +71,7 @@ def run(fmt_key: str, seconds: float, dm: float, ppc: int | None) -> dict:
     pool = cupyx.empty_pinned(nchunks * nbytes, np.uint8)  # pinned as the registry would
     pool[:] = np.random.default_rng(0).integers(0, 256, pool.size, dtype=np.uint8)
     chunks = [HostChunk(pool, k, nbytes, ppc, fmt.streams) for k in range(nchunks)]
-    consumer = StageConsumer(eng, fmt, HostRegistry(), busy=eng.busy_ms)
+    consumer = gpu_stage_runner(eng, fmt, HostRegistry())
     timeline = ChunkTimeline(fmt.streams, ppc, consumer.take)
     cid, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:

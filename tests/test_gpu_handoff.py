@@ -18,7 +18,7 @@ from packed_ref import decode_ref
 from voltstream.capture_config import CaptureSettings
 from voltstream.formats import make_format
 from voltstream.pipeline.capture import run_capture
-from voltstream.pipeline.gpu import Handoff, StageConsumer
+from voltstream.pipeline.gpu import Handoff, gpu_stage_runner
 from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
 from voltstream.testing import Drop, FaultPlan
 
@@ -188,7 +188,7 @@ def test_live_chunks_reach_the_stage_as_sent_with_lost_packets_masked(name, kw):
     sent = FaultPlan(at={lost_time * fmt.streams + fmt.streams - 1: Drop()}).apply(packets)
     log = []
     stage = RecordingStage(fmt, ppc, log, polls_to_done=1)
-    consumer = StageConsumer(stage, fmt)
+    consumer = gpu_stage_runner(stage, fmt)
     hold = consumer.handoff.hold
 
     def logged_hold(block, ev):
@@ -213,7 +213,7 @@ def test_live_chunks_reach_the_stage_as_sent_with_lost_packets_masked(name, kw):
                                       fmt.chunk_layout(1), spp) for t in range(npkt)])  # fmt: skip
     assert np.array_equal(got[valid], want[valid])
     assert not np.any(got[~valid])
-    assert consumer.lost_samples == spp and report.totals["missing"] == 1
+    assert consumer.stage.lost_samples == spp and report.totals["missing"] == 1
     assert report.pipeline is None and consumer.handoff.released == consumer.blocks
     # Every block went back to the pool after its copy, once its event said done.
     assert consumer.blocks == report.engine["chunks_emitted"]
@@ -233,7 +233,7 @@ def test_a_slow_stage_drops_whole_chunks_counted_exactly_and_they_become_gaps():
     packets = fmt.packetize(q, 0, obs)
     log = []
     stage = RecordingStage(fmt, ppc, log, delay_s=0.03)
-    consumer = StageConsumer(stage, fmt)
+    consumer = gpu_stage_runner(stage, fmt)
     bind = free_bind()
     settings = CaptureSettings.of(bind, packets_per_chunk=ppc, nchunks=6, window=2,
                                   engine="socket")  # fmt: skip
@@ -248,8 +248,8 @@ def test_a_slow_stage_drops_whole_chunks_counted_exactly_and_they_become_gaps():
     # Dropped chunks' packets and missing packets are exactly the lost samples: gaps
     # inside the stream, and the chunks dropped after the last one delivered (the
     # stream's end, as far as the timeline can know).
-    tail = npkt * spp - consumer.samples_fed
-    assert consumer.lost_samples + tail == (t["dropped"] + t["missing"]) * spp
+    tail = npkt * spp - consumer.stage.samples_fed
+    assert consumer.stage.lost_samples + tail == (t["dropped"] + t["missing"]) * spp
     delivered = np.concatenate(stage.valid)
     assert delivered.sum() == t["received"] * spp
     assert consumer.gaps >= 1 and consumer.handoff.released == consumer.blocks

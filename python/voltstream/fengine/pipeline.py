@@ -42,14 +42,13 @@ from voltstream.capture_config import CaptureSettings
 from voltstream.digitiser import heap_bytes, unpack_heaps
 from voltstream.errors import ConfigError
 from voltstream.fengine.packets import PacketBatch, heap_count, release_batches
-from voltstream.pipeline.capture import STREAM_COUNTERS, CaptureRun
-from voltstream.pipeline.gpu import Handoff, StatusLine, release_pool
-from voltstream.pipeline.timeline import ChunkTimeline, Gap
+from voltstream.pipeline.capture import STREAM_COUNTERS, run_capture
+from voltstream.pipeline.gpu import StageRunner, StatusLine
+from voltstream.pipeline.timeline import Gap
 from voltstream.streams import spead_dig
 
 if TYPE_CHECKING:  # CuPy at run time only: pipeline.gpu imports it lazily
     from voltstream.fengine.engines import FEngine, PackedFEngine
-    from voltstream.pipeline.gpu import HostRegistry
 
 __all__ = [
     "FEngineReport",
@@ -211,8 +210,11 @@ class FEngineReport:
         return lines
 
 
-class _Feeder:
-    """Chunks in, engine blocks out: pairing, valid masks, time line, control, output."""
+class FEngineFeed:
+    """The F-engine as a ``StageRunner``'s stage: chunks in, engine blocks out
+    (pairing, valid masks, time line, control, output). A GPU engine that takes our
+    packed bytes copies straight from the capture's pool (``pinned``); any other gets
+    a host copy and the chunk goes back at once."""
 
     def __init__(
         self,
@@ -226,13 +228,8 @@ class _Feeder:
         factory: Any,
         max_gap: int,
         stats: Any,
-        status: Any = None,
-        warm_samples: int = 0,
     ) -> None:
         self.engine, self.output, self.report = engine, output, report
-        self.status, self.warm_samples = status, int(warm_samples)
-        self.cap, self.pool_chunks, self.bytes_fed = None, 0, 0  # for the status line
-        self.gpu_s_last = 0.0
         self.bits, self.sph = bits, samples_per_heap
         self.heap_bytes = samples_per_heap * bits // 8
         self.control, self.factory, self.max_gap = control, factory, max_gap
@@ -240,23 +237,23 @@ class _Feeder:
         self.next_ts: int | None = None
         self.retired: dict = {}
         self.last_sensors = 0.0
-        # The GPU engine copies blocks straight from the capture's pool: the pool is
-        # page-locked for it, and each block goes back once its copy completed.
-        self.handoff = Handoff()
-        self.registry: HostRegistry | None = None
-
-    def attach(self, cap: Any) -> None:
-        self.cap = cap
-        buffers = cap.chunk_buffers()
-        self.pool_chunks = len(buffers)
-        if self._packed() and callable(getattr(self.engine, "process_packed_async", None)):
-            from voltstream.pipeline.gpu import HostRegistry
-
-            self.registry = HostRegistry()
-            self.registry.register(buffers)
+        # The GPU engine copies blocks straight from the capture's pool: the runner
+        # page-locks the pool for it and holds each block until its copy completed.
+        self.pinned = self._packed() and callable(
+            getattr(self.engine, "process_packed_async", None)
+        )
+        if self.pinned:
             self._packets(self.engine)
-            if self.warm_samples and callable(getattr(self.engine, "warm_up", None)):
-                cast("PackedFEngine", self.engine).warm_up(self.warm_samples)  # before listening
+
+    def warm_up(self, samples: int) -> None:
+        """A GPU engine's kernels compiled and plans made, before the capture opens."""
+        if self.pinned and callable(getattr(self.engine, "warm_up", None)):
+            cast("PackedFEngine", self.engine).warm_up(samples)
+
+    def busy_ms(self) -> float:
+        """The GPU time this engine's kernels took so far (0 for the CPU engine)."""
+        timing = getattr(self.engine, "timing", None)
+        return 0.0 if timing is None else 1e3 * float(timing["gpu_busy_s"])
 
     def _packets(self, engine: Any) -> None:
         """Has a GPU engine lay its heaps out as the output's packets (no host copy of
@@ -264,50 +261,28 @@ class _Feeder:
         if self.output is not None and callable(getattr(engine, "emit_packets", None)):
             engine.emit_packets(self.output.packet_format(engine.feng_id))
 
-    def take(self, item: Any) -> None:
+    def feed(self, item: Any) -> Any:
         """A timeline block (both polarisations of one chunk id) or gap; gaps need
-        nothing: the next block's time stamp says where it starts."""
+        nothing: the next block's time stamp says where it starts. Returns the copy's
+        event for a block the GPU engine copies from the pool, else None (released)."""
         if isinstance(item, Gap):
-            return
+            return None
         self.report.chunks += 1
-        self.bytes_fed += (item.stop - item.first) * self.heap_bytes * 2
         ppc = item.present.shape[1]
         ts = (item.chunk_id * ppc + item.first) * self.sph
         present = item.present[:, item.first : item.stop]
-        try:
-            rows = item.rows(self.heap_bytes)[:, item.first * self.heap_bytes : item.stop
-                                               * self.heap_bytes]  # fmt: skip
-            if self.registry is None:  # a copy either way: the chunk can go back now
-                samples = rows.copy() if self._packed() else unpack_heaps(
-                    rows.reshape(2, -1, self.heap_bytes), self.bits)  # fmt: skip
-                del rows
-                item.release()
-                self._block(ts, samples, present)
-            else:
-                self._block(ts, rows, present, item)
-        except BaseException:
+        rows = item.rows(self.heap_bytes)[:, item.first * self.heap_bytes : item.stop
+                                           * self.heap_bytes]  # fmt: skip
+        if not self.pinned:  # a copy either way: the chunk can go back now
+            samples = rows.copy() if self._packed() else unpack_heaps(
+                rows.reshape(2, -1, self.heap_bytes), self.bits)  # fmt: skip
+            del rows
             item.release()
-            raise
-
-    def poll(self) -> None:
-        self.handoff.poll()
-        if self.status is not None and self.cap is not None:
-            self.status.tick(self.cap, self)
-
-    def gpu_busy(self, dt_s: float) -> float | None:
-        """Per cent of the last ``dt_s`` the GPU spent in this engine's kernels."""
-        timing = getattr(self.engine, "timing", None)
-        if timing is None:
-            return None
-        busy, self.gpu_s_last = timing["gpu_busy_s"] - self.gpu_s_last, timing["gpu_busy_s"]
-        return min(100.0, 100.0 * max(busy, 0.0) / dt_s)
+            return self._block(ts, samples, present)
+        return self._block(ts, rows, present, item)
 
     def finish(self) -> None:
         self.flush()
-        self.handoff.drain()
-
-    def close(self) -> None:
-        release_pool(self.handoff, self.registry)
 
     def _packed(self) -> bool:
         """Whether the engine takes packed bytes of our sample width."""
@@ -316,16 +291,18 @@ class _Feeder:
             and getattr(self.engine, "sample_bits", None) == self.bits
         )
 
-    def _block(self, ts: int, samples: np.ndarray, present: np.ndarray, block: Any = None) -> None:
+    def _block(self, ts: int, samples: np.ndarray, present: np.ndarray, block: Any = None) -> Any:
         """Feeds one chunk: samples (2, nheaps, sph) int16 or (2, nheaps * heap bytes)
         uint8 (packed), present (2, nheaps). ``block``: the samples are rows over its
-        pool memory, handed back once the engine's copy from them completed."""
+        pool memory; returns the event of the engine's copy from them (the runner
+        hands the block back once it completed), None when released here."""
+        event = None
         if self.next_ts is not None and (ts < self.next_ts or ts - self.next_ts > self.max_gap):
             if not self._restart() and ts < self.next_ts:
                 self.report.chunks_out_of_order += 1
                 if block is not None:
                     block.release()
-                return
+                return None
         both = present.all(axis=0)
         self.report.heaps_paired += int(both.sum())
         only = present & ~present[::-1]
@@ -352,7 +329,7 @@ class _Feeder:
                 # Invalid heaps keep their stale bytes: the engine flags every
                 # spectrum that touches them, so they never reach an output heap.
                 heaps = gpu.process_packed_async(x, ts, coarse, valid_step=self.sph)
-                self.handoff.hold(block, gpu.last_copy)
+                event = gpu.last_copy
                 if self.output is not None:  # payloads are views the next call reuses
                     heaps = [
                         h if isinstance(h, PacketBatch) else
@@ -371,6 +348,7 @@ class _Feeder:
         self.report.samples_fed += n
         self.next_ts = ts + n
         self._send(heaps)
+        return event
 
     def _send(self, heaps: Any) -> None:
         if heaps:
@@ -410,7 +388,7 @@ class _Feeder:
             new.set_gains(old.gains)
         for pol, model in enumerate(getattr(old, "delay_models", [])):
             new.set_delay_model(pol, model)
-        if self.registry is not None:
+        if self.pinned:
             self._packets(new)
         self.engine = new
         self.report.timeline_restarts += 1
@@ -524,10 +502,8 @@ def run_fengine(
     capture = capture.replace(
         packets_per_chunk=chunk_heaps, nchunks=nchunks, queue_bytes=RING_BYTES
     )
-    cap = capture.open(stream)
-    cpus = capture.threads.cpus
     max_gap = 8 * max(chunk_heaps * samples_per_heap, slot)
-    feeder = _Feeder(
+    feeder = FEngineFeed(
         engine,
         output,
         report,
@@ -536,30 +512,39 @@ def run_fengine(
         control=control,
         factory=engine_factory,
         max_gap=max_gap,
-        stats=cap.stats,
-        status=StatusLine("fengine", nbytes) if status else None,
-        warm_samples=chunk_heaps * int(samples_per_heap),
+        stats=lambda: cap_stats(),
     )
+    feeder.warm_up(chunk_heaps * int(samples_per_heap))  # before the socket opens
+    registry = None
+    if feeder.pinned:
+        from voltstream.pipeline.gpu import HostRegistry
+
+        registry = HostRegistry()
+    line = StatusLine("fengine", nbytes) if status else None
+    runner = StageRunner(feeder, nbytes, registry, line)
+
+    def cap_stats() -> dict:  # the sensors' capture counters, once the capture is open
+        return runner.cap.stats() if runner.cap is not None else {}
+
     if output is not None:
         output.start()
-    timeline = ChunkTimeline(2, chunk_heaps, feeder.take)
-    run = CaptureRun(cap, timeline, feeder, capture_cpus=cpus)
 
     def started() -> None:
-        report.address = cap.address or capture.network.bind
+        report.address = runner.cap.address or capture.network.bind
         if on_start is not None:
             on_start(report.address)
 
-    if live_report is not None:
-        live_report(_so_far(report, cap, feeder, output))
     clean = False
     try:
-        run.loop(duration_s, idle_timeout_s, started, stop_event, catch_interrupt=True)
+        run = run_capture(
+            stream, capture, duration_s, idle_timeout_s=idle_timeout_s, on_start=started,
+            consumer=runner, stop_event=stop_event, catch_interrupt=True,
+            live_report=None if live_report is None else
+            lambda _: live_report(_so_far(report, runner, feeder, output)),
+        )  # fmt: skip
         clean = True
     finally:
-        report.interrupted = run.interrupted or bool(stop_event and stop_event.is_set())
-        report.duration_s = run.seconds
-        report.capture = cap.stats()
+        report.capture = runner.cap.stats() if runner.cap is not None else {}
         report.engine = feeder.engine_counters()
         if output is not None:
             try:
@@ -568,25 +553,28 @@ def run_fengine(
                 report.output = dataclasses.asdict(output.counters)
         if control is not None:
             feeder.publish(report.capture)
+    report.interrupted = run.interrupted
+    report.duration_s = run.duration_s
     if live_report is not None:
         live_report(report.as_dict)
     return report
 
 
-def _so_far(report: FEngineReport, cap: Any, feeder: _Feeder, output: Any) -> Any:
+def _so_far(report: FEngineReport, runner: StageRunner, feeder: FEngineFeed, output: Any) -> Any:
     """The report of a running F-engine, asked from another thread (a metrics scrape):
     the capture's, the engine's and the output's counters now, the pool's free chunks,
     the chunks whose copy to the GPU is in flight."""
     t0, pool = time.monotonic(), list[int]()  # the pool's size, once the capture started
 
     def now() -> dict:
+        cap = runner.cap
         pool[:] = pool or [len(cap.chunk_buffers())]
         out = {} if output is None else dataclasses.asdict(output.counters)
         live = dataclasses.replace(report, capture=cap.stats(), engine=feeder.engine_counters(),
                                    output=out, duration_s=time.monotonic() - t0)  # fmt: skip
         now = live.as_dict() | {"free_chunks": cap.free_chunks(), "pool_chunks": pool[0]}
-        if feeder.registry is not None:  # the GPU engine copies straight from the pool
-            now["copies_in_flight"] = feeder.handoff.in_flight
+        if feeder.pinned:  # the GPU engine copies straight from the pool
+            now["copies_in_flight"] = runner.handoff.in_flight
         return now
 
     return now

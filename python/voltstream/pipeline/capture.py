@@ -241,7 +241,7 @@ def open_capture(fmt: CaptureFormat, settings: CaptureSettings) -> _core.Capture
 def run_capture(
     fmt: CaptureFormat,
     settings: CaptureSettings,
-    duration_s: float,
+    duration_s: float | None,
     sink: Any = None,
     *,
     idle_timeout_s: float | None = None,
@@ -251,6 +251,7 @@ def run_capture(
     stop_event: threading.Event | None = None,
     live_report: Callable[[Callable[[], dict]], None] | None = None,
     indexed_sink: bool = False,
+    catch_interrupt: bool = False,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
     the first packet) and passes the samples to `sink(samples, valid)` in time order
@@ -271,8 +272,13 @@ def run_capture(
     finished (``report.interrupted``).
     `live_report` (the metrics board's ``watch``) is given a callable that returns
     the report so far once the capture is open, and ``report.as_dict`` at the end.
+    ``duration_s`` None: until stopped. ``catch_interrupt``: Ctrl-C ends the run as
+    a stop does (``report.interrupted``) instead of raising.
+
+    This is the one runner of every live product (``StageRunner`` stages: the fold,
+    the F-engine, a cluster node), of capture alone and of the CPU sinks.
     """
-    if duration_s <= 0:
+    if duration_s is not None and not duration_s > 0:
         raise ConfigError(f"--duration must be positive, got {duration_s}")
     bind = settings.network.bind
     report = CaptureReport(format=fmt.name, bind=bind, stream_labels=stream_labels(fmt))
@@ -295,9 +301,9 @@ def run_capture(
     if live_report is not None:
         live_report(_so_far(report, cap, run, consumer))
     try:
-        run.loop(duration_s, idle_timeout_s, on_start, stop_event)
+        run.loop(duration_s, idle_timeout_s, on_start, stop_event, catch_interrupt)
     finally:
-        report.interrupted = stop_event is not None and stop_event.is_set()
+        report.interrupted = run.interrupted or (stop_event is not None and stop_event.is_set())
         report.discontinuities = timeline.discontinuities
         report.duration_s = run.seconds
         report.engine = cap.stats()

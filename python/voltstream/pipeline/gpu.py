@@ -17,8 +17,10 @@ buffers. This module moves them to the GPU without touching a sample on the host
 Python decides per block and never reads its samples. Lost packets travel as a
 per-sample mask built from the presence bits (only for blocks that lack some).
 
-:class:`StageConsumer` is the chunk-timeline consumer (``run_capture(consumer=...)``)
-that drives one GPU stage this way, and prints the live status line.
+:class:`StageRunner` is the chunk-timeline consumer (``run_capture(consumer=...)``)
+that drives a live product's stage this way, and prints the live status line: the
+fold (:class:`ChunkFeed` over its ``GpuStage``), the F-engine (``fengine/pipeline.py``)
+and a cluster node's fold alike.
 """
 
 from __future__ import annotations
@@ -27,15 +29,17 @@ import sys
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from voltstream.pipeline.interfaces import GpuStage
-from voltstream.pipeline.timeline import Block, Gap
+from voltstream.pipeline.interfaces import ChunkStage, GpuStage
+from voltstream.pipeline.timeline import Gap
 
-__all__ = ["Handoff", "HostRegistry", "StageConsumer", "StatusLine", "release_pool"]
+__all__ = [
+    "ChunkFeed", "Handoff", "HostRegistry", "StageRunner", "StatusLine", "gpu_stage_runner",
+    "release_pool",
+]  # fmt: skip
 
 
 class Handoff:
@@ -175,69 +179,62 @@ class StatusLine:
         self.lines += 1
 
 
-class StageConsumer:
-    """Takes the chunk timeline's blocks and gaps and feeds them to a GPU stage.
+class StageRunner:
+    """The one way a live product takes the capture's chunks (``run_capture(consumer=)``):
+    the fold, the F-engine and a cluster node's fold are its stages.
 
-    ``stage`` has ``feed_block(parts, nsamp, skip, valid) -> event``,
-    ``feed_gap(nsamp)`` and ``synchronize()``; ``fmt`` gives samples per packet and
-    the payload length. ``registry`` page-locks the capture's pool when attached.
+    It owns what every stage shares: page-locking the capture's pool (``registry``)
+    for a stage that copies straight from it (``stage.pinned``), holding each block until its
+    copy's event completed (``Handoff``), the status line, GPU busy time, the end
+    (``finish``: the stage completes, every block goes back) and the counters. The
+    stage only feeds: ``stage.feed(item)`` takes a timeline ``Block`` or ``Gap`` and
+    returns the CUDA event after which the block may go back to the pool, or None
+    when the stage gave it back itself (a copy made on the host, a block refused).
+    ``stage.finish()`` completes the work in flight; ``stage.busy_ms()`` (optional)
+    is the GPU time spent so far; ``stage.as_dict()`` (optional) its own counters.
+    ``payload_len``: bytes per packet, for the Gb/s the status line shows.
     """
 
     def __init__(
         self,
-        stage: GpuStage,
-        fmt: Any,
+        stage: ChunkStage,
+        payload_len: int,
         registry: HostRegistry | None = None,
         status: StatusLine | None = None,
         handoff: Handoff | None = None,
-        busy: Callable[[], float] | None = None,
     ) -> None:
-        self.stage, self.fmt = stage, fmt
+        self.stage, self.payload_len = stage, payload_len
         self.registry, self.status = registry, status
         self.handoff = handoff or Handoff()
-        self.busy = busy  # callable() -> GPU milliseconds busy so far, or None
+        self.busy = getattr(stage, "busy_ms", None)  # callable() -> GPU ms so far, or None
         self.busy_ms_last = 0.0
-        self.cap = None
+        self.cap: Any = None
         self.pool_chunks = 0
         self.blocks = 0
         self.gaps = 0
-        self.samples_fed = 0
         self.bytes_fed = 0
-        self.lost_samples = 0
 
     def attach(self, cap: Any) -> None:
         self.cap = cap
         buffers = cap.chunk_buffers()
         self.pool_chunks = len(buffers)
-        if self.registry is not None:
+        if self.stage.pinned and self.registry is not None:
             self.registry.register(buffers)
 
     def take(self, item: Any) -> None:
-        spp = self.fmt.samples_per_packet
         if isinstance(item, Gap):
-            n = item.packets * spp
-            self.stage.feed_gap(n)
+            self.stage.feed(item)
             self.gaps += 1
-            self.lost_samples += n
-            self.samples_fed += n
             return
-        assert isinstance(item, Block)
-        n = item.packets * spp
-        ok = item.valid_packets()
-        valid = None if ok is None else np.repeat(ok, spp)
-        if valid is not None:
-            self.lost_samples += n - int(np.count_nonzero(valid))
         try:
-            event = self.stage.feed_block(
-                item.parts(self.fmt.payload_len), n, item.first * self.fmt.payload_len, valid
-            )
+            event = self.stage.feed(item)
         except BaseException:
             item.release()
             raise
-        self.handoff.hold(item, event)
+        if event is not None:
+            self.handoff.hold(item, event)
         self.blocks += 1
-        self.samples_fed += n
-        self.bytes_fed += item.packets * self.fmt.payload_len * item.present.shape[0]
+        self.bytes_fed += item.packets * self.payload_len * item.present.shape[0]
 
     def poll(self) -> None:
         self.handoff.poll()
@@ -253,7 +250,7 @@ class StageConsumer:
         return min(100.0, pct)
 
     def finish(self) -> None:
-        self.stage.synchronize()
+        self.stage.finish()
         self.handoff.drain()
 
     def close(self) -> None:
@@ -261,14 +258,59 @@ class StageConsumer:
         release_pool(self.handoff, self.registry)
 
     def as_dict(self) -> dict:
+        own = getattr(self.stage, "as_dict", None)
         return {
             "blocks": self.blocks,
             "gaps": self.gaps,
-            "samples_fed": self.samples_fed,
             "bytes_fed": self.bytes_fed,
-            "lost_samples": self.lost_samples,
+            **(own() if callable(own) else {}),
             "pool_chunks": self.pool_chunks,
             "max_copies_in_flight": self.handoff.max_in_flight,
             "registered_bytes": None if self.registry is None else self.registry.nbytes,
             "registration_warning": None if self.registry is None else self.registry.warning,
         }
+
+
+class ChunkFeed:
+    """A ``GpuStage`` (the fold engine) as a ``StageRunner``'s stage: each block's
+    packet runs in the pool (``parts``) and, where packets are missing, a per-sample
+    mask from the presence bits; a gap as samples that never arrived. ``fmt`` gives
+    samples per packet and the payload length."""
+
+    pinned = True  # the engine's copies read the chunks where the capture put them
+
+    def __init__(self, stage: GpuStage, fmt: Any) -> None:
+        self.stage, self.fmt = stage, fmt
+        self.busy_ms = getattr(stage, "busy_ms", None)
+        self.samples_fed = 0
+        self.lost_samples = 0
+
+    def feed(self, item: Any) -> Any:
+        spp = self.fmt.samples_per_packet
+        n = item.packets * spp
+        self.samples_fed += n
+        if isinstance(item, Gap):
+            self.stage.feed_gap(n)
+            self.lost_samples += n
+            return None
+        ok = item.valid_packets()
+        valid = None if ok is None else np.repeat(ok, spp)
+        if valid is not None:
+            self.lost_samples += n - int(np.count_nonzero(valid))
+        return self.stage.feed_block(
+            item.parts(self.fmt.payload_len), n, item.first * self.fmt.payload_len, valid
+        )
+
+    def finish(self) -> None:
+        self.stage.synchronize()
+
+    def as_dict(self) -> dict:
+        return {"samples_fed": self.samples_fed, "lost_samples": self.lost_samples}
+
+
+def gpu_stage_runner(
+    stage: GpuStage, fmt: Any, registry: HostRegistry | None = None,
+    status: StatusLine | None = None,
+) -> StageRunner:  # fmt: skip
+    """The runner of a ``GpuStage`` fed straight from the capture's chunks."""
+    return StageRunner(ChunkFeed(stage, fmt), fmt.payload_len, registry, status)

@@ -2,13 +2,15 @@
 checked by mypy where the parts are joined, never by inheritance.
 
     ChunkSource ──chunks──► ChunkTimeline ──Block | Gap──► Consumer
-                                                             └─► GpuStage (StageConsumer)
+                                                             └─► StageRunner ─► ChunkStage
     BlockSource ──(samples, valid) blocks──► the file and live folds
 
 - ``ChunkSource``: a capture (``_core.Capture``); ``CaptureRun`` drives it.
 - ``Consumer``: what ``CaptureRun`` hands the timeline's items to (``TfpSink``,
-  ``CountingSink``, ``StageConsumer``, the F-engine's feeder). ``attach(cap)`` and
-  ``close()`` are optional; ``CaptureRun`` calls them when they exist.
+  ``CountingSink``, ``StageRunner``). ``attach(cap)`` and ``close()`` are optional;
+  ``CaptureRun`` calls them when they exist.
+- ``ChunkStage``: a live product as ``StageRunner`` drives it (the fold through
+  ``ChunkFeed``, the F-engine's ``FEngineFeed``).
 - ``GpuStage``: a GPU product fed straight from capture chunks (``GpuFolder``).
 - ``BlockSource``: a reader of sample blocks (DADA, VDIF, the live capture reader).
 
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from voltstream.observation import Observation
     from voltstream.pipeline.timeline import Block, Gap
 
-__all__ = ["BlockSource", "ChunkSource", "Consumer", "GpuStage"]
+__all__ = ["BlockSource", "ChunkSource", "ChunkStage", "Consumer", "GpuStage"]
 
 
 class ChunkSource(Protocol):
@@ -58,6 +60,22 @@ class Consumer(Protocol):
 
     def finish(self) -> None:
         """The capture ended: complete what is in flight."""
+        ...
+
+
+class ChunkStage(Protocol):
+    """A live product fed the timeline's items by ``StageRunner``."""
+
+    #: Whether it copies straight from the capture's pool (then page-locked for it).
+    pinned: bool
+
+    def feed(self, item: Block | Gap) -> Any:
+        """Takes one item; returns the CUDA event after which a block may go back to
+        the pool, or None when the stage released it itself (or for a gap)."""
+        ...
+
+    def finish(self) -> None:
+        """The capture ended: complete the work in flight."""
         ...
 
 

@@ -173,7 +173,7 @@ def fold_live_gpu(
     """
     from voltstream.fold.gpu import GpuFolder
     from voltstream.pipeline.capture import run_capture
-    from voltstream.pipeline.gpu import HostRegistry, StageConsumer, StatusLine
+    from voltstream.pipeline.gpu import HostRegistry, StatusLine, gpu_stage_runner
 
     ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, capture.chunks.window)
     nsamp = ppc * fmt.samples_per_packet
@@ -183,7 +183,7 @@ def fold_live_gpu(
     )  # fmt: skip
     eng.warm_up(nsamp, duration_s)
     line = StatusLine("fold", fmt.payload_len) if status else None
-    consumer = StageConsumer(eng, fmt, HostRegistry(), line, busy=eng.busy_ms)
+    consumer = gpu_stage_runner(eng, fmt, HostRegistry(), line)
     t0 = time.monotonic()
     report = run_capture(
         fmt, capture.replace(packets_per_chunk=ppc, nchunks=nchunks), duration_s,
