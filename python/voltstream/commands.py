@@ -59,6 +59,12 @@ def capture(args: argparse.Namespace) -> Loss:
                 f"--output writes the samples of YNAO and VDIF streams as DADA; a {fmt.name} "
                 "stream is captured and counted without it"
             )
+        if (bits := getattr(fmt, "bits", 8)) != 8:  # before the socket opens
+            raise ConfigError(
+                f"--output writes 8-bit DADA; {bits}-bit VDIF cannot be written to it "
+                "yet: capture it without --output, or record its packets (voltstream record "
+                "--layout vdif)"
+            )
         from voltstream.io.dada import DadaWriter
 
         mjd, sec = _now_mjd()

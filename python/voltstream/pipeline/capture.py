@@ -428,7 +428,7 @@ class CountingSink:
 
     def __init__(self, fmt: CaptureFormat, report: CaptureReport) -> None:
         self.fmt, self.report = fmt, report
-        self.bytes_per_sample = fmt.nchan * fmt.npol * 2
+        self.bytes_per_sample = fmt.nchan * fmt.npol * 2 * getattr(fmt, "bits", 8) // 8
 
     def take(self, item: Any) -> None:
         packets = item.packets
@@ -447,7 +447,9 @@ class CountingSink:
 
 
 class TfpSink(CountingSink):
-    """Blocks to int8 TFP samples (absent packets zero) for `sink(samples, valid)`."""
+    """Blocks to int8 TFP samples (absent packets zero) for `sink(samples, valid)`;
+    packed (2- and 4-bit) VDIF to complex64 (n, nchan, npol) samples instead, its
+    levels decoded as a VDIF file's (formats.py ``payload_to_complex``)."""
 
     fmt: StreamFormat  # the sample geometry CountingSink does not need
 
@@ -476,24 +478,34 @@ class TfpSink(CountingSink):
         if isinstance(item, Block):
             first_packet = item.chunk_id * item.present.shape[1] + item.first
         self.next_packet = first_packet + item.packets
+        packed = self.fmt.bits != 8
         if isinstance(item, Gap):
             n = item.packets * spp
-            shape = (n, self.fmt.nchan, self.fmt.npol, 2)
-            samples, valid = np.zeros(shape, np.int8), np.zeros(n, bool)
+            if packed:
+                samples = np.zeros((n, self.fmt.nchan, self.fmt.npol), np.complex64)
+            else:
+                samples = np.zeros((n, self.fmt.nchan, self.fmt.npol, 2), np.int8)
+            valid = np.zeros(n, bool)
         else:
+            raw = item.array(item.present.shape[0], self.slot_len)
+            raw = raw[..., self.slot_len - self.fmt.payload_len :]
+            convert = self.fmt.payload_to_complex if packed else self.fmt.payload_to_tfp
             try:
-                raw = item.array(item.present.shape[0], self.slot_len)
-                raw = raw[..., self.slot_len - self.fmt.payload_len :]
-                samples = self.fmt.payload_to_tfp(raw, item.present)
+                samples = convert(raw, item.present)
+            except BaseException:
+                # The error's traceback still holds views of the chunk: a release now
+                # would fail and hide the error itself. The run ends; the pool goes.
                 del raw
-            finally:
-                item.release()
+                raise
+            del raw
+            item.release()
             valid = np.repeat(item.present.all(axis=0), spp)
             keep = slice(item.first * spp, item.stop * spp)
             samples, valid = samples[keep], valid[keep]
         self.report.chunks += 1
         self.report.samples_written += samples.shape[0]
-        self.report.bytes_written += samples.nbytes
+        # Bytes as the samples came (packed VDIF: its bits), whatever they became here.
+        self.report.bytes_written += samples.shape[0] * self.bytes_per_sample
         if self.indexed:
             self.sink(samples, valid, first_packet)
         else:
