@@ -3,8 +3,11 @@ CLI in processes of its own, small simulated streams on loopback and small files
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -58,7 +61,7 @@ def test_live_cpu_fold_of_packed_vdif_equals_the_file_fold(tmp_path, bits):
 
     bind = free_bind()
     fold = Listening("fold", "--listen", bind, *VDIF16, "--bits", bits, *FOLD,
-                     "--device", "cpu", "--duration", "60", "--idle-timeout", "1.5",
+                     "--device", "cpu", "--duration", "60", "--idle-timeout", "3",
                      "-o", str(tmp_path / "live.fits"))  # fmt: skip
     r = run_cli(*sim, "--dest", bind, "--rate", "0.1")
     assert r.returncode == 0, r.stderr
@@ -80,3 +83,126 @@ def test_capture_output_of_packed_vdif_is_refused_before_it_listens(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "2-bit VDIF cannot be written" in r.stderr and "listening" not in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "x.dada").exists()
+
+
+def wait_bound(bind: str, timeout: float = 30) -> None:
+    """Returns once some socket holds ``bind`` (a process's, bound in its own time)."""
+    host, port = bind.rsplit(":", 1)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.bind((host, int(port)))
+            except OSError:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"nothing bound {bind} in {timeout} s")
+
+
+def test_capture_that_receives_nothing_says_so_and_leaves_no_file(tmp_path):
+    """Nothing sent: status 3, one line naming the address, no header-only DADA file
+    (it was status 0 and a DADA header posing as a recording)."""
+    bind, out = free_bind(), tmp_path / "obs.dada"
+    r = run_cli("capture", "--format", "ynao", "--listen", bind, "--duration", "1",
+                "--output", str(out), "--report", str(tmp_path / "r.json"))  # fmt: skip
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert f"nothing arrived on {bind} in 1 s" in r.stderr and "firewall" in r.stderr
+    assert not out.exists() and "removed" in r.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["totals"]["received"] == 0
+
+
+def test_idle_timeout_ends_a_run_that_never_received(tmp_path):
+    """--idle-timeout counts from the start while nothing arrives (it waited out the
+    whole --duration), and the run says why it ended."""
+    t = time.monotonic()
+    r = run_cli("capture", "--format", "ynao", "--listen", free_bind(), "--duration", "60",
+                "--idle-timeout", "1")  # fmt: skip
+    assert time.monotonic() - t < 30
+    assert r.returncode == 3, r.stderr
+    assert "no packet in 1 s (--idle-timeout)" in r.stderr
+
+
+def test_capture_of_another_format_points_to_inspect(tmp_path):
+    """VDIF frames sent to a YNAO capture: status 3 and a pointer to inspect (it was
+    status 0 with malformed=6400 and received=0)."""
+    bind = free_bind()
+    cap = Listening("capture", "--format", "ynao", "--listen", bind, "--duration", "60",
+                    "--idle-timeout", "3", "--output", str(tmp_path / "x.dada"))  # fmt: skip
+    r = run_cli("simulate", *VDIF16, "--duration", "0.02", "--dest", bind, "--rate", "0.1")
+    assert r.returncode == 0, r.stderr
+    rc, out, err = cap.wait()
+    assert rc == 3, out + err
+    assert "received=0" in out
+    assert "packets arrived on" in err and f"voltstream inspect --listen {bind}" in err
+    assert not (tmp_path / "x.dada").exists()
+
+
+def test_live_fold_that_receives_nothing_says_so(tmp_path):
+    """fold --listen with nothing sent: status 3 and the same line, no archive (it was
+    status 2, "input of 0 samples is shorter than one dedispersion FFT")."""
+    bind = free_bind()
+    r = run_cli("fold", "--listen", bind, *VDIF16, *FOLD, "--device", "cpu",
+                "--duration", "1", "-o", str(tmp_path / "x.fits"))  # fmt: skip
+    assert r.returncode == 3, r.stderr
+    assert f"nothing arrived on {bind}" in r.stderr and "not written" in r.stderr
+    assert not (tmp_path / "x.fits").exists()
+
+
+def test_duration_that_cuts_a_live_stream_warns(tmp_path):
+    """A --duration that runs out while packets still arrive: a warning saying so and
+    how to capture all of it (it ended silently with part of the data, missing=0);
+    exit status 0, nothing lost of what was captured."""
+    bind = free_bind()
+    cap = Listening("capture", *VDIF16, "--listen", bind, "--duration", "1.5",
+                    "--report", str(tmp_path / "r.json"))  # fmt: skip
+    # About 4 s of sending: still going when the capture stops (then it is refused).
+    run_cli("simulate", *VDIF16, "--duration", "0.1", "--dest", bind, "--rate", "0.05")
+    rc, out, err = cap.wait()
+    assert rc == 0, out + err
+    assert "warning: the stream was still arriving when --duration" in out
+    assert "longer --duration and --idle-timeout" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["still_arriving"] and report["ended"] == "duration"
+    assert 0 < report["totals"]["received"] < 3200  # of 2 x 1600 frames sent
+
+
+def test_duration_after_the_stream_ended_does_not_warn(tmp_path):
+    """The warning is for a stream cut short only: a stream over well before the end
+    of --duration gets none."""
+    bind = free_bind()
+    cap = Listening("capture", *VDIF16, "--listen", bind, "--duration", "3",
+                    "--report", str(tmp_path / "r.json"))  # fmt: skip
+    r = run_cli("simulate", *VDIF16, "--duration", "0.01", "--dest", bind, "--rate", "0.1")
+    assert r.returncode == 0, r.stderr
+    rc, out, err = cap.wait()
+    assert rc == 0, out + err
+    assert "still arriving" not in out
+    assert (
+        json.loads((tmp_path / "r.json").read_text())["totals"]["received"] == 320
+    )  # 2 threads x 160 frames
+
+
+def test_vdif_threads_auto_does_not_refuse_a_running_sender(tmp_path):
+    """--vdif-threads auto learns from a sender already running; the port stays bound
+    from the learning to the capture, so the sender (a connected socket, which an ICMP
+    port-unreachable ends) is never refused, and the capture gets its stream."""
+    bind = free_bind()
+    cap = subprocess.Popen(
+        [sys.executable, "-m", "voltstream.cli", "capture", *VDIF16, "--npol", "1",
+         "--vdif-threads", "auto", "--station", "Ef", "--listen", bind, "--duration", "60",
+         "--idle-timeout", "3", "--report", str(tmp_path / "r.json")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_bound(bind)  # the learning socket
+        sim = run_cli("simulate", *VDIF16, "--npol", "1", "--vdif-threads", "5",
+                      "--station", "Ef", "--duration", "0.1", "--dest", bind,
+                      "--rate", "0.02")  # fmt: skip
+        out, err = cap.communicate(timeout=120)
+    finally:
+        cap.kill()
+    assert sim.returncode == 0, sim.stderr  # was: "refused the packets"
+    assert cap.returncode == 0, out + err
+    assert "VDIF threads [5] of station" in err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["totals"]["received"] > 0 and report["totals"]["foreign"] == 0

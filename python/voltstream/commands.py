@@ -26,6 +26,7 @@ from voltstream.commands_common import (  # noqa: F401 - the verbs' shared helpe
     SUB_BYTE_RMS,
     _capture_format,
     _capture_settings,
+    _nothing_received,
     _now_mjd,
     _print_report,
     _progress,
@@ -48,7 +49,7 @@ if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up shor
 log = logging.getLogger("voltstream.commands")
 
 
-def capture(args: argparse.Namespace) -> Loss:
+def capture(args: argparse.Namespace) -> int | Loss:
     from voltstream.pipeline.capture import run_capture
 
     fmt = _capture_format(args)
@@ -85,6 +86,9 @@ def capture(args: argparse.Namespace) -> Loss:
     finally:
         if writer is not None:
             writer.close()
+    no_data = _nothing_received("capture", report, fmt.name, args.output, args.report)
+    if no_data is not None:
+        return no_data
     return _print_report(report, args.report, report.engine)
 
 
@@ -240,14 +244,23 @@ def fold(args: argparse.Namespace) -> int | Loss:
             on_start=lambda: log.info("fold: listening on %s", args.listen),
             stop_event=_stop_event(args), live_report=watcher(args),
         )  # fmt: skip
+        no_data = _nothing_received("fold", report, fmt.name, args.output, args.report)
+        if no_data is not None:
+            return no_data
     else:
         t_fold = time.monotonic()
         try:
             with _progress(args, "fold", None if live else nsamp, "samples") as update:
                 archive = _fold_on(device, args, reader, settings, update)
-        except BaseException:
+        except BaseException as e:
             if recording is not None:
                 recording.finish()
+            if isinstance(e, ConfigError) and live is not None and live.report is not None:
+                # Nothing to fold (an input shorter than one FFT): say why, if so.
+                no_data = _nothing_received("fold", live.report, fmt.name, args.output,
+                                            args.report)  # fmt: skip
+                if no_data is not None:
+                    return no_data
             if live is not None and live.report is not None and args.report:
                 live.report.write_json(args.report)  # what was captured, even if unfolded
             raise

@@ -58,6 +58,10 @@ class CaptureReport:
     stream_labels: list = field(default_factory=list)  # e.g. "VDIF thread 3" per stream
     interrupted: bool = False  # ended by a stop request (SIGINT/SIGTERM), not its duration
     samples_not_folded: int = 0  # captured, still queued for a live fold when it stopped
+    #: How the run ended (CaptureRun.ended): "duration", "idle", "idle, nothing
+    #: arrived", "stop"; with ``still_arriving`` when a duration cut a live stream.
+    ended: str = ""
+    still_arriving: bool = False
     #: Per stage, a histogram of seconds per item (stage_times.py): "consumer", the
     #: consumer's Python per chunk (the per-chunk cost the design keeps small).
     stage_seconds: dict = field(default_factory=dict)
@@ -99,6 +103,8 @@ class CaptureReport:
             "station": self.engine.get("station"),
             "interrupted": self.interrupted,
             "samples_not_folded": self.samples_not_folded,
+            "ended": self.ended,
+            "still_arriving": self.still_arriving,
             "stage_seconds": self.stage_seconds,
         }
 
@@ -154,6 +160,13 @@ class CaptureReport:
         if self.samples_not_folded:
             lines.append(f"  {self.samples_not_folded} samples captured after the stop were "
                          "not folded")  # fmt: skip
+        if self.still_arriving:
+            lines.append(
+                f"  warning: the stream was still arriving when --duration "
+                f"({self.duration_s:.0f} s) ran out, so this is only its first part: capture "
+                "all of it with a longer --duration and --idle-timeout N (the run then ends "
+                "N s after the last packet)"
+            )
         threads = self.engine.get("threads", [])
         if len(threads) > 1 or any(th.get("cpu") is not None for th in threads):
             for th in threads:
@@ -252,10 +265,10 @@ def run_capture(
     live_report: Callable[[Callable[[], dict]], None] | None = None,
     indexed_sink: bool = False,
 ) -> CaptureReport:
-    """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
-    the first packet) and passes the samples to `sink(samples, valid)` in time order
-    (`sink(samples, valid, first_packet)` with `indexed_sink`: the format's packet
-    index of the first sample).
+    """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence, counted
+    from the start while nothing has arrived) and passes the samples to
+    `sink(samples, valid)` in time order (`sink(samples, valid, first_packet)` with
+    `indexed_sink`: the format's packet index of the first sample).
 
     `on_start` is called once the socket is bound, so a sender can be started
     without racing the bind. `settings` (capture_config.CaptureSettings) set the
@@ -300,6 +313,7 @@ def run_capture(
         report.interrupted = stop_event is not None and stop_event.is_set()
         report.discontinuities = timeline.discontinuities
         report.duration_s = run.seconds
+        report.ended, report.still_arriving = run.ended, run.still_arriving
         report.engine = cap.stats()
         report.stage_seconds = {"consumer": run.chunk_times.as_dict()}
     if live_report is not None:
@@ -330,6 +344,11 @@ def _so_far(report: CaptureReport, cap: Any, run: CaptureRun, consumer: Any) -> 
     return now
 
 
+#: A run cut by its duration with a packet in its last this many seconds was cut
+#: while its stream was still arriving (the report's ``still_arriving``).
+STILL_ARRIVING_S = 1.0
+
+
 class CaptureRun:
     """The one capture loop: a started capture's chunks through the timeline to the
     consumer until a duration, an idle timeout, a stop event or Ctrl-C; then the
@@ -347,6 +366,9 @@ class CaptureRun:
         self.capture_cpus = capture_cpus
         self.seconds = 0.0
         self.interrupted = False
+        #: How the run ended: "duration", "idle", "idle, nothing arrived" or "stop".
+        self.ended = ""
+        self.still_arriving = False  # packets came until a duration's end (cut short)
         self.chunk_times = StageTimes()  # the consumer's time per chunk
 
     def loop(
@@ -357,8 +379,10 @@ class CaptureRun:
         stop_event: threading.Event | None = None,
         catch_interrupt: bool = False,
     ) -> None:
+        from voltstream.capture_config import start_capture
+
         cap, timeline, consumer = self.cap, self.timeline, self.consumer
-        cap.start()
+        start_capture(cap)
         t0 = time.monotonic()
         try:
             _leave_cpus(self.capture_cpus)
@@ -384,16 +408,30 @@ class CaptureRun:
             self.seconds = time.monotonic() - t0
 
     def _run(self, t0: Any, duration_s: Any, idle_timeout_s: Any, stop_event: Any) -> None:
+        """Until the first end; ``self.ended`` says which, ``self.still_arriving``
+        whether packets came in the last ``STILL_ARRIVING_S`` before a duration's end.
+        Before the first packet the idle timeout counts from here (the consumer
+        attached): a run that never receives anything ends after it too."""
         cap, last_data, packets_seen, first_chunk = self.cap, None, 0, True
+        waiting_since = time.monotonic()
         while True:
             now = time.monotonic()
             if duration_s is not None and now - t0 >= duration_s:
+                self.ended = "duration"
+                self.still_arriving = last_data is not None and (
+                    now - last_data < STILL_ARRIVING_S
+                    or int(cap.stats()["packets"]) != packets_seen
+                )
                 return
             if stop_event is not None and stop_event.is_set():
+                self.ended = "stop"
                 return
-            if idle_timeout_s is not None and last_data is not None:
-                if now - last_data >= idle_timeout_s:
-                    return
+            if idle_timeout_s is not None and now - (last_data or waiting_since) >= idle_timeout_s:
+                self.ended = "idle" if last_data is not None else "idle, nothing arrived"
+                if last_data is None:
+                    log.warning("capture: no packet in %g s (--idle-timeout): ending the run",
+                                idle_timeout_s)  # fmt: skip
+                return
             chunk = cap.next_chunk(0.05)
             self.consumer.poll()
             if chunk is None:
