@@ -206,3 +206,32 @@ def test_vdif_threads_auto_does_not_refuse_a_running_sender(tmp_path):
     assert "VDIF threads [5] of station" in err
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["totals"]["received"] > 0 and report["totals"]["foreign"] == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (("fold", "IN", *FOLD, "-o", "nodir/x.fits"), "-o nodir/x.fits"),
+        (("fold", "IN", *FOLD, "-o", "TMP/x.fits", "--report", "nodir/r.json"), "--report"),
+        (("fold", "IN", *FOLD, "-o", "TMP/x.fits", "--plot", "nodir/p.png"), "--plot"),
+        (("capture", "--listen", "BIND", "--output", "nodir/x.dada"), "--output"),
+        (("capture", "--listen", "BIND", "--report", "nodir/r.json"), "--report"),
+        (("record", "--listen", "BIND", "--scan", "s", "--dirs", "nodir"), "--dirs"),
+    ],
+)
+def test_output_paths_are_checked_before_the_work(tmp_path, argv, option):
+    """An output in a directory that does not exist: one line naming the option, exit
+    2, before the work (a fold failed only after the whole fold had run)."""
+    r = run_cli("simulate", *VDIF16, "--duration", "0.05", "--output", str(tmp_path / "f.vdif"))
+    assert r.returncode == 0, r.stderr
+    bind = free_bind()
+    sub = {"IN": str(tmp_path / "f.vdif"), "BIND": bind}
+    args = [sub.get(a, a.replace("nodir", str(tmp_path / "nodir")).replace("TMP", str(tmp_path)))
+            for a in argv]  # fmt: skip
+    t = time.monotonic()
+    r = run_cli(*args, "--duration", "30") if argv[0] != "fold" else run_cli(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert option.replace("nodir", str(tmp_path / "nodir")) in r.stderr
+    assert "does not exist" in r.stderr or "not a directory" in r.stderr
+    assert "listening" not in r.stderr and "Traceback" not in r.stderr
+    assert "sub-integrations" not in r.stdout and time.monotonic() - t < 20

@@ -40,6 +40,7 @@ from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
 from voltstream.ops.cli import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.service.exit_status import Loss, record_loss
+from voltstream.service.outputs import check_output_dirs, check_outputs
 
 if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up short
     from voltstream.fold.reference import FoldSettings
@@ -52,6 +53,7 @@ log = logging.getLogger("voltstream.commands")
 def capture(args: argparse.Namespace) -> int | Loss:
     from voltstream.pipeline.capture import run_capture
 
+    check_outputs([("--output", args.output), ("--report", args.report)])
     fmt = _capture_format(args)
     writer = None
     if args.output:
@@ -106,6 +108,8 @@ def record(args: argparse.Namespace) -> int | Loss:
         return 0
     if not args.scan or not args.listen:
         raise ConfigError("give --scan NAME and --listen HOST:PORT (or --repair SCAN)")
+    check_output_dirs("--dirs", args.dirs)
+    check_outputs([("--report", args.report)])
     report = rec.record(
         _capture_format(args),
         _capture_settings(args, args.listen),
@@ -167,6 +171,8 @@ def fold(args: argparse.Namespace) -> int | Loss:
     from voltstream.fold.reference import FoldSettings
     from voltstream.io.psrfits import write_psrfits
 
+    # Before any work: a fold that can only fail at its end on a missing directory.
+    check_outputs([("-o", args.output), ("--report", args.report), ("--plot", args.plot)])
     if args.scheduler or args.subband:
         from voltstream.commands_cluster import fold_cluster
 
