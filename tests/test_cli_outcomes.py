@@ -234,4 +234,71 @@ def test_output_paths_are_checked_before_the_work(tmp_path, argv, option):
     assert option.replace("nodir", str(tmp_path / "nodir")) in r.stderr
     assert "does not exist" in r.stderr or "not a directory" in r.stderr
     assert "listening" not in r.stderr and "Traceback" not in r.stderr
-    assert "sub-integrations" not in r.stdout and time.monotonic() - t < 20
+    assert "sub-integration" not in r.stdout and time.monotonic() - t < 20
+
+
+def test_inspect_refuses_what_it_does_not_recognise(tmp_path):
+    """A FITS archive (a product) and a text file: exit 2 saying what they are not
+    (inspect exited 0 and advised `voltstream fold obs.fits`)."""
+    r = run_cli("simulate", "--format", "ynao", "--signal", "noise", "--duration", "0.01",
+                "--output", str(tmp_path / "s.dada"))  # fmt: skip
+    r = run_cli("fold", str(tmp_path / "s.dada"), "--dm", "1", "--period", "0.001",
+                "--tsub", "1", "-o", str(tmp_path / "obs.fits"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = run_cli("inspect", str(tmp_path / "obs.fits"))
+    assert r.returncode == 2 and "a FITS file, a product" in r.stderr, r.stdout + r.stderr
+    assert "voltstream fold" not in r.stdout
+    (tmp_path / "notes.txt").write_text("observing notes\n" * 200)
+    r = run_cli("inspect", str(tmp_path / "notes.txt"))
+    assert r.returncode == 2 and "not a VDIF or DADA file" in r.stderr, r.stdout + r.stderr
+
+
+def test_truncated_dada_warns_in_one_line_and_plurals_fit(tmp_path):
+    """A DADA file cut mid-sample: one "warning: ..." line, not Python's UserWarning
+    with its source file and line of code; and "1 sub-integration" (it said "1
+    sub-integrations")."""
+    r = run_cli("simulate", "--format", "ynao", "--signal", "noise", "--duration", "0.01",
+                "--output", str(tmp_path / "s.dada"))  # fmt: skip
+    data = (tmp_path / "s.dada").read_bytes()
+    (tmp_path / "t.dada").write_bytes(data[:-1001])
+    r = run_cli("fold", str(tmp_path / "t.dada"), "--dm", "1", "--period", "0.001",
+                "--tsub", "1", "-o", str(tmp_path / "x.fits"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    warn = [line for line in r.stderr.splitlines() if "trailing bytes" in line]
+    assert len(warn) == 1 and warn[0].startswith("warning: "), r.stderr
+    assert "UserWarning" not in r.stderr and "open_dada(" not in r.stderr
+    assert "1 sub-integration x 32 channels x 256 bins" in r.stdout
+
+
+def test_fengine_says_its_rate_is_a_pace_not_a_measure(tmp_path):
+    """The default output rate is a pacing cap derived from the sample rate: said so
+    (it announced "at 30.40 Gb/s" as if it ran at that rate)."""
+    r = run_cli("fengine", "--listen", free_bind(), "--device", "cpu", "--channels", "64",
+                "--output-file", str(tmp_path / "f.spead"), "--duration", "0.5",
+                "--no-status")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert "output paced at up to" in first and "MHz digitiser + 10 %" in first, first
+    assert " at " not in first.replace("paced at up to", "")
+
+
+def test_progress_off_a_terminal_is_a_plain_line_every_few_seconds(monkeypatch, caplog):
+    """stderr not a terminal (a log): no bar, but a plain line every PLAIN_EVERY_S
+    (there was nothing at all); --no-progress/--no-status (enabled=False): none."""
+    from voltstream.service import progress
+
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.05)
+    caplog.set_level("INFO", logger="voltstream.progress")
+    with progress.progress_bar("fold", 1000, "samples", True, plain=True) as update:
+        for done in range(0, 1000, 100):
+            update(done)
+            time.sleep(0.02)
+    lines = [r.getMessage() for r in caplog.records if r.name == "voltstream.progress"]
+    assert 2 <= len(lines) <= 5, lines  # every ~0.05 s of 0.2 s, not every update
+    assert lines[0].startswith("fold: ") and " of 1000 (" in lines[0]
+    caplog.clear()
+    with progress.progress_bar("fold", 1000, "samples", False) as update:
+        for done in range(0, 1000, 100):
+            update(done)
+            time.sleep(0.02)
+    assert not caplog.records

@@ -39,6 +39,7 @@ from voltstream.commands_simulate import simulate, simulate_spead_dig  # noqa: F
 from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
 from voltstream.ops.cli import status, watcher  # noqa: F401 - status: `voltstream status`
+from voltstream.pipeline.capture import counted
 from voltstream.service.exit_status import Loss, record_loss
 from voltstream.service.outputs import check_output_dirs, check_outputs
 
@@ -293,9 +294,10 @@ def fold(args: argparse.Namespace) -> int | Loss:
     elif report is not None:
         loss = _print_report(report, args.report, report.engine)
     print(
-        f"fold ({device}): {args.input or args.listen} -> {args.output}: {archive.nsub} "
-        f"sub-integrations x {obs.nchan} channels x {archive.nbin} bins, S/N {snr:.1f}, "
-        f"{archive.excluded_samples} lost samples excluded"
+        f"fold ({device}): {args.input or args.listen} -> {args.output}: "
+        f"{counted(archive.nsub, 'sub-integration')} x {counted(obs.nchan, 'channel')} x "
+        f"{counted(archive.nbin, 'bin')}, S/N {snr:.1f}, "
+        f"{counted(archive.excluded_samples, 'lost sample')} excluded"
     )
     if not args.listen and nsamp:
         rate = nsamp * obs.nchan * obs.npol / fold_s / 1e9
@@ -484,7 +486,7 @@ def demo(args: argparse.Namespace) -> int:
     }
     (out / "demo-report.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(
-        f"fold: {archive.nsub} sub-integrations, S/N {snr:.1f}, peak at phase "
+        f"fold: {counted(archive.nsub, 'sub-integration')}, S/N {snr:.1f}, peak at phase "
         f"{peak_phase:.3f} (expected {psr['pulse_phase']}), {fold_s:.1f} s"
     )
     print(f"demo: wrote {out}/demo.fits, demo.png, demo.dada, demo-report.json")

@@ -14,7 +14,7 @@ import numpy as np
 from voltstream.errors import ConfigError
 from voltstream.ops.cli import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.service.exit_status import Loss, capture_loss
-from voltstream.service.progress import progress_bar, wanted
+from voltstream.service.progress import progress_bar
 
 log = logging.getLogger("voltstream.commands")
 
@@ -27,9 +27,10 @@ def _stop_event(args: argparse.Namespace) -> threading.Event | None:
 
 
 def _progress(args: argparse.Namespace, description: str, total: int | None, unit: str) -> Any:
-    """The offline verbs' progress bar (service/progress.py): at a terminal, unless
-    --no-progress."""
-    return progress_bar(description, total, unit, wanted(getattr(args, "no_progress", True)))
+    """The long verbs' progress (service/progress.py): a bar at a terminal, a plain
+    line every few seconds in a log; neither with --no-progress or --no-status."""
+    off = getattr(args, "no_progress", True) or getattr(args, "no_status", False)
+    return progress_bar(description, total, unit, not off)
 
 
 def _status_line(args: argparse.Namespace) -> bool:

@@ -52,15 +52,29 @@ def inspect_file(path: str | Path) -> dict:
             "source": o.source, "telescope": o.telescope,
             "options": f"voltstream fold {p} --dm DM --period P -o out.fits",
         }  # fmt: skip
+    if head.startswith(b"SIMPLE  ="):
+        raise FormatError(
+            f"{path}: a FITS file, a product (voltstream fold writes PSRFITS archives), not "
+            "a baseband input: inspect and fold read VDIF and DADA files; open an archive "
+            "with psrchive or astropy"
+        )
     if len(head) < LEGACY_HEADER_LEN:
-        raise FormatError(f"{path}: too short for a DADA header or a VDIF frame")
+        raise FormatError(f"{path}: not a VDIF or DADA file (too short for either header)")
     flen = int(decode_headers(np.frombuffer(head[:16], np.uint8)[None])["frame_len"][0])
-    if flen <= LEGACY_HEADER_LEN:
-        raise FormatError(f"{path}: neither DADA (no ASCII header) nor VDIF (frame length "
-                          f"{flen} in its first header)")  # fmt: skip
-    n = min(MAX_FRAMES, p.stat().st_size // flen)
+    size = p.stat().st_size
+    if flen <= LEGACY_HEADER_LEN or flen > size:
+        raise FormatError(f"{path}: not a VDIF or DADA file (no DADA header; as VDIF its "
+                          f"first header declares {flen}-byte frames in a {size}-byte "
+                          "file)")  # fmt: skip
+    n = min(MAX_FRAMES, size // flen)
     raw = np.fromfile(p, np.uint8, count=n * flen).reshape(n, flen)
-    info = _vdif(n, decode_headers(raw)) if n else inspect_packets([])
+    heads = decode_headers(raw)
+    if (heads["frame_len"] != flen).any():
+        k = int(np.argmax(heads["frame_len"] != flen))
+        raise FormatError(f"{path}: not a VDIF or DADA file (no DADA header; as VDIF, frame "
+                          f"{k} declares {heads['frame_len'][k]} bytes, frame 0 "
+                          f"{flen})")  # fmt: skip
+    info = _vdif(n, heads)
     info["path"] = str(p)
     info["frames_in_file"] = p.stat().st_size // flen
     info["options"] = (f"voltstream fold {p} --dm DM --period P -o out.fits; the same stream "

@@ -120,7 +120,7 @@ class CaptureReport:
         t = self.totals
         lines = [
             f"capture {self.format} on {self.bind} ({self.engine.get('engine', '?')} engine): "
-            f"{self.chunks} chunks, "
+            f"{counted(self.chunks, 'chunk')}, "
             f"{self.samples_written} samples, {self.bytes_written / 1e6:.1f} MB "
             f"in {self.duration_s:.2f} s",
             "  "
@@ -179,6 +179,11 @@ class CaptureReport:
                     + f"  kernel_drops={th['kernel_drops']}"
                 )
         return lines
+
+
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """``n word`` with the word's plural unless ``n`` is 1: "1 chunk", "3 chunks"."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 def _station_text(station: int) -> str:
