@@ -180,7 +180,7 @@ def test_live_fold_of_vdif_over_loopback(tmp_path):
             "--duration",
             "60",
             "--idle-timeout",
-            "2",
+            "5",  # counted from the start too: room for the simulator's start-up
             "--dm",
             "10",
             "--period",

@@ -555,7 +555,7 @@ def test_fengine_cli_runs_on_loopback(tmp_path):
             "--duration",
             "30",
             "--idle-timeout",
-            "1",
+            "4",  # counted from the start too: room for the simulator's start-up
             "--output",
             str(out_path),
             "--report",

@@ -198,7 +198,7 @@ def test_capture_from_the_command_line_and_from_its_file_capture_the_same(tmp_pa
         where.mkdir()
         bind = free_bind()
         argv = ["capture", "--listen", bind, "--engine", "socket", "--duration", "60",
-                "--idle-timeout", "1", "--output", "a.dada", "--report", "r.json"]  # fmt: skip
+                "--idle-timeout", "3", "--output", "a.dada", "--report", "r.json"]  # fmt: skip
         if how == "printed file":
             argv = _via_file(argv, where)
         sent, _ = _run_with_traffic(argv, where, bind)
@@ -220,7 +220,7 @@ def test_record_from_the_command_line_and_from_its_file_record_the_same(tmp_path
         bind = free_bind()
         argv = ["record", "--listen", bind, "--engine", "socket", "--dirs",
                 ",".join(map(str, dirs)), "--scan", "s1", "--layout", "dada", "--duration",
-                "60", "--idle-timeout", "1", "--report", "r.json"]  # fmt: skip
+                "60", "--idle-timeout", "3", "--report", "r.json"]  # fmt: skip
         if how == "printed file":
             argv = _via_file(argv, where)
         sent, out = _run_with_traffic(argv, where, bind)
@@ -260,7 +260,7 @@ format = "ynao"
 
 [run]
 duration = 60
-idle_timeout = 1
+idle_timeout = 3
 report = "r.json"
 
 [record]

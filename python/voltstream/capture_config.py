@@ -202,6 +202,26 @@ class CaptureSettings(_Section):
         return _core.Capture(**stream.capture_kwargs(), **self.capture_kwargs())
 
 
+#: Sockets that learnt a stream before its capture opened (``--vdif-threads auto``),
+#: still bound: a port no socket holds answers the sender with ICMP port-unreachable,
+#: which ends a sender on a connected socket. :func:`start_capture` closes them the
+#: moment before the capture binds the port itself.
+_PORT_HOLDS: list[Any] = []
+
+
+def hold_port(sock: Any) -> None:
+    """Keeps ``sock`` bound until the next capture of this process starts."""
+    _PORT_HOLDS.append(sock)
+
+
+def start_capture(cap: Any) -> None:
+    """``cap.start()``, right after the sockets :func:`hold_port` holds are closed:
+    the port is without a socket only while the engine binds it (microseconds)."""
+    while _PORT_HOLDS:
+        _PORT_HOLDS.pop().close()
+    cap.start()
+
+
 class CaptureFile(CaptureSettings):
     """A whole capture in one file: the stream description and the settings."""
 

@@ -173,8 +173,8 @@ class StreamFormat:
         spp, nchan, npol = self.samples_per_packet, self.nchan, self.npol
         if self.bits != 8:
             raise ConfigError(
-                f"{self.bits}-bit VDIF is folded on the GPU only (--device gpu) and cannot "
-                "be written to an 8-bit DADA file yet; capture it without --output"
+                f"{self.bits}-bit VDIF cannot be written to an 8-bit DADA file yet; capture "
+                "it without --output, or record its packets (voltstream record --layout vdif)"
             )
         if self.name == "ynao":
             out = per_stream.view(np.int8).reshape(npkt, spp, nchan, npol, 2).copy()
@@ -188,6 +188,29 @@ class StreamFormat:
             np.bitwise_xor(frames[p], 0x80, out=out[:, :, :, p, :].view(np.uint8))
             out[~present[p], :, :, p, :] = 0
         return out.reshape(npkt * spp, nchan, npol, 2)
+
+    def payload_to_complex(self, per_stream: np.ndarray, present: np.ndarray) -> np.ndarray:
+        """(streams, packets, payload) uint8 + presence -> complex64 (n, nchan, npol).
+
+        For packed (2- and 4-bit) VDIF, whose levels (2-bit: +-1, +-3.3359) an int8
+        TFP sample cannot hold: each part decoded as a VDIF file's reader decodes it
+        (io/vdif.py ``unpack``), so a live CPU fold sees the samples a fold of the
+        same frames from a file sees. Samples of absent packets are zero.
+        """
+        if self.name != "vdif":
+            return (
+                self.payload_to_tfp(per_stream, present)
+                .astype(np.float32)
+                .view(np.complex64)[..., 0]
+            )
+        npol, npkt, _ = per_stream.shape
+        spp, nchan = self.samples_per_packet, self.nchan
+        out = np.zeros((npkt, spp, nchan, npol, 2), dtype=np.float32)
+        for p in range(npol):
+            have = np.flatnonzero(present[p])
+            parts = vdif.unpack(per_stream[p, have], self.bits)
+            out[have, :, :, p, :] = parts.reshape(have.size, spp, nchan, 2)
+        return out.reshape(npkt * spp, nchan, npol, 2).view(np.complex64)[..., 0]
 
 
 def station_code(text: str) -> int | None:

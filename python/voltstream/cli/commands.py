@@ -24,6 +24,7 @@ from voltstream.cli.common import (  # noqa: F401 - the verbs' shared helpers
     SUB_BYTE_RMS,
     _capture_format,
     _capture_settings,
+    _nothing_received,
     _now_mjd,
     _print_report,
     _progress,
@@ -37,7 +38,9 @@ from voltstream.cli.pulsar import DEMO_PULSAR, fold_predictor, pulsar_check
 from voltstream.cli.simulate import simulate, simulate_spead_dig  # noqa: F401 - verbs
 from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
+from voltstream.pipeline.capture import counted
 from voltstream.service.exit_status import Loss, record_loss
+from voltstream.service.outputs import check_output_dirs, check_outputs
 
 if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up short
     from voltstream.fold.reference import FoldSettings
@@ -47,9 +50,10 @@ if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up shor
 log = logging.getLogger("voltstream.cli.commands")
 
 
-def capture(args: argparse.Namespace) -> Loss:
+def capture(args: argparse.Namespace) -> int | Loss:
     from voltstream.pipeline.capture import run_capture
 
+    check_outputs([("--output", args.output), ("--report", args.report)])
     fmt = _capture_format(args)
     writer = None
     if args.output:
@@ -57,6 +61,12 @@ def capture(args: argparse.Namespace) -> Loss:
             raise ConfigError(
                 f"--output writes the samples of YNAO and VDIF streams as DADA; a {fmt.name} "
                 "stream is captured and counted without it"
+            )
+        if (bits := getattr(fmt, "bits", 8)) != 8:  # before the socket opens
+            raise ConfigError(
+                f"--output writes 8-bit DADA; {bits}-bit VDIF cannot be written to it "
+                "yet: capture it without --output, or record its packets (voltstream record "
+                "--layout vdif)"
             )
         from voltstream.io.dada import DadaWriter
 
@@ -78,6 +88,9 @@ def capture(args: argparse.Namespace) -> Loss:
     finally:
         if writer is not None:
             writer.close()
+    no_data = _nothing_received("capture", report, fmt.name, args.output, args.report)
+    if no_data is not None:
+        return no_data
     return _print_report(report, args.report, report.engine)
 
 
@@ -95,6 +108,8 @@ def record(args: argparse.Namespace) -> int | Loss:
         return 0
     if not args.scan or not args.listen:
         raise ConfigError("give --scan NAME and --listen HOST:PORT (or --repair SCAN)")
+    check_output_dirs("--dirs", args.dirs)
+    check_outputs([("--report", args.report)])
     report = rec.record(
         _capture_format(args),
         _capture_settings(args, args.listen),
@@ -160,6 +175,8 @@ def fold(args: argparse.Namespace) -> int | Loss:
     from voltstream.fold.reference import FoldSettings
     from voltstream.io.psrfits import write_psrfits
 
+    # Before any work: a fold that can only fail at its end on a missing directory.
+    check_outputs([("-o", args.output), ("--report", args.report), ("--plot", args.plot)])
     if args.scheduler or args.subband:
         from voltstream.cli.cluster import fold_cluster
 
@@ -237,14 +254,23 @@ def fold(args: argparse.Namespace) -> int | Loss:
             on_start=lambda: log.info("fold: listening on %s", args.listen),
             stop_event=_stop_event(args), live_report=watcher(args),
         )  # fmt: skip
+        no_data = _nothing_received("fold", report, fmt.name, args.output, args.report)
+        if no_data is not None:
+            return no_data
     else:
         t_fold = time.monotonic()
         try:
             with _progress(args, "fold", None if live else nsamp, "samples") as update:
                 archive = _fold_on(device, args, reader, settings, update)
-        except BaseException:
+        except BaseException as e:
             if recording is not None:
                 recording.finish()
+            if isinstance(e, ConfigError) and live is not None and live.report is not None:
+                # Nothing to fold (an input shorter than one FFT): say why, if so.
+                no_data = _nothing_received("fold", live.report, fmt.name, args.output,
+                                            args.report)  # fmt: skip
+                if no_data is not None:
+                    return no_data
             if live is not None and live.report is not None and args.report:
                 live.report.write_json(args.report)  # what was captured, even if unfolded
             raise
@@ -268,9 +294,10 @@ def fold(args: argparse.Namespace) -> int | Loss:
     elif report is not None:
         loss = _print_report(report, args.report, report.engine)
     print(
-        f"fold ({device}): {args.input or args.listen} -> {args.output}: {archive.nsub} "
-        f"sub-integrations x {obs.nchan} channels x {archive.nbin} bins, S/N {snr:.1f}, "
-        f"{archive.excluded_samples} lost samples excluded"
+        f"fold ({device}): {args.input or args.listen} -> {args.output}: "
+        f"{counted(archive.nsub, 'sub-integration')} x {counted(obs.nchan, 'channel')} x "
+        f"{counted(archive.nbin, 'bin')}, S/N {snr:.1f}, "
+        f"{counted(archive.excluded_samples, 'lost sample')} excluded"
     )
     if not args.listen and nsamp:
         rate = nsamp * obs.nchan * obs.npol / fold_s / 1e9
@@ -422,7 +449,7 @@ def demo(args: argparse.Namespace) -> int:
     }
     (out / "demo-report.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(
-        f"fold: {archive.nsub} sub-integrations, S/N {snr:.1f}, peak at phase "
+        f"fold: {counted(archive.nsub, 'sub-integration')}, S/N {snr:.1f}, peak at phase "
         f"{peak_phase:.3f} (expected {psr['pulse_phase']}), {fold_s:.1f} s"
     )
     print(f"demo: wrote {out}/demo.fits, demo.png, demo.dada, demo-report.json")

@@ -14,7 +14,7 @@ import numpy as np
 from voltstream.cli.ops import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.errors import ConfigError
 from voltstream.service.exit_status import Loss, capture_loss
-from voltstream.service.progress import progress_bar, wanted
+from voltstream.service.progress import progress_bar
 
 log = logging.getLogger("voltstream.cli.commands")
 
@@ -27,9 +27,10 @@ def _stop_event(args: argparse.Namespace) -> threading.Event | None:
 
 
 def _progress(args: argparse.Namespace, description: str, total: int | None, unit: str) -> Any:
-    """The offline verbs' progress bar (service/progress.py): at a terminal, unless
-    --no-progress."""
-    return progress_bar(description, total, unit, wanted(getattr(args, "no_progress", True)))
+    """The long verbs' progress (service/progress.py): a bar at a terminal, a plain
+    line every few seconds in a log; neither with --no-progress or --no-status."""
+    off = getattr(args, "no_progress", True) or getattr(args, "no_status", False)
+    return progress_bar(description, total, unit, not off)
 
 
 def _status_line(args: argparse.Namespace) -> bool:
@@ -128,3 +129,37 @@ def _print_report(report: Any, path: str | None, stats: dict) -> Loss:
     if path:
         report.write_json(path)
     return capture_loss(stats)
+
+
+def _nothing_received(
+    verb: str, report: Any, fmt: str, output: str | None = None, report_path: str | None = None
+) -> int | None:
+    """A run that received none of its stream: its summary (and ``--report``), one
+    line saying what
+    arrived and what to check, no ``output`` left as if it were a recording (a
+    header-only file is removed); NO_DATA (exit status 3). None when data came, or
+    when a signal stopped the run (a stop is an end as asked: the line is a warning)."""
+    from pathlib import Path
+
+    from voltstream.service.exit_status import NO_DATA
+    from voltstream.service.outcomes import nothing_received
+
+    hint = nothing_received(report.as_dict(), report.bind, f"--format {fmt}")
+    if hint is None:
+        return None
+    if report.interrupted:  # a stop by signal ends a run as asked (status 0): a warning
+        if output is not None:
+            hint += f" ({output} holds no data)"
+        log.warning("voltstream %s: %s", verb, hint)
+        return None
+    for line in report.summary_lines():
+        print(line)
+    if report_path:
+        report.write_json(report_path)
+    if output is not None and Path(output).is_file():
+        Path(output).unlink()
+        hint += f" ({output} removed: it held no data)"
+    elif output is not None:
+        hint += f" ({output} not written)"
+    log.error("voltstream %s: %s", verb, hint)
+    return NO_DATA

@@ -105,7 +105,12 @@ def fengine(args: argparse.Namespace) -> Loss:
         f"{args.sample_bits}-bit) -> {nchan} channels x {args.spectra_per_heap} spectra, "
         f"{substreams} substream(s), {args.output_bits}-bit -> {where}"
         + (f" + {args.output}" if args.output else "")
-        + (f" at {rate:.2f} Gb/s" if rate else " unpaced"),
+        + (f", output paced at up to {rate:.2f} Gb/s" if rate else ", output unpaced")
+        + (
+            ""
+            if args.rate is not None
+            else f" (the output of a {args.sample_rate_hz / 1e6:g} MHz digitiser + 10 %; --rate)"
+        ),
         flush=True,
     )
     if control is not None:

@@ -240,7 +240,8 @@ def add_run(g: Any, *, what: str, duration: float | None = None, required: bool 
                        help=f"seconds to {what}. Default: {until}")  # fmt: skip
     add_options(g, (
         ("--idle-timeout", positive(float), None,
-         "stop early after this many seconds without packets (after the first)"),
+         "stop early after this many seconds without packets (counted from the start "
+         "until the first packet: a run that receives nothing ends then too, status 3)"),
         ("--report", None, None, report),
     ))  # fmt: skip
 
@@ -350,6 +351,7 @@ def format_from(args: argparse.Namespace) -> StreamFormat:
 
 def learn_threads(args: argparse.Namespace) -> list[int]:
     """``--vdif-threads auto``: the live stream's threads, one per polarisation."""
+    from voltstream.capture_config import hold_port
     from voltstream.io.inspect import learn_vdif_threads
 
     bind = getattr(args, "bind", None) or getattr(args, "listen", None)
@@ -359,6 +361,7 @@ def learn_threads(args: argparse.Namespace) -> list[int]:
             "fold --listen); give the thread ids otherwise"
         )
     learnt = learn_vdif_threads(bind, getattr(args, "station", None))
+    hold_port(learnt["socket"])  # bound until the capture takes the port
     threads = learnt["threads"]
     if len(threads) > 2:
         raise ConfigError(

@@ -42,7 +42,7 @@ from voltstream.capture_config import CaptureSettings
 from voltstream.digitiser import heap_bytes, unpack_heaps
 from voltstream.errors import ConfigError
 from voltstream.fengine.packets import PacketBatch, heap_count, release_batches
-from voltstream.pipeline.capture import STREAM_COUNTERS, run_capture
+from voltstream.pipeline.capture import STREAM_COUNTERS, counted, run_capture
 from voltstream.pipeline.gpu import StageRunner, StatusLine
 from voltstream.pipeline.timeline import Gap
 from voltstream.streams import spead_dig
@@ -150,8 +150,8 @@ class FEngineReport:
         lines = [
             f"fengine ({self.device}) on {self.address or self.listen}: "
             f"{self.duration_s:.2f} s, "
-            f"{self.chunks} chunks, {self.blocks} blocks, {self.samples_fed} samples per pol"
-            + (" (interrupted)" if self.interrupted else "")
+            f"{counted(self.chunks, 'chunk')}, {counted(self.blocks, 'block')}, "
+            f"{self.samples_fed} samples per pol" + (" (interrupted)" if self.interrupted else "")
         ]
         for s in cap.get("streams", []):
             pol = s.get("stream", "?")

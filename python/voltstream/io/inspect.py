@@ -52,15 +52,29 @@ def inspect_file(path: str | Path) -> dict:
             "source": o.source, "telescope": o.telescope,
             "options": f"voltstream fold {p} --dm DM --period P -o out.fits",
         }  # fmt: skip
+    if head.startswith(b"SIMPLE  ="):
+        raise FormatError(
+            f"{path}: a FITS file, a product (voltstream fold writes PSRFITS archives), not "
+            "a baseband input: inspect and fold read VDIF and DADA files; open an archive "
+            "with psrchive or astropy"
+        )
     if len(head) < LEGACY_HEADER_LEN:
-        raise FormatError(f"{path}: too short for a DADA header or a VDIF frame")
+        raise FormatError(f"{path}: not a VDIF or DADA file (too short for either header)")
     flen = int(decode_headers(np.frombuffer(head[:16], np.uint8)[None])["frame_len"][0])
-    if flen <= LEGACY_HEADER_LEN:
-        raise FormatError(f"{path}: neither DADA (no ASCII header) nor VDIF (frame length "
-                          f"{flen} in its first header)")  # fmt: skip
-    n = min(MAX_FRAMES, p.stat().st_size // flen)
+    size = p.stat().st_size
+    if flen <= LEGACY_HEADER_LEN or flen > size:
+        raise FormatError(f"{path}: not a VDIF or DADA file (no DADA header; as VDIF its "
+                          f"first header declares {flen}-byte frames in a {size}-byte "
+                          "file)")  # fmt: skip
+    n = min(MAX_FRAMES, size // flen)
     raw = np.fromfile(p, np.uint8, count=n * flen).reshape(n, flen)
-    info = _vdif(n, decode_headers(raw)) if n else inspect_packets([])
+    heads = decode_headers(raw)
+    if (heads["frame_len"] != flen).any():
+        k = int(np.argmax(heads["frame_len"] != flen))
+        raise FormatError(f"{path}: not a VDIF or DADA file (no DADA header; as VDIF, frame "
+                          f"{k} declares {heads['frame_len'][k]} bytes, frame 0 "
+                          f"{flen})")  # fmt: skip
+    info = _vdif(n, heads)
     info["path"] = str(p)
     info["frames_in_file"] = p.stat().st_size // flen
     info["options"] = (f"voltstream fold {p} --dm DM --period P -o out.fits; the same stream "
@@ -70,21 +84,33 @@ def inspect_file(path: str | Path) -> dict:
 
 def listen_packets(bind: str, packets: int = 2000, timeout_s: float = 5.0) -> list[bytes]:
     """Up to ``packets`` UDP payloads received on ``bind`` within ``timeout_s``."""
+    with bound_socket(bind) as s:
+        return receive(s, packets, timeout_s)
+
+
+def bound_socket(bind: str) -> socket.socket:
+    """A UDP socket bound to ``bind`` (HOST:PORT), with room for a burst."""
     host, _, port = bind.rpartition(":")
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
+    try:
+        s.bind((host or "0.0.0.0", int(port)))
+    except OSError as e:
+        s.close()
+        raise ConfigError(f"cannot listen on {bind}: {e.strerror}") from None
+    return s
+
+
+def receive(s: socket.socket, packets: int, timeout_s: float) -> list[bytes]:
+    """Up to ``packets`` datagrams from ``s`` within ``timeout_s``."""
     got: list[bytes] = []
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
+    end = time.monotonic() + timeout_s
+    while len(got) < packets and (left := end - time.monotonic()) > 0:
+        s.settimeout(left)
         try:
-            s.bind((host or "0.0.0.0", int(port)))
-        except OSError as e:
-            raise ConfigError(f"cannot listen on {bind}: {e.strerror}") from None
-        end = time.monotonic() + timeout_s
-        while len(got) < packets and (left := end - time.monotonic()) > 0:
-            s.settimeout(left)
-            try:
-                got.append(s.recv(65536))
-            except TimeoutError:
-                break
+            got.append(s.recv(65536))
+        except TimeoutError:
+            break
     return got
 
 
@@ -93,28 +119,37 @@ def learn_vdif_threads(bind: str, station: int | None = None, packets: int = 512
     """The VDIF threads a stream on ``bind`` carries, learnt from up to ``packets``
     frames before the capture opens (``--vdif-threads auto``): the thread ids of the
     station given, or of the first valid frame's, ascending. Those frames are not
-    captured: the capture starts after them, and the run report says how many."""
+    captured: the capture starts after them, and the run report says how many.
+
+    The learning socket is returned still bound (``"socket"``): the caller keeps it
+    until the capture binds the port (capture_config.start_capture), so the sender
+    is not answered with ICMP port-unreachable in between."""
     from voltstream import _core
 
-    got = listen_packets(bind, packets, timeout_s)
-    heads = []
-    for p in got:
-        try:
-            heads.append(_core.parse_header("vdif", bytes(p)))
-        except Exception:  # FormatError: not VDIF; counted below
-            continue
-    valid = [h for h in heads if not h["invalid"]]
-    if not valid:
-        raise ConfigError(
-            f"--vdif-threads auto: no valid VDIF frame arrived on {bind} in {timeout_s:g} s "
-            f"({len(got)} packets); give --vdif-threads, or start the sender first"
-        )
-    if station is None:
-        station = valid[0]["station"]
-    threads = sorted({h["thread"] for h in valid if h["station"] == station})
-    if not threads:
-        raise ConfigError(f"--vdif-threads auto: no valid frame of station {station} on {bind}")
-    return {"threads": threads, "station": station, "packets": len(got)}
+    s = bound_socket(bind)
+    try:
+        got = receive(s, packets, timeout_s)
+        heads = []
+        for p in got:
+            try:
+                heads.append(_core.parse_header("vdif", bytes(p)))
+            except Exception:  # FormatError: not VDIF; counted below
+                continue
+        valid = [h for h in heads if not h["invalid"]]
+        if not valid:
+            raise ConfigError(
+                f"--vdif-threads auto: no valid VDIF frame arrived on {bind} in {timeout_s:g} "
+                f"s ({len(got)} packets); give --vdif-threads, or start the sender first"
+            )
+        if station is None:
+            station = valid[0]["station"]
+        threads = sorted({h["thread"] for h in valid if h["station"] == station})
+        if not threads:
+            raise ConfigError(f"--vdif-threads auto: no valid frame of station {station} on {bind}")
+    except BaseException:
+        s.close()
+        raise
+    return {"threads": threads, "station": station, "packets": len(got), "socket": s}
 
 
 def inspect_packets(packets: list, hint: str | None = None) -> dict:

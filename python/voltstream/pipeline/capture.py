@@ -58,6 +58,10 @@ class CaptureReport:
     stream_labels: list = field(default_factory=list)  # e.g. "VDIF thread 3" per stream
     interrupted: bool = False  # ended by a stop request (SIGINT/SIGTERM), not its duration
     samples_not_folded: int = 0  # captured, still queued for a live fold when it stopped
+    #: How the run ended (CaptureRun.ended): "duration", "idle", "idle, nothing
+    #: arrived", "stop"; with ``still_arriving`` when a duration cut a live stream.
+    ended: str = ""
+    still_arriving: bool = False
     #: Per stage, a histogram of seconds per item (stage_times.py): "consumer", the
     #: consumer's Python per chunk (the per-chunk cost the design keeps small).
     stage_seconds: dict = field(default_factory=dict)
@@ -99,6 +103,8 @@ class CaptureReport:
             "station": self.engine.get("station"),
             "interrupted": self.interrupted,
             "samples_not_folded": self.samples_not_folded,
+            "ended": self.ended,
+            "still_arriving": self.still_arriving,
             "stage_seconds": self.stage_seconds,
         }
 
@@ -114,7 +120,7 @@ class CaptureReport:
         t = self.totals
         lines = [
             f"capture {self.format} on {self.bind} ({self.engine.get('engine', '?')} engine): "
-            f"{self.chunks} chunks, "
+            f"{counted(self.chunks, 'chunk')}, "
             f"{self.samples_written} samples, {self.bytes_written / 1e6:.1f} MB "
             f"in {self.duration_s:.2f} s",
             "  "
@@ -154,6 +160,13 @@ class CaptureReport:
         if self.samples_not_folded:
             lines.append(f"  {self.samples_not_folded} samples captured after the stop were "
                          "not folded")  # fmt: skip
+        if self.still_arriving:
+            lines.append(
+                f"  warning: the stream was still arriving when --duration "
+                f"({self.duration_s:.0f} s) ran out, so this is only its first part: capture "
+                "all of it with a longer --duration and --idle-timeout N (the run then ends "
+                "N s after the last packet)"
+            )
         threads = self.engine.get("threads", [])
         if len(threads) > 1 or any(th.get("cpu") is not None for th in threads):
             for th in threads:
@@ -166,6 +179,11 @@ class CaptureReport:
                     + f"  kernel_drops={th['kernel_drops']}"
                 )
         return lines
+
+
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """``n word`` with the word's plural unless ``n`` is 1: "1 chunk", "3 chunks"."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 def _station_text(station: int) -> str:
@@ -253,10 +271,10 @@ def run_capture(
     indexed_sink: bool = False,
     catch_interrupt: bool = False,
 ) -> CaptureReport:
-    """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence after
-    the first packet) and passes the samples to `sink(samples, valid)` in time order
-    (`sink(samples, valid, first_packet)` with `indexed_sink`: the format's packet
-    index of the first sample).
+    """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence, counted
+    from the start while nothing has arrived) and passes the samples to
+    `sink(samples, valid)` in time order (`sink(samples, valid, first_packet)` with
+    `indexed_sink`: the format's packet index of the first sample).
 
     `on_start` is called once the socket is bound, so a sender can be started
     without racing the bind. `settings` (capture_config.CaptureSettings) set the
@@ -306,6 +324,7 @@ def run_capture(
         report.interrupted = run.interrupted or (stop_event is not None and stop_event.is_set())
         report.discontinuities = timeline.discontinuities
         report.duration_s = run.seconds
+        report.ended, report.still_arriving = run.ended, run.still_arriving
         report.engine = cap.stats()
         report.stage_seconds = {"consumer": run.chunk_times.as_dict()}
     if live_report is not None:
@@ -336,6 +355,11 @@ def _so_far(report: CaptureReport, cap: Any, run: CaptureRun, consumer: Any) -> 
     return now
 
 
+#: A run cut by its duration with a packet in its last this many seconds was cut
+#: while its stream was still arriving (the report's ``still_arriving``).
+STILL_ARRIVING_S = 1.0
+
+
 class CaptureRun:
     """The one capture loop: a started capture's chunks through the timeline to the
     consumer until a duration, an idle timeout, a stop event or Ctrl-C; then the
@@ -353,6 +377,9 @@ class CaptureRun:
         self.capture_cpus = capture_cpus
         self.seconds = 0.0
         self.interrupted = False
+        #: How the run ended: "duration", "idle", "idle, nothing arrived" or "stop".
+        self.ended = ""
+        self.still_arriving = False  # packets came until a duration's end (cut short)
         self.chunk_times = StageTimes()  # the consumer's time per chunk
 
     def loop(
@@ -363,8 +390,10 @@ class CaptureRun:
         stop_event: threading.Event | None = None,
         catch_interrupt: bool = False,
     ) -> None:
+        from voltstream.capture_config import start_capture
+
         cap, timeline, consumer = self.cap, self.timeline, self.consumer
-        cap.start()
+        start_capture(cap)
         t0 = time.monotonic()
         try:
             _leave_cpus(self.capture_cpus)
@@ -390,16 +419,30 @@ class CaptureRun:
             self.seconds = time.monotonic() - t0
 
     def _run(self, t0: Any, duration_s: Any, idle_timeout_s: Any, stop_event: Any) -> None:
+        """Until the first end; ``self.ended`` says which, ``self.still_arriving``
+        whether packets came in the last ``STILL_ARRIVING_S`` before a duration's end.
+        Before the first packet the idle timeout counts from here (the consumer
+        attached): a run that never receives anything ends after it too."""
         cap, last_data, packets_seen, first_chunk = self.cap, None, 0, True
+        waiting_since = time.monotonic()
         while True:
             now = time.monotonic()
             if duration_s is not None and now - t0 >= duration_s:
+                self.ended = "duration"
+                self.still_arriving = last_data is not None and (
+                    now - last_data < STILL_ARRIVING_S
+                    or int(cap.stats()["packets"]) != packets_seen
+                )
                 return
             if stop_event is not None and stop_event.is_set():
+                self.ended = "stop"
                 return
-            if idle_timeout_s is not None and last_data is not None:
-                if now - last_data >= idle_timeout_s:
-                    return
+            if idle_timeout_s is not None and now - (last_data or waiting_since) >= idle_timeout_s:
+                self.ended = "idle" if last_data is not None else "idle, nothing arrived"
+                if last_data is None:
+                    log.warning("capture: no packet in %g s (--idle-timeout): ending the run",
+                                idle_timeout_s)  # fmt: skip
+                return
             chunk = cap.next_chunk(0.05)
             self.consumer.poll()
             if chunk is None:
@@ -434,7 +477,7 @@ class CountingSink:
 
     def __init__(self, fmt: CaptureFormat, report: CaptureReport) -> None:
         self.fmt, self.report = fmt, report
-        self.bytes_per_sample = fmt.nchan * fmt.npol * 2
+        self.bytes_per_sample = fmt.nchan * fmt.npol * 2 * getattr(fmt, "bits", 8) // 8
 
     def take(self, item: Any) -> None:
         packets = item.packets
@@ -453,7 +496,9 @@ class CountingSink:
 
 
 class TfpSink(CountingSink):
-    """Blocks to int8 TFP samples (absent packets zero) for `sink(samples, valid)`."""
+    """Blocks to int8 TFP samples (absent packets zero) for `sink(samples, valid)`;
+    packed (2- and 4-bit) VDIF to complex64 (n, nchan, npol) samples instead, its
+    levels decoded as a VDIF file's (formats.py ``payload_to_complex``)."""
 
     fmt: StreamFormat  # the sample geometry CountingSink does not need
 
@@ -482,24 +527,34 @@ class TfpSink(CountingSink):
         if isinstance(item, Block):
             first_packet = item.chunk_id * item.present.shape[1] + item.first
         self.next_packet = first_packet + item.packets
+        packed = self.fmt.bits != 8
         if isinstance(item, Gap):
             n = item.packets * spp
-            shape = (n, self.fmt.nchan, self.fmt.npol, 2)
-            samples, valid = np.zeros(shape, np.int8), np.zeros(n, bool)
+            if packed:
+                samples = np.zeros((n, self.fmt.nchan, self.fmt.npol), np.complex64)
+            else:
+                samples = np.zeros((n, self.fmt.nchan, self.fmt.npol, 2), np.int8)
+            valid = np.zeros(n, bool)
         else:
+            raw = item.array(item.present.shape[0], self.slot_len)
+            raw = raw[..., self.slot_len - self.fmt.payload_len :]
+            convert = self.fmt.payload_to_complex if packed else self.fmt.payload_to_tfp
             try:
-                raw = item.array(item.present.shape[0], self.slot_len)
-                raw = raw[..., self.slot_len - self.fmt.payload_len :]
-                samples = self.fmt.payload_to_tfp(raw, item.present)
+                samples = convert(raw, item.present)
+            except BaseException:
+                # The error's traceback still holds views of the chunk: a release now
+                # would fail and hide the error itself. The run ends; the pool goes.
                 del raw
-            finally:
-                item.release()
+                raise
+            del raw
+            item.release()
             valid = np.repeat(item.present.all(axis=0), spp)
             keep = slice(item.first * spp, item.stop * spp)
             samples, valid = samples[keep], valid[keep]
         self.report.chunks += 1
         self.report.samples_written += samples.shape[0]
-        self.report.bytes_written += samples.nbytes
+        # Bytes as the samples came (packed VDIF: its bits), whatever they became here.
+        self.report.bytes_written += samples.shape[0] * self.bytes_per_sample
         if self.indexed:
             self.sink(samples, valid, first_packet)
         else:

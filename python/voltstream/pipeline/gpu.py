@@ -172,7 +172,9 @@ class StatusLine:
         print(
             f"{self.label} {now - self.t0:6.1f} s  in {gin:6.2f} Gb/s  processed {gout:6.2f} Gb/s"
             f"  pool {fill:3.0f}% full  dropped {tot['dropped']}  lost {lost}"
-            + ("" if busy is None else f"  GPU busy {busy:3.0f}%"),
+            + ("" if busy is None else f"  GPU busy {busy:3.0f}%")
+            # Processed counts whole chunks: none yet while the first one fills.
+            + ("  (first chunk still filling)" if received and not consumer.bytes_fed else ""),
             file=self.stream,
             flush=True,
         )

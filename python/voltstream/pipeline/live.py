@@ -113,7 +113,9 @@ class LiveReader:
                 self.samples_not_folded += item[0].shape[0]
                 continue
             samples, valid = item
-            parts.append(samples.astype(np.float32).view(np.complex64)[..., 0])
+            if samples.dtype == np.int8:  # 8-bit: int8 re/im; packed VDIF: complex64
+                samples = samples.astype(np.float32).view(np.complex64)[..., 0]
+            parts.append(samples)
             valid_parts.append(valid)
             have += samples.shape[0]
             while have >= nsamp:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from voltstream.capture_config import CaptureFormat, CaptureSettings
+from voltstream.capture_config import CaptureFormat, CaptureSettings, start_capture
 from voltstream.errors import ConfigError, RecordError
 from voltstream.record.layouts import RecordLayout, check
 from voltstream.record.manifest import Manifest
@@ -111,7 +111,7 @@ class Recording:
         plan = RecordLayout.choose(
             layout, stream, chunk_part=part, file_size=file_size, source=source
         )
-        cap.start()
+        start_capture(cap)
         try:
             self.rec = _core.Recorder(
                 cap, self.dirs, scan, queue_chunks=queue_chunks,

@@ -5,6 +5,11 @@
 - 1: data loss above ``--max-loss FRACTION`` (only when it is given: by default a
   lossy run still exits 0, its losses in the report);
 - 2: bad input or configuration (a ConfigError and the other VoltstreamErrors);
+- 3: a receiving run (capture, fold --listen) that got none of its stream: nothing
+  arrived, or only packets that were not its format (malformed, foreign). One line
+  says which and what to check (service/outcomes.py); no output file is left as
+  if it were a recording. A run stopped by a signal before any data came exits 0
+  with the line as a warning;
 - 128 + N: ended by signal N without a clean stop (a second signal, or a verb
   that cannot stop cleanly): 130 for SIGINT, 143 for SIGTERM.
 
@@ -24,6 +29,7 @@ from typing import Any
 OK = 0
 LOSS = 1
 BAD_INPUT = 2
+NO_DATA = 3
 
 log = logging.getLogger("voltstream.service")
 

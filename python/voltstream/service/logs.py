@@ -4,7 +4,9 @@ stdout keeps the run's summary (what a script reads); stderr gets everything sai
 while it runs: warnings, "listening on", stop requests, errors. Text lines are the
 message alone (each already names its verb, as `voltstream fold: error: ...`); JSON
 lines are one object each (time, level, logger, message), for a log collector.
-Python warnings (``warnings.warn``) go the same way.
+Python warnings (``warnings.warn``) go the same way, as one line each
+(``warning: <message>``, logger ``voltstream.warnings``): not Python's own form, which
+names the source file and repeats its line of code.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import json
 import logging
 import sys
 import time
-from typing import TextIO
+import warnings
+from typing import Any, TextIO
 
 FORMATS = ("text", "json")
 LEVELS = ("debug", "info", "warning", "error")
@@ -40,7 +43,7 @@ def setup(fmt: str = "text", level: str = "info", stream: TextIO | None = None) 
     in ``fmt``, at ``level`` and above; called again, replaces what it set."""
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonLines() if fmt == "json" else logging.Formatter("%(message)s"))
-    logging.captureWarnings(True)
+    warnings.showwarning = _warning_line
     for name in ("voltstream", "py.warnings"):
         logger = logging.getLogger(name)
         for old in [h for h in logger.handlers if getattr(h, "voltstream", False)]:
@@ -49,3 +52,11 @@ def setup(fmt: str = "text", level: str = "info", stream: TextIO | None = None) 
         logger.addHandler(handler)
         logger.setLevel(level.upper())
         logger.propagate = False
+
+
+def _warning_line(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int,
+    file: Any = None, line: str | None = None,
+) -> None:  # fmt: skip
+    """``warnings.showwarning`` of the CLI: the message alone, one line, logged."""
+    logging.getLogger("voltstream.warnings").warning("warning: %s", message)
