@@ -217,6 +217,8 @@ def _describe(stream: CaptureFormat, cap: Any, plan: RecordLayout) -> dict[str, 
         "thread_streams": cap.thread_streams,
         "file_chunks": plan.file_chunks,
         "packets_per_second": per_second,
+        # VDIF: frames per second of one thread, what `replay --realtime` paces by.
+        "frames_per_second": plan.frames_per_second,
     }
 
 
