@@ -35,6 +35,7 @@ from voltstream.cli_options import (
     host_ports,
     positive,
 )
+from voltstream.cli_simulate import add_simulate_stream_options
 from voltstream.errors import VoltstreamError
 from voltstream.ops.cli import (
     add_katcp_options,
@@ -345,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
         "is synthesised and split, as a digitiser feeding N nodes does: subband i to the "
         "i-th --dest, or to FILE.sb{i}.SUFFIX with --output.",
     )
-    add_format_options(p, extra_formats=("spead-dig",))
+    add_format_options(p, extra_formats=("spead-dig", "codif", "counter", "layout"))
+    add_simulate_stream_options(p)
     _add_spead_dig_options(p)
     add_options(p, (
         ("--signal", None, "pulsar",
