@@ -341,3 +341,87 @@ def test_a_stream_description_in_the_file_or_named_by_it_reaches_the_verb(tmp_pa
         f'[stream]\ndescription = "{tmp_path / "s.toml"}"\n'
     )
     assert _capture_format(verb_args(named)).capture_kwargs()["streams"] == 2
+
+
+def test_the_shipped_example_runs_as_documented_and_check_catches_what_run_refuses(tmp_path):
+    """docs/examples/pipeline.toml as its header says to run it, in a fresh folder
+    (ports made free, nothing else changed): `run --check` refuses it while its disks
+    are missing, by key and line, as `run` would; after the documented mkdir it is
+    valid and runs, fed by the simulator; a second run of the same scan is refused."""
+    import shlex
+    import socket
+
+    text = (ROOT / "docs" / "examples" / "pipeline.toml").read_text()
+    bind = free_bind()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        metrics = f"127.0.0.1:{s.getsockname()[1]}"
+    text = text.replace('"127.0.0.1:7000"', f'"{bind}"').replace('"127.0.0.1:9100"', f'"{metrics}"')
+    (tmp_path / "pipeline.toml").write_text(text)
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "voltstream.cli", *argv], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    for argv in (["run", "--check", "pipeline.toml"], ["run", "pipeline.toml"]):
+        refused = run(*argv)
+        assert refused.returncode == 2, refused.stderr
+        line = 1 + text.splitlines().index('dirs = ["disk0", "disk1"]')
+        assert f"line {line}: record.dirs: disk disk0 does not exist" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    documented = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("#   mkdir")]
+    assert documented, "the example says which folders to make"
+    for command in documented:
+        subprocess.run(shlex.split(command), cwd=tmp_path, check=True)
+    checked = run("run", "--check", "pipeline.toml")
+    assert checked.returncode == 0 and "valid fold pipeline with a recording" in checked.stdout
+
+    proc = _start(["run", "pipeline.toml"], tmp_path)
+    sent = _simulate(bind, "0.2")
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    report = json.loads((tmp_path / "pipeline-report.json").read_text())
+    totals = report["record"]["capture"]["totals"]
+    assert totals["received"] == sent and totals["missing"] == totals["dropped"] == 0
+    assert report["record"]["record"]["chunks_written"] > 0
+    assert (tmp_path / "psr_001.fits").is_file() and (tmp_path / "psr_001.png").is_file()
+    assert any((tmp_path / "disk0" / "psr_001").iterdir())
+
+    again = run("run", "--check", "pipeline.toml")
+    assert again.returncode == 2 and "pick a new scan name" in again.stderr
+
+
+def test_check_finds_every_file_folder_and_address_the_run_would_refuse(tmp_path):
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as held:
+        held.bind(("127.0.0.1", 0))  # the capture's port, taken
+        (tmp_path / "d0").mkdir()
+        (tmp_path / "p.toml").write_text(f"""
+[network]
+bind = "127.0.0.1:{held.getsockname()[1]}"
+
+[run]
+report = "no/such/folder/r.json"
+
+[record]
+dirs = ["d0", "not_a_disk"]
+scan = "s1"
+
+[fold]
+output = "p.fits"
+dm = 1
+polyco = "missing.polyco"
+device = "cpu"
+""")
+        out = subprocess.run([sys.executable, "-m", "voltstream.cli", "run", "--check", "p.toml"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 2 and "4 errors" in out.stderr, out.stderr
+    for expected in ("line 3: network.bind: cannot listen on", "line 6: run.report: no/such",
+                     "line 9: record.dirs: disk not_a_disk does not exist",
+                     "line 15: fold.polyco: missing.polyco is not a file"):  # fmt: skip
+        assert expected in out.stderr
+    # `record` itself refuses a missing disk before it listens, in one line.
+    rec = run_cli("record", "--listen", free_bind(), "--dirs", str(tmp_path / "gone"),
+                  "--scan", "s1")  # fmt: skip
+    assert rec.returncode == 2 and "gone does not exist: mount the disk" in rec.stderr

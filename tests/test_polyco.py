@@ -108,3 +108,27 @@ def test_constant_period():
     assert p.text is None
     with pytest.raises(ConfigError, match="period"):
         ConstantPeriod(0.0, 60000, 0.0)
+
+
+def test_the_shipped_example_polyco_is_what_its_script_computes_and_covers_today(tmp_path):
+    """docs/examples/psr.polyco (the README tour's) is scripts/make_example_polyco.py's
+    output, exact for the simulated pulsar's constant period at any date it covers."""
+    import importlib.util
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("mk", root / "scripts" / "make_example_polyco.py")
+    assert spec is not None and spec.loader is not None
+    mk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mk)
+    shipped = root / "docs" / "examples" / "psr.polyco"
+    assert shipped.read_text() == mk.polyco_text()
+    pc = read_polyco(shipped)
+    assert pc.dm == 26.833 and pc.psr == "SIMPULSAR"
+    today = 40587 + int(time.time() // 86400)
+    sec = np.linspace(0.0, 86400.0 * 400, 1001)  # today and the 400 days after it
+    # Phase zero at 2024-01-01 00:00 UTC, one turn per 0.0333 s, across entries.
+    turns = ((today - 60310) * 86400.0 + sec) / 0.0333
+    np.testing.assert_allclose(pc.phase(today, sec) - turns, 0.0, atol=1e-5)
+    np.testing.assert_allclose(pc.freq_hz(today, sec), 1 / 0.0333, rtol=1e-14)

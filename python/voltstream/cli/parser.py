@@ -41,6 +41,7 @@ from voltstream.cli.options import (
     loss_fraction,
     positive,
 )
+from voltstream.cli.simulate_options import add_simulate_stream_options
 from voltstream.service import logs
 
 log = logging.getLogger("voltstream.cli")
@@ -352,7 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
         "is synthesised and split, as a digitiser feeding N nodes does: subband i to the "
         "i-th --dest, or to FILE.sb{i}.SUFFIX with --output.",
     )
-    add_format_options(p, extra_formats=("spead-dig",))
+    add_format_options(p, extra_formats=("spead-dig", "codif", "counter", "layout"))
+    add_simulate_stream_options(p)
     _add_spead_dig_options(p)
     add_options(p, (
         ("--signal", None, "pulsar",

@@ -203,7 +203,7 @@ def file_source(paths: list[Path], args: argparse.Namespace) -> Source:
 
 
 def scan_source(rec: layouts.Recording, args: argparse.Namespace) -> Source:
-    fps = args.frames_per_second or layouts.manifest_int(rec, "frames_per_second")
+    fps = args.frames_per_second or layouts.manifest_frames_per_second(rec)
     files = rec.files
     if rec.layout == "mark6":
         return Mark6Files([f.path for f in files], frames_per_second=fps)

@@ -192,6 +192,11 @@ def verb_of(args: argparse.Namespace) -> argparse.Namespace | int:
     if not args.pipeline:
         raise ConfigError("give a PIPELINE.toml (or --print-config VERB ARGS...)")
     pf = load_pipeline(args.pipeline)
+    # What this machine would refuse once the run started (disks, files, folders,
+    # addresses): found now, by --check as by the run itself.
+    from voltstream.cli.pipeline_check import check_machine
+
+    check_machine(pf, args.pipeline)
     if args.check:
         print(f"{args.pipeline}: a valid {pf.verb()} pipeline"
               + (" with a recording" if pf.verb() == "fold" and pf.record else ""))  # fmt: skip

@@ -28,6 +28,7 @@ from voltstream.cli.common import (
 )
 from voltstream.cli.ops import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.errors import CaptureError, ConfigError
+from voltstream.sim.pace import RateWatch
 
 if TYPE_CHECKING:  # imported when a verb runs: `voltstream --help` stays quick
     from voltstream.formats import StreamFormat
@@ -53,8 +54,8 @@ def _destinations(dest: str, n: int) -> list[str]:
 class _Output:
     """Where one subband goes: a sender, a DADA writer or a file of raw packets."""
 
-    fmt: StreamFormat  # the subband's format
-    obs: Observation  # the subband's: its centre, the band's start
+    fmt: Any  # the subband's StreamFormat, or a packer of streams/packets.py
+    obs: Any  # the subband's Observation (its centre, the band's start); None: no samples
     where: str  # destination or path, for messages
     index: int  # the subband's number (YNAO headers carry it)
     sender: Any = None
@@ -70,7 +71,10 @@ class _Output:
             self.sink[1].write(q)
             self.bytes += q.nbytes
             return
-        pkts = self.fmt.packetize(q, first, self.obs, subband=self.index)
+        self.put_packets(self.fmt.packetize(q, first, self.obs, subband=self.index), rate_gbps)
+
+    def put_packets(self, pkts: np.ndarray, rate_gbps: float) -> None:
+        """Sends or writes packets made already ((n, packet_len) uint8)."""
         if self.sender is not None:
             try:
                 r = _send_sliced(self.sender, pkts, self.fmt.packet_len, rate_gbps)
@@ -138,19 +142,24 @@ def simulate(args: argparse.Namespace) -> int:
         if args.dest:
             _destinations(args.dest, 1)
         return simulate_spead_dig(args)
-    fmt = format_from(args)
+    desc = _described(args)
+    if desc is not None and desc.format != "codif":
+        return simulate_packets(args, desc)
+    fmt = format_from(args) if desc is None else _codif_samples(args, desc)
     if args.dest:
         _destinations(args.dest, nsub)  # before any work: a clear error first
-    if fmt.name == "vdif":
+    if fmt.name == "vdif" and desc is None:
         fmt.capture_kwargs()  # a frame rate VDIF cannot stamp: refused before files exist
+    packer = _packer(args, fmt, desc, nsub)
     mjd, sec = _now_mjd()
     start = {"start_mjd": mjd, "start_sec": sec, "source": "SIM" + args.signal.upper()}
-    formats = subband_formats(fmt, nsub)
+    formats = subband_formats(fmt, nsub) if packer is None else [packer]
     obs = whole_band_observation(fmt, nsub, **start)
     obss = [f.observation(**start) for f in formats]
     # Blocks of about 65536 x nchan samples whatever the subband count: memory stays
     # bounded (the samples do not depend on the block size).
-    per_block = max(1, 65536 // nsub // fmt.samples_per_packet)
+    unit = fmt.samples_per_packet if packer is None else packer.block_unit
+    per_block = max(1, 65536 // nsub // unit)
     blocks = signal.synthesize_blocks(
         obs,
         args.duration,
@@ -161,18 +170,21 @@ def simulate(args: argparse.Namespace) -> int:
         pulse_phase=args.pulse_phase,
         tone_mhz=args.tone,
         seed=args.seed,
-        block_samples=fmt.samples_per_packet * per_block,
+        block_samples=unit * per_block,
     )
     stats: dict[str, Any] = {"seconds": 0.0, "clipped": 0}
     outs = _open_outputs(args, formats, obss)
     t0 = time.monotonic()
     stop = _stop_event(args)
+    if packer is not None:
+        fmt = packer  # what is sent or written, from here on
     log.info("simulate: %s %s -> %s", args.signal, fmt.name, args.dest or args.output)
-    total = int(round(args.duration / obs.tsamp_s))
+    total = int(round(args.duration / fmt.tsamp_s))
     bar = _progress(args, "simulate", None if args.dest else total, "samples")
+    watch = RateWatch(args.rate if args.dest else None)
     try:
         with bar as update:
-            first = _simulate_blocks(args, fmt, blocks, outs, stats, stop, update)
+            first = _simulate_blocks(args, fmt, blocks, outs, stats, stop, update, watch)
     finally:
         for out in outs:
             out.close()
@@ -183,7 +195,62 @@ def simulate(args: argparse.Namespace) -> int:
             write_sidecar(out.where, out.obs, fmt.capture_kwargs()["frames_per_second"])
     stats["seconds"] = time.monotonic() - t0
     print(_summary(args, fmt, outs, first, stats))
+    watch.finish(sum(out.bytes for out in outs))
     return 0
+
+
+def _described(args: argparse.Namespace) -> Any:
+    """The stream description --stream names (codif, layout, counter), or None."""
+    if not args.stream:
+        if args.format in ("codif", "layout", "counter"):
+            raise ConfigError(
+                f"--format {args.format} needs --stream FILE.toml with its geometry "
+                "(docs/examples/codif.toml, docs/examples/wfs.toml)"
+            )
+        return None
+    from voltstream.streams import load_stream
+
+    desc = load_stream(args.stream)
+    if args.format not in ("ynao", desc.format):  # ynao: the default, not a choice
+        raise ConfigError(f"--format {args.format} but {args.stream} says {desc.format}")
+    if desc.format not in ("codif", "layout", "counter"):
+        raise ConfigError(
+            f"{args.stream} describes a {desc.format} stream: simulate makes those with "
+            "--format and its options; --stream is for codif, layout and counter streams"
+        )
+    if args.real or getattr(args, "subbands", 1) != 1:
+        raise ConfigError("--real and --subbands are for VDIF (and YNAO) streams, not --stream")
+    return desc
+
+
+def _codif_samples(args: argparse.Namespace, desc: Any) -> StreamFormat:
+    """The sample geometry of a CODIF stream: the format options, one pol a thread."""
+    from voltstream.formats import make_format
+
+    return make_format(
+        "vdif", nchan=args.nchan, chan_bw_mhz=4.0 if args.chan_bw is None else args.chan_bw,
+        freq_mhz=1420.0 if args.freq is None else args.freq,
+        vdif_payload=max(8, desc.frame_len - 64), npol=len(desc.threads), bits=args.bits,
+    )  # fmt: skip
+
+
+def _packer(args: argparse.Namespace, fmt: Any, desc: Any, nsub: int) -> Any:
+    """What packs the samples when it is not ``fmt`` itself: real VDIF, CODIF; None."""
+    from voltstream.streams.packets import Codif, RealVdif
+
+    if desc is not None:
+        packer: Any = Codif(desc, fmt)
+    elif args.real:
+        if fmt.name != "vdif" or nsub != 1:
+            raise ConfigError("--real makes VDIF of real-sampled channels: --format vdif, "
+                              "one band (no --subbands)")  # fmt: skip
+        packer = RealVdif(fmt)
+    else:
+        return None
+    if args.output and args.output.endswith(".dada"):
+        raise ConfigError(f"{packer.name} frames go to a file of frames (e.g. .{packer.name}), "
+                          "not a DADA file")  # fmt: skip
+    return packer
 
 
 def _summary(args: argparse.Namespace, fmt: Any, outs: list[_Output], first: int,
@@ -218,7 +285,7 @@ def _summary(args: argparse.Namespace, fmt: Any, outs: list[_Output], first: int
 
 def _simulate_blocks(
     args: argparse.Namespace, fmt: Any, blocks: Any, outs: list[_Output], stats: dict,
-    stop: threading.Event | None, update: Any,
+    stop: threading.Event | None, update: Any, watch: RateWatch,
 ) -> int:  # fmt: skip
     """Quantises, splits into subbands, packetises and sends or writes each
     synthesised block, until the blocks end or a stop is asked (SIGINT/SIGTERM: what
@@ -238,7 +305,9 @@ def _simulate_blocks(
             if stop is not None and stop.is_set():
                 stats["stopped"] = True
                 break
-            if fmt.bits < 8:
+            if (prepare := getattr(fmt, "prepare", None)) is not None:
+                q = prepare(x, stats)  # real VDIF, CODIF (streams/packets.py)
+            elif fmt.bits < 8:
                 # Sub-byte VDIF: the packetizer quantises complex values itself, at
                 # about the optimal rms of the narrower code (2.2 levels at 2 bits).
                 q = (x * np.float32(SUB_BYTE_RMS[fmt.bits] * np.sqrt(2.0))).astype(np.complex64)
@@ -250,6 +319,7 @@ def _simulate_blocks(
                 continue
             parts = split_subbands(q[:m], n) if n > 1 else [q[:m]]
             pairs = list(zip(outs, parts, strict=True))
+            watch.begin()
             if pool is not None:
                 for done in [pool.submit(o.put, p, first, rate) for o, p in pairs]:
                     done.result()
@@ -258,6 +328,7 @@ def _simulate_blocks(
                     o.put(p, first, rate)
             first += m
             update(first)
+            watch.update(sum(o.bytes for o in outs))
     finally:
         if pool is not None:
             pool.shutdown(wait=True)
@@ -311,6 +382,7 @@ def simulate_spead_dig(args: argparse.Namespace) -> int:
         except OSError as e:
             raise ConfigError(f"cannot write {args.output}: {e.strerror}") from None
     stats = {"packets": 0, "bytes": 0, "dropped": 0}
+    watch = RateWatch(args.rate if sender is not None else None, "simulate spead-dig")
     block = max(1, 65536 // sph)  # heaps per pol per batch
     t0 = time.monotonic()
     stop = _stop_event(args)
@@ -324,8 +396,10 @@ def simulate_spead_dig(args: argparse.Namespace) -> int:
                     stopped = True
                     break
                 update(first)
+                watch.begin()
                 _send_dig_heaps(args, first, min(block, n_heaps - first), ids, drops,
                                 sender, sink, stats)  # fmt: skip
+                watch.update(stats["bytes"])
             else:
                 update(n_heaps)
     finally:
@@ -339,6 +413,7 @@ def simulate_spead_dig(args: argparse.Namespace) -> int:
         f"{stats['bytes'] / 1e6:.1f} MB in {seconds:.2f} s, {stats['dropped']} dropped on "
         "purpose" + (" (stopped by a signal)" if stopped else "")
     )
+    watch.finish(stats["bytes"])
     return 0
 
 
@@ -390,3 +465,63 @@ def _open_sim_output(path: str, fmt: Any, obs: Any) -> tuple[str, Any]:
         return ("raw", open(path, "wb"))  # noqa: SIM115 - closed by the caller
     except OSError as e:
         raise ConfigError(f"cannot write {path}: {e.strerror}") from None
+
+
+def simulate_packets(args: argparse.Namespace, desc: Any) -> int:
+    """`voltstream simulate --stream FILE.toml` of a layout or counter stream: --packets
+    indices of every stream (a counter and noise bytes), sent or written."""
+    from voltstream.streams.packets import LayoutPackets
+
+    maker = LayoutPackets(desc)
+    per_stream = args.packets
+    if per_stream is None:
+        if not args.dest or not args.rate or args.rate <= 0:
+            raise ConfigError(
+                f"a {desc.format} stream has no sample clock: give --packets N (or --dest "
+                "with a --rate, and --duration)"
+            )
+        bytes_per_index = maker.packet_len * len(maker.stream_ids)
+        per_stream = max(1, int(args.duration * args.rate * 1e9 / 8 / bytes_per_index))
+    fmt = _PacketsOnly(desc.format, maker.packet_len)
+    obs = None  # no samples: the output has no observation
+    out = _Output(fmt, obs, args.dest or args.output, 0)
+    if args.dest:
+        from voltstream import _core
+
+        out.sender = _core.Sender(args.dest)
+    else:
+        out.sink = _open_sim_output(args.output, fmt, obs)
+    rng = np.random.default_rng(args.seed)
+    stop = _stop_event(args)
+    watch = RateWatch(args.rate if args.dest else None)
+    block = max(1, (1 << 22) // (maker.packet_len * len(maker.stream_ids)))  # ~4 MiB a batch
+    t0, done, stopped = time.monotonic(), 0, False
+    try:
+        while done < per_stream:
+            if stop is not None and stop.is_set():
+                stopped = True
+                break
+            pkts = maker.packets(done, min(block, per_stream - done), rng)
+            watch.begin()
+            out.put_packets(pkts, args.rate)
+            done += min(block, per_stream - done)
+            watch.update(out.bytes)
+    finally:
+        out.close()
+    seconds = time.monotonic() - t0
+    print(
+        f"simulate: {desc.format} packets of {maker.packet_len} bytes, {done} per stream x "
+        f"{len(maker.stream_ids)} stream(s) -> {out.where}: {out.packets} packets, "
+        f"{out.bytes / 1e6:.1f} MB in {seconds:.2f} s"
+        + (" (stopped by a signal)" if stopped else "")
+    )
+    watch.finish(out.bytes)
+    return 0
+
+
+@dataclass
+class _PacketsOnly:
+    """The format of packets made whole (no samples): their name and length."""
+
+    name: str
+    packet_len: int

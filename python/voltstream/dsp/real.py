@@ -118,3 +118,39 @@ class RealToComplex:
             return out
         bad = np.convolve(~ok, np.ones(taps), mode="valid")[: span - taps + 1 : 2] > 0
         return out, ~bad
+
+
+class ComplexToReal:
+    """The inverse of :class:`RealToComplex`, for the simulator: complex channels at
+    rate B (blocks ``(n, nchan, npol)``) to real channels at 2B (``(2n, nchan,
+    npol)`` float32), as a DBBC3 samples them, block after block in one stream.
+
+    Upsample by two with the same half-band low-pass (polyphase: even outputs take
+    the even taps, odd outputs the odd ones, gain 2), then shift by +B/2 (times
+    ``exp(i pi m / 2)``, m the output's absolute index) and keep the real part: the
+    channel's band [-B/2, B/2] lands on [0, B]. The filter's state is carried, so
+    blocks join without a seam; the real stream lags by the group delay, ``(TAPS -
+    1) / 2`` real samples, as the converter's start time says.
+    """
+
+    def __init__(self, taps: int = TAPS) -> None:
+        h = 2.0 * halfband_lowpass(taps)
+        self.phases = (h[0::2], h[1::2])
+        self.state: list[np.ndarray | None] = [None, None]
+        self.done = 0  # real samples made so far (the mixer's phase)
+
+    def __call__(self, z: np.ndarray) -> np.ndarray:
+        from scipy.signal import lfilter
+
+        z = np.asarray(z, dtype=np.complex128)
+        n = z.shape[0]
+        y = np.empty((2 * n,) + z.shape[1:], dtype=np.complex128)
+        for p, taps in enumerate(self.phases):
+            zi = self.state[p]
+            if zi is None:
+                zi = np.zeros((len(taps) - 1,) + z.shape[1:], dtype=np.complex128)
+            y[p::2], self.state[p] = lfilter(taps, [1.0], z, axis=0, zi=zi)
+        phase = (self.done + np.arange(2 * n)) % 4
+        self.done += 2 * n
+        mix = np.array([1, 1j, -1, -1j])[phase].reshape((-1,) + (1,) * (z.ndim - 1))
+        return np.real(y * mix).astype(np.float32)

@@ -126,8 +126,9 @@ class PolycoEntry:
             rphase = f"{self.rphase_int + self.rphase_frac:.9f}"
         line2 = (
             # " " + 4 wide is the usual 5-wide site field, and keeps a long site name
-            # (PINT's "chime") from running into F0.
-            f"{rphase:>20s}{self.f0_hz:22.15f} {self.site:>4s}{int(self.span_min):5d}"
+            # (PINT's "chime") from running into F0; likewise " " + 4 for the span, the
+            # usual 5 columns below 10000 minutes, and a blank before a longer one.
+            f"{rphase:>20s}{self.f0_hz:22.15f} {self.site:>4s} {int(self.span_min):4d}"
             f"{self.coeffs.size:5d}{self.ref_freq_mhz:10.3f}"
         )
         for b in self.binary_phase:

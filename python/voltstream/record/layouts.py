@@ -7,8 +7,11 @@ are. docs/formats.md, "Recordings", defines every file.
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from voltstream.capture_config import CaptureFormat
@@ -87,6 +90,28 @@ def check(name: str) -> str:
     if name not in LAYOUTS:
         raise ConfigError(f"--layout {name!r}: use one of {', '.join(LAYOUTS)}")
     return name
+
+
+def disk_problems(dirs: Sequence[str], scan: str, layout: str) -> list[str]:
+    """What the recorder would refuse of its disks, before anything starts (``run
+    --check`` asks too). A disk is a directory that exists: a missing one is a disk
+    not mounted, not something to create; the scan's folder (or Mark6 file) on it is
+    the recorder's to create, so it must not be there yet."""
+    problems = []
+    if not scan or "/" in scan or scan in (".", ".."):
+        problems.append(f"scan name {scan!r} is not a plain name (no '/')")
+        return problems
+    for d in dirs:
+        disk = Path(d)
+        if not disk.is_dir():
+            what = "is not a directory" if disk.exists() else "does not exist"
+            problems.append(f"disk {d} {what}: mount the disk there or create it (mkdir -p {d})")
+        elif not os.access(disk, os.W_OK | os.X_OK):
+            problems.append(f"disk {d} is not writable by this user")
+        elif (disk / scan).exists() or (disk / f"{scan}.manifest.json").exists():
+            where = disk / scan if (disk / scan).exists() else disk / f"{scan}.manifest.json"
+            problems.append(f"scan {scan} is already on disk {d} ({where}): pick a new scan name")
+    return problems
 
 
 def dada_keys(stream: CaptureFormat, source: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from voltstream.capture_config import CaptureFormat, CaptureSettings, start_capture
 from voltstream.errors import ConfigError, RecordError
-from voltstream.record.layouts import RecordLayout, check
+from voltstream.record.layouts import RecordLayout, check, disk_problems
 from voltstream.record.manifest import Manifest
 
 #: How often the run looks at its counters (and at Ctrl-C).
@@ -104,6 +104,8 @@ class Recording:
             raise ConfigError("give --dirs: one or more directories, one per disk")
         if not file_size > 0:
             raise ConfigError(f"--file-size must be positive, got {file_size}")
+        if problems := disk_problems(dirs, scan, layout):
+            raise ConfigError("--dirs: " + "; ".join(problems))
         self.scan, self.layout, self.dirs = scan, layout, list(dirs)
         settings = settings.replace(whole_packets=check(layout) != "dada")
         cap = settings.open(stream)
@@ -217,6 +219,8 @@ def _describe(stream: CaptureFormat, cap: Any, plan: RecordLayout) -> dict[str, 
         "thread_streams": cap.thread_streams,
         "file_chunks": plan.file_chunks,
         "packets_per_second": per_second,
+        # VDIF: frames per second of one thread, what `replay --realtime` paces by.
+        "frames_per_second": plan.frames_per_second,
     }
 
 

@@ -147,3 +147,16 @@ def manifest_int(rec: Recording, key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise FormatError(f"scan {rec.scan}: manifest {key} is {value!r}, not a positive integer")
     return value
+
+
+def manifest_frames_per_second(rec: Recording) -> int | None:
+    """VDIF frames per second of one thread, as the manifest states it: its own key,
+    else the capture's format (``capture_kwargs``; manifests written before the key
+    was), else None."""
+    fps = manifest_int(rec, "frames_per_second")
+    if fps is not None:
+        return fps
+    kwargs = rec.manifest.get("capture_kwargs")
+    if isinstance(kwargs, dict) and kwargs.get("frames_per_second") is not None:
+        return manifest_int(Recording(rec.scan, rec.layout, [], kwargs), "frames_per_second")
+    return None
