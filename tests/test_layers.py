@@ -236,3 +236,17 @@ def test_argparse_stays_in_the_cli_package():
         and p.parent.name != "cli"
     )
     assert users == ["latency/send.py"], users
+
+
+def test_a_long_module_says_why_at_its_top():
+    """No module over 500 lines without the reason in its docstring ("Over 500
+    lines: ..."), so that a long file is a decision, not an accident."""
+    unexplained = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") <= 500:
+            continue
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        if not re.search(r"\b(Over )?[5-9]\d\d lines", doc):
+            unexplained.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert not unexplained, unexplained

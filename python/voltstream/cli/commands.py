@@ -40,7 +40,7 @@ from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
 from voltstream.pipeline.capture import counted
 from voltstream.service.exit_status import Loss, record_loss
-from voltstream.service.outputs import check_output_dirs, check_outputs
+from voltstream.service.outputs import check_outputs
 
 if TYPE_CHECKING:  # imported by the verbs that need them, to keep start-up short
     from voltstream.fold.reference import FoldSettings
@@ -108,7 +108,9 @@ def record(args: argparse.Namespace) -> int | Loss:
         return 0
     if not args.scan or not args.listen:
         raise ConfigError("give --scan NAME and --listen HOST:PORT (or --repair SCAN)")
-    check_output_dirs("--dirs", args.dirs)
+    # The disks as the recorder (and `run --check`) judges them, before it listens.
+    if problems := rec.disk_problems(args.dirs, args.scan, args.layout):
+        raise ConfigError(f"--dirs: {problems[0]}")
     check_outputs([("--report", args.report)])
     report = rec.record(
         _capture_format(args),

@@ -139,7 +139,8 @@ def add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str] 
         ("--vdif-threads", threads_arg, None,
          "VDIF thread id of each polarisation, in pol order (e.g. 3 with --npol 1, or "
          "4,5); frames of other threads are counted foreign. 'auto' (live only): learnt "
-         "from the first 512 frames before the capture opens (those are not captured), "
+         "from the first 512 frames (waiting up to --idle-timeout, at most 30 s) before the "
+         "capture opens (those are not captured), "
          "ascending, one per pol. Default: 0 (and 1)"),
         ("--bits", int, 8,
          "VDIF bits per real/imaginary part: 8 (offset binary), 4, or 2 (the VDIF "
@@ -349,6 +350,10 @@ def format_from(args: argparse.Namespace) -> StreamFormat:
     )
 
 
+#: The longest ``--vdif-threads auto`` waits for a first frame.
+LEARN_WAIT_S = 30.0
+
+
 def learn_threads(args: argparse.Namespace) -> list[int]:
     """``--vdif-threads auto``: the live stream's threads, one per polarisation."""
     from voltstream.capture_config import hold_port
@@ -360,7 +365,11 @@ def learn_threads(args: argparse.Namespace) -> list[int]:
             "--vdif-threads auto learns the threads of a live VDIF stream (capture --listen, "
             "fold --listen); give the thread ids otherwise"
         )
-    learnt = learn_vdif_threads(bind, getattr(args, "station", None))
+    # Wait for the stream as long as the run would: a sender started by hand (or on a
+    # busy machine) may take seconds to begin; --idle-timeout bounds it, as a run's.
+    wait = [t for t in (getattr(args, "idle_timeout", None), getattr(args, "duration", None)) if t]
+    learnt = learn_vdif_threads(bind, getattr(args, "station", None),
+                                timeout_s=min([*wait, LEARN_WAIT_S]))  # fmt: skip
     hold_port(learnt["socket"])  # bound until the capture takes the port
     threads = learnt["threads"]
     if len(threads) > 2:

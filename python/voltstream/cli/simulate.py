@@ -5,6 +5,11 @@ With ``--subbands N`` one band of N x nchan channels is synthesised (one
 dispersion, one quantiser scale across it) and split into N subbands, each sent
 to its own destination or written to its own file with the same packet indices
 and time stamps, as a digitiser feeding N nodes does (subbands.py).
+
+(Over 500 lines: one verb with one synthesis loop and a short branch per output
+kind: YNAO and VDIF bands and subbands, digitiser heaps, real-sampled VDIF, CODIF
+and described streams, to a file or the network; a new kind should move its branch
+out.)
 """
 
 from __future__ import annotations

@@ -28,6 +28,10 @@ here, so queries need no engine. ``update_sensors`` may be called from any threa
 ``load_settings`` reads initial gains and delay models from a TOML file; queue them
 with ``queue_gains`` / ``queue_delay_models`` so that the mirror matches the engine.
 docs/fengine.md ("Control (katcp)") describes the formats.
+
+(Over 500 lines for one concept: one katcp device server, its requests and sensors,
+and the settings file they share; each request handler is short and they share the
+server's state.)
 """
 
 # No ``from __future__ import annotations`` here: aiokatcp reads the annotations of

@@ -19,6 +19,10 @@ the input is copied to the GPU once. Lost samples are kept as intervals on the h
 so an all-valid stream costs the GPU nothing for them.
 
 CuPy is imported inside functions only: this module imports without a GPU.
+
+(600 lines: the GPU engine's host time line, its operations and the read-out of
+heaps share the engine's buffers; the fold engine was split into ingest, operations
+and output (fold/gpu_ingest.py, gpu_output.py) and this one is to follow.)
 """
 
 from __future__ import annotations

@@ -43,6 +43,9 @@ feng_id and frequency as immediate unsigned 48-bit integers, feng_raw as an int8
 array ``(channels, spectra, 2, 2)`` (8-bit) or uint8 ``(channels, spectra, 2)``
 (4-bit). A receiver such as spead2's ``ItemGroup`` then decodes the data heaps with
 no prior knowledge. ``encode_stop_heap`` ends a stream (item 0x6 = 2).
+
+(Over 500 lines: the heap layout, the SPEAD-64-48 packing and its reader are one
+format, written and read back in NumPy; the tests read them as one.)
 """
 
 from __future__ import annotations

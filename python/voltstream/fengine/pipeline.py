@@ -23,7 +23,12 @@ tail of heaps never sent can be cut rather than counted as lost.
 Between blocks, a katcp control object (``voltstream.fengine.control``, optional)
 applies queued gain and delay changes, says whether to send (``?capture-start`` /
 ``?capture-stop``; heaps made while stopped are counted, not sent) and receives the
-counters for its sensors."""
+counters for its sensors.
+
+(Over 500 lines: the F-engine's report, its stage (FEngineFeed: pairing, time line,
+restarts, control, output) and run_fengine; the chunk hand-off itself is
+pipeline/gpu.py's StageRunner.)
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ run (``run.py``: start, watch, stop, one report), the scan's manifest
 the repair after a crash (``repair.py``).
 """
 
-from voltstream.record.layouts import LAYOUTS, RecordLayout
+from voltstream.record.layouts import LAYOUTS, RecordLayout, disk_problems
 from voltstream.record.manifest import Manifest, read_manifest
 from voltstream.record.repair import repair
 from voltstream.record.run import (
@@ -25,6 +25,7 @@ __all__ = [
     "Recording",
     "Manifest",
     "RecordLayout",
+    "disk_problems",
     "read_manifest",
     "record",
     "repair",

@@ -34,16 +34,6 @@ def check_output_path(option: str, path: str | os.PathLike | None) -> None:
         raise ConfigError(f"{option} {path}: the directory {parent} is not writable")
 
 
-def check_output_dirs(option: str, dirs: Iterable[str | os.PathLike]) -> None:
-    """Raises ConfigError unless every directory exists and is writable (--dirs)."""
-    for d in dirs:
-        p = Path(d)
-        if not p.is_dir():
-            raise ConfigError(f"{option}: {d} is not a directory; create it first")
-        if not os.access(p, os.W_OK | os.X_OK):
-            raise ConfigError(f"{option}: {d} is not writable")
-
-
 def check_outputs(pairs: Iterable[tuple[str, str | os.PathLike | None]]) -> None:
     """:func:`check_output_path` for each (option, path) given."""
     for option, path in pairs:
