@@ -184,7 +184,9 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
             senders=res["senders"],
             offered_gbps=total * tr.packet_len * 8 / window / 1e9,
         )
-        rx.wait(a.idle_timeout + a.drain_timeout)
+        time.sleep(a.idle_timeout)  # the last packets through the capture and its stage
+        rx.interrupt()
+        rx.wait(a.drain_timeout)
         point["drain_s"] = time.monotonic() - res["end"]
     except (RuntimeError, TimeoutError, EOFError, OSError, subprocess.TimeoutExpired) as e:
         point["error"] = f"{type(e).__name__}: {e}"

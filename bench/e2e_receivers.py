@@ -17,6 +17,7 @@ import functools
 import os
 import shlex
 import socket
+import signal
 import subprocess
 import sys
 import time
@@ -110,7 +111,10 @@ def preflight(product: str, device: str) -> None:
 def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) -> tuple:
     """Receiver `r`'s command line, CPU mask and a note; Skip if the CLI lacks a flag."""
     bind = f"127.0.0.1:{port}"
-    tail = ["--duration", f"{dur:g}", "--idle-timeout", f"{a.idle_timeout:g}"]
+    # --idle-timeout also bounds the wait for a first packet (issue 30): the senders
+    # start after the warm-up, so the receiver waits that long; the end of a probe is
+    # its SIGINT once the senders are done (``Receivers.interrupt``), not its idle time.
+    tail = ["--duration", f"{dur:g}", "--idle-timeout", f"{a.start_timeout + dur:g}"]
     tail += ["--report", str(report)]
     thr = cpus["capture"][r * a.capture_threads : (r + 1) * a.capture_threads]
     mask = set(cpus["receiver"])
@@ -230,6 +234,13 @@ class Receivers:
     def wait(self, limit: float) -> None:
         for p in self.procs:
             p.wait(timeout=limit)
+
+    def interrupt(self) -> None:
+        """Ctrl-C, as a user ends a run: the receiver finishes what it holds, writes
+        its report and exits 0 (a lossy run too: the report says what was lost)."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
 
     def stop(self) -> None:
         for p in self.procs:
