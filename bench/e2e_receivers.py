@@ -16,8 +16,8 @@ from __future__ import annotations
 import functools
 import os
 import shlex
-import socket
 import signal
+import socket
 import subprocess
 import sys
 import time
