@@ -90,14 +90,12 @@ class Consumer:
 
 def capture(engine: str, rcvbuf: int):
     return _core.Capture(
-        "counter",
-        "127.0.0.1:0",
-        64,
-        nchunks=128,
-        window=2,
-        payload_len=PACKET - HEADER,
-        queue_bytes=rcvbuf,
-        engine=engine,
+        {
+            "format": {"name": "counter", "payload_len": PACKET - HEADER},
+            "network": {"bind": "127.0.0.1:0", "queue_bytes": rcvbuf},
+            "engine": {"kind": engine},
+            "chunks": {"packets_per_chunk": 64, "nchunks": 128, "window": 2},
+        }
     )
 
 

@@ -82,14 +82,16 @@ class VoltstreamReceiver:
         from voltstream import _core
 
         self.cap = _core.Capture(
-            "counter",
-            "127.0.0.1:0",
-            PACKETS_PER_CHUNK,
-            nchunks=NCHUNKS,
-            window=WINDOW,
-            payload_len=PACKET - HEADER,
-            queue_bytes=rcvbuf,
-            engine=engine,
+            {
+                "format": {"name": "counter", "payload_len": PACKET - HEADER},
+                "network": {"bind": "127.0.0.1:0", "queue_bytes": rcvbuf},
+                "engine": {"kind": engine},
+                "chunks": {
+                    "packets_per_chunk": PACKETS_PER_CHUNK,
+                    "nchunks": NCHUNKS,
+                    "window": WINDOW,
+                },
+            }
         )
         self.cap.start()
         self.address = self.cap.address

@@ -59,17 +59,13 @@ def fill(dest: str, n: int, streams: int) -> int:
 def drain(nthreads: int, n: int, streams: int, cpus: list[int]) -> dict:
     per_ring = n * PACKET * 2 // nthreads + (64 << 20)
     cap = _core.Capture(
-        "counter",
-        "127.0.0.1:0",
-        64,
-        nchunks=64,
-        window=2,
-        streams=streams,
-        payload_len=PACKET - HEADER,
-        queue_bytes=per_ring,
-        engine="packet_ring",
-        threads=nthreads,
-        cpus=cpus[:nthreads] if cpus else None,
+        {
+            "format": {"name": "counter", "streams": streams, "payload_len": PACKET - HEADER},
+            "network": {"bind": "127.0.0.1:0", "queue_bytes": per_ring},
+            "engine": {"kind": "packet_ring"},
+            "chunks": {"packets_per_chunk": 64, "nchunks": 64, "window": 2},
+            "threads": {"count": nthreads, "cpus": cpus[:nthreads] if cpus else None},
+        }
     )
     cap.start(paused=True)
     done = threading.Event()

@@ -27,8 +27,12 @@ RECEIVER = textwrap.dedent(
     kw = {}
     if engine.startswith("xdp:"):
         engine, kw["xdp_mode"] = "xdp", engine[4:]
-    cap = _core.Capture("counter", bind, 64, nchunks=128, window=2, payload_len=%d,
-                        queue_bytes=rcvbuf, engine=engine, **kw)
+    cap = _core.Capture({
+        "format": {"name": "counter", "payload_len": %d},
+        "network": {"bind": bind, "queue_bytes": rcvbuf},
+        "engine": {"kind": engine, **kw},
+        "chunks": {"packets_per_chunk": 64, "nchunks": 128, "window": 2},
+    })
     cap.start(paused=paused)
     cstart = None
     done = False

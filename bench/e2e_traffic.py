@@ -363,16 +363,18 @@ def capture_spead(argv=None) -> int:
     a = ap.parse_args(argv)
     cpus = [int(c) for c in a.cpus.split(",")] if a.cpus else None
     cap = _core.Capture(
-        "spead",
-        a.bind,
-        a.chunk_heaps,
-        nchunks=16,
-        window=4,
-        engine=a.engine,
-        digitiser_ids=[0, 1],
-        samples_per_heap=4096,
-        sample_bits=10,
-        cpus=cpus,
+        {
+            "format": {
+                "name": "spead",
+                "digitiser_ids": [0, 1],
+                "samples_per_heap": 4096,
+                "sample_bits": 10,
+            },
+            "network": {"bind": a.bind},
+            "engine": {"kind": a.engine},
+            "chunks": {"packets_per_chunk": a.chunk_heaps, "nchunks": 16, "window": 4},
+            "threads": {"cpus": cpus},
+        }
     )
     cap.start()
     t0 = time.monotonic()

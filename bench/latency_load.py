@@ -27,10 +27,13 @@ def net(cpus: list[int], gbps: float) -> dict:
     from voltstream import _core
 
     payload = 8192
-    cap = _core.Capture(
-        "counter", "127.0.0.1:0", 256, nchunks=16, payload_len=payload, engine="socket",
-        cpus=cpus[:1],
-    )  # fmt: skip
+    cap = _core.Capture({
+        "format": {"name": "counter", "payload_len": payload},
+        "network": {"bind": "127.0.0.1:0"},
+        "engine": {"kind": "socket"},
+        "chunks": {"packets_per_chunk": 256, "nchunks": 16},
+        "threads": {"cpus": cpus[:1]},
+    })  # fmt: skip
     cap.start()
 
     def drain() -> None:

@@ -93,10 +93,13 @@ def trial(
     """One run at `rate` Gb/s: recorder on `dirs` (`queue` chunks queued per writer at
     most), or (None) the capture alone."""
     nchunks = pool_chunks(a, len(dirs or []), queue)
-    cap = _core.Capture(
-        "counter", "127.0.0.1:0", PER_CHUNK, nchunks=nchunks, window=2, payload_len=PAYLOAD,
-        queue_bytes=a.queue_mb << 20, engine=a.engine, whole_packets=True,
-    )  # fmt: skip
+    cap = _core.Capture({
+        "format": {"name": "counter", "payload_len": PAYLOAD},
+        "network": {"bind": "127.0.0.1:0", "queue_bytes": a.queue_mb << 20},
+        "engine": {"kind": a.engine},
+        "chunks": {"packets_per_chunk": PER_CHUNK, "nchunks": nchunks, "window": 2,
+                   "whole_packets": True},
+    })  # fmt: skip
     cap.start()
     scan = f"vsbench{time.monotonic_ns()}"
     rec, cons, cleaner, report = None, None, None, None

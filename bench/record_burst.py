@@ -32,10 +32,13 @@ CHUNK_BYTES = PER_CHUNK * PACKET  # whole packets, as the vbs layout records the
 
 
 def record_drain(dirs: list[Path], n: int) -> dict:
-    cap = _core.Capture(
-        "counter", "127.0.0.1:0", PER_CHUNK, nchunks=8, window=2, payload_len=PACKET - 10,
-        queue_bytes=n * PACKET * 2 + (64 << 20), engine="auto", whole_packets=True,
-    )  # fmt: skip
+    cap = _core.Capture({
+        "format": {"name": "counter", "payload_len": PACKET - 10},
+        "network": {"bind": "127.0.0.1:0", "queue_bytes": n * PACKET * 2 + (64 << 20)},
+        "engine": {"kind": "auto"},
+        "chunks": {"packets_per_chunk": PER_CHUNK, "nchunks": 8, "window": 2,
+                   "whole_packets": True},
+    })  # fmt: skip
     cap.start(paused=True)
     rec = _core.Recorder(cap, [str(d) for d in dirs], f"bench{time.monotonic_ns()}")
     queued = fill(cap.address, n)

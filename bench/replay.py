@@ -84,10 +84,11 @@ class ArrivalClock:
 
 
 def one_run(source: PacketFiles, packets: int, rate: float) -> dict:
-    cap = _core.Capture(
-        "counter", "127.0.0.1:0", 64, nchunks=256, window=2, payload_len=PACKET - HEADER,
-        queue_bytes=256 << 20,
-    )  # fmt: skip
+    cap = _core.Capture({
+        "format": {"name": "counter", "payload_len": PACKET - HEADER},
+        "network": {"bind": "127.0.0.1:0", "queue_bytes": 256 << 20},
+        "chunks": {"packets_per_chunk": 64, "nchunks": 256, "window": 2},
+    })  # fmt: skip
     cap.start()
     consumer = Consumer(cap)
     clock = ArrivalClock(cap, packets)

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import e2e  # noqa: E402
 import e2e_receivers as rx  # noqa: E402
 import e2e_traffic as tr  # noqa: E402
+from capture_spec import capture as open_capture
 from voltstream import _core  # noqa: E402
 from voltstream.spead_items import parse_packet  # noqa: E402
 
@@ -77,7 +78,7 @@ def capture_for(t, ppc: int):
         kw = {"vdif_threads": [0, 1], "vdif_frame_len": t.packet_len}
         kw["frames_per_second"] = t.fps
     fmt = "vdif" if t.name.startswith("vdif") else t.name
-    return _core.Capture(fmt, "127.0.0.1:0", ppc, window=4, engine="socket", **kw)
+    return open_capture(fmt, "127.0.0.1:0", ppc, window=4, engine="socket", **kw)
 
 
 @pytest.mark.parametrize("name", FORMATS)
@@ -175,7 +176,7 @@ def test_report_parser_reads_capture_and_fengine_reports():
     assert rx.lossless(20, clean) and not rx.lossless(21, clean)
     assert not rx.lossless(20, dict(clean, kernel_drops=1))
     # The real engine's stats carry every key the parser reads.
-    cap = _core.Capture("ynao", "127.0.0.1:0", 8, engine="socket")
+    cap = open_capture("ynao", "127.0.0.1:0", 8, engine="socket")
     cap.start()
     cap.stop()
     real = cap.stats()

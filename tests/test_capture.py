@@ -7,8 +7,8 @@ import struct
 import numpy as np
 import pytest
 
+from capture_spec import capture
 from chunks import check_chunks, drain
-from voltstream import _core
 from voltstream.errors import CaptureError, ConfigError, VoltstreamError
 from voltstream.testing import Delay, Drop, Duplicate, FaultPlan, Foreign, Garbage, Truncate
 
@@ -58,7 +58,7 @@ def counter_packet(index: int, stream: int, payload: np.ndarray) -> bytes:
 
 
 def test_stats_dict_has_every_counter_before_and_after_start():
-    cap = _core.Capture("counter", "127.0.0.1:0", 4, payload_len=16, streams=3)
+    cap = capture("counter", "127.0.0.1:0", 4, payload_len=16, streams=3)
     st = cap.stats()
     assert set(st) == TOP_KEYS
     assert [s["stream"] for s in st["streams"]] == [0, 1, 2]
@@ -94,7 +94,7 @@ def test_counter_capture_counts_every_kind_of_packet_and_delivers_exact_chunks()
     sent = plan.apply(counter_packet(i, s, data[i, s]) for i in range(nidx) for s in (0, 1))
     gap = {(at // 2, at % 2) for at in sent.lost}
     assert len(gap) == 6 and sent.count(Delay) > 20
-    cap = _core.Capture(
+    cap = capture(
         "counter", "127.0.0.1:0", ppc, nchunks=32, window=3, payload_len=plen, streams=nstreams
     )
     with cap:
@@ -124,7 +124,7 @@ def test_counter_capture_counts_every_kind_of_packet_and_delivers_exact_chunks()
 def test_chunks_are_dropped_whole_when_the_consumer_holds_them_all():
     rng = np.random.default_rng(5)
     ppc, plen = 4, 32
-    cap = _core.Capture("counter", "127.0.0.1:0", ppc, nchunks=3, window=2, payload_len=plen)
+    cap = capture("counter", "127.0.0.1:0", ppc, nchunks=3, window=2, payload_len=plen)
     with cap:
         tx = Sender(cap)
         for i in range(6 * ppc):
@@ -143,7 +143,7 @@ def test_chunks_are_dropped_whole_when_the_consumer_holds_them_all():
 def test_time_stamp_jump_resynchronises_instead_of_counting_missing():
     rng = np.random.default_rng(11)
     ppc, plen = 4, 24
-    cap = _core.Capture("counter", "127.0.0.1:0", ppc, payload_len=plen, resync_chunks=16)
+    cap = capture("counter", "127.0.0.1:0", ppc, payload_len=plen, resync_chunks=16)
     with cap:
         tx = Sender(cap)
         for i in [*range(8), *range(10**12, 10**12 + 8)]:
@@ -166,7 +166,7 @@ def test_ynao_capture_is_byte_exact_and_rejects_other_subbands():
     rng = np.random.default_rng(99)
     ppc, n = 4, 12
     data = rng.integers(0, 256, (n, 8192), dtype=np.uint8)
-    cap = _core.Capture("ynao", "127.0.0.1:0", ppc, subband=3)
+    cap = capture("ynao", "127.0.0.1:0", ppc, subband=3)
     assert (cap.payload_len, cap.packet_len, cap.nstreams) == (8192, 8216, 1)
     with cap:
         tx = Sender(cap)
@@ -186,8 +186,8 @@ def test_ynao_capture_is_byte_exact_and_rejects_other_subbands():
 
 
 def test_port_in_use_is_a_capture_error_naming_the_address():
-    with _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8) as first:
-        second = _core.Capture("counter", first.address, 4, payload_len=8)
+    with capture("counter", "127.0.0.1:0", 4, payload_len=8) as first:
+        second = capture("counter", first.address, 4, payload_len=8)
         with pytest.raises(CaptureError, match="another capture") as err:
             second.start()
         assert first.address in str(err.value)
@@ -213,15 +213,16 @@ def test_bad_configuration_is_a_config_error(kwargs, match):
     args = {"format": "ynao", "bind": "127.0.0.1:0", "packets_per_chunk": 4} | kwargs
     if match is None:
         with pytest.raises(ConfigError, match="(host|ipv4):port"):
-            _core.Capture(**args).start()
+            capture(**args).start()
     else:
         with pytest.raises(ConfigError, match=match):
-            _core.Capture(**args)
+            capture(**args)
 
 
 def test_release_is_refused_while_exported_and_access_after_release_fails():
     rng = np.random.default_rng(3)
-    with _core.Capture("counter", "127.0.0.1:0", 2, payload_len=16) as cap:
+    # Window 2: chunk 0 leaves it when chunk 2 opens, before the capture stops.
+    with capture("counter", "127.0.0.1:0", 2, payload_len=16, window=2) as cap:
         tx = Sender(cap)
         for i in range(6):
             tx.send(counter_packet(i, 0, rng.integers(0, 256, 16, dtype=np.uint8)))
@@ -239,4 +240,4 @@ def test_release_is_refused_while_exported_and_access_after_release_fails():
         with pytest.raises(CaptureError, match="released"):
             memoryview(ch)
         with pytest.raises(CaptureError, match="not started"):
-            _core.Capture("counter", "127.0.0.1:0", 2, payload_len=16).next_chunk(0.0)
+            capture("counter", "127.0.0.1:0", 2, payload_len=16).next_chunk(0.0)

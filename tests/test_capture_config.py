@@ -42,15 +42,21 @@ def write(tmp_path, text):
     return p
 
 
-def test_every_setting_becomes_one_capture_keyword(tmp_path):
+def test_every_setting_becomes_one_field_of_the_capture_spec(tmp_path):
     cfg = load_capture_file(write(tmp_path, COUNTER_TOML))
-    kw = cfg.capture_kwargs()
-    assert kw["engine"] == "socket" and kw["batch"] == 32
-    assert kw["queue_bytes"] == 8 << 20
-    assert (kw["packets_per_chunk"], kw["nchunks"], kw["window"]) == (16, 6, 2)
-    assert kw["threads"] == 1 and kw["multicast"] is None
+    spec = cfg.spec(cfg.stream)
+    assert spec["format"] == {"name": "counter", "streams": 2, "payload_len": 64}
+    assert spec["engine"]["kind"] == "socket" and spec["engine"]["batch"] == 32
+    assert spec["network"]["queue_bytes"] == 8 << 20
+    chunks = spec["chunks"]
+    assert (chunks["packets_per_chunk"], chunks["nchunks"], chunks["window"]) == (16, 6, 2)
+    assert spec["threads"]["count"] == 1 and spec["network"]["multicast"] == []
     # Defaults are the core's: the packet ring's block, AF_XDP's queue 0.
-    assert kw["ring_block_size"] == 1 << 20 and kw["xdp_queue"] == 0
+    assert spec["engine"]["ring_block_size"] == 1 << 20 and spec["engine"]["xdp_queue"] == 0
+    # The capture runs with exactly what the settings say.
+    cap = cfg.open_capture()
+    for section in ("engine", "chunks"):
+        assert cap.settings[section] == spec[section]
 
 
 @pytest.mark.parametrize(

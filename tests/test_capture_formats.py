@@ -7,16 +7,16 @@ import struct
 
 import numpy as np
 
+from capture_spec import capture
 from chunks import collect
 from loopback import send
-from voltstream import _core
 from voltstream.sim.spead import packetize_spead_dig
 
 
 def test_spead_digitiser_heaps_two_streams():
     rng = np.random.default_rng(11)
     spp, bits = 256, 10
-    cap = _core.Capture(
+    cap = capture(
         "spead", "127.0.0.1:0", 4, digitiser_ids=[7, 9], samples_per_heap=spp, sample_bits=bits
     )
     cap.start()
@@ -55,7 +55,7 @@ def test_layout_format_describes_a_new_design_without_code():
         "payload_offset": 8,
         "payload_len": 64,
     }
-    cap = _core.Capture("layout", "127.0.0.1:0", 8, layout=layout)
+    cap = capture("layout", "127.0.0.1:0", 8, layout=layout)
     cap.start()
     sent, packets = {}, []
     for i in range(20):

@@ -14,9 +14,9 @@ import pytest
 import spead2
 import spead2.send
 
+from capture_spec import capture
 from chunks import collect
 from loopback import send
-from voltstream import _core
 from voltstream.errors import ConfigError
 from voltstream.testing import Delay, Drop, Duplicate, FaultPlan
 
@@ -89,7 +89,7 @@ def _parts(stream: int, heap: int) -> dict:
 
 
 def _capture(bits: int = 48, **kw):
-    return _core.Capture(
+    return capture(
         "spead",
         "127.0.0.1:0",
         2 * PPH,
@@ -232,15 +232,11 @@ def test_heap_counter_linear_in_time_places_heaps_without_items():
 
 def test_heap_configuration_errors_say_what_to_change():
     with pytest.raises(ConfigError, match="multiple of packets_per_heap"):
-        _core.Capture(
-            "spead", "127.0.0.1:0", 6, digitiser_ids=[0], heap_bytes=HEAP, packets_per_heap=4
-        )
+        capture("spead", "127.0.0.1:0", 6, digitiser_ids=[0], heap_bytes=HEAP, packets_per_heap=4)
     with pytest.raises(ConfigError, match="packets per heap must divide"):
-        _core.Capture(
-            "spead", "127.0.0.1:0", 6, digitiser_ids=[0], heap_bytes=HEAP, packets_per_heap=3
-        )
+        capture("spead", "127.0.0.1:0", 6, digitiser_ids=[0], heap_bytes=HEAP, packets_per_heap=3)
     with pytest.raises(ConfigError, match="every id below step"):
-        _core.Capture("spead", "127.0.0.1:0", 4, digitiser_ids=[0, 4], heap_cnt_step=4)
+        capture("spead", "127.0.0.1:0", 4, digitiser_ids=[0, 4], heap_cnt_step=4)
     cap = _capture()
     assert (cap.payload_len, cap.packets_per_chunk) == (PART, 2 * PPH)
     assert cap.packet_len >= 8 + 8 * 7 + PART

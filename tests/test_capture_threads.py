@@ -1,4 +1,4 @@
-"""Several capture threads through `_core.Capture(threads=N)`: packet rings in one
+"""Several capture threads through `_core.Capture` (`threads.count = N`): packet rings in one
 PACKET_FANOUT_CBPF group steered by the VDIF thread id over loopback. Each thread sees only
 its own streams, counts exactly (reordering, duplicates, gaps, late, foreign, malformed), the
 counters add up to the totals, and each thread runs pinned to its CPU."""
@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
+from capture_spec import capture
 from loopback import free_bind, sender
-from voltstream import _core
 from voltstream.capture_config import CaptureSettings
 from voltstream.errors import ConfigError
 from voltstream.testing import Delay, Drop, Duplicate, FaultPlan, Foreign, Truncate
@@ -55,7 +55,7 @@ def test_threads_own_disjoint_streams_and_count_exactly(nthreads):
     cpus = [
         sorted(os.sched_getaffinity(0))[t % len(os.sched_getaffinity(0))] for t in range(nthreads)
     ]
-    cap = _core.Capture(
+    cap = capture(
         "vdif",
         "127.0.0.1:0",
         PPC,
@@ -145,7 +145,7 @@ def test_threads_own_disjoint_streams_and_count_exactly(nthreads):
 
 
 def test_next_chunk_without_a_thread_takes_turns_over_all_threads():
-    cap = _core.Capture(
+    cap = capture(
         "counter", "127.0.0.1:0", 4, streams=4, payload_len=16, engine="packet_ring", threads=2
     )
     with cap:
@@ -165,7 +165,7 @@ def test_next_chunk_without_a_thread_takes_turns_over_all_threads():
 
 def test_single_thread_can_be_pinned_and_reports_its_thread():
     cpu = max(os.sched_getaffinity(0))
-    with _core.Capture(
+    with capture(
         "counter", "127.0.0.1:0", 4, streams=2, payload_len=8, engine="socket", cpus=[cpu]
     ) as cap:
         (th,) = cap.stats()["threads"]
@@ -176,19 +176,19 @@ def test_single_thread_can_be_pinned_and_reports_its_thread():
 def test_bad_thread_settings_are_config_errors():
     kw = dict(streams=4, payload_len=8)
     with pytest.raises(ConfigError, match="1 to 4 threads"):
-        _core.Capture("counter", "127.0.0.1:0", 4, threads=5, **kw)
+        capture("counter", "127.0.0.1:0", 4, threads=5, **kw)
     with pytest.raises(ConfigError, match="one CPU per thread"):
-        _core.Capture("counter", "127.0.0.1:0", 4, threads=2, cpus=[0], **kw)
+        capture("counter", "127.0.0.1:0", 4, threads=2, cpus=[0], **kw)
     with pytest.raises(ConfigError, match="CPU 4000 is not available"):
-        _core.Capture("counter", "127.0.0.1:0", 4, threads=2, cpus=[0, 4000], **kw)
+        capture("counter", "127.0.0.1:0", 4, threads=2, cpus=[0, 4000], **kw)
     with pytest.raises(ConfigError, match="engine='packet_ring'"):
-        _core.Capture("counter", "127.0.0.1:0", 4, threads=2, engine="socket", **kw)
+        capture("counter", "127.0.0.1:0", 4, threads=2, engine="socket", **kw)
     with pytest.raises(ConfigError, match="thread 1 owns no stream"):
-        _core.Capture("counter", "127.0.0.1:0", 4, threads=2, stream_threads=[0, 0, 0, 0], **kw)
-    spead = _core.Capture("spead", "127.0.0.1:0", 4, digitiser_ids=[0, 1], threads=2)
+        capture("counter", "127.0.0.1:0", 4, threads=2, stream_threads=[0, 0, 0, 0], **kw)
+    spead = capture("spead", "127.0.0.1:0", 4, digitiser_ids=[0, 1], threads=2)
     with pytest.raises(ConfigError, match="threads=1"):
         spead.start()
-    cap = _core.Capture("counter", "127.0.0.1:0", 4, threads=2, **kw)
+    cap = capture("counter", "127.0.0.1:0", 4, threads=2, **kw)
     with cap, pytest.raises(ConfigError, match="thread 2 does not exist"):
         cap.next_chunk(0.0, thread=2)
 

@@ -1,4 +1,4 @@
-"""DPDK engine through `_core.Capture(engine="dpdk")`, with DPDK's net_af_packet virtual
+"""DPDK engine through `_core.Capture` (engine kind "dpdk"), with DPDK's net_af_packet virtual
 device on one end of a veth pair between two network namespaces that each test creates and
 removes: exact counters with reordering, gaps, duplicates, late, foreign, truncated and garbage
 packets, frames the kernel ring cut (detected from the IP length), other traffic counted and
@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from capture_spec import capture
 from netns import veth_pair
 from veth_capture import capture_over_veth, check_counters
 from voltstream import _core
@@ -98,8 +99,11 @@ def test_dpdk_refuses_a_framesz_that_would_cut_the_packets(veth):
                      f"net_af_packet0,iface={iface},framesz=4096,blocksz=65536",
                      f"net_af_packet0,iface={iface},framesz=9216,qpairs=2"):
             try:
-                _core.Capture("counter", bind, 4, payload_len=8192, engine="dpdk",
-                              dpdk_port=vdev).start()
+                _core.Capture({
+                    "format": {"name": "counter", "payload_len": 8192},
+                    "network": {"bind": bind}, "chunks": {"packets_per_chunk": 4},
+                    "engine": {"kind": "dpdk", "dpdk_port": vdev},
+                }).start()
                 out.append("started")
             except VoltstreamError as e:
                 out.append(type(e).__name__ + ": " + str(e))
@@ -129,12 +133,12 @@ def test_dpdk_engine_errors_are_clear():
     else:
         kw = {}
         hint = "-F dpdk"
-    cap = _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="dpdk", **kw)
+    cap = capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="dpdk", **kw)
     with pytest.raises(ConfigError, match=hint):
         cap.start()
     with pytest.raises(ConfigError, match="'xdp' or 'dpdk'"):
-        _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="dpdk2")
-    with _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8) as auto:
+        capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="dpdk2")
+    with capture("counter", "127.0.0.1:0", 4, payload_len=8) as auto:
         assert auto.stats()["engine"] in ("packet_ring", "socket")
         assert "dpdk" not in auto.stats()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voltstream import _core
+from capture_spec import capture
 from voltstream.pipeline.capture import CaptureReport
 
 OVERFLOW = textwrap.dedent(
@@ -24,8 +24,12 @@ OVERFLOW = textwrap.dedent(
     import json, socket, time
     from voltstream import _core
     # Tiny receive buffer, paused: nothing is read while 300 datagrams arrive.
-    cap = _core.Capture("counter", "127.0.0.1:0", 4, payload_len=1390, engine="socket",
-                        queue_bytes=1, nchunks=128)
+    cap = _core.Capture({
+        "format": {"name": "counter", "payload_len": 1390},
+        "network": {"bind": "127.0.0.1:0", "queue_bytes": 1},
+        "engine": {"kind": "socket"},
+        "chunks": {"packets_per_chunk": 4, "nchunks": 128},
+    })
     cap.start(paused=True)
     host, port = cap.address.rsplit(":", 1)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -79,7 +83,7 @@ def test_rcvbuf_errors_of_the_namespace_match_the_sockets_own_drops(netns):
 
 
 def test_host_counters_before_start_are_absent_not_zero():
-    cap = _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8)
+    cap = capture("counter", "127.0.0.1:0", 4, payload_len=8)
     h = cap.stats()["host"]
     assert h["udp"]["rcvbuf_errors"] is None and h["softnet"]["dropped"] is None
     assert h["interface"] is None
@@ -97,7 +101,7 @@ def meminfo(key: str) -> int:
 
 NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")
 # 2 streams x 128 packets x 8192 bytes: one 2 MiB huge page per chunk.
-POOL = {"payload_len": 8192, "streams": 2, "nchunks": 4}
+POOL = {"payload_len": 8192, "streams": 2, "nchunks": 4, "window": 2}
 
 
 def send_and_check(cap):
@@ -124,7 +128,7 @@ def test_chunk_pool_uses_reserved_huge_pages_and_warns_without_them():
     try:
         # As the machine is: without 4 free huge pages the pool falls back, with a warning.
         if free < POOL["nchunks"]:
-            cap = _core.Capture("counter", "127.0.0.1:0", 128, engine="socket", **POOL)
+            cap = capture("counter", "127.0.0.1:0", 128, engine="socket", **POOL)
             cap.start()
             m = cap.stats()["memory"]
             assert not m["huge_pages"] and m["locked"]
@@ -137,7 +141,7 @@ def test_chunk_pool_uses_reserved_huge_pages_and_warns_without_them():
         # Reserve enough (restored below): the pool is on huge pages, no warning.
         NR_HUGEPAGES.write_text(str(int(before) + POOL["nchunks"]))
         assert meminfo("HugePages_Free") >= POOL["nchunks"], "the kernel could not reserve"
-        cap = _core.Capture("counter", "127.0.0.1:0", 128, engine="socket", **POOL)
+        cap = capture("counter", "127.0.0.1:0", 128, engine="socket", **POOL)
         cap.start()
         m = cap.stats()["memory"]
         assert m["huge_pages"] and m["locked"] and m["warnings"] == [], m

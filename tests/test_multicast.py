@@ -12,8 +12,8 @@ import time
 
 import pytest
 
+from capture_spec import capture
 from netns import receiver, run_in, stop_receiver, veth_pair
-from voltstream import _core
 from voltstream.errors import ConfigError
 from voltstream.service.exit_status import NO_DATA
 
@@ -46,8 +46,12 @@ RECEIVER = textwrap.dedent(
     mreq = socket.inet_aton(other) + struct.pack("=II", 0, socket.if_nametoindex(iface))
     helper.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
     kw = {"xdp_mode": "native"} if engine == "xdp" else {}
-    cap = _core.Capture("counter", f"0.0.0.0:{port}", 16, nchunks=64, window=3, payload_len=256,
-                        streams=2, engine=engine, interface=iface, multicast=[g0, g1], **kw)
+    cap = _core.Capture({
+        "format": {"name": "counter", "payload_len": 256, "streams": 2},
+        "network": {"bind": f"0.0.0.0:{port}", "interface": iface, "multicast": [g0, g1]},
+        "engine": {"kind": engine, **kw},
+        "chunks": {"packets_per_chunk": 16, "nchunks": 64, "window": 3},
+    })
     cap.start()
     print(json.dumps({"address": cap.address, "igmp": igmp(iface)}), flush=True)
     sys.stdin.readline()
@@ -126,14 +130,14 @@ def test_two_groups_assemble_onto_one_timeline_and_other_groups_are_not_counted(
 
 def test_multicast_arguments_are_checked_without_privileges():
     with pytest.raises(ConfigError, match="not an IPv4 multicast group"):
-        _core.Capture("counter", "0.0.0.0:7000", 4, payload_len=8, multicast=["10.0.0.1"])
+        capture("counter", "0.0.0.0:7000", 4, payload_len=8, multicast=["10.0.0.1"])
     with pytest.raises(ConfigError, match="unicast address"):
-        _core.Capture("counter", "127.0.0.1:7000", 4, payload_len=8, multicast=["239.1.1.1"])
+        capture("counter", "127.0.0.1:7000", 4, payload_len=8, multicast=["239.1.1.1"])
     with pytest.raises(ConfigError, match="not an IP address"):
-        _core.Capture("counter", "0.0.0.0:7000", 4, payload_len=8, multicast=["239.1.1"])
-    cap = _core.Capture("counter", "239.1.1.1:7000", 4, payload_len=8, multicast=["239.1.1.2"])
+        capture("counter", "0.0.0.0:7000", 4, payload_len=8, multicast=["239.1.1"])
+    cap = capture("counter", "239.1.1.1:7000", 4, payload_len=8, multicast=["239.1.1.2"])
     assert cap.stats()["multicast"] == ["239.1.1.1", "239.1.1.2"]
-    ring = _core.Capture(
+    ring = capture(
         "counter", "0.0.0.0:7000", 4, payload_len=8, engine="packet_ring", multicast=["239.1.1.1"]
     )
     if os.geteuid() == 0:
@@ -145,11 +149,9 @@ def test_loopback_multicast_capture_with_the_socket_engine():
     """A group on loopback in the host namespace (no IGMP leaves the machine)."""
     group = "239.255.60.7"
     with pytest.raises(ConfigError, match="port 0"):  # a group capture needs its port
-        _core.Capture("counter", f"{group}:0", 4, payload_len=8, interface="lo")
+        capture("counter", f"{group}:0", 4, payload_len=8, interface="lo")
     port = 7161
-    cap = _core.Capture(
-        "counter", f"{group}:{port}", 4, payload_len=8, engine="socket", interface="lo"
-    )
+    cap = capture("counter", f"{group}:{port}", 4, payload_len=8, engine="socket", interface="lo")
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
     tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+from capture_spec import capture
 from chunks import check_chunks, drain
 from netns import receiver, run_in, stop_receiver, veth_pair
 from veth_capture import SAVE_CHUNKS
@@ -60,7 +61,7 @@ def test_packet_ring_counts_every_kind_of_packet_exactly_on_loopback():
     gap = {(at // 2, at % 2) for at in first.lost}
     gap |= {(half + at // 2, at % 2) for at in second.lost}
     assert len(gap) == 4
-    cap = _core.Capture(
+    cap = capture(
         "counter",
         "127.0.0.1:0",
         ppc,
@@ -108,7 +109,7 @@ def test_paused_capture_reads_nothing_until_resumed(engine):
     rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
     ppc, plen, n = 4, 64, 200
     data = rng.integers(0, 256, (n, 1, plen), dtype=np.uint8)
-    cap = _core.Capture("counter", "127.0.0.1:0", ppc, nchunks=64, payload_len=plen, engine=engine)
+    cap = capture("counter", "127.0.0.1:0", ppc, nchunks=64, payload_len=plen, engine=engine)
     cap.start(paused=True)
     try:
         tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -131,18 +132,18 @@ def test_paused_capture_reads_nothing_until_resumed(engine):
 
 def test_engine_choice_and_errors():
     with pytest.raises(ConfigError, match="unknown capture engine"):
-        _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="rdma")
-    cap = _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8)
+        capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="rdma")
+    cap = capture("counter", "127.0.0.1:0", 4, payload_len=8)
     assert cap.stats()["engine"] == "auto"
     with cap:
         assert cap.stats()["engine"] in ENGINES
-    bad = _core.Capture(
+    bad = capture(
         "counter", "127.0.0.1:0", 4, payload_len=8, engine="packet_ring", interface="vs-nope0"
     )
     with pytest.raises(VoltstreamError, match="vs-nope0"):
         bad.start()
     with pytest.raises(VoltstreamError, match="power of two"):
-        _core.Capture(
+        capture(
             "counter", "127.0.0.1:0", 4, payload_len=8, engine="packet_ring", ring_block_size=5000
         ).start()
 
@@ -154,8 +155,12 @@ RECEIVER = (
     import numpy as np
     from voltstream import _core
     engine, bind, ppc, plen, streams, out = sys.argv[1:7]
-    cap = _core.Capture("counter", bind, int(ppc), nchunks=64, window=3,
-                        payload_len=int(plen), streams=int(streams), engine=engine)
+    cap = _core.Capture({
+        "format": {"name": "counter", "payload_len": int(plen), "streams": int(streams)},
+        "network": {"bind": bind},
+        "engine": {"kind": engine},
+        "chunks": {"packets_per_chunk": int(ppc), "nchunks": 64, "window": 3},
+    })
     cap.start()
     print(cap.address, flush=True)
     sys.stdin.readline()

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import replay_files as rf
+from capture_spec import capture
 from chunks import collect
-from voltstream import _core
 from voltstream.cli import main
 from voltstream.errors import ConfigError, FormatError
 from voltstream.replay.layouts import find_recording
@@ -76,7 +76,7 @@ def test_vbs_scan_on_three_disks_is_recaptured_sample_for_sample(tmp_path):
     rf.write_vbs(ds, "scan1", pk, per_file=16)
     assert all(len(list((d / "scan1").iterdir())) == 4 for d in ds)
     ppc = 32
-    cap = _core.Capture(bind="127.0.0.1:0", packets_per_chunk=ppc, **rf.FMT.capture_kwargs())
+    cap = capture(bind="127.0.0.1:0", packets_per_chunk=ppc, **rf.FMT.capture_kwargs())
     cap.start()
     try:
         rep = run_cli(["scan1", "--dirs", ",".join(map(str, ds)), "--dest", cap.address,

@@ -11,10 +11,10 @@ import textwrap
 
 import pytest
 
+from capture_spec import capture
 from netns import veth_pair
 from veth_capture import capture_over_veth
 from veth_capture import check_counters as veth_counters
-from voltstream import _core
 from voltstream.errors import ConfigError, VoltstreamError
 
 
@@ -73,13 +73,16 @@ def test_xdp_errors_are_clear(veth):
         from voltstream import _core
         from voltstream.errors import VoltstreamError
         bind = sys.argv[1]
-        first = _core.Capture("counter", bind, 4, payload_len=8, engine="xdp")
+        def spec(bind, **engine):
+            return {"format": {"name": "counter", "payload_len": 8},
+                    "network": {"bind": bind}, "chunks": {"packets_per_chunk": 4},
+                    "engine": {"kind": "xdp", **engine}}
+        first = _core.Capture(spec(bind))
         first.start()
         errors = []
         for kw in ({"xdp_queue": 3}, {}):
             try:
-                _core.Capture("counter", bind.rsplit(":", 1)[0] + ":0", 4, payload_len=8,
-                              engine="xdp", **kw).start()
+                _core.Capture(spec(bind.rsplit(":", 1)[0] + ":0", **kw)).start()
                 errors.append("started")
             except VoltstreamError as e:
                 errors.append(str(e))
@@ -97,11 +100,9 @@ def test_xdp_errors_are_clear(veth):
 
 def test_xdp_argument_errors_need_no_privileges():
     with pytest.raises(ConfigError, match="unknown XDP mode"):
-        _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="xdp", xdp_mode="zc")
-    cap = _core.Capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="xdp")
+        capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="xdp", xdp_mode="zc")
+    cap = capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="xdp")
     assert cap.stats()["engine"] == "xdp" and "xdp" not in cap.stats()
-    bad = _core.Capture(
-        "counter", "127.0.0.1:0", 4, payload_len=8, engine="xdp", interface="vs-nope0"
-    )
+    bad = capture("counter", "127.0.0.1:0", 4, payload_len=8, engine="xdp", interface="vs-nope0")
     with pytest.raises(VoltstreamError, match="vs-nope0|without AF_XDP"):
         bad.start()

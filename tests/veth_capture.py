@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from capture_spec import spec
 from netns import receiver, run_in, stop_receiver
 from voltstream.testing import Delay, Drop, Duplicate, FaultPlan, Foreign, Garbage, Truncate
 
@@ -43,7 +44,7 @@ RECEIVER = (
     import json, socket, sys, threading
     import numpy as np
     from voltstream import _core
-    bind, ppc, plen, nchunks, out, other_port, engine_kw = sys.argv[1:8]
+    bind, out, other_port, spec = sys.argv[1:5]
     host = bind.rsplit(":", 1)[0]
     # The kernel stack's view of another UDP port and of TCP: what the engine let through.
     other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -58,8 +59,7 @@ RECEIVER = (
                 tcp_bytes.append(len(chunk))
                 conn.sendall(chunk)
     threading.Thread(target=serve, daemon=True).start()
-    cap = _core.Capture("counter", bind, int(ppc), nchunks=int(nchunks), window=3,
-                        payload_len=int(plen), streams=2, **json.loads(engine_kw))
+    cap = _core.Capture(json.loads(spec))
     cap.start()
     print(cap.address, flush=True)
     sys.stdin.readline()
@@ -168,7 +168,7 @@ def check_chunks(out, seed: int, nidx: int, plen: int, ppc: int, gap, context: s
 
 def capture_over_veth(v, tmp_path, engine_kw: dict, *, plen, nidx, gap, port=7148, gso=False,
                       cut_probe=False, ppc=16):  # fmt: skip
-    """Runs the receiver with `_core.Capture(..., **engine_kw)` and the sender of
+    """Runs the receiver with `capture_spec.spec(..., **engine_kw)` and the sender of
     `faulted`'s packets; checks the chunks and the TCP echo; returns the capture's stats,
     the other port's datagrams and the (index, stream) of every packet lost."""
     out = tmp_path / "chunks.npz"
@@ -177,8 +177,10 @@ def capture_over_veth(v, tmp_path, engine_kw: dict, *, plen, nidx, gap, port=714
     lost = {(at // 2, at % 2) for at in sent.lost}
     packets = tmp_path / "packets.pickle"
     packets.write_bytes(pickle.dumps(sent.packets))
-    args = (f"{v['rx']}:{port}", str(ppc), str(plen), "64", str(out), str(port + 1))
-    with receiver(v["rx_ns"], RECEIVER, *args, json.dumps(engine_kw)) as rx:
+    bind = f"{v['rx']}:{port}"
+    cap = spec("counter", bind, ppc, nchunks=64, window=3, payload_len=plen, streams=2,
+               **engine_kw)  # fmt: skip
+    with receiver(v["rx_ns"], RECEIVER, bind, str(out), str(port + 1), json.dumps(cap)) as rx:
         addr = rx.stdout.readline().strip()
         assert addr == f"{v['rx']}:{port}", rx.stderr.read() if not addr else addr
         run_in(v["tx_ns"], SENDER, v["rx"], str(port), str(packets), "1" if gso else "0",

@@ -3,8 +3,9 @@
 Checked against the binary by scripts/check_stub.py (`make stubs`, part of `make test`).
 """
 
+from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Required, Self, TypedDict
 
 __version__: str
 DPDK_AVAILABLE: bool
@@ -49,31 +50,43 @@ class Sender:
     @property
     def local_addr(self) -> str: ...
 
+class _LatencyFrames(TypedDict, total=False):
+    packets_per_frame: Required[int]
+    window: int
+    timeout_us: int
+    resync_frames: int
+    frame_field: dict[str, Any] | None
+    send_time: dict[str, Any] | None
+
+class _LatencyHandoff(TypedDict, total=False):
+    mode: Required[Literal["copy", "persistent", "persistent-flag", "zerocopy"]]
+    records: Required[int]
+    slots: int
+    threads: int
+    check_pattern: bool
+    write_combined: bool
+    standin: bool
+
+class _LatencyNetwork(TypedDict, total=False):
+    bind: Required[str]
+    batch: int
+
+class _LatencySpec(TypedDict, total=False):
+    """`LatencySession`'s one argument (run.py's `latency_spec` builds it): `format` is a
+    capture's format section, or {"name": "vlat", "payload_len": N} for FrameSender's
+    frames, stamped. Absent keys keep the core's defaults; unknown ones are refused."""
+
+    format: Required[dict[str, Any]]
+    network: Required[_LatencyNetwork]
+    frames: Required[_LatencyFrames]
+    handoff: Required[_LatencyHandoff]
+
 class LatencySession:
     """The low-latency mode's Rust session (voltstream/latency/run.py drives it): a
-    socket bound for frames of `packets_per_frame` packets of `format` ("vlat": the
-    FrameSender's frames, stamped; or any capture format with `format_kwargs`, as
-    Capture() takes them), assembled and handed to the GPU as `mode` says."""
+    socket bound for frames of `frames.packets_per_frame` packets of the spec's format,
+    assembled and handed to the GPU as `handoff.mode` says."""
 
-    def __init__(
-        self,
-        bind: str,
-        packets_per_frame: int,
-        format: str = "vlat",
-        format_kwargs: dict[str, Any] | None = None,
-        frame_field: dict[str, Any] | None = None,
-        send_time: dict[str, Any] | None = None,
-        window: int = 2,
-        timeout_us: int = 0,
-        mode: str = "persistent",
-        slots: int = 16,
-        threads: int = 128,
-        check_pattern: bool = False,
-        write_combined: bool = False,
-        records: int = 100000,
-        standin: bool = False,
-        batch: int = 16,
-    ) -> None: ...
+    def __init__(self, spec: _LatencySpec | Mapping[str, Any], /) -> None: ...
     @property
     def frame_bytes(self) -> int: ...
     @property
@@ -172,6 +185,83 @@ class Chunk:
         self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
     ) -> bool: ...
 
+class _FormatSection(TypedDict, total=False):
+    """What arrives: ``name`` and that format's own keys (format_args.rs). VDIF:
+    `vdif_legacy` takes frames with 16-byte legacy headers (others are malformed); with
+    no `station`, the first valid frame of a listed thread fixes it. SPEAD ('spead'): a
+    heap of `heap_bytes` (default samples_per_heap * sample_bits / 8) arrives as
+    `packets_per_heap` packets of equal payload; packet k of heap h goes to index
+    h * packets_per_heap + k (packets_per_chunk must be a multiple). h = time stamp item
+    / samples_per_heap with the stream from the id item, or, given `heap_cnt_step`,
+    h = heap_cnt // step with stream id heap_cnt % step. docs/formats.md, "SPEAD heaps
+    of several packets"."""
+
+    name: Required[Literal["vdif", "ynao", "spead", "codif", "counter", "layout"]]
+    vdif_threads: list[int]
+    vdif_frame_len: int
+    frames_per_second: int
+    vdif_legacy: bool
+    subband: int
+    station: int
+    streams: int
+    payload_len: int
+    digitiser_ids: list[int]
+    samples_per_heap: int
+    sample_bits: int
+    heap_address_bits: int
+    timestamp_id: int
+    digitiser_id_item: int
+    packets_per_heap: int
+    heap_bytes: int
+    heap_cnt_step: int
+    codif_threads: list[int]
+    codif_frame_len: int
+    frames_per_period: int
+    group: int
+    layout: dict[str, Any]
+
+class _NetworkSection(TypedDict, total=False):
+    bind: Required[str]
+    interface: str | None
+    multicast: list[str]
+    queue_bytes: int
+
+class _EngineSection(TypedDict, total=False):
+    kind: Literal["auto", "socket", "packet_ring", "xdp", "dpdk"]
+    batch: int
+    ring_block_size: int
+    xdp_queue: int
+    xdp_mode: Literal["auto", "native", "drv", "skb", "generic"]
+    dpdk_port: str | None
+    dpdk_eal_args: list[str]
+
+class _ChunkSection(TypedDict, total=False):
+    packets_per_chunk: int
+    nchunks: int
+    window: int
+    resync_chunks: int
+    whole_packets: bool
+
+class _ThreadSection(TypedDict, total=False):
+    count: int
+    cpus: list[int] | None
+    stream_threads: list[int] | None
+
+class _CaptureSpec(TypedDict, total=False):
+    """`Capture`'s one argument, section for section the core's CaptureSpec. An absent
+    section or key (or None) keeps the core's default (`capture_defaults()`); an unknown
+    one is a ConfigError naming it."""
+
+    format: Required[_FormatSection]
+    network: Required[_NetworkSection]
+    engine: _EngineSection
+    chunks: _ChunkSection
+    threads: _ThreadSection
+
+def capture_defaults() -> dict[str, dict[str, Any]]:
+    """The core's defaults of every section of a CaptureSpec but the format (and the
+    bind address): the one source the Python settings read."""
+
 class Capture:
     """UDP capture assembling packets into chunks; engine: 'auto' | 'socket' | 'packet_ring' |
     'xdp' (AF_XDP: our XDP program on `interface` redirects the flow on receive queue
@@ -186,67 +276,20 @@ class Capture:
     'interface'), 'memory' (chunk pool: huge_pages, locked, numa_node, warnings) and
     'multicast' (the groups joined).
 
-    threads=N (packet_ring) runs N capture threads, each owning a disjoint block of streams
-    (or those `stream_threads[s] == t` gives it), with its own ring of chunks:
-    next_chunk(timeout, thread=t) serves one consumer per thread (e.g. per GPU); chunk.streams
-    names a chunk's streams. cpus=[c0, ...] pins thread t to CPU ct (also with threads=1).
-    stats() sums the threads; stats()['threads'] has each thread's cpu, tid and counters."""
+    threads.count=N (packet_ring) runs N capture threads, each owning a disjoint block of
+    streams (or those `stream_threads[s] == t` gives it), with its own ring of chunks:
+    next_chunk(timeout, thread=t) serves one consumer per thread (e.g. per GPU);
+    chunk.streams names a chunk's streams. cpus=[c0, ...] pins thread t to CPU ct (also
+    with one thread). stats() sums the threads; stats()['threads'] has each thread's cpu,
+    tid and counters.
 
-    def __init__(
-        self,
-        format: Literal["vdif", "ynao", "spead", "codif", "counter", "layout"],
-        bind: str,
-        packets_per_chunk: int,
-        nchunks: int = 8,
-        window: int = 2,
-        vdif_threads: list[int] | None = None,
-        vdif_frame_len: int | None = None,
-        frames_per_second: int | None = None,
-        subband: int | None = None,
-        queue_bytes: int = 67108864,
-        station: int | None = None,
-        resync_chunks: int = 64,
-        streams: int = 1,
-        payload_len: int | None = None,
-        batch: int = 64,
-        engine: str = "auto",  # auto | socket | packet_ring | xdp | dpdk (checked in Rust)
-        interface: str | None = None,
-        ring_block_size: int = 1048576,
-        digitiser_ids: list[int] | None = None,
-        samples_per_heap: int = 4096,
-        sample_bits: int = 10,
-        heap_address_bits: int = 48,
-        timestamp_id: int = 0x1600,
-        digitiser_id_item: int = 0x3101,
-        codif_threads: list[int] | None = None,
-        codif_frame_len: int | None = None,
-        frames_per_period: int | None = None,
-        group: int | None = None,
-        layout: dict[str, Any] | None = None,
-        xdp_queue: int = 0,
-        xdp_mode: Literal["auto", "native", "skb"] = "auto",
-        packets_per_heap: int = 1,
-        heap_bytes: int | None = None,
-        heap_cnt_step: int | None = None,
-        multicast: list[str] | None = None,
-        threads: int = 1,
-        cpus: list[int] | None = None,
-        stream_threads: list[int] | None = None,
-        dpdk_port: str | None = None,
-        dpdk_eal_args: str | None = None,
-        vdif_legacy: bool = False,
-        whole_packets: bool = False,
-    ) -> None:
-        """`whole_packets` keeps each packet whole in its chunk slot (the UDP payload,
-        format header included; not for SPEAD), as recorders of VLBI layouts need.
-        VDIF: `vdif_legacy` takes frames with 16-byte legacy headers (others are
-        malformed); with no `station`, the first valid frame of a listed thread fixes it.
-        SPEAD ('spead'): a heap of `heap_bytes` (default samples_per_heap * sample_bits
-        / 8) arrives as `packets_per_heap` packets of equal payload; packet k of heap h
-        goes to index h * packets_per_heap + k (packets_per_chunk must be a multiple).
-        h = time stamp item / samples_per_heap with the stream from the id item, or,
-        given `heap_cnt_step`, h = heap_cnt // step with stream id heap_cnt % step.
-        docs/formats.md, "SPEAD heaps of several packets"."""
+    chunks.whole_packets keeps each packet whole in its chunk slot (the UDP payload,
+    format header included; not for SPEAD), as recorders of VLBI layouts need."""
+
+    def __init__(self, spec: _CaptureSpec | Mapping[str, Any], /) -> None: ...
+    @property
+    def settings(self) -> dict[str, dict[str, Any]]:
+        """Every section but the format as the capture runs with it, defaults filled in."""
     def start(self, paused: bool = False) -> None: ...
     def resume(self) -> None: ...
     def next_chunk(self, timeout_s: float, thread: int | None = None) -> Chunk | None: ...

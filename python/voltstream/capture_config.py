@@ -27,10 +27,14 @@ and every error names its key (``engine.kind``, ``threads.cpus.1``)::
     count = 2
     cpus = [2, 3]
 
-``CaptureSettings.capture_kwargs()`` gives ``_core.Capture``'s keywords, each one
-field of the core spec; the core validates the whole once more (geometry, threads
-against streams, multicast groups) before anything opens. The operations issue's
-pipeline description takes this table as its ``[capture]`` part.
+``CaptureSettings.spec(stream)`` gives ``_core.Capture``'s one argument, the same
+sections as a dict (the stream's format as ``format``); the core validates the whole
+once more (geometry, threads against streams, multicast groups) before anything opens.
+The operations issue's pipeline description takes this table as its ``[capture]`` part.
+
+Defaults: every one is the core's (``CaptureSpec::new``), read here through
+``_core.capture_defaults()``, so a TOML file, a verb and a bare ``_core.Capture`` get
+the same values (docs/architecture.md, "One source for a capture's defaults").
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from voltstream import _core  # noqa: F401 - the extension opens the captures
 from voltstream import capture_defaults as defaults
 from voltstream.config_files import read_toml, validated
 from voltstream.errors import ConfigError
@@ -57,6 +62,14 @@ __all__ = [
 ]
 
 MIB = 1 << 20
+
+#: The core's defaults for every section but the format (``CaptureSpec::new``).
+_NET, _ENGINE, _CHUNKS, _THREADS = (
+    defaults.NETWORK,
+    defaults.ENGINE,
+    defaults.CHUNKS,
+    defaults.THREADS,
+)
 
 
 class CaptureFormat(Protocol):
@@ -94,7 +107,7 @@ class NetworkSettings(_Section):
     )
     multicast: list[str] = Field(default_factory=list, description="groups to join")
     queue_mb: float = Field(
-        default=defaults.QUEUE_MB,
+        default=_NET["queue_bytes"] / MIB,
         gt=0,
         description="MiB for unread packets: socket buffer, ring, UMEM or queue",
     )
@@ -103,13 +116,17 @@ class NetworkSettings(_Section):
 class EngineSettings(_Section):
     """Which engine reads the packets, and the options only one engine reads."""
 
-    kind: Literal["auto", "socket", "packet_ring", "xdp", "dpdk"] = "auto"
-    batch: int = Field(default=64, ge=1, le=1024, description="socket: packets per recvmmsg")
-    ring_block_size: int = Field(
-        default=1 << 20, ge=4096, description="packet ring: bytes per block"
+    kind: Literal["auto", "socket", "packet_ring", "xdp", "dpdk"] = _ENGINE["kind"]
+    batch: int = Field(
+        default=_ENGINE["batch"], ge=1, le=1024, description="socket: packets per recvmmsg"
     )
-    xdp_queue: int = Field(default=0, ge=0, description="AF_XDP: interface queue")
-    xdp_mode: Literal["auto", "native", "drv", "skb", "generic"] = "auto"
+    ring_block_size: int = Field(
+        default=_ENGINE["ring_block_size"], ge=4096, description="packet ring: bytes per block"
+    )
+    xdp_queue: int = Field(
+        default=_ENGINE["xdp_queue"], ge=0, description="AF_XDP: interface queue"
+    )
+    xdp_mode: Literal["auto", "native", "drv", "skb", "generic"] = _ENGINE["xdp_mode"]
     dpdk_port: str | None = Field(
         default=None, description="DPDK: PCI address, vdev args or interface"
     )
@@ -120,27 +137,29 @@ class ChunkSettings(_Section):
     """How packets are assembled into chunks."""
 
     packets_per_chunk: int = Field(
-        default=defaults.PACKETS_PER_CHUNK, ge=1, description="packets per stream per chunk"
+        default=_CHUNKS["packets_per_chunk"], ge=1, description="packets per stream per chunk"
     )
-    nchunks: int = Field(default=defaults.NCHUNKS, ge=2, description="chunks in the pool")
-    window: int = Field(default=defaults.WINDOW, ge=1, description="chunks open for late packets")
+    nchunks: int = Field(default=_CHUNKS["nchunks"], ge=2, description="chunks in the pool")
+    window: int = Field(default=_CHUNKS["window"], ge=1, description="chunks open for late packets")
     resync_chunks: int = Field(
-        default=defaults.RESYNC_CHUNKS, ge=1, description="a jump beyond this resynchronises"
+        default=_CHUNKS["resync_chunks"], ge=1, description="a jump beyond this resynchronises"
     )
     whole_packets: bool = Field(
-        default=False, description="slots hold whole packets, headers included (recording)"
+        default=_CHUNKS["whole_packets"],
+        description="slots hold whole packets, headers included (recording)",
     )
 
 
 class ThreadSettings(_Section):
     """How the capture is spread over threads (packet ring fanout beyond one)."""
 
-    count: int = Field(default=1, ge=1, description="capture threads")
+    count: int = Field(default=_THREADS["count"], ge=1, description="capture threads")
     cpus: list[int] | None = Field(default=None, description="one CPU per thread")
     stream_threads: list[int] | None = Field(default=None, description="thread owning each stream")
 
 
-# Each ``_core.Capture`` keyword (besides the stream's): its section and field here.
+# Each flat setting name (a verb's option, ``of``/``replace``'s keywords): its section
+# and field here.
 _KEYWORDS: dict[str, tuple[str, str]] = {
     "bind": ("network", "bind"),
     "interface": ("network", "interface"),
@@ -167,22 +186,15 @@ class CaptureSettings(_Section):
     chunks: ChunkSettings = ChunkSettings()
     threads: ThreadSettings = ThreadSettings()
 
-    def capture_kwargs(self) -> dict[str, Any]:
-        """``_core.Capture`` keywords: one per field of the core's CaptureSpec."""
-        kw = {k: getattr(getattr(self, sec), name) for k, (sec, name) in _KEYWORDS.items()}
-        kw["queue_bytes"] = int(self.network.queue_mb * MIB)
-        kw["multicast"] = list(self.network.multicast) or None
-        return kw
-
     @classmethod
     def of(cls, bind: str, **keywords: Any) -> CaptureSettings:
-        """Settings from ``_core.Capture``'s keywords (the same names, flat); a keyword
-        given as None keeps its default."""
+        """Settings from flat keywords (a verb's option names: ``nchunks``,
+        ``engine``, ``queue_bytes``...); a keyword given as None keeps its default."""
         return cls(network=NetworkSettings(bind=bind)).replace(**keywords)
 
     def replace(self, **keywords: Any) -> CaptureSettings:
-        """A copy with some ``_core.Capture`` keywords changed (None: unchanged),
-        validated again."""
+        """A copy with some flat keywords (as ``of`` takes them) changed (None:
+        unchanged), validated again."""
         data = self.model_dump()
         for k, v in keywords.items():
             if k not in _KEYWORDS:
@@ -193,13 +205,34 @@ class CaptureSettings(_Section):
             data[section][name] = v / MIB if k == "queue_bytes" else v
         return validated("capture settings", type(self).model_validate, data)
 
-    def open(self, stream: CaptureFormat) -> Any:
-        """A ``_core.Capture`` (not started) of ``stream`` (anything with
-        ``capture_kwargs()``: a stream description or a ``formats`` format). The core
-        raises ConfigError for what does not fit, CaptureError when an engine fails."""
-        from voltstream import _core
+    def spec(self, stream: CaptureFormat) -> dict[str, Any]:
+        """``_core.Capture``'s argument: these sections, each the core spec's, and the
+        stream's format (``capture_kwargs()``: a stream description or a ``formats``
+        format) as the ``format`` section. Every field is given: none is left to a
+        default the core would fill in differently."""
+        fmt = dict(stream.capture_kwargs())
+        net, eng, threads = self.network, self.engine, self.threads
+        return {
+            "format": {"name": fmt.pop("format"), **fmt},
+            "network": {
+                "bind": net.bind,
+                "interface": net.interface,
+                "multicast": list(net.multicast),
+                "queue_bytes": int(net.queue_mb * MIB),
+            },
+            "engine": {
+                **eng.model_dump(exclude={"dpdk_eal_args"}),
+                "dpdk_eal_args": (eng.dpdk_eal_args or "").split(),
+            },
+            "chunks": self.chunks.model_dump(),
+            "threads": threads.model_dump(),
+        }
 
-        return _core.Capture(**stream.capture_kwargs(), **self.capture_kwargs())
+    def open(self, stream: CaptureFormat) -> Any:
+        """A ``_core.Capture`` (not started) of ``stream`` as ``spec`` describes it. The
+        core raises ConfigError for what does not fit, CaptureError when an engine
+        fails."""
+        return _core.Capture(self.spec(stream))
 
 
 #: Sockets that learnt a stream before its capture opened (``--vdif-threads auto``),

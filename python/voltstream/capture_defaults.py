@@ -1,22 +1,25 @@
-"""A capture's defaults, each set once for the Python side: the capture settings
-(capture_config.py), the command line's options and the cluster's nodes read them here.
-
-The Rust binding (``_core.Capture``) keeps defaults of its own for a direct call
-(8 chunks, a window of 2, crates/voltstream-py/src/capture.rs); every capture the
-package opens goes through ``CaptureSettings.capture_kwargs()``, which passes each of
-these explicitly, so the binding's never apply to it. No imports: every folder may
-use this module.
+"""A capture's defaults, as the Python side reads them: the capture settings
+(capture_config.py), the command line's options and the cluster's nodes use these
+names. Each value is the core's own (``_core.capture_defaults()``, from
+``CaptureSpec::new`` in crates/voltstream-core/src/capture/spec.rs): one source for
+a TOML file, a verb and a bare ``_core.Capture`` alike. Imports only the extension:
+every folder may use this module.
 """
 
 from __future__ import annotations
 
+from voltstream import _core
+
+_DEFAULT = _core.capture_defaults()
+NETWORK, ENGINE, CHUNKS, THREADS = (_DEFAULT[k] for k in ("network", "engine", "chunks", "threads"))
+
 #: Packets per stream in one chunk.
-PACKETS_PER_CHUNK = 256
+PACKETS_PER_CHUNK: int = CHUNKS["packets_per_chunk"]
 #: Chunks in the capture's pool.
-NCHUNKS = 16
+NCHUNKS: int = CHUNKS["nchunks"]
 #: Chunks open at once for late packets (the reorder window).
-WINDOW = 4
+WINDOW: int = CHUNKS["window"]
 #: A jump of more than this many chunks resynchronises the timeline.
-RESYNC_CHUNKS = 64
+RESYNC_CHUNKS: int = CHUNKS["resync_chunks"]
 #: MiB of kernel memory for unread packets (socket buffer, ring, UMEM or queue).
-QUEUE_MB = 64.0
+QUEUE_MB: float = NETWORK["queue_bytes"] / 2**20

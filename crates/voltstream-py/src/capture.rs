@@ -1,32 +1,28 @@
 //! `_core.Capture`: a capture engine (socket, packet ring, AF_XDP or DPDK)
 //! assembling packets into chunks (the chunks themselves: chunk.rs).
 //!
-//! `Capture(...)` only converts: each keyword becomes one field of the core
-//! library's `CaptureSpec`, which validates the whole and opens the engine.
-//! Adding a format: one arm in `Capture.__new__` that builds its `FormatSpec`.
+//! `Capture(spec)` only converts: each section of `spec` becomes one part of
+//! the core library's `CaptureSpec` (capture_spec.rs), which fills in the
+//! defaults, validates the whole and opens the engine. Adding a format: one
+//! arm in format_args.rs that builds its `FormatSpec`.
 //!
 //! Chunks are exported zero-copy through the buffer protocol. A chunk returns to
 //! the pool on `release()` or when it is garbage collected; `release()` is refused
 //! while an export (a NumPy array, a memoryview) is alive, so no Python object
 //! can ever see a buffer the capture thread is refilling.
 
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use voltstream_core::capture::{
-    CaptureGroup, CaptureSpec, DpdkInfo, DpdkPort, EngineChoice, EngineOptions, ThreadsConfig,
-    XdpInfo, XdpMode,
-};
+use voltstream_core::capture::{CaptureGroup, CaptureSpec, DpdkInfo, XdpInfo};
 use voltstream_core::stats::{Counters, Snapshot};
 
+use crate::capture_spec::{capture_spec, settings_dict};
 use crate::chunk::PyChunk;
 use crate::errors::{capture_error, config_error, to_py};
-use crate::format_args::{format_spec, FormatArgs};
-use crate::layout::layout_from_dict;
 use crate::lock::lock;
 use crate::report::{dpdk_dict, host_dict, memory_dict, stats_dict, threads_list, xdp_dict};
 
@@ -52,130 +48,12 @@ pub struct PyCapture {
 
 #[pymethods]
 impl PyCapture {
+    /// A capture of `spec`, one dict of sections (capture_spec.rs); the core
+    /// fills in what it leaves out and validates the whole. Nothing opens yet.
     #[new]
-    #[pyo3(signature = (
-        format, bind, packets_per_chunk, nchunks = 8, window = 2, vdif_threads = None,
-        vdif_frame_len = None, frames_per_second = None, subband = None, queue_bytes = 64 << 20,
-        station = None, resync_chunks = 64, streams = 1, payload_len = None, batch = 64,
-        engine = "auto", interface = None, ring_block_size = 1 << 20, digitiser_ids = None,
-        samples_per_heap = 4096, sample_bits = 10, heap_address_bits = 48,
-        timestamp_id = 0x1600, digitiser_id_item = 0x3101, codif_threads = None,
-        codif_frame_len = None, frames_per_period = None, group = None, layout = None,
-        xdp_queue = 0, xdp_mode = "auto", packets_per_heap = 1, heap_bytes = None,
-        heap_cnt_step = None, multicast = None, threads = 1, cpus = None, stream_threads = None,
-        dpdk_port = None, dpdk_eal_args = None, vdif_legacy = false, whole_packets = false
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        format: &str,
-        bind: String,
-        packets_per_chunk: usize,
-        nchunks: usize,
-        window: usize,
-        vdif_threads: Option<Vec<u16>>,
-        vdif_frame_len: Option<usize>,
-        frames_per_second: Option<u32>,
-        subband: Option<u8>,
-        queue_bytes: usize,
-        station: Option<u16>,
-        resync_chunks: u64,
-        streams: usize,
-        payload_len: Option<usize>,
-        batch: usize,
-        engine: &str,
-        interface: Option<String>,
-        ring_block_size: usize,
-        digitiser_ids: Option<Vec<u64>>,
-        samples_per_heap: u64,
-        sample_bits: u8,
-        heap_address_bits: u8,
-        timestamp_id: u64,
-        digitiser_id_item: u64,
-        codif_threads: Option<Vec<u16>>,
-        codif_frame_len: Option<usize>,
-        frames_per_period: Option<u32>,
-        group: Option<u16>,
-        layout: Option<Bound<'_, PyDict>>,
-        xdp_queue: u32,
-        xdp_mode: &str,
-        packets_per_heap: usize,
-        heap_bytes: Option<usize>,
-        heap_cnt_step: Option<u64>,
-        multicast: Option<Vec<String>>,
-        threads: usize,
-        cpus: Option<Vec<usize>>,
-        stream_threads: Option<Vec<usize>>,
-        dpdk_port: Option<String>,
-        dpdk_eal_args: Option<String>,
-        vdif_legacy: bool,
-        whole_packets: bool,
-    ) -> PyResult<Self> {
-        let groups = multicast
-            .unwrap_or_default()
-            .iter()
-            .map(|g| {
-                g.trim().parse::<IpAddr>().map_err(|_| {
-                    config_error(format!("multicast group {g:?} is not an IP address"))
-                })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        let xdp_mode = XdpMode::parse(xdp_mode).map_err(to_py)?;
-        let format = format_spec(
-            format,
-            FormatArgs {
-                vdif_threads,
-                vdif_frame_len,
-                frames_per_second,
-                subband,
-                station,
-                streams,
-                payload_len,
-                digitiser_ids,
-                samples_per_heap,
-                sample_bits,
-                heap_address_bits,
-                timestamp_id,
-                digitiser_id_item,
-                codif_threads,
-                codif_frame_len,
-                frames_per_period,
-                group,
-                layout: layout.map(|d| layout_from_dict(&d)).transpose()?,
-                packets_per_heap,
-                heap_bytes,
-                heap_cnt_step,
-                vdif_legacy,
-            },
-        )?;
-        // Each keyword is one field of the core library's CaptureSpec, which
-        // checks them and how they fit together.
-        let mut spec = CaptureSpec::new(format, bind, packets_per_chunk);
-        spec.engine = EngineChoice::parse(engine).map_err(to_py)?;
-        spec.network.interface = interface;
-        spec.network.multicast = groups;
-        spec.network.queue_bytes = queue_bytes;
-        spec.options = EngineOptions {
-            batch,
-            ring_block_size,
-            xdp_queue,
-            xdp_mode,
-            dpdk_port: dpdk_port
-                .map(|p| DpdkPort::parse(&p))
-                .transpose()
-                .map_err(to_py)?,
-            dpdk_eal_args: dpdk_eal_args
-                .map(|a| a.split_whitespace().map(String::from).collect())
-                .unwrap_or_default(),
-        };
-        spec.chunks.nchunks = nchunks;
-        spec.chunks.whole_packets = whole_packets;
-        spec.chunks.assembler.window = window;
-        spec.chunks.assembler.resync_chunks = resync_chunks;
-        spec.threads = ThreadsConfig {
-            threads,
-            cpus: cpus.unwrap_or_default(),
-            owners: stream_threads.unwrap_or_default(),
-        };
+    #[pyo3(signature = (spec, /))]
+    fn new(spec: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let spec = capture_spec(spec)?;
         let owners = spec.validate().map_err(to_py)?;
         Ok(PyCapture {
             spec,
@@ -397,6 +275,13 @@ impl PyCapture {
     #[getter]
     fn packets_per_chunk(&self) -> usize {
         self.spec.chunks.assembler.packets_per_chunk
+    }
+
+    /// Every section of the spec but the format, as the capture runs with it
+    /// (what the spec left out filled in with the core's defaults).
+    #[getter]
+    fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        settings_dict(py, &self.spec)
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {

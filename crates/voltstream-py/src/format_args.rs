@@ -1,82 +1,73 @@
-//! The format keywords of `Capture()` and `locate()` made into the core library's
-//! [`FormatSpec`]: one place, so both speak the same keywords and refuse the same
-//! things. Adding a format: its keywords in [`FormatArgs`] and one arm here.
+//! The `format` section of a capture or latency spec (and `locate()`'s
+//! keywords) made into the core library's [`FormatSpec`]: one place, so all
+//! speak the same keys and refuse the same things. Adding a format: its keys
+//! in [`FormatArgs`] and one arm here.
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use voltstream_core::wire::spead::{DIG_SAMPLES_PER_HEAP, DIG_SAMPLE_BITS};
 use voltstream_core::wire::{FormatSpec, Layout, SpeadHeapIndex};
 
 use crate::errors::{config_error, to_py};
 use crate::layout::layout_from_dict;
-use pyo3::types::PyDict;
 
-/// Every format keyword, as given (`None`: not given).
-pub(crate) struct FormatArgs {
-    pub vdif_threads: Option<Vec<u16>>,
-    pub vdif_frame_len: Option<usize>,
-    pub frames_per_second: Option<u32>,
-    pub subband: Option<u8>,
-    pub station: Option<u16>,
-    pub streams: usize,
-    pub payload_len: Option<usize>,
-    pub digitiser_ids: Option<Vec<u64>>,
-    pub samples_per_heap: u64,
-    pub sample_bits: u8,
-    pub heap_address_bits: u8,
-    pub timestamp_id: u64,
-    pub digitiser_id_item: u64,
-    pub codif_threads: Option<Vec<u16>>,
-    pub codif_frame_len: Option<usize>,
-    pub frames_per_period: Option<u32>,
-    pub group: Option<u16>,
-    pub layout: Option<Layout>,
-    pub packets_per_heap: usize,
-    pub heap_bytes: Option<usize>,
-    pub heap_cnt_step: Option<u64>,
-    pub vdif_legacy: bool,
-}
-
-impl Default for FormatArgs {
-    /// `Capture()`'s defaults (its signature states them for Python's help).
-    fn default() -> Self {
-        FormatArgs {
-            vdif_threads: None,
-            vdif_frame_len: None,
-            frames_per_second: None,
-            subband: None,
-            station: None,
-            streams: 1,
-            payload_len: None,
-            digitiser_ids: None,
-            samples_per_heap: 4096,
-            sample_bits: 10,
-            heap_address_bits: 48,
-            timestamp_id: 0x1600,
-            digitiser_id_item: 0x3101,
-            codif_threads: None,
-            codif_frame_len: None,
-            frames_per_period: None,
-            group: None,
-            layout: None,
-            packets_per_heap: 1,
-            heap_bytes: None,
-            heap_cnt_step: None,
-            vdif_legacy: false,
-        }
+section! {
+    /// The `format` section: `name` and that format's own keys (None: not given).
+    struct FormatArgs("format") {
+        name: String,
+        vdif_threads: Vec<u16>,
+        vdif_frame_len: usize,
+        frames_per_second: u32,
+        subband: u8,
+        station: u16,
+        streams: usize,
+        payload_len: usize,
+        digitiser_ids: Vec<u64>,
+        samples_per_heap: u64,
+        sample_bits: u8,
+        heap_address_bits: u8,
+        timestamp_id: u64,
+        digitiser_id_item: u64,
+        codif_threads: Vec<u16>,
+        codif_frame_len: usize,
+        frames_per_period: u32,
+        group: u16,
+        #[pyo3(from_py_with = layout_arg)]
+        layout: Layout,
+        packets_per_heap: usize,
+        heap_bytes: usize,
+        heap_cnt_step: u64,
+        vdif_legacy: bool,
     }
 }
 
-/// A keyword that `format` cannot do without.
+/// `layout`: a dict (docs/formats.md, "Declarative layouts"), or None.
+fn layout_arg(value: &Bound<'_, PyAny>) -> PyResult<Option<Layout>> {
+    if value.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(layout_from_dict(value.cast::<PyDict>()?)?))
+}
+
+/// A key that `format` cannot do without.
 fn need<T>(value: Option<T>, format: &str, what: &str) -> PyResult<T> {
     value.ok_or_else(|| {
         config_error(format!(
-            "format '{format}' needs {what}; pass it to Capture()"
+            "format '{format}' needs {what} in the spec's format section"
         ))
     })
 }
 
-/// The [`FormatSpec`] that `format` and its keywords describe (validated later,
-/// with the rest of the capture, by the core).
-pub(crate) fn format_spec(format: &str, a: FormatArgs) -> PyResult<FormatSpec> {
+/// The [`FormatSpec`] the section describes (validated later, with the rest
+/// of the capture, by the core).
+pub(crate) fn format_spec(a: FormatArgs) -> PyResult<FormatSpec> {
+    let format = a.name.as_deref().ok_or_else(|| {
+        config_error(
+            "the spec's format section needs a name: 'vdif', 'ynao', 'spead', 'codif', \
+             'counter' or 'layout'"
+                .into(),
+        )
+    })?;
     Ok(match format {
         "ynao" => FormatSpec::Ynao { subband: a.subband },
         "vdif" => FormatSpec::Vdif {
@@ -88,7 +79,7 @@ pub(crate) fn format_spec(format: &str, a: FormatArgs) -> PyResult<FormatSpec> {
             )?,
             frames_per_second: need(a.frames_per_second, "vdif", "frames_per_second")?,
             station: a.station,
-            legacy: a.vdif_legacy,
+            legacy: a.vdif_legacy.unwrap_or(false),
         },
         "spead" => {
             let ids = need(a.digitiser_ids, "spead", "digitiser_ids (e.g. [0, 1])")?;
@@ -98,9 +89,14 @@ pub(crate) fn format_spec(format: &str, a: FormatArgs) -> PyResult<FormatSpec> {
                 Some(step) => SpeadHeapIndex::HeapCnt { step },
                 None => SpeadHeapIndex::Timestamp,
             };
+            let samples = a.samples_per_heap.unwrap_or(DIG_SAMPLES_PER_HEAP);
             let mut spec = match a.heap_bytes {
-                Some(b) => FormatSpec::spead_heaps(ids, a.samples_per_heap, b, 1, index),
-                None => FormatSpec::spead_digitiser(ids, a.samples_per_heap, a.sample_bits),
+                Some(b) => FormatSpec::spead_heaps(ids, samples, b, 1, index),
+                None => FormatSpec::spead_digitiser(
+                    ids,
+                    samples,
+                    a.sample_bits.unwrap_or(DIG_SAMPLE_BITS),
+                ),
             }
             .map_err(to_py)?;
             if let FormatSpec::Spead {
@@ -112,8 +108,11 @@ pub(crate) fn format_spec(format: &str, a: FormatArgs) -> PyResult<FormatSpec> {
                 ..
             } = &mut spec
             {
-                (*heap_address_bits, *timestamp_id) = (a.heap_address_bits, a.timestamp_id);
-                (*digitiser_id_item, *packets_per_heap) = (a.digitiser_id_item, a.packets_per_heap);
+                // Absent: the core's digitiser defaults stay.
+                crate::sections::set(heap_address_bits, a.heap_address_bits);
+                crate::sections::set(timestamp_id, a.timestamp_id);
+                crate::sections::set(digitiser_id_item, a.digitiser_id_item);
+                crate::sections::set(packets_per_heap, a.packets_per_heap);
                 *heap_index = index;
             }
             spec
@@ -130,7 +129,7 @@ pub(crate) fn format_spec(format: &str, a: FormatArgs) -> PyResult<FormatSpec> {
             group: a.group,
         },
         "counter" => FormatSpec::Counter {
-            streams: a.streams,
+            streams: a.streams.unwrap_or(1),
             payload_len: need(a.payload_len, "counter", "payload_len (bytes per packet)")?,
         },
         "layout" => {
@@ -143,52 +142,4 @@ pub(crate) fn format_spec(format: &str, a: FormatArgs) -> PyResult<FormatSpec> {
             )))
         }
     })
-}
-
-/// [`format_spec`] from `Capture()`'s format keywords given as a dict (what
-/// `voltstream.streams`' `capture_kwargs()` makes of a stream description),
-/// for the classes that take a format but not the capture's other keywords.
-pub(crate) fn format_spec_from_kwargs(
-    format: &str,
-    kwargs: Option<&Bound<'_, PyDict>>,
-) -> PyResult<FormatSpec> {
-    let mut a = FormatArgs::default();
-    for (key, value) in kwargs.into_iter().flat_map(|d| d.iter()) {
-        let key: String = key.extract()?;
-        let v = &value;
-        match key.as_str() {
-            "vdif_threads" => a.vdif_threads = v.extract()?,
-            "vdif_frame_len" => a.vdif_frame_len = v.extract()?,
-            "frames_per_second" => a.frames_per_second = v.extract()?,
-            "subband" => a.subband = v.extract()?,
-            "station" => a.station = v.extract()?,
-            "streams" => a.streams = v.extract()?,
-            "payload_len" => a.payload_len = v.extract()?,
-            "digitiser_ids" => a.digitiser_ids = v.extract()?,
-            "samples_per_heap" => a.samples_per_heap = v.extract()?,
-            "sample_bits" => a.sample_bits = v.extract()?,
-            "heap_address_bits" => a.heap_address_bits = v.extract()?,
-            "timestamp_id" => a.timestamp_id = v.extract()?,
-            "digitiser_id_item" => a.digitiser_id_item = v.extract()?,
-            "codif_threads" => a.codif_threads = v.extract()?,
-            "codif_frame_len" => a.codif_frame_len = v.extract()?,
-            "frames_per_period" => a.frames_per_period = v.extract()?,
-            "group" => a.group = v.extract()?,
-            "layout" => {
-                let d: Option<Bound<'_, PyDict>> = v.extract()?;
-                a.layout = d.map(|d| layout_from_dict(&d)).transpose()?;
-            }
-            "packets_per_heap" => a.packets_per_heap = v.extract()?,
-            "heap_bytes" => a.heap_bytes = v.extract()?,
-            "heap_cnt_step" => a.heap_cnt_step = v.extract()?,
-            "vdif_legacy" => a.vdif_legacy = v.extract()?,
-            "format" => {}
-            other => {
-                return Err(config_error(format!(
-                    "unknown format keyword '{other}' for format '{format}'"
-                )))
-            }
-        }
-    }
-    format_spec(format, a)
 }

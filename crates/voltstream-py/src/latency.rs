@@ -18,12 +18,77 @@ use voltstream_core::latency::layout::CONTROL_ABORT;
 use voltstream_core::latency::session::{run_session, End, Limits, Live, Receiver};
 use voltstream_core::latency::standin::{HostGpu, StandinOptions};
 use voltstream_core::send::frames::bench_layout;
-use voltstream_core::wire::FormatSpec;
+use voltstream_core::wire::{FormatSpec, LayoutField};
 
 use crate::errors::{config_error, to_py};
-use crate::format_args::format_spec_from_kwargs;
+use crate::format_args::{format_spec, FormatArgs};
 use crate::layout::layout_field;
 use crate::lock::lock;
+use crate::sections::{need, section, set, spec_dict, Section};
+
+const WHAT: &str = "latency spec";
+
+/// The sections of `LatencySession(spec)`: `format` is a capture's (or
+/// `{"name": "vlat", "payload_len": N}`, FrameSender's frames); `network`,
+/// `frames` and `handoff` are the core's receiver, [`FrameConfig`] and
+/// [`HandoffConfig`]. Needed: `network.bind`, `frames.packets_per_frame`,
+/// `handoff.mode` and `handoff.records`; the rest keeps the core's defaults.
+const LATENCY_SECTIONS: [&str; 4] = [
+    FormatArgs::NAME,
+    LatencyNetworkArgs::NAME,
+    FrameArgs::NAME,
+    HandoffArgs::NAME,
+];
+
+section! {
+    /// Where frames arrive (a socket read in batches of `batch` packets).
+    struct LatencyNetworkArgs("network") {
+        bind: String,
+        batch: usize,
+    }
+}
+
+section! {
+    /// How packets make frames.
+    struct FrameArgs("frames") {
+        packets_per_frame: usize,
+        window: usize,
+        timeout_us: u64,
+        resync_frames: u64,
+        #[pyo3(from_py_with = frame_field_arg)]
+        frame_field: LayoutField,
+        #[pyo3(from_py_with = send_time_arg)]
+        send_time: LayoutField,
+    }
+}
+
+section! {
+    /// How frames reach the GPU (or the host stand-in).
+    struct HandoffArgs("handoff") {
+        mode: String,
+        slots: usize,
+        threads: u32,
+        check_pattern: bool,
+        write_combined: bool,
+        records: usize,
+        standin: bool,
+    }
+}
+
+fn field_arg(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<LayoutField>> {
+    if value.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(layout_field(value.cast::<PyDict>()?, what)?))
+}
+
+fn frame_field_arg(value: &Bound<'_, PyAny>) -> PyResult<Option<LayoutField>> {
+    field_arg(value, "frame_field")
+}
+
+fn send_time_arg(value: &Bound<'_, PyAny>) -> PyResult<Option<LayoutField>> {
+    field_arg(value, "send_time")
+}
 
 /// The GPU side of a session: the real one or the host stand-in.
 enum Hand {
@@ -52,11 +117,8 @@ pub struct PyLatencySession {
     live: Arc<Mutex<Live>>,
     frame_bytes: usize,
     local_addr: String,
-    mode: Mode,
-    slots: usize,
-    threads: u32,
-    check_pattern: bool,
-    write_combined: bool,
+    /// The hand-off as the spec says; `attach` gives it its launch shape.
+    handoff: HandoffConfig,
     records: usize,
     standin: bool,
     /// Host address of the control block once attached (0 before): `abort()`
@@ -76,71 +138,59 @@ fn duration(seconds: Option<f64>, what: &str) -> PyResult<Option<Duration>> {
 
 #[pymethods]
 impl PyLatencySession {
+    /// A session of `spec`, one dict of sections (see [`LATENCY_SECTIONS`]):
+    /// binds the receiver; the core validates the frames and the hand-off.
     #[new]
-    #[pyo3(signature = (
-        bind, packets_per_frame, format = "vlat", format_kwargs = None, frame_field = None,
-        send_time = None, window = 2, timeout_us = 0, mode = "persistent", slots = 16,
-        threads = 128, check_pattern = false, write_combined = false, records = 100_000,
-        standin = false, batch = 16
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        bind: &str,
-        packets_per_frame: usize,
-        format: &str,
-        format_kwargs: Option<Bound<'_, PyDict>>,
-        frame_field: Option<Bound<'_, PyDict>>,
-        send_time: Option<Bound<'_, PyDict>>,
-        window: usize,
-        timeout_us: u64,
-        mode: &str,
-        slots: usize,
-        threads: u32,
-        check_pattern: bool,
-        write_combined: bool,
-        records: usize,
-        standin: bool,
-        batch: usize,
-    ) -> PyResult<Self> {
-        let mut frame = FrameConfig::new(packets_per_frame);
-        frame.window = window;
-        frame.timeout_ns = timeout_us.saturating_mul(1000);
-        frame.frame_field = frame_field
-            .map(|d| layout_field(&d, "frame_field"))
-            .transpose()?;
-        frame.send_time = send_time
-            .map(|d| layout_field(&d, "send_time"))
-            .transpose()?;
-        let spec = if format == "vlat" {
+    #[pyo3(signature = (spec, /))]
+    fn new(spec: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let d = spec_dict(spec, WHAT, &LATENCY_SECTIONS)?;
+        let net: LatencyNetworkArgs = section(&d, WHAT)?;
+        let frames: FrameArgs = section(&d, WHAT)?;
+        let hand: HandoffArgs = section(&d, WHAT)?;
+        let fmt: FormatArgs = section(&d, WHAT)?;
+
+        let mut frame = FrameConfig::new(need(
+            frames.packets_per_frame,
+            WHAT,
+            "frames.packets_per_frame",
+        )?);
+        set(&mut frame.window, frames.window);
+        if let Some(us) = frames.timeout_us {
+            frame.timeout_ns = us.saturating_mul(1000);
+        }
+        set(&mut frame.resync_frames, frames.resync_frames);
+        frame.frame_field = frames.frame_field;
+        frame.send_time = frames.send_time;
+        let spec = if fmt.name.as_deref() == Some("vlat") {
             // The built-in latency frame (FrameSender's), stamped by its sender.
-            let payload_len = match &format_kwargs {
-                Some(kw) => kw
-                    .get_item("payload_len")?
-                    .map(|v| v.extract())
-                    .transpose()?,
-                None => None,
-            };
-            let (layout, stamp) = bench_layout(payload_len.unwrap_or(1024));
+            let payload_len = need(fmt.payload_len, WHAT, "format.payload_len for 'vlat'")?;
+            let (layout, stamp) = bench_layout(payload_len);
             frame.send_time = frame.send_time.or(Some(stamp));
             FormatSpec::Layout(layout)
         } else {
-            format_spec_from_kwargs(format, format_kwargs.as_ref())?
+            format_spec(fmt)?
         };
-        let rx = Receiver::bind(&spec, bind, frame, batch).map_err(to_py)?;
+        let bind = need(net.bind, WHAT, "network.bind")?;
+        let batch = net.batch.unwrap_or(Receiver::BATCH);
+        let rx = Receiver::bind(&spec, &bind, frame, batch).map_err(to_py)?;
         let local_addr = rx.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        let frame_bytes = rx.frames.frame_bytes() as usize;
+        let mode = need(hand.mode, WHAT, "handoff.mode")?;
+        let mut handoff = HandoffConfig::new(Mode::parse(&mode).map_err(to_py)?, frame_bytes);
+        set(&mut handoff.slots, hand.slots);
+        set(&mut handoff.threads, hand.threads);
+        set(&mut handoff.check_pattern, hand.check_pattern);
+        set(&mut handoff.write_combined, hand.write_combined);
+        handoff.validate().map_err(to_py)?;
         Ok(PyLatencySession {
-            frame_bytes: rx.frames.frame_bytes() as usize,
+            frame_bytes,
             state: Mutex::new(State::Ready(Parts { rx, hand: None })),
             stop: Arc::new(AtomicBool::new(false)),
             live: Arc::new(Mutex::new(Live::default())),
             local_addr,
-            mode: Mode::parse(mode).map_err(to_py)?,
-            slots,
-            threads,
-            check_pattern,
-            write_combined,
-            records,
-            standin,
+            handoff,
+            records: need(hand.records, WHAT, "handoff.records")?,
+            standin: hand.standin.unwrap_or(false),
             control: Mutex::new(0),
         })
     }
@@ -182,10 +232,9 @@ impl PyLatencySession {
         if parts.hand.is_some() {
             return Err(config_error("attach() goes once, before start()".into()));
         }
-        let mut cfg = HandoffConfig::new(self.mode, self.frame_bytes);
-        let threads = threads.unwrap_or(self.threads);
-        (cfg.slots, cfg.blocks, cfg.threads) = (self.slots, blocks, threads);
-        (cfg.check_pattern, cfg.write_combined) = (self.check_pattern, self.write_combined);
+        let mut cfg = self.handoff;
+        cfg.blocks = blocks;
+        set(&mut cfg.threads, threads);
         let hand = if self.standin {
             Hand::Standin(
                 Handoff::standin(cfg, StandinOptions::default(), self.records).map_err(to_py)?,

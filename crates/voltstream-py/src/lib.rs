@@ -11,7 +11,35 @@ macro_rules! set_fields {
     };
 }
 
+/// One section of a spec given as a dict (sections.rs): a struct read with
+/// `#[derive(FromPyObject)]`, every field optional (None: absent, the core's
+/// default kept, so the binding has none of its own), its keys listed for
+/// [`sections::Section::KEYS`] so that a key it does not know is refused.
+/// (`sections::section` fills absent keys with None before extracting: pyo3
+/// refuses a struct whose every field is `#[pyo3(default)]`.)
+macro_rules! section {
+    (
+        $(#[$meta:meta])*
+        struct $name:ident($key:literal) {
+            $( $(#[$fmeta:meta])* $field:ident: $ty:ty ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(pyo3::FromPyObject, Default)]
+        #[pyo3(from_item_all)]
+        pub(crate) struct $name {
+            $( $(#[$fmeta])* pub $field: Option<$ty>, )*
+        }
+
+        impl $crate::sections::Section for $name {
+            const NAME: &'static str = $key;
+            const KEYS: &'static [&'static str] = &[$(stringify!($field)),*];
+        }
+    };
+}
+
 mod capture;
+mod capture_spec;
 mod chunk;
 mod errors;
 mod format_args;
@@ -21,6 +49,7 @@ mod layout;
 mod lock;
 mod record;
 mod report;
+mod sections;
 mod send;
 mod wire;
 
@@ -33,6 +62,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     send::register(m)?;
     frame_send::register(m)?;
     capture::register(m)?;
+    capture_spec::register(m)?;
     chunk::register(m)?;
     record::register(m)?;
     latency::register(m)?;

@@ -34,9 +34,10 @@ fn locate(
     station: Option<u16>,
     subband: Option<u8>,
 ) -> PyResult<(usize, u64, usize)> {
-    // The same keywords as Capture(), with a one-packet test's defaults: thread
-    // 0, a frame as long as the packet.
+    // A capture spec's format section, with a one-packet test's defaults:
+    // thread 0, a frame as long as the packet.
     let args = FormatArgs {
+        name: Some(format.to_string()),
         vdif_threads: Some(threads.unwrap_or_else(|| vec![0])),
         vdif_frame_len: Some(frame_len.unwrap_or(packet.len())),
         frames_per_second,
@@ -44,7 +45,7 @@ fn locate(
         subband,
         ..Default::default()
     };
-    let s = format_spec(format, args)?;
+    let s = format_spec(args)?;
     let loc = s.locator().map_err(to_py)?;
     let l = loc.locate(packet).map_err(|e| wire_err(py, format, e))?;
     let offset = packet.len() - l.payload.len();

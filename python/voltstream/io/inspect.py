@@ -168,8 +168,8 @@ def inspect_packets(packets: list, hint: str | None = None) -> dict:
         return _ynao(packets, heads)
     sizes = sorted({len(p) for p in packets})
     return {"kind": "unknown", "packets": len(packets), "sizes": sizes[:8],
-            "options": "neither VDIF nor YNAO frames: describe the layout to _core.Capture("
-                       "format='layout', ...) (docs/formats.md)"}  # fmt: skip
+            "options": "neither VDIF nor YNAO frames: describe the layout in a stream file "
+                       "(format = \"layout\", docs/formats.md)"}  # fmt: skip
 
 
 def _vdif(n_frames: int, col: dict[str, np.ndarray]) -> dict:
@@ -232,8 +232,8 @@ def _vdif_options(i: dict) -> str:
         main = max(i["stations"], key=i["stations"].get)
         station = f" --station {main}"
     if why:
-        return ("not yet on the command line (" + ", ".join(why) + "): use _core.Capture("
-                "format='vdif', vdif_threads=...) from Python")  # fmt: skip
+        return ("not yet on the command line (" + ", ".join(why) + "): describe the stream "
+                "in a stream file (format = \"vdif\", docs/formats.md)")  # fmt: skip
     opts = f"--format vdif --nchan {nchan} --bits {bits} --vdif-payload {payload}{station}"
     if len(i["threads"]) == 1:
         opts += f" --npol 1 --vdif-threads {i['threads'][0]}"

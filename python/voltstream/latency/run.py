@@ -21,6 +21,10 @@ from voltstream.latency.reference import frame_shape
 log = logging.getLogger("voltstream.latency")
 
 MODES = ("copy", "persistent", "persistent-flag", "zerocopy")
+#: Payload bytes of a ``vlat`` frame's packet when the run does not say.
+VLAT_PAYLOAD_LEN = 1024
+#: Threads per block of the copy mode's kernel when the settings leave it open.
+DEFAULT_BLOCK_THREADS = 128
 PERSISTENT_MODES = ("persistent", "persistent-flag", "zerocopy")
 
 
@@ -62,9 +66,46 @@ class LatencySettings:
     def shape_for(self, frame_bytes: int) -> tuple[int, int]:
         """(blocks, threads per block): as given, else `reference.frame_shape`."""
         if self.blocks is not None:
-            return self.blocks, self.threads or 128
+            return self.blocks, self.threads or DEFAULT_BLOCK_THREADS
         blocks, threads = frame_shape(frame_bytes)
         return blocks, self.threads or threads
+
+
+def latency_spec(
+    bind: str,
+    s: LatencySettings,
+    format: str = "vlat",
+    format_kwargs: dict[str, Any] | None = None,
+    frame_field: dict[str, Any] | None = None,
+    send_time: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``_core.LatencySession``'s one argument: the format (``vlat``: FrameSender's
+    frames, of ``VLAT_PAYLOAD_LEN`` bytes unless ``format_kwargs`` say), where frames
+    arrive, how packets make frames and how frames reach the GPU. Every value is
+    ``LatencySettings``' (the verb's defaults); the core fills in none of them."""
+    fmt = dict(format_kwargs or {})
+    if format == "vlat":
+        fmt.setdefault("payload_len", VLAT_PAYLOAD_LEN)
+    return {
+        "format": {"name": format, **fmt},
+        "network": {"bind": bind},
+        "frames": {
+            "packets_per_frame": s.packets_per_frame,
+            "window": s.window,
+            "timeout_us": s.timeout_us,
+            "frame_field": frame_field,
+            "send_time": send_time,
+        },
+        "handoff": {
+            "mode": s.mode,
+            "slots": s.slots,
+            "threads": s.threads or DEFAULT_BLOCK_THREADS,
+            "check_pattern": s.check_pattern,
+            "write_combined": s.write_combined,
+            "records": s.records,
+            "standin": s.standin,
+        },
+    }
 
 
 class LatencyRun:
@@ -84,21 +125,7 @@ class LatencyRun:
 
         self.settings = s = settings
         self.session = _core.LatencySession(
-            bind,
-            s.packets_per_frame,
-            format=format,
-            format_kwargs=format_kwargs,
-            frame_field=frame_field,
-            send_time=send_time,
-            window=s.window,
-            timeout_us=s.timeout_us,
-            mode=s.mode,
-            slots=s.slots,
-            threads=s.threads or 128,
-            check_pattern=s.check_pattern,
-            write_combined=s.write_combined,
-            records=s.records,
-            standin=s.standin,
+            latency_spec(bind, s, format, format_kwargs, frame_field, send_time)
         )
         self.frame_bytes = int(self.session.frame_bytes)
         self.blocks, self.threads = s.shape_for(self.frame_bytes)

@@ -25,11 +25,13 @@ pub struct AssemblerConfig {
 }
 
 impl AssemblerConfig {
-    /// Defaults: a window of 2 chunks, resync on jumps beyond 64 chunks.
+    /// Defaults: a window of 4 chunks, resync on jumps beyond 64 chunks. These
+    /// are every capture's defaults (the Python settings read them from here
+    /// through `_core.capture_defaults()`; docs/architecture.md, "One source").
     pub fn new(packets_per_chunk: usize) -> Self {
         AssemblerConfig {
             packets_per_chunk,
-            window: 2,
+            window: 4,
             resync_chunks: 64,
         }
     }

@@ -38,11 +38,15 @@ pub struct ChunkConfig {
 }
 
 impl ChunkConfig {
-    /// Defaults: 8 chunks, window 2, resync beyond 64 chunks.
+    /// Packets per stream per chunk when a capture does not say.
+    pub const DEFAULT_PACKETS_PER_CHUNK: usize = 256;
+
+    /// Defaults: 16 chunks, the assembler's window (4) and resync bound (64),
+    /// sample bytes only.
     pub fn new(packets_per_chunk: usize) -> Self {
         ChunkConfig {
             assembler: AssemblerConfig::new(packets_per_chunk),
-            nchunks: 8,
+            nchunks: 16,
             whole_packets: false,
         }
     }
@@ -58,6 +62,13 @@ impl ChunkConfig {
             )));
         }
         Ok(())
+    }
+}
+
+impl Default for ChunkConfig {
+    /// [`ChunkConfig::new`] with [`ChunkConfig::DEFAULT_PACKETS_PER_CHUNK`].
+    fn default() -> Self {
+        ChunkConfig::new(Self::DEFAULT_PACKETS_PER_CHUNK)
     }
 }
 
@@ -376,6 +387,7 @@ mod tests {
         let engine = SocketEngine::bind(&SocketConfig::new("127.0.0.1:0")).unwrap();
         let mut cfg = ChunkConfig::new(16);
         cfg.nchunks = 64;
+        cfg.assembler.window = 2; // the late copy below is 3 chunks behind
         let cap = Capture::start(engine, counter_locator(), &cfg, None).unwrap();
         let to = cap.local_addr().unwrap();
         // One of each fault, at known places (packet (s, i) is at 2 * i + s).
@@ -441,6 +453,7 @@ mod tests {
             let report = engine.report();
             let mut cfg = ChunkConfig::new(16);
             cfg.nchunks = 64;
+            cfg.assembler.window = 2;
             let cap = Capture::start(engine, counter_locator(), &cfg, None).unwrap();
             let deadline = Instant::now() + Duration::from_secs(5);
             while report.injected().packets < N && Instant::now() < deadline {

@@ -196,15 +196,18 @@ pub struct CaptureSpec {
 }
 
 impl CaptureSpec {
-    /// Defaults for everything but what arrives, where, and the chunk size:
-    /// `auto` engine, one thread, 8 chunks, window 2.
-    pub fn new(format: FormatSpec, bind: impl Into<String>, packets_per_chunk: usize) -> Self {
+    /// Defaults for everything but what arrives and where: the `auto` engine,
+    /// [`NetworkSpec::new`], [`EngineOptions::default`], [`ChunkConfig::default`]
+    /// (256 packets per chunk, 16 chunks, window 4) and one thread. These are
+    /// the only defaults of a capture: the bindings fill in what a spec leaves
+    /// out from here, and the Python settings read them from here.
+    pub fn new(format: FormatSpec, bind: impl Into<String>) -> Self {
         CaptureSpec {
             format,
             network: NetworkSpec::new(bind),
             engine: EngineChoice::Auto,
             options: EngineOptions::default(),
-            chunks: ChunkConfig::new(packets_per_chunk),
+            chunks: ChunkConfig::default(),
             threads: ThreadsConfig::new(1),
         }
     }
@@ -472,7 +475,9 @@ mod tests {
             streams,
             payload_len: LEN,
         };
-        CaptureSpec::new(format, "127.0.0.1:0", 16)
+        let mut spec = CaptureSpec::new(format, "127.0.0.1:0");
+        spec.chunks.assembler.packets_per_chunk = 16;
+        spec
     }
 
     fn config_error(spec: &CaptureSpec) -> String {
@@ -509,8 +514,8 @@ mod tests {
     #[test]
     fn validation_names_the_setting_at_fault() {
         let mut spec = counter(2);
-        spec.chunks.nchunks = 2;
-        assert!(config_error(&spec).contains("nchunks (2) must exceed window (2)"));
+        spec.chunks.nchunks = 4;
+        assert!(config_error(&spec).contains("nchunks (4) must exceed window (4)"));
 
         let mut spec = counter(2);
         spec.threads = ThreadsConfig::new(3);
@@ -523,7 +528,8 @@ mod tests {
 
         let index = SpeadHeapIndex::Timestamp;
         let format = FormatSpec::spead_heaps(vec![0], 4096, 8192, 2, index).unwrap();
-        let spec = CaptureSpec::new(format, "127.0.0.1:0", 3);
+        let mut spec = CaptureSpec::new(format, "127.0.0.1:0");
+        spec.chunks.assembler.packets_per_chunk = 3;
         assert!(config_error(&spec).contains("multiple of packets_per_heap (2)"));
 
         assert_eq!(counter(3).validate().unwrap(), vec![0, 0, 0]);

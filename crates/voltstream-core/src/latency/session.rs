@@ -181,6 +181,10 @@ pub struct Receiver {
 }
 
 impl Receiver {
+    /// Packets read per system call unless a session says otherwise: frames
+    /// are small and one is in flight, so a short batch is enough.
+    pub const BATCH: usize = 16;
+
     /// Binds `bind` (port 0: a free port) for packets of `format`, assembled
     /// into frames as `frame` says.
     pub fn bind(format: &FormatSpec, bind: &str, frame: FrameConfig, batch: usize) -> Result<Self> {

@@ -10,6 +10,10 @@ pub const DIG_TIMESTAMP: u64 = 0x1600;
 pub const DIG_ID: u64 = 0x3101;
 pub const DIG_STATUS: u64 = 0x3102;
 pub const DIG_RAW_DATA: u64 = 0x3300;
+/// A MeerKAT digitiser heap: 4096 samples of 10 bits (the defaults of a
+/// `spead` capture format that does not give its own).
+pub const DIG_SAMPLES_PER_HEAP: u64 = 4096;
+pub const DIG_SAMPLE_BITS: u8 = 10;
 
 /// Most item pointers [`heap_packet`] (and so [`digitiser`]) accepts in one
 /// packet (MeerKAT digitiser heaps carry eight); it bounds the capture's

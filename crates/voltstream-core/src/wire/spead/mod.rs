@@ -34,7 +34,9 @@ mod packet;
 mod samples;
 
 pub use heap::{digitiser, heap_packet, Digitiser, HeapPacket, MAX_DIGITISER_ITEMS};
-pub use heap::{DIG_ID, DIG_RAW_DATA, DIG_STATUS, DIG_TIMESTAMP};
+pub use heap::{
+    DIG_ID, DIG_RAW_DATA, DIG_SAMPLES_PER_HEAP, DIG_SAMPLE_BITS, DIG_STATUS, DIG_TIMESTAMP,
+};
 pub use item::{Item, HEAP_CNT, HEAP_OFFSET, HEAP_SIZE, PAYLOAD_LEN};
 pub use locator::{HeapIndex, HeapMap};
 pub use packet::{Packet, Repr};
