@@ -233,7 +233,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
     else:
         from voltstream.io.baseband import open_baseband
 
-        reader = open_baseband(args.input, args.chan_bw, args.freq)
+        reader = open_baseband(args.input, args.chan_bw, args.freq, sequence=True)
         if reader.obs.ndim == 1:  # real-sampled channels (DBBC3-style VDIF)
             from voltstream.dsp.real import RealToComplex
 
