@@ -74,10 +74,26 @@ def test_a_pipeline_files_fold_numbers_are_checked_too(tmp_path, line, key):
     toml = tmp_path / "p.toml"
     toml.write_text(
         '[network]\nbind = "127.0.0.1:7000"\n\n[stream]\nformat = "ynao"\n\n'
-        '[run]\nduration = 1\n\n'
+        "[run]\nduration = 1\n\n"
         f'[fold]\noutput = "{tmp_path / "o.fits"}"\nperiod = 0.02\ndevice = "cpu"\n'
-        + "\n".join(v for v in values.values() if v) + "\n"
+        + "\n".join(v for v in values.values() if v)
+        + "\n"
     )
     r = run_cli("run", str(toml), "--check")
     assert r.returncode == 2 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
     assert key in r.stderr
+
+
+def test_an_archive_larger_than_memory_is_refused_before_folding(tmp_path):
+    """Each number within its bounds, but together (2e8 sub-integrations of 65536 bins)
+    more than any machine holds: one line naming --nbin and --tsub, exit 2."""
+    data = tmp_path / "s.dada"
+    made = run_cli("simulate", "--duration", "0.2", "--dm", "5", "-o", str(data))
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "o.fits"
+    r = run_cli("fold", str(data), "--device", "cpu", "--dm", "5", "--period", "0.0333",
+                "--nbin", str(MAX_NBIN), "--tsub", "1e-9", "-o", str(out))  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--nbin 65536 with --tsub 1e-09 s" in lines[0], r.stderr
+    assert "sub-integrations" in lines[0] and not out.exists()

@@ -512,13 +512,16 @@ class DadaReader:
         )  # fmt: skip
 
     def read_raw(self, start: int, n: int) -> np.ndarray:
-        """Samples ``start .. start+n`` as stored: a read-only (n, nchan, npol, ndim) view."""
+        """Samples ``start .. start+n``: a read-only (n, nchan, npol, ndim) view of the
+        file (ORDER TFP), or a copy (other orders)."""
         if start < 0 or n < 0 or start + n > self.nsamp:
             raise FormatError(
                 f"{self.path}: samples {start}..{start + n} are outside 0..{self.nsamp}; "
                 "ask for a range inside the file"
             )
-        return self._mapped()[start : start + n]
+        raw = self._mapped()[start : start + n]
+        # Another order's view is strided: a copy, contiguous as a TFP file's is.
+        return raw if self.order == "TFP" else np.ascontiguousarray(raw)
 
     def _mapped(self) -> np.memmap:
         """The file's samples; a clear error after ``close``."""
