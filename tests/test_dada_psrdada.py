@@ -155,6 +155,11 @@ def test_three_files_of_one_observation_fold_as_one(tmp_path):
     # The second file opens its own rest of the observation, from its own start.
     rest = open_baseband(paths[1], sequence=True)
     assert rest.nsamp == len(parts[1]) + len(parts[2])
+    # Without the middle file, the first is read alone and the log names the rest.
+    paths[1].unlink()
+    alone = run_cli("inspect", str(paths[0]))
+    assert alone.returncode == 0 and f"nsamp: {len(parts[0])}" in alone.stdout
+    assert "after a gap" in alone.stderr and paths[2].name in alone.stderr
 
 
 def test_our_header_reads_as_psrdada_reads_it(tmp_path):

@@ -80,6 +80,11 @@ def follow_sequence(first: DadaReader) -> DadaReader | DadaSequence:
                             ", ".join(p.name for p in paths))  # fmt: skip
             break
         readers.append(DadaReader(paths[0]))
+    end = int(readers[-1].header["OBS_OFFSET"]) + _data_bytes(readers[-1])
+    if later := sorted(p.name for off, ps in by_offset.items() if off > end for p in ps):
+        log.warning("%s: the observation's data stop at OBS_OFFSET %d; the later files %s "
+                    "(after a gap) are not read", first.path.name, end,
+                    ", ".join(later))  # fmt: skip
     if len(readers) == 1:
         return first
     return DadaSequence(readers)
