@@ -227,7 +227,7 @@ def test_non_numeric_value(tmp_path, key, value):
 
 @pytest.mark.parametrize(
     "key,value,match",
-    [("NBIT", "4", "NBIT 4"), ("ORDER", "FPT", "ORDER FPT"), ("BW", "0", "BW"),
+    [("NBIT", "4", "NBIT 4"), ("ORDER", "TSPF", "ORDER TSPF"), ("BW", "0", "BW"),
      ("UTC_START", "2024-01-02T03:04:05", "UTC_START"), ("TSAMP", "-1", "TSAMP")],
 )  # fmt: skip
 def test_bad_values(tmp_path, key, value, match):

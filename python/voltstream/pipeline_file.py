@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from voltstream.capture_config import CaptureSettings
+from voltstream.cli.options import MAX_NBIN
 from voltstream.config_files import key_lines, line_of, problems_text, read_toml
 from voltstream.errors import ConfigError
 from voltstream.streams import STREAM_FORMATS, StreamDescription
@@ -145,12 +146,13 @@ class FoldSection(_Section):
     """`voltstream fold --listen`'s options."""
 
     output: str
-    dm: float
-    period: float | None = Field(default=None, gt=0)
+    # As the command line's (cli/options.py): finite, and nbin within MAX_NBIN.
+    dm: float = Field(ge=0, allow_inf_nan=False)
+    period: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     polyco: str | None = None
     par: str | None = None
-    nbin: int = Field(default=256, gt=0)
-    tsub: float | None = Field(default=None, gt=0)
+    nbin: int = Field(default=256, ge=2, le=MAX_NBIN)
+    tsub: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     pol: Literal["AA+BB", "AABBCRCI", "IQUV"] = "AA+BB"
     plot: str | None = None
     device: Literal["auto", "gpu", "cpu"] = "auto"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import socket
 import subprocess
@@ -233,7 +234,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
     else:
         from voltstream.io.baseband import open_baseband
 
-        reader = open_baseband(args.input, args.chan_bw, args.freq)
+        reader = open_baseband(args.input, args.chan_bw, args.freq, sequence=True)
         if reader.obs.ndim == 1:  # real-sampled channels (DBBC3-style VDIF)
             from voltstream.dsp.real import RealToComplex
 
@@ -245,6 +246,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
     span_s = nsamp * obs.tsamp_s if nsamp else args.duration
     predictor = fold_predictor(args, obs, span_s)
     tsub = args.tsub if args.tsub is not None else span_s / 10
+    _check_archive_fits(args, obs, span_s, tsub)
     settings = FoldSettings(args.dm, predictor, args.nbin, tsub, pol_mode=args.pol)
     if args.listen and device == "gpu":
         from voltstream.pipeline.live import fold_live_gpu
@@ -310,6 +312,28 @@ def fold(args: argparse.Namespace) -> int | Loss:
             line += f"; {steady:.2f} once started, after {fold_s - st['blocks_s']:.2f} s start-up"
         print(line + ")")
     return loss if loss is not None else 0
+
+
+def _check_archive_fits(args: argparse.Namespace, obs: Any, span_s: float, tsub: float) -> None:
+    """A ConfigError, before any work, where the archive (sub-integrations x channels x
+    pols x bins, float64 while folding) would take more than half this machine's memory:
+    too many bins or too short sub-integrations end in a failed allocation otherwise."""
+    if not span_s or not tsub > 0:
+        return
+    nsub = math.ceil(span_s / tsub)
+    npol = 1 if args.pol == "AA+BB" else 4
+    need = nsub * obs.nchan * npol * args.nbin * 8
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return
+    if need > memory / 2:
+        raise ConfigError(
+            f"--nbin {args.nbin} with --tsub {tsub:g} s: the archive would hold {nsub} "
+            f"sub-integrations x {obs.nchan} channels x {npol} pols x {args.nbin} bins = "
+            f"{need / 2**30:.1f} GiB, more than half of this machine's "
+            f"{memory / 2**30:.0f} GiB; use fewer bins or longer sub-integrations"
+        )
 
 
 def _fold_on(

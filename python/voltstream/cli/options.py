@@ -11,6 +11,7 @@ verbs (``voltstream.cli.commands``) import it from here, not from ``cli``.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -78,17 +79,56 @@ def loss_fraction(text: str) -> float:
     return value
 
 
-def positive(kind: Any) -> Callable[[str], Any]:
+def finite(
+    kind: Any,
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    above: bool = False,
+    nonzero: bool = False,
+) -> Callable[[str], Any]:
+    """An argparse type: a finite number of ``kind`` (int or float) from ``lo`` to ``hi``
+    (either open-ended when None; ``above``: strictly greater than ``lo``; ``nonzero``:
+    not 0). NaN, inf and values out of range are refused before any work starts, with
+    one line naming the bound (argparse adds the option's name)."""
+    if lo is None:
+        limit = "" if hi is None else f"at most {hi:g}"
+    else:
+        limit = f"{'above' if above else 'at least'} {lo:g}"
+        if hi is not None:
+            limit = f"from {lo:g} to {hi:g}" if not above else f"{limit} and at most {hi:g}"
+    what = "a whole number" if kind is int else "a finite number"
+    wanted = " ".join(w for w in (what, limit, "other than 0" if nonzero else "") if w)
+    if lo == 0 and above and hi is None and not nonzero:
+        wanted = f"positive ({wanted})"
+
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}") from None
+        ok = math.isfinite(value) and (not nonzero or value != 0)
+        if lo is not None:
+            ok = ok and (value > lo if above else value >= lo)
+        if hi is not None:
+            ok = ok and value <= hi
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
         return value
 
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
+
+
+def positive(kind: Any) -> Callable[[str], Any]:
+    """An argparse type: a finite number above 0 (NaN and inf refused)."""
+    return finite(kind, 0, above=True)
+
+
+#: The most phase bins `fold` makes: 65536 bins resolve 0.5 us of a 33 ms pulsar, and
+#: one sub-integration of 256 channels x 4 pols stays at 256 MiB of float32 (a bin
+#: count beyond any period's samples only asks for memory).
+MAX_NBIN = 1 << 16
 
 
 #: One option as a table row: (flag, type, default, help), or with its choices last.
@@ -124,7 +164,7 @@ def add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str] 
          ("ynao", "vdif", *extra_formats)),
         ("--nchan", positive(int), None,
          "channels (VDIF only; the YNAO frame always has 32). Default: 32"),
-        ("--chan-bw", float, None,
+        ("--chan-bw", finite(float, nonzero=True), None,
          "channel width in MHz, negative for a lower sideband. Default: 4.0 "
          "(for a VDIF file: from its .json sidecar)"),
         ("--freq", positive(float), None,
@@ -298,9 +338,9 @@ def add_ring_mb(g: Any) -> None:
 
 def add_rate(g: Any, default: float | None, help: str, alias: str | None = None) -> None:
     """``--rate``: a send rate in Gb/s (``alias``: an old spelling, hidden)."""
-    g.add_argument("--rate", type=float, default=default, help=help)
+    g.add_argument("--rate", type=finite(float, 0), default=default, help=help)
     if alias:
-        _hidden_alias(g, alias, "rate", type=float)
+        _hidden_alias(g, alias, "rate", type=finite(float, 0))
 
 
 def station(text: str) -> int:

@@ -20,6 +20,7 @@ from voltstream.cli.ops import (
     add_status_parser,
 )
 from voltstream.cli.options import (
+    MAX_NBIN,
     Parser,
     add_alias,
     add_capture_threads,
@@ -35,6 +36,7 @@ from voltstream.cli.options import (
     add_sample_rate,
     cpu_list,
     dir_list,
+    finite,
     groups,
     host_port,
     host_ports,
@@ -359,13 +361,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(p, (
         ("--signal", None, "pulsar",
          "what to synthesise. Default: pulsar", ("pulsar", "noise", "tone")),
-        ("--dm", float, 26.833, "dispersion measure in pc cm^-3 (pulsar). Default: 26.833"),
+        ("--dm", finite(float, 0), 26.833,
+         "dispersion measure in pc cm^-3 (pulsar), >= 0. Default: 26.833"),
         ("--period", positive(float), 0.0333, "pulse period in seconds (pulsar). Default: 0.0333"),
         ("--duty", positive(float), 0.03, "pulse width as a fraction of the period. Default: 0.03"),
-        ("--pulse-phase", float, 0.25,
+        ("--pulse-phase", finite(float), 0.25,
          "phase of the pulse peak at the band centre, phase zero at the "
          "first sample. Default: 0.25"),
-        ("--tone", float, None,
+        ("--tone", finite(float), None,
          "tone frequency in MHz (tone; for spead-dig: baseband, 0 .. sample rate / 2). "
          "Default: a quarter into the band"),
         ("--duration", positive(float), 1.0, "seconds of data to synthesise. Default: 1.0"),
@@ -458,7 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "input", nargs="?", help="baseband file: .dada (8-bit TFP) or .vdif (omit with --listen)"
     )
-    p.add_argument("--dm", type=float, required=True, help="dispersion measure, pc cm^-3")
+    p.add_argument("--dm", type=finite(float, 0), required=True,
+                   help="dispersion measure, pc cm^-3 (finite, >= 0)")  # fmt: skip
     pred = p.add_mutually_exclusive_group(required=True)
     add_options(pred, (
         ("--period", positive(float), None, "constant folding period, s"),
@@ -468,7 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
          "runs offline, see voltstream/io/par.py for local clock files)"),
     ))  # fmt: skip
     add_options(p, (
-        ("--nbin", positive(int), 256, "phase bins. Default: 256"),
+        ("--nbin", finite(int, 2, MAX_NBIN), 256,
+         f"phase bins, 2 .. {MAX_NBIN} (2**16). Default: 256"),
         ("--tsub", positive(float), None,
          "sub-integration length in seconds. Default: 10 sub-integrations"),
         ("--pol", None, "AA+BB",
@@ -519,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_options(many, (
         ("--scheduler", None, None, "the Dask scheduler, e.g. tcp://head:8786"),
-        ("--start-packet", int, 0,
+        ("--start-packet", finite(int, 0), 0,
          "live subbands: the packet index (the format's own) where the observation and "
          "its first sub-integration start, the same on every node. Default: 0"),
     ))  # fmt: skip
@@ -590,7 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
          "seconds of data. Default: 0.5 (one node), 4 (--nodes)"),
     ))  # fmt: skip
     add_rate(p, None, "send rate, Gb/s. Default: 2.0 (one node), 0.1 in all (--nodes)")
-    p.add_argument("--port", type=int, default=0, help="UDP port (0: pick a free one)")
+    p.add_argument("--port", type=finite(int, 0, 65535), default=0,
+                   help="UDP port (0: pick a free one)")  # fmt: skip
     g = p.add_argument_group(
         "many nodes, one observation (docs/scale-out.md)",
         "--nodes N runs the cluster demo: one band of N x 32 channels split into N "
@@ -602,7 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_options(g, (
         ("--nodes", positive(int), None, "node workers, one subband each (e.g. 4)"),
-        ("--kill-node", int, None,
+        ("--kill-node", finite(int, 0), None,
          "kill this node's worker (SIGKILL) mid-run: its nanny restarts it, it rejoins at "
          "the next sub-integration, its channels are weighted zero in between"),
         ("--at", positive(float), 1.5,

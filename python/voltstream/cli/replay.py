@@ -14,6 +14,7 @@ from voltstream.cli.options import (
     add_format_options,
     add_options,
     dir_list,
+    finite,
     host_port,
     positive,
 )
@@ -66,7 +67,7 @@ def add_replay_parser(verbs: Any) -> None:
                    metavar="DIR[,DIR]", help="the disks the scan was recorded to")  # fmt: skip
     p.add_argument("--dest", type=host_port, required=True, help="send UDP to HOST:PORT")
     pace = p.add_mutually_exclusive_group()
-    pace.add_argument("--rate", type=float, default=None,
+    pace.add_argument("--rate", type=finite(float, 0), default=None,
                       help="payload rate in Gb/s, held over the whole replay (0 = as fast "
                       "as possible). Default: 1.0")  # fmt: skip
     pace.add_argument("--realtime", action="store_true",

@@ -13,6 +13,7 @@ from voltstream.errors import ConfigError, FormatError
 
 if TYPE_CHECKING:
     from voltstream.io.dada import DadaReader
+    from voltstream.io.dada_sequence import DadaSequence
     from voltstream.io.vdif import VdifFile
     from voltstream.pipeline.interfaces import BlockSource
 
@@ -20,24 +21,36 @@ __all__ = ["open_baseband", "reader_blocks"]
 
 
 def open_baseband(
-    path: str | os.PathLike[str], chan_bw_mhz: float | None = None, freq_mhz: float | None = None
-) -> DadaReader | VdifFile:
+    path: str | os.PathLike[str],
+    chan_bw_mhz: float | None = None,
+    freq_mhz: float | None = None,
+    sequence: bool = False,
+) -> DadaReader | DadaSequence | VdifFile:
     """Opens a baseband file by its content: DADA (ASCII header) or VDIF frames (.vdif).
 
     ``chan_bw_mhz`` and ``freq_mhz`` override a VDIF file's sidecar (the channel
-    count comes from the first frame's header)."""
+    count comes from the first frame's header). With ``sequence``, a DADA file that
+    starts a run of files of one observation is read with the files that follow it
+    (io/dada_sequence.py)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{path}: no such file")
     try:
         with open(p, "rb") as f:
-            head = f.read(64)
+            head = f.read(4096)  # a DADA header's first keys may follow comment lines
     except OSError as e:
         raise FormatError(f"cannot read {path}: {e.strerror}") from e
-    if head.startswith(b"HEADER") or b"HDR_VERSION" in head or b"HDR_SIZE" in head:
+    from voltstream.io.dada import is_dada_header
+
+    if is_dada_header(head):
         from voltstream.io.dada import open_dada
 
-        return open_dada(p)
+        reader = open_dada(p)
+        if not sequence:
+            return reader
+        from voltstream.io.dada_sequence import follow_sequence
+
+        return follow_sequence(reader)
     if p.suffix == ".vdif":
         from voltstream.io.vdif import LEGACY_HEADER_LEN, decode_headers, open_vdif
 

@@ -4,7 +4,9 @@ A DADA file is an ASCII header followed by raw samples.
 
 Header
     ``KEY value`` lines (one per line, the value is the rest of the line after
-    the first run of blanks), padded with NUL bytes to ``HDR_SIZE`` bytes.
+    the first run of blanks), padded with NUL bytes to ``HDR_SIZE`` bytes, in any
+    order. ``#`` starts a comment, on a line of its own or after a value (PSRDADA's
+    templates: ``NBIT 8  # number of bits per sample``); blank lines are skipped.
     ``HDR_SIZE`` is 4096 unless the header declares more; readers honour the
     declared size and writers grow it (in 4096-byte steps) when the text needs
     more room. Keys voltstream requires (:data:`REQUIRED_KEYS`, what DSPSR requires):
@@ -21,10 +23,12 @@ Header
     Defaulted with a warning that names them (:data:`DEFAULTS`, DSPSR's): ``HDR_SIZE``
     4096, ``NCHAN`` 1, ``NDIM`` 1 (2 = complex re/im pairs). ``HEADER DADA``,
     ``HDR_VERSION`` and ``DADA_VERSION`` are written, and not required.
-    The writer also writes ``FILE_SIZE`` (data bytes, set at close), ``FILE_NUMBER``
-    and ``OBS_OVERLAP`` as PSRDADA's recorder does: baseband needs ``FILE_SIZE``.
+    The writer also writes ``FILE_SIZE`` (data bytes, set at close), ``FILE_NUMBER``,
+    ``OBS_OVERLAP``, ``BYTES_PER_SECOND`` and ``RESOLUTION`` (bytes of one sample) as
+    PSRDADA's recorder does: baseband needs ``FILE_SIZE``, dada_dbdisk the rate.
 
-    Optional: ``ORDER`` (only ``TFP`` is accepted; missing means TFP),
+    Optional: ``ORDER`` (:data:`ORDERS`, T time, F channel, P polarisation, slowest
+    first; a letter of a size-1 axis may be left out; missing means TFP),
     ``PICOSECONDS`` (integer sub-second part of the start, in ps),
     ``MJD_START`` (informative; the start is always taken from ``UTC_START``).
 
@@ -38,9 +42,15 @@ Start time
 
 Data (ORDER TFP)
     Time-major: for each sample, every channel; within a channel, every
-    polarisation; within a polarisation, re then im. A file whose data is not a
+    polarisation; within a polarisation, re then im (NDIM 2), or one real value
+    (NDIM 1: a real-sampled band, read as float32 blocks that the fold turns into
+    complex baseband first, voltstream.dsp.real). Other orders are read through a
+    strided view (their ``FILE_SIZE`` gives the time axis's length). A file whose data is not a
     whole number of samples is read with a warning and the partial sample at
     the end ignored (a recorder killed mid-write leaves such files).
+
+Files of one observation (the same UTC_START, each file's OBS_OFFSET where the one
+before it ends) are read as one by :mod:`voltstream.io.dada_sequence`.
 
 The reader memory-maps the data, so reading a file of any size takes memory
 bounded by the block size asked for.
@@ -52,6 +62,7 @@ import datetime as _dt
 import errno
 import math
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from fractions import Fraction
@@ -63,7 +74,7 @@ import numpy as np
 from voltstream.errors import FormatError, RecordError, TruncatedFileError, VoltstreamError
 from voltstream.observation import Observation
 
-__all__ = ["DadaReader", "DadaWriter", "REQUIRED_KEYS", "open_dada"]
+__all__ = ["DadaReader", "DadaWriter", "REQUIRED_KEYS", "is_dada_header", "open_dada"]
 
 HDR_SIZE = 4096
 REQUIRED_KEYS = (
@@ -86,6 +97,27 @@ _FLOAT_KEYS = ("FREQ", "BW", "TSAMP")
 _MJD_EPOCH = _dt.date(1858, 11, 17).toordinal()
 _UTC_FORMAT = "%Y-%m-%d-%H:%M:%S"
 _DTYPES: dict[int, np.dtype] = {8: np.dtype(np.int8), 16: np.dtype("<i2")}
+#: A comment: ``#`` at the start of a line or after a blank, to the end of the line
+#: (PSRDADA's templates put one after most values: ``NBIT 8  # bits per sample``).
+_COMMENT = re.compile(r"(^|\s)#.*$")
+
+
+#: The sample orders the reader takes (PSRDADA's baseband writers use TFP; FPT and PFT
+#: hold each channel's, or polarisation's, whole time series in turn).
+ORDERS = ("TFP", "TPF", "FTP", "FPT", "PTF", "PFT")
+
+
+def _axes(order: str, nchan: int, npol: int) -> str | None:
+    """ORDER as all three axes, slowest first (a size-1 axis the header left out goes
+    where it changes nothing), or None for an order this reader cannot take."""
+    if len(set(order)) != len(order) or "T" not in order or not set(order) <= set("TFP"):
+        return None
+    for axis, size in (("F", nchan), ("P", npol)):
+        if axis not in order:
+            if size != 1:
+                return None
+            order += axis
+    return order if order in ORDERS else None
 
 
 def _bytes_per_sample(nchan: int, npol: int, ndim: int, nbit: int) -> int:
@@ -100,6 +132,13 @@ def _split_start(start_mjd: int, start_sec: float) -> tuple[int, int, int]:
         whole, ps = whole + 1, ps - 10**12
     day, sec = divmod(whole, 86400)
     return start_mjd + day, sec, ps
+
+
+def _rate_text(obs: Observation) -> str:
+    """BYTES_PER_SECOND: a whole number where the rate is one (PSRDADA reads it as an
+    integer), else the nearest."""
+    rate = _bytes_per_sample(obs.nchan, obs.npol, obs.ndim, obs.nbit) / obs.tsamp_s
+    return str(round(rate))
 
 
 def _utc_string(mjd: int, sec: int) -> str:
@@ -136,6 +175,9 @@ def format_header(obs: Observation, extra: dict | None = None) -> bytes:
         "FILE_SIZE": "0",
         "FILE_NUMBER": "0",
         "OBS_OVERLAP": "0",
+        # PSRDADA's own tools (dada_dbdisk, dada_dbevent) size their work by these.
+        "BYTES_PER_SECOND": _rate_text(obs),
+        "RESOLUTION": str(_bytes_per_sample(obs.nchan, obs.npol, obs.ndim, obs.nbit)),
         "ORDER": "TFP",
         "INSTRUMENT": "voltstream",
     }
@@ -144,8 +186,11 @@ def format_header(obs: Observation, extra: dict | None = None) -> bytes:
     if not keys["OBS_OFFSET"].isdigit():
         raise FormatError(f"OBS_OFFSET {keys['OBS_OFFSET']!r} must be a byte count >= 0")
     for k, v in keys.items():
-        if not k or any(c.isspace() for c in k) or "\n" in v or "\0" in v:
-            raise FormatError(f"DADA header key {k!r} or its value has blanks or newlines")
+        if not k or any(c.isspace() for c in k) or "\n" in v or "\0" in v or _COMMENT.search(v):
+            raise FormatError(
+                f"DADA header key {k!r} or its value has blanks, newlines or a ' #' "
+                "(which starts a comment)"
+            )
 
     def render(size: int) -> bytes:
         keys["HDR_SIZE"] = str(size)
@@ -275,13 +320,26 @@ class DadaWriter:
 
 
 def parse_header(text: str) -> dict[str, str]:
-    """``KEY value`` lines to a dict; blank and ``#`` lines are skipped."""
+    """``KEY value`` lines to a dict: comments (whole lines, or after a value) and blank
+    lines are skipped; the value is the rest of the line, comment and blanks stripped."""
     out: dict[str, str] = {}
     for line in text.splitlines():
-        parts = line.split(None, 1)
-        if parts and not parts[0].startswith("#"):
+        parts = _COMMENT.sub("", line).split(None, 1)
+        if parts:
             out[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
     return out
+
+
+def is_dada_header(head: bytes) -> bool:
+    """Whether ``head`` (a file's first bytes, up to HDR_SIZE) is a DADA header: ASCII
+    text whose keys include ``HEADER DADA``, ``HDR_SIZE`` or ``HDR_VERSION`` (comment
+    lines may come first, as in PSRDADA's templates)."""
+    try:
+        text = head.split(b"\0", 1)[0].decode("ascii")
+    except UnicodeDecodeError:
+        return False
+    keys = parse_header(text)
+    return keys.get("HEADER") == "DADA" or "HDR_SIZE" in keys or "HDR_VERSION" in keys
 
 
 def _header_text(raw: bytes, path: Path) -> str:
@@ -308,6 +366,17 @@ def _number(path: Path, header: dict[str, str], key: str, kind: type) -> Any:
         raise FormatError(
             f"{path}: DADA header {key} is {header[key]!r}, not {what}; fix the header"
         ) from None
+
+
+def samples_of(raw: np.ndarray) -> np.ndarray:
+    """Stored samples (n, nchan, npol, ndim) as a block (n, nchan, npol): complex64 for
+    NDIM 2, float32 for real samples (NDIM 1)."""
+    if raw.shape[3] == 1:
+        return raw[..., 0].astype(np.float32)
+    out = np.empty(raw.shape[:3], dtype=np.complex64)
+    out.real = raw[..., 0]
+    out.imag = raw[..., 1]
+    return out
 
 
 class DadaReader:
@@ -357,7 +426,7 @@ class DadaReader:
         self.hdr_size = int(num["HDR_SIZE"])
         nchan, npol, nbit, ndim = (int(num[k]) for k in ("NCHAN", "NPOL", "NBIT", "NDIM"))
         tsamp_us, freq, bw = num["TSAMP"], num["FREQ"], num["BW"]
-        order = header.get("ORDER", "TFP")
+        order = header.get("ORDER", "TFP").upper()
         problems = [
             (self.hdr_size < 64, f"HDR_SIZE {self.hdr_size} is too small"),
             (nchan < 1 or npol < 1, f"NCHAN {nchan} and NPOL {npol} must be positive"),
@@ -366,7 +435,11 @@ class DadaReader:
             (not tsamp_us > 0 or not math.isfinite(tsamp_us), f"TSAMP {tsamp_us} must be > 0"),
             (bw == 0 or not math.isfinite(bw), f"BW {bw} must be non-zero"),
             (not math.isfinite(freq), f"FREQ {freq} must be finite"),
-            (order != "TFP", f"ORDER {order} is not supported (only TFP)"),
+            (
+                _axes(order, nchan, npol) is None,
+                f"ORDER {order} is not supported: voltstream reads {', '.join(ORDERS)} "
+                "(T time, F channel, P polarisation; a letter of a size-1 axis may be left out)",
+            ),
             (num["OBS_OFFSET"] < 0, "OBS_OFFSET must not be negative"),
             (not 0 <= num.get("PICOSECONDS", 0) < 10**12, "PICOSECONDS must be in [0, 1e12)"),
         ]
@@ -381,6 +454,9 @@ class DadaReader:
             ) from None
         self.bytes_per_sample = _bytes_per_sample(nchan, npol, ndim, nbit)
         data_bytes = size - self.hdr_size
+        file_size = header.get("FILE_SIZE", "")
+        if order != "TFP" and file_size.isdigit() and 0 < int(file_size) < data_bytes:
+            data_bytes = int(file_size)  # a time axis not outermost: its length must be right
         self.nsamp, partial = divmod(data_bytes, self.bytes_per_sample)
         self.leftover_bytes = partial  # of a partial sample at the end, ignored
         if partial:
@@ -419,22 +495,33 @@ class DadaReader:
             ndim=ndim,
         )
         self._dtype = _DTYPES[nbit]
-        self._data: np.memmap | None = np.memmap(
+        self.order = order
+        axes = _axes(order, nchan, npol) or "TFP"
+        sizes = {"T": self.nsamp, "F": nchan, "P": npol}
+        stored = np.memmap(
             self.path,
             dtype=self._dtype,
             mode="r",
             offset=self.hdr_size,
-            shape=(self.nsamp, nchan, npol, ndim),
+            shape=(*(sizes[a] for a in axes), ndim),
         )
+        # Any order is seen as (T, F, P, D); only TFP is a plain view of the bytes (the
+        # GPU file path reads TFP bytes straight, see pipeline/file_source.py).
+        self._data: np.memmap | None = stored.transpose(
+            *(axes.index(a) for a in "TFP"), 3
+        )  # fmt: skip
 
     def read_raw(self, start: int, n: int) -> np.ndarray:
-        """Samples ``start .. start+n`` as stored: a read-only (n, nchan, npol, ndim) view."""
+        """Samples ``start .. start+n``: a read-only (n, nchan, npol, ndim) view of the
+        file (ORDER TFP), or a copy (other orders)."""
         if start < 0 or n < 0 or start + n > self.nsamp:
             raise FormatError(
                 f"{self.path}: samples {start}..{start + n} are outside 0..{self.nsamp}; "
                 "ask for a range inside the file"
             )
-        return self._mapped()[start : start + n]
+        raw = self._mapped()[start : start + n]
+        # Another order's view is strided: a copy, contiguous as a TFP file's is.
+        return raw if self.order == "TFP" else np.ascontiguousarray(raw)
 
     def _mapped(self) -> np.memmap:
         """The file's samples; a clear error after ``close``."""
@@ -443,15 +530,13 @@ class DadaReader:
         return self._data
 
     def read_blocks(self, nsamp: int, start: int = 0) -> Iterator[np.ndarray]:
-        """Complex64 blocks (nsamp, nchan, npol); the last one may be shorter."""
+        """Blocks (nsamp, nchan, npol), the last one maybe shorter: complex64 for NDIM 2,
+        float32 for real samples (NDIM 1, as the VDIF reader gives them: RealToComplex
+        makes them complex baseband)."""
         if nsamp < 1:
             raise FormatError(f"block size must be at least one sample, not {nsamp}")
         for s in range(start, self.nsamp, nsamp):
-            raw = self._mapped()[s : s + nsamp]
-            out = np.empty(raw.shape[:3], dtype=np.complex64)
-            out.real = raw[..., 0]
-            out.imag = raw[..., 1] if raw.shape[3] == 2 else 0
-            yield out
+            yield samples_of(self._mapped()[s : s + nsamp])
 
     def close(self) -> None:
         # Dropping the memmap releases the mapping once no returned view holds it.

@@ -37,19 +37,25 @@ def inspect_file(path: str | Path) -> dict:
     if not p.is_file():
         raise ConfigError(f"{path}: no such file")
     with open(p, "rb") as f:
-        head = f.read(64)
-    if head.startswith(b"HEADER") or b"HDR_VERSION" in head or b"HDR_SIZE" in head:
-        from voltstream.io.dada import open_dada
+        head = f.read(4096)  # a DADA header's first keys may follow comment lines
+    from voltstream.io.dada import is_dada_header
 
-        r = open_dada(p)
+    if is_dada_header(head):
+        from voltstream.io.dada import open_dada
+        from voltstream.io.dada_sequence import follow_sequence
+
+        first = open_dada(p)
+        r = follow_sequence(first)  # the files fold reads as this observation
         o = r.obs
         return {
             "kind": "dada",
             "path": str(p),
             "nchan": o.nchan, "npol": o.npol, "nbit": o.nbit, "ndim": o.ndim,
+            "order": first.order,
             "freq_mhz": o.freq_mhz, "bw_mhz": o.bw_mhz, "tsamp_us": o.tsamp_s * 1e6,
             "nsamp": r.nsamp, "seconds": r.nsamp * o.tsamp_s,
             "source": o.source, "telescope": o.telescope,
+            "files": [q.name for q in getattr(r, "paths", [p])],
             "options": f"voltstream fold {p} --dm DM --period P -o out.fits",
         }  # fmt: skip
     if head.startswith(b"SIMPLE  ="):

@@ -291,6 +291,11 @@ class FileSource:
     # --- planning
 
     def _plan_dada(self, r: Any, block_samples: Any) -> None:
+        if getattr(r, "order", "TFP") != "TFP":
+            raise ConfigError(
+                f"{self.path}: ORDER {r.order} is not time-major; it is read on the staged "
+                "path (read_raw)"
+            )
         if r.obs.nbit != 8:
             raise ConfigError(
                 f"{self.path}: {r.obs.nbit}-bit DADA cannot go to the GPU as stored (the "
