@@ -32,9 +32,9 @@ from pydantic import (
 )
 
 from voltstream.capture_config import CaptureSettings
-from voltstream.cli.options import MAX_NBIN
 from voltstream.config_files import key_lines, line_of, problems_text, read_toml
 from voltstream.errors import ConfigError
+from voltstream.fold.limits import MAX_NBIN
 from voltstream.streams import STREAM_FORMATS, StreamDescription
 
 __all__ = [
@@ -146,7 +146,7 @@ class FoldSection(_Section):
     """`voltstream fold --listen`'s options."""
 
     output: str
-    # As the command line's (cli/options.py): finite, and nbin within MAX_NBIN.
+    # As the command line's: finite, and nbin within MAX_NBIN (fold/limits.py).
     dm: float = Field(ge=0, allow_inf_nan=False)
     period: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     polyco: str | None = None

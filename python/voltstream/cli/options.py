@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from voltstream.errors import ConfigError
+from voltstream.fold.limits import MAX_NBIN  # noqa: F401 - the options' bound, here too
 
 if TYPE_CHECKING:  # formats imports numpy; the parser is built without it
     from voltstream.formats import StreamFormat
@@ -123,12 +124,6 @@ def finite(
 def positive(kind: Any) -> Callable[[str], Any]:
     """An argparse type: a finite number above 0 (NaN and inf refused)."""
     return finite(kind, 0, above=True)
-
-
-#: The most phase bins `fold` makes: 65536 bins resolve 0.5 us of a 33 ms pulsar, and
-#: one sub-integration of 256 channels x 4 pols stays at 256 MiB of float32 (a bin
-#: count beyond any period's samples only asks for memory).
-MAX_NBIN = 1 << 16
 
 
 #: One option as a table row: (flag, type, default, help), or with its choices last.

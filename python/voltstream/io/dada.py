@@ -1,5 +1,8 @@
 """DADA baseband files: the recorder's output and the fold pipeline's input.
 
+(Over 500 lines for one format: its writer and its reader share the key table, the
+ORDER axes and the time arithmetic; a multi-file observation is io/dada_sequence.py.)
+
 A DADA file is an ASCII header followed by raw samples.
 
 Header
