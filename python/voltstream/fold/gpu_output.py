@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from voltstream.errors import ConfigError
 from voltstream.fold.plan import FoldPlan
 from voltstream.fold.reference import Folder
 from voltstream.observation import FoldedArchive
@@ -41,28 +40,14 @@ class FoldOutput:
     def _finish_archive(
         self, acc: np.ndarray, hits: np.ndarray, offered: np.ndarray, variant: str
     ) -> FoldedArchive:
-        if self.samples_out == 0:
-            raise ConfigError(
-                f"input of {self.samples_in} samples is shorter than one dedispersion FFT "
-                f"({self.plan.nfft} samples at DM {self.dm}); give a longer input"
-            )
         used = np.nonzero(offered.sum(axis=1) > 0)[0]
         nsub = int(used[-1]) + 1 if used.size else 0
         f = self.folder
         f._sums = np.ascontiguousarray(acc[:nsub], dtype=np.float64)
         f._hits = hits[:nsub].astype(np.int64)
         f._offered = offered[:nsub].astype(np.int64)
-        p = self.plan
-        arch = p.describe(f.result(self.obs, pol_type=self.pol_mode))
-        arch.excluded_samples = self.lost
-        kind = "polyco" if getattr(self.predictor, "text", None) else type(self.predictor).__name__
-        arch.history.append(
-            f"voltstream fold (gpu, {variant}): coherent dedispersion DM={self.dm} "
-            f"nfft={p.nfft} overlap={p.overlap} (head {p.head}, tail {p.overlap - p.head}); "
-            f"detection {self.pol_mode}; nbin={self.nbin} tsub={self.tsub_s}; predictor {kind}; "
-            f"{self.samples_in} samples read, {self.samples_out} dedispersed, {self.lost} lost"
-        )
-        return arch
+        return self.plan.archive(f, f"gpu, {variant}", self.samples_in, self.samples_out,
+                                 self.lost)  # fmt: skip
 
 
 class GpuOutput:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from voltstream.dsp.dedisperse import Dedisperser
+from voltstream.errors import ConfigError
 from voltstream.fold.reference import Folder, FoldSettings
 from voltstream.observation import FoldedArchive, Observation
 
@@ -72,3 +73,26 @@ class FoldPlan:
         archive.coherent_nfft = self.nfft
         archive.coherent_discard = (self.head, self.tail)
         return archive
+
+    def archive(
+        self, folder: Folder, where: str, read: int, dedispersed: int, lost: int
+    ) -> FoldedArchive:
+        """The archive of ``folder``'s sums (a CPU or GPU fold, ``where`` says which),
+        with this fold's dedispersion recorded, its lost samples and its history line;
+        a ConfigError when nothing was dedispersed (an input shorter than one FFT)."""
+        s = self.settings
+        if dedispersed == 0:
+            raise ConfigError(
+                f"input of {read} samples is shorter than one dedispersion FFT "
+                f"({self.nfft} samples at DM {s.dm}); give a longer input"
+            )
+        arch = self.describe(folder.result(self.obs, pol_type=s.pol_mode))
+        arch.excluded_samples = lost
+        kind = "polyco" if getattr(s.predictor, "text", None) else type(s.predictor).__name__
+        arch.history.append(
+            f"voltstream fold ({where}): coherent dedispersion DM={s.dm} nfft={self.nfft} "
+            f"overlap={self.overlap} (head {self.head}, tail {self.tail}); "
+            f"detection {s.pol_mode}; nbin={s.nbin} tsub={s.tsub_s}; predictor {kind}; "
+            f"{read} samples read, {dedispersed} dedispersed, {lost} lost"
+        )
+        return arch

@@ -20,7 +20,6 @@ from collections.abc import Callable
 import numpy as np
 
 from voltstream.dsp.detect import detect
-from voltstream.errors import ConfigError
 from voltstream.fold.plan import FoldPlan
 from voltstream.fold.reference import FoldSettings
 from voltstream.io.baseband import reader_blocks
@@ -82,22 +81,7 @@ class StreamFold:
 
     def archive(self) -> FoldedArchive:
         """The archive of everything fed, with its history line."""
-        s, dd, stream = self.settings, self.dd, self.stream
-        if stream.samples_out == 0:
-            raise ConfigError(
-                f"input of {self.read} samples is shorter than one dedispersion FFT "
-                f"({dd.nfft} samples at DM {s.dm}); give a longer input"
-            )
-        arch = self.plan.describe(self.folder.result(self.obs, pol_type=s.pol_mode))
-        arch.excluded_samples = self.lost
-        kind = "polyco" if getattr(s.predictor, "text", None) else type(s.predictor).__name__
-        arch.history.append(
-            f"voltstream fold (cpu): coherent dedispersion DM={s.dm} nfft={dd.nfft} "
-            f"overlap={dd.overlap} (head {dd.discard_head}, tail {dd.discard_tail}); "
-            f"detection {s.pol_mode}; nbin={s.nbin} tsub={s.tsub_s}; predictor {kind}; "
-            f"{self.read} samples read, {stream.samples_out} dedispersed, {self.lost} lost"
-        )
-        return arch
+        return self.plan.archive(self.folder, "cpu", self.read, self.stream.samples_out, self.lost)
 
 
 def fold_file(
