@@ -32,3 +32,17 @@ def sender(bind: str, packets, pace_every: int = 0):
     return lambda: threading.Thread(
         target=send, args=(bind, packets, pace_every), daemon=True
     ).start()
+
+
+def wait_bound(bind: str, timeout: float = 30) -> None:
+    """Returns once some socket holds ``bind`` (a process's, bound in its own time)."""
+    host, port = bind.rsplit(":", 1)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.bind((host, int(port)))
+            except OSError:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"nothing bound {bind} in {timeout} s")

@@ -4,7 +4,6 @@ CLI in processes of its own, small simulated streams on loopback and small files
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 from cli_process import run_cli
-from loopback import free_bind
+from loopback import free_bind, wait_bound
 from voltstream.io.psrfits import read_psrfits
 
 
@@ -83,20 +82,6 @@ def test_capture_output_of_packed_vdif_is_refused_before_it_listens(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "2-bit VDIF cannot be written" in r.stderr and "listening" not in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "x.dada").exists()
-
-
-def wait_bound(bind: str, timeout: float = 30) -> None:
-    """Returns once some socket holds ``bind`` (a process's, bound in its own time)."""
-    host, port = bind.rsplit(":", 1)
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            try:
-                s.bind((host, int(port)))
-            except OSError:
-                return
-        time.sleep(0.02)
-    raise AssertionError(f"nothing bound {bind} in {timeout} s")
 
 
 def test_capture_that_receives_nothing_says_so_and_leaves_no_file(tmp_path):

@@ -22,7 +22,7 @@ from baseband import dada as baseband_dada  # requirements-dev.txt: a real peer
 from baseband import vdif as baseband_vdif
 
 from cli_process import run_cli
-from loopback import free_bind
+from loopback import free_bind, wait_bound
 
 YNAO_FRAME, YNAO_PAYLOAD = 8216, 8192
 
@@ -324,7 +324,7 @@ def test_a_recorded_vdif_scan_replays_realtime_at_its_manifests_frame_rate(tmp_p
          "--report", str(report)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(1.5)  # the capture binds within a second on an idle machine
+    wait_bound(bind)  # a frame sent before the capture binds is refused, not captured
     out = run_cli("replay", "rt1", "--dirs", ",".join(map(str, disks)), "--dest", bind,
                   "--realtime", "--report", str(tmp_path / "replay.json"))  # fmt: skip
     assert out.returncode == 0, out.stderr
