@@ -348,7 +348,8 @@ class Recorder:
     # frames in every layout but dada (required by the vdif layout).
     def pieces(self, start: int = 0) -> list[dict[str, Any]]:
         """Finished files (Mark6: blocks) from position `start` of the log on: path,
-        streams, number, first_index, packets, offset, bytes."""
+        streams, number, first_index, packets, offset, bytes, tail_absent (per stream:
+        slots at its end whose packet never arrived)."""
     def next_chunk(self, timeout_s: float) -> Chunk | None:
         """The next chunk written and passed on (forward_chunks > 0); None on timeout
         or once finish() has run and every chunk was taken."""

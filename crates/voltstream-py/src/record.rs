@@ -116,7 +116,19 @@ impl PyRecorder {
         for p in &pieces {
             let d = PyDict::new(py);
             d.set_item("path", p.path.to_string_lossy())?;
-            set_fields!(d, p, [streams, number, first_index, packets, offset, bytes]);
+            set_fields!(
+                d,
+                p,
+                [
+                    streams,
+                    number,
+                    first_index,
+                    packets,
+                    offset,
+                    bytes,
+                    tail_absent
+                ]
+            );
             list.append(d)?;
         }
         Ok(list)

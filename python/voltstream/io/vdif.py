@@ -16,10 +16,20 @@ counted (``missing_frames``, ``invalid_frames``) and are marked lost: a block of
 ``read_blocks`` that touches one is yielded as ``(block, valid)``, so a fold
 leaves those samples out and lowers the weights (as for lost packets).
 
-Sample mapping (see docs/formats.md): 8- and 4-bit parts are offset binary,
-``value = code - 128`` and ``code - 8``; 2-bit parts use the standard VDIF levels
-(-3.3359, -1, +1, +3.3359) for codes 0..3, first sample in the lowest bits.
+Sample mapping (see docs/formats.md; VDIF spec section 10: offset binary, all
+zeros lowest): 16-, 8- and 4-bit parts are ``value = code - 2**(nbit - 1)``; 2-bit
+parts use the standard VDIF levels (-3.3359, -1, +1, +3.3359) for codes 0..3;
+1-bit parts are the sign, 0 -> -1 and 1 -> +1. Parts fill each 32-bit word from
+the lowest bits up (so a 16-bit part is a little-endian uint16). Other widths the
+spec allows (3, 5, 32, ...) are refused: no digitiser we know writes them.
 ``read_packed`` hands out the frames' bytes as stored (the GPU unpacks them).
+
+Threads may start and end on different frames or seconds (as stations write
+them): the file's span is from its earliest to its latest valid frame, and a
+thread's frames outside its own run read as missing. The frame table costs 8
+bytes a cell, so a span whose table would outgrow the file itself is refused,
+naming the frame whose header puts it far from the rest (a corrupt header, not
+data to allocate for).
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ __all__ = [
     "HEADER_LEN",
     "LEGACY_HEADER_LEN",
     "LEVELS_2BIT",
+    "NBITS",
     "VdifFile",
     "decode_headers",
     "encode_headers",
@@ -56,6 +67,9 @@ __all__ = [
 HEADER_LEN = 32
 LEGACY_HEADER_LEN = 16
 LEVELS_2BIT = np.array([-3.3359, -1.0, 1.0, 3.3359], dtype=np.float32)
+LEVELS_1BIT = np.array([-1.0, 1.0], dtype=np.float32)
+#: Sample widths read and written: those digitisers use (the spec allows 1..32).
+NBITS = (1, 2, 4, 8, 16)
 # Decision thresholds halfway between the 2-bit levels, so each level maps to itself.
 _THRESH_2BIT = np.array([-(1 + 3.3359) / 2, 0.0, (1 + 3.3359) / 2])
 _MJD_1858 = _dt.date(1858, 11, 17).toordinal()
@@ -153,39 +167,55 @@ def encode_headers(
 def unpack(payload: np.ndarray, nbit: int) -> np.ndarray:
     """Decodes (n, P) uint8 data arrays to (n, P * 8 // nbit) float32 parts."""
     payload = np.asarray(payload, dtype=np.uint8)
+    if nbit == 16:
+        codes16 = np.ascontiguousarray(payload).view("<u2")
+        return codes16.astype(np.float32) - np.float32(32768)
     if nbit == 8:
         return payload.astype(np.float32) - np.float32(128)
+    if nbit not in (1, 2, 4):
+        raise FormatError(
+            f"VDIF {nbit}-bit samples are not supported; voltstream reads {_widths()} bits"
+        )
+    shifts = np.arange(0, 8, nbit, dtype=np.uint8)  # first part in the lowest bits
+    codes = (payload[..., None] >> shifts) & np.uint8((1 << nbit) - 1)
+    codes = codes.reshape(*payload.shape[:-1], payload.shape[-1] * (8 // nbit))
     if nbit == 4:
-        nibbles = (payload[..., None] >> np.array([0, 4], dtype=np.uint8)) & np.uint8(15)
-        return nibbles.reshape(*payload.shape[:-1], -1).astype(np.float32) - np.float32(8)
-    if nbit == 2:
-        shifts = np.array([0, 2, 4, 6], dtype=np.uint8)
-        codes = (payload[..., None] >> shifts) & np.uint8(3)
-        return LEVELS_2BIT[codes].reshape(*payload.shape[:-1], payload.shape[-1] * 4)
-    raise FormatError(f"VDIF {nbit}-bit samples are not supported; voltstream reads 2, 4 and 8")
+        return codes.astype(np.float32) - np.float32(8)
+    return (LEVELS_2BIT if nbit == 2 else LEVELS_1BIT)[codes]
+
+
+def _widths() -> str:
+    return ", ".join(map(str, NBITS))
 
 
 def pack(parts: np.ndarray, nbit: int) -> np.ndarray:
     """Quantizes real parts (..., k) to VDIF codes, packed into (..., k*nbit//8) uint8.
 
-    8-bit: round to nearest, clip to -128..127, add 128 (4-bit: -8..7, add 8).
-    2-bit: nearest of the four levels (thresholds at 0 and +-2.16795).
+    16-, 8- and 4-bit: round to nearest, clip to the signed range, add 2**(nbit-1).
+    2-bit: nearest of the four levels (thresholds at 0 and +-2.16795). 1-bit: the
+    sign (code 1 for values >= 0).
     """
     parts = np.asarray(parts)
-    if nbit == 8:
-        return (np.clip(np.rint(parts), -128, 127) + 128).astype(np.uint8)
-    if nbit == 4:
-        if parts.shape[-1] % 2:
-            raise ConfigError("4-bit packing needs an even number of values per row")
-        c = (np.clip(np.rint(parts), -8, 7) + 8).astype(np.uint8).reshape(*parts.shape[:-1], -1, 2)
-        return c[..., 0] | (c[..., 1] << 4)
+    if nbit not in NBITS:
+        raise ConfigError(f"VDIF packing supports {_widths()} bits, not {nbit}")
+    per_byte = max(1, 8 // nbit)
+    if parts.shape[-1] % per_byte:
+        raise ConfigError(f"{nbit}-bit packing needs a multiple of {per_byte} values per row")
+    if nbit == 16:
+        c16 = (np.clip(np.rint(parts), -32768, 32767) + 32768).astype("<u2")
+        return np.ascontiguousarray(c16).view(np.uint8)
+    half = 1 << (nbit - 1)
     if nbit == 2:
-        if parts.shape[-1] % 4:
-            raise ConfigError("2-bit packing needs a multiple of 4 values per row")
         codes = np.digitize(parts, _THRESH_2BIT).astype(np.uint8)
-        c = codes.reshape(*codes.shape[:-1], -1, 4)
-        return c[..., 0] | (c[..., 1] << 2) | (c[..., 2] << 4) | (c[..., 3] << 6)
-    raise ConfigError(f"VDIF packing supports 2, 4 and 8 bits, not {nbit}")
+    elif nbit == 1:
+        codes = (parts >= 0).astype(np.uint8)
+    else:
+        codes = (np.clip(np.rint(parts), -half, half - 1) + half).astype(np.uint8)
+    if nbit == 8:
+        return codes
+    c = codes.reshape(*codes.shape[:-1], -1, per_byte)
+    shifts = np.arange(0, 8, nbit, dtype=np.uint8)
+    return np.bitwise_or.reduce(c << shifts, axis=-1).astype(np.uint8)
 
 
 def write_sidecar(path: str | os.PathLike, obs: Observation, frames_per_second: int) -> Path:
@@ -261,9 +291,10 @@ class VdifFile:
                     f"frame 0 has {h[key][0]}; a VDIF file must keep one layout"
                 )
         nbit = int(h["bits_per_sample"][0])
-        if nbit not in (2, 4, 8):
+        if nbit not in NBITS:
             raise FormatError(
-                f"{path}: {nbit}-bit VDIF is not supported; voltstream reads 2, 4 and 8"
+                f"{path}: {nbit}-bit VDIF is not supported; voltstream reads {_widths()}-bit "
+                "samples (the widths digitisers write)"
             )
         nchan = int(h["nchan"][0])
         ndim = 2 if h["complex"][0] else 1
@@ -328,23 +359,30 @@ class VdifFile:
         if ref_epochs.size != 1:
             raise FormatError(f"{path}: frames use several reference epochs {ref_epochs.tolist()}")
         absf = h["seconds"] * fps + h["frame"]
-        first_idx = int(absf.min())
+        valid = ~h["invalid"]
+        # The span is that of the valid frames (an invalid frame's header may be
+        # fill); invalid frames outside it are left out, as they would read as zeros.
+        timed = absf[valid] if valid.any() else absf
+        first_idx, last_idx = int(timed.min()), int(timed.max())
+        ntime = last_idx - first_idx + 1
+        npol_cells = ntime * npol
+        if npol_cells * 8 > max(size, 8 * nframes):
+            raise FormatError(_absurd_span(path, h, absf, valid, flen, ntime, nframes))
+        inside = (absf >= first_idx) & (absf <= last_idx)
         tidx = absf - first_idx
-        ntime = int(tidx.max()) + 1
         pol_of = {t: i for i, t in enumerate(threads)}
         pol = np.array([pol_of[t] for t in h["thread"].tolist()], dtype=np.int64)
         table = np.full((ntime, npol), -1, dtype=np.int64)
         order = tidx * npol + pol
-        uniq, counts = np.unique(order, return_counts=True)
+        uniq, counts = np.unique(order[inside], return_counts=True)
         if (counts > 1).any():
             dup = int(uniq[np.argmax(counts > 1)])
             raise FormatError(
                 f"{path}: frame {dup // npol} of thread {threads[dup % npol]} appears twice"
             )
-        valid = ~h["invalid"]
         table.reshape(-1)[order[valid]] = np.flatnonzero(valid)
         self.invalid_frames = int((~valid).sum())
-        self.missing_frames = int(ntime * npol - nframes)
+        self.missing_frames = int(npol_cells - inside.sum())
         self.threads = threads
         self.frames_per_second = fps
         self.samples_per_frame = spf
@@ -481,6 +519,27 @@ class VdifFile:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _absurd_span(
+    path: Any,
+    h: dict[str, np.ndarray],
+    absf: np.ndarray,
+    valid: np.ndarray,
+    flen: int,
+    ntime: int,
+    nframes: int,
+) -> str:
+    """Why a span is refused: the valid frame furthest in time from the median one."""
+    idx = np.flatnonzero(valid) if valid.any() else np.arange(len(absf))
+    mid = np.median(absf[idx])
+    k = int(idx[np.argmax(np.abs(absf[idx] - mid))])
+    return (
+        f"{path}: frame {k} (byte {k * flen}) has seconds={h['seconds'][k]}, "
+        f"frame={h['frame'][k]}, thread={h['thread'][k]}: {abs(int(absf[k] - mid))} frames "
+        f"from the middle of the file, making {nframes} frames span {ntime} frame times; "
+        "its header is corrupt (or the frame rate is wrong): cut the frame out or fix it"
+    )  # fmt: skip
 
 
 def open_vdif(path: str | os.PathLike, **opts: Any) -> VdifFile:

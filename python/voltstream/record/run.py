@@ -16,6 +16,7 @@ from typing import Any
 
 from voltstream.capture_config import CaptureFormat, CaptureSettings, start_capture
 from voltstream.errors import ConfigError, RecordError
+from voltstream.record.ends import cut_stream_ends
 from voltstream.record.layouts import RecordLayout, check, disk_problems
 from voltstream.record.manifest import Manifest
 
@@ -132,11 +133,16 @@ class Recording:
         self._report: dict[str, Any] | None = None
 
     def update(self, final: bool = False) -> dict[str, Any]:
-        """Finished files into the manifest, rewritten with the counters now."""
+        """Finished files into the manifest, rewritten with the counters now; at the
+        end (``final``), each stream's last piece cut where the stream ended."""
         pieces = self.rec.pieces(self._seen)
         self._seen += len(pieces)
         self.manifest.add(pieces)
         counters = {"record": self.rec.report(), "capture": self.cap.stats()}
+        if final:
+            counters["record"]["end_slots_cut"] = cut_stream_ends(
+                self.manifest.doc["files"], self.layout, self.cap.slot_len
+            )
         self.manifest.write(counters, complete=final)
         return counters
 
@@ -259,7 +265,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         f"({gib:.3f} GiB, {report['files']} files) written to {len(r['writers'])} disk(s) in "
         f"{report['duration_s']:.1f} s; {r['chunks_unwritten']} unwritten (no disk had room), "
         f"{r['chunks_lost']} lost with a failed disk; {r['filled_packets']} packet slots "
-        "filled (never arrived: VDIF fill frames, else zeros)",
+        f"filled (never arrived: VDIF fill frames, else zeros), {r.get('end_slots_cut', 0)} of "
+        "them after the stream's end and cut off",
         f"  capture: received={totals['received']} missing={totals['missing']} "
         f"late={totals['late']} malformed={totals['malformed']} foreign={totals['foreign']} "
         f"dropped={totals['dropped']} kernel_drops={report['capture']['kernel_drops']}",

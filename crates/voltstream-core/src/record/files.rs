@@ -52,6 +52,10 @@ pub struct Piece {
     pub offset: u64,
     /// Data bytes (headers not counted).
     pub bytes: u64,
+    /// Per stream (in `streams` order): slots at its end whose packet never
+    /// arrived (filled). The recording's last piece of a stream is cut by these
+    /// at its end (`record/run.py`), so it stops where the stream stopped.
+    pub tail_absent: Vec<u64>,
 }
 
 /// What writing one chunk did.
@@ -176,6 +180,7 @@ impl Files {
             packets: lease.layout().packets_per_chunk as u64,
             offset: 0,
             bytes,
+            tail_absent: (0..streams.len()).map(|pos| tail(lease, pos, 0)).collect(),
         });
         Ok(Written {
             bytes,
@@ -222,6 +227,7 @@ impl Files {
             packets: lease.layout().packets_per_chunk as u64,
             offset: at + header.len() as u64,
             bytes: data.len() as u64,
+            tail_absent: (0..streams.len()).map(|pos| tail(lease, pos, 0)).collect(),
         };
         self.log(piece);
         Ok(Written {
@@ -281,6 +287,8 @@ impl Files {
             all_direct &= direct;
             run.piece.bytes += part as u64;
             run.piece.packets += chunk.packets_per_chunk as u64;
+            let before = run.piece.tail_absent.first().copied().unwrap_or(0);
+            run.piece.tail_absent = vec![tail(lease, pos, before)];
             bytes += part as u64;
         }
         Ok(Written {
@@ -376,6 +384,17 @@ fn piece_at(path: PathBuf, stream: usize, number: u64, first_index: u64, offset:
         packets: 0,
         offset: offset as u64,
         bytes: 0,
+        tail_absent: vec![0],
+    }
+}
+
+/// Absent slots at the end of stream position `pos` of the chunk; with none
+/// present, the whole chunk added to `before` (the stream's count so far).
+fn tail(lease: &Lease, pos: usize, before: u64) -> u64 {
+    let per = lease.layout().packets_per_chunk;
+    match (0..per).rev().find(|&p| lease.is_present(pos, p)) {
+        Some(last) => (per - 1 - last) as u64,
+        None => before + per as u64,
     }
 }
 
