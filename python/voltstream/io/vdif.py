@@ -1,5 +1,8 @@
 """VDIF files: concatenated VDIF frames (VDIF v1.0, EDV 0; legacy headers too).
 
+(Over 500 lines for one format: the frame table, the sample widths and the reader
+share the header view and the time arithmetic; a second reader kind should split it.)
+
 ``open_vdif(path)`` checks every frame header, maps threads to polarisations
 (ascending thread id, unless ``threads=`` gives the order), and yields samples
 in (time, channel, pol) blocks: complex64 for complex data, float32 for real.
