@@ -6,19 +6,15 @@ mid-scan, then `--repair`; a directory that fills up mid-scan."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import astropy.units as u
 import numpy as np
-import pytest
 from baseband import dada as baseband_dada  # requirements-dev.txt: a real peer
 from baseband import vdif as baseband_vdif
 
@@ -26,18 +22,6 @@ from cli_process import run_cli
 from loopback import free_bind
 
 YNAO_FRAME, YNAO_PAYLOAD = 8216, 8192
-
-
-@pytest.fixture
-def disks() -> Iterator[list[Path]]:
-    """Three directories on a RAM file system (/dev/shm), standing in for disks:
-    these tests check what lands, not how fast a disk is (bench/record.py does)."""
-    base = Path(tempfile.mkdtemp(dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
-    dirs = [base / f"disk{k}" for k in range(3)]
-    for d in dirs:
-        d.mkdir()
-    yield dirs
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def start_record(bind: str, dirs: list[Path], scan: str, *args: str) -> subprocess.Popen:

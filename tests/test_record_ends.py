@@ -6,10 +6,7 @@ packets recorded."""
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,17 +24,6 @@ FPS, SPF, NCHAN = 1000, 32, 8  # frames of 32 samples x 8 channels, 8-bit comple
 FRAME_LEN = 32 + SPF * NCHAN * 2
 THREADS = [0, 1, 2, 3]
 NFRAMES = 75  # per thread: 2 chunks of 32 and 11 frames
-
-
-@pytest.fixture
-def disks() -> Iterator[list[Path]]:
-    """Three directories on a RAM file system, standing in for disks."""
-    base = Path(tempfile.mkdtemp(dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
-    dirs = [base / f"disk{k}" for k in range(3)]
-    for d in dirs:
-        d.mkdir()
-    yield dirs
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def _scan_file(path: Path) -> np.ndarray:
