@@ -44,7 +44,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from voltstream import _core  # noqa: F401 - the extension opens the captures
+from voltstream import _core
 from voltstream import capture_defaults as defaults
 from voltstream.config_files import read_toml, validated
 from voltstream.errors import ConfigError
