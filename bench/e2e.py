@@ -90,6 +90,9 @@ CONFIGS = {  # name: (product, traffic, options)
     "fengine_4096": ("fengine", "spead", {"channels": 4096}),
     "fengine_32768": ("fengine", "spead", {"channels": 32768}),
     "fengine_two_processes": ("fengine", "spead", {"channels": 4096, "receivers": 2}),
+    # One YNAO stream (one flow) on --spread-threads capture threads taking turns by chunk.
+    "capture_1stream_threads": ("capture", "ynao", {"threads": "spread"}),
+    "fold_1stream_threads": ("fold", "ynao", {"threads": "spread"}),
 }
 OTHERS = ("gpu_alone", "file_fold")
 WARMUP = {"capture": 1.0, "fold": 6.0, "fengine": 3.0}  # seconds from bind to first packet
@@ -100,6 +103,7 @@ CAPTURE_ALONE = {
     "fengine_4096": "capture_spead",
     "fengine_32768": "capture_spead",
     "fengine_two_processes": "capture_spead",
+    "fold_1stream_threads": "capture_1stream_threads",
 }
 GPU_ALONE = {
     "fold_ynao": "fold_8bit_gsps",
@@ -108,6 +112,7 @@ GPU_ALONE = {
     "fengine_4096": "fengine_4096_gsps",
     "fengine_32768": "fengine_32768_gsps",
     "fengine_two_processes": "fengine_4096_gsps",
+    "fold_1stream_threads": "fold_8bit_gsps",
 }
 
 
@@ -116,7 +121,7 @@ def cpu_plan(a) -> dict:
     cpus = sorted(os.sched_getaffinity(0))
     pick = lambda text: [int(c) for c in text.split(",") if c != ""]  # noqa: E731
     rx = pick(a.receiver_cpus) if a.receiver_cpus else cpus[:2]
-    ncap = 2 * a.capture_threads  # enough for two receivers
+    ncap = max(2 * a.capture_threads, a.spread_threads)  # two receivers, or one spread
     cap = pick(a.capture_cpus) if a.capture_cpus is not None else cpus[2 : 2 + ncap]
     rest = [c for c in reversed(cpus) if c not in rx + cap]
     tx = pick(a.sender_cpus) if a.sender_cpus else (rest or cpus[-1:])[: a.senders]
@@ -460,6 +465,7 @@ def parse_args(argv):
     add("--capture-cpus", default=None, help="capture thread CPUs (default: the next cores)")
     add("--sender-cpus", default=None, help="default: the top --senders cores, descending")
     add("--capture-threads", type=int, default=1, help="per receiver (--threads)")
+    add("--spread-threads", type=int, default=3, help="capture threads of the *_threads configs")
     add("--engine", default="auto", help="capture engine of every receiver")
     add("--device", default="gpu", help="fold/fengine --device")
     add("--packets-per-chunk", type=int, default=None, help="capture and fold --listen")

@@ -116,7 +116,8 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
     # its SIGINT once the senders are done (``Receivers.interrupt``), not its idle time.
     tail = ["--duration", f"{dur:g}", "--idle-timeout", f"{a.start_timeout + dur:g}"]
     tail += ["--report", str(report)]
-    thr = cpus["capture"][r * a.capture_threads : (r + 1) * a.capture_threads]
+    nthr = a.spread_threads if opt.get("threads") == "spread" else a.capture_threads
+    thr = cpus["capture"][r * nthr : (r + 1) * nthr]
     mask = set(cpus["receiver"])
     fmt = make_traffic(traffic).cli_format()
     if product == "fengine":
@@ -144,8 +145,8 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
             raise Skip(f"`voltstream {product}` has no --packets-per-chunk")
         argv += ["--packets-per-chunk", str(a.packets_per_chunk)]
     if thr and "--cpus" in cli_help(product):
-        if a.capture_threads > 1:
-            argv += ["--threads", str(a.capture_threads)]
+        if nthr > 1:
+            argv += ["--threads", str(nthr)]
         argv += ["--cpus", ",".join(map(str, thr))]
         return argv, mask | set(thr), None  # a thread can pin only inside the mask
     return argv, mask | set(thr), ("capture threads unpinned (no --cpus)" if thr else None)

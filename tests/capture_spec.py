@@ -23,6 +23,7 @@ _PLACES: dict[str, tuple[str, str]] = {
     "threads": ("threads", "count"),
     "cpus": ("threads", "cpus"),
     "stream_threads": ("threads", "stream_threads"),
+    "spread": ("threads", "spread"),
 }
 
 

@@ -176,7 +176,9 @@ def test_single_thread_can_be_pinned_and_reports_its_thread():
 def test_bad_thread_settings_are_config_errors():
     kw = dict(streams=4, payload_len=8)
     with pytest.raises(ConfigError, match="1 to 4 threads"):
-        capture("counter", "127.0.0.1:0", 4, threads=5, **kw)
+        capture("counter", "127.0.0.1:0", 4, threads=5, spread="streams", **kw)
+    with pytest.raises(ConfigError, match="unknown spread 'time'"):
+        capture("counter", "127.0.0.1:0", 4, threads=2, spread="time", **kw)
     with pytest.raises(ConfigError, match="one CPU per thread"):
         capture("counter", "127.0.0.1:0", 4, threads=2, cpus=[0], **kw)
     with pytest.raises(ConfigError, match="CPU 4000 is not available"):
@@ -185,9 +187,9 @@ def test_bad_thread_settings_are_config_errors():
         capture("counter", "127.0.0.1:0", 4, threads=2, engine="socket", **kw)
     with pytest.raises(ConfigError, match="thread 1 owns no stream"):
         capture("counter", "127.0.0.1:0", 4, threads=2, stream_threads=[0, 0, 0, 0], **kw)
-    spead = capture("spead", "127.0.0.1:0", 4, digitiser_ids=[0, 1], threads=2)
+    # SPEAD keeps neither its stream id nor its index at a fixed place: said at once.
     with pytest.raises(ConfigError, match="threads=1"):
-        spead.start()
+        capture("spead", "127.0.0.1:0", 4, digitiser_ids=[0, 1], threads=2)
     cap = capture("counter", "127.0.0.1:0", 4, threads=2, **kw)
     with cap, pytest.raises(ConfigError, match="thread 2 does not exist"):
         cap.next_chunk(0.0, thread=2)

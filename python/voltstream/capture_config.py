@@ -156,6 +156,11 @@ class ThreadSettings(_Section):
     count: int = Field(default=_THREADS["count"], ge=1, description="capture threads")
     cpus: list[int] | None = Field(default=None, description="one CPU per thread")
     stream_threads: list[int] | None = Field(default=None, description="thread owning each stream")
+    spread: Literal["auto", "streams", "chunks"] = Field(
+        default=_THREADS["spread"],
+        description="threads own streams, or take turns by chunk id (one stream on "
+        "several cores); auto: streams when there are enough with steerable ids",
+    )
 
 
 # Each flat setting name (a verb's option, ``of``/``replace``'s keywords): its section
@@ -175,6 +180,7 @@ _KEYWORDS: dict[str, tuple[str, str]] = {
     "threads": ("threads", "count"),
     "cpus": ("threads", "cpus"),
     "stream_threads": ("threads", "stream_threads"),
+    "spread": ("threads", "spread"),
 }
 
 

@@ -34,8 +34,10 @@ const SIGNAL_SLICE: Duration = Duration::from_millis(100);
 pub struct PyCapture {
     /// Everything about the capture, validated by the core library.
     spec: CaptureSpec,
-    /// The thread owning each stream (from `spec.validate()`).
-    owners: Vec<usize>,
+    /// The global streams of each thread's chunks, and the chunk stride
+    /// (`CaptureSpec::placement`).
+    streams: Vec<Vec<usize>>,
+    chunk_stride: usize,
     /// The AF_XDP engine's settings and counters, once it runs.
     xdp_info: Mutex<Option<Arc<XdpInfo>>>,
     /// The DPDK engine's settings and counters, once it runs.
@@ -54,10 +56,11 @@ impl PyCapture {
     #[pyo3(signature = (spec, /))]
     fn new(spec: &Bound<'_, PyAny>) -> PyResult<Self> {
         let spec = capture_spec(spec)?;
-        let owners = spec.validate().map_err(to_py)?;
+        let (streams, chunk_stride) = spec.placement().map_err(to_py)?;
         Ok(PyCapture {
             spec,
-            owners,
+            streams,
+            chunk_stride,
             xdp_info: Mutex::new(None),
             dpdk_info: Mutex::new(None),
             gate: Arc::new(AtomicBool::new(true)),
@@ -213,7 +216,7 @@ impl PyCapture {
         d.set_item("multicast", self.groups())?;
         d.set_item(
             "threads",
-            threads_list(py, group.as_ref(), &self.spec.threads, &self.owners)?,
+            threads_list(py, group.as_ref(), &self.spec.threads, &self.streams)?,
         )?;
         if let Some(info) = lock(&self.xdp_info).as_ref() {
             d.set_item("xdp", xdp_dict(py, info)?)?;
@@ -247,7 +250,14 @@ impl PyCapture {
     /// For each capture thread, the (global) stream indices its chunks hold.
     #[getter]
     pub(crate) fn thread_streams(&self) -> Vec<Vec<usize>> {
-        voltstream_core::capture::thread_streams(&self.owners, self.spec.threads.threads)
+        self.streams.clone()
+    }
+
+    /// Capture threads own chunk ids modulo this: chunk `c` comes from thread
+    /// `c % chunk_stride` alone, holding every stream (1: threads own streams).
+    #[getter]
+    fn chunk_stride(&self) -> usize {
+        self.chunk_stride
     }
 
     #[getter]

@@ -8,7 +8,7 @@
 //!              "dpdk_port", "dpdk_eal_args"},
 //!  "chunks":  {"packets_per_chunk", "nchunks", "window", "resync_chunks",
 //!              "whole_packets"},
-//!  "threads": {"count", "cpus", "stream_threads"}}
+//!  "threads": {"count", "cpus", "stream_threads", "spread"}}
 //! ```
 //!
 //! Only `format.name` (with its format's own keys) and `network.bind` are
@@ -20,7 +20,7 @@ use std::net::IpAddr;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use voltstream_core::capture::{CaptureSpec, DpdkPort, EngineChoice, XdpMode};
+use voltstream_core::capture::{CaptureSpec, DpdkPort, EngineChoice, Spread, XdpMode};
 use voltstream_core::wire::FormatSpec;
 
 use crate::errors::{config_error, to_py};
@@ -69,6 +69,7 @@ section! {
         count: usize,
         cpus: Vec<usize>,
         stream_threads: Vec<usize>,
+        spread: String,
     }
 }
 
@@ -119,6 +120,9 @@ pub(crate) fn capture_spec(spec: &Bound<'_, PyAny>) -> PyResult<CaptureSpec> {
     set(&mut spec.threads.threads, threads.count);
     set(&mut spec.threads.cpus, threads.cpus);
     set(&mut spec.threads.owners, threads.stream_threads);
+    if let Some(spread) = threads.spread {
+        spec.threads.spread = Spread::parse(&spread).map_err(to_py)?;
+    }
     Ok(spec)
 }
 
@@ -162,6 +166,7 @@ pub(crate) fn settings_dict<'py>(
     threads.set_item("count", t.threads)?;
     threads.set_item("cpus", &t.cpus)?;
     threads.set_item("stream_threads", &t.owners)?;
+    threads.set_item("spread", t.spread.name())?;
 
     let d = PyDict::new(py);
     d.set_item("network", network)?;

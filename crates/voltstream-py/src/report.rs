@@ -117,10 +117,9 @@ pub(crate) fn threads_list<'py>(
     py: Python<'py>,
     group: Option<&GroupSnapshot>,
     config: &ThreadsConfig,
-    owners: &[usize],
+    streams: &[Vec<usize>],
 ) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
-    let streams = voltstream_core::capture::thread_streams(owners, config.threads);
     for (t, mine) in streams.iter().enumerate() {
         let th = group.and_then(|g| g.threads.get(t));
         let empty = Snapshot {

@@ -290,6 +290,14 @@ def add_capture_threads(g: Any, threads_help: str) -> None:
          "CPU of each capture thread, comma-separated (e.g. 2,3); pins the threads "
          "(the verb's Python keeps off them)"),
     ))  # fmt: skip
+    g.add_argument(
+        "--spread", choices=("auto", "streams", "chunks"), default=None,
+        help="how several capture threads share the packets: each owns whole streams, or "
+        "they take turns by chunk (chunk c to thread c mod N, steered in the kernel by "
+        "packet index: one stream on several cores). Default: auto = streams when the "
+        "format has at least as many streams as threads and says where their ids are "
+        "(VDIF threads, CODIF), else chunks (YNAO, one flow)",
+    )  # fmt: skip
 
 
 def add_device(g: Any, what: str) -> None:

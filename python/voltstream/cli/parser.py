@@ -285,9 +285,8 @@ def _add_capture_options(p: argparse.ArgumentParser, *, listen_required: bool = 
     ))  # fmt: skip
     add_capture_threads(
         p,
-        "capture threads (packet_ring engine): each owns a contiguous block of streams, "
-        "steered to it in the kernel by stream id; the report shows each thread's counters. "
-        "Default: 1",
+        "capture threads (packet_ring engine), steered in the kernel by stream id or by "
+        "chunk (--spread); the report shows each thread's counters. Default: 1",
     )
     add_ring_mb(p)
     add_options(p, (
@@ -498,8 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_run(live, what="capture", duration=10.0, report="write the capture report (JSON) here")
     add_capture_threads(
         live,
-        "capture threads (packet_ring engine; VDIF: up to one per thread id), each "
-        "steered its own streams by the kernel. Default: 1",
+        "capture threads (packet_ring engine), steered in the kernel by stream id or by "
+        "chunk (--spread): one YNAO stream spreads over several cores. "
+        "Default: 1",
     )
     add_options(live, (
         ("--packets-per-chunk", positive(int), None,

@@ -104,7 +104,8 @@ def run_capture(
         consumer = CountingSink(fmt, report)
     timeline = ChunkTimeline(
         cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads,
-        settings.chunks.resync_chunks,
+        settings.chunks.resync_chunks, getattr(cap, "chunk_stride", 1),
+        getattr(cap, "thread_streams", None), settings.chunks.window,
     )  # fmt: skip
     run = CaptureRun(cap, timeline, consumer, settings.threads.cpus)
     if live_report is not None:

@@ -6,7 +6,16 @@ needs the samples touched to do it:
 
 - chunks of several capture threads (each holding its own streams) grouped by chunk id,
   without a copy: a :class:`Block` keeps the thread chunks and says where each
-  stream's bytes are (:meth:`Block.parts`);
+  stream's bytes are (:meth:`Block.parts`); or, when the threads take turns by chunk
+  id (``chunk_stride`` n: thread ``c % n`` alone holds chunk ``c``, every stream),
+  their chunks interleaved in id order;
+- a thread that falls more than ``hold_chunks`` chunk ids behind the newest chunk of
+  the others (its streams fell silent, or its share of the packets stopped) holds
+  nobody's blocks longer: they go out without its part (absent, so flagged), its
+  packets counted in ``silent_packets``, and a chunk of it that comes after its block
+  went out is released and counted in ``late_chunks``. Counted in chunks, not seconds,
+  so a slow stream is not mistaken for a silent one: ``hold_chunks`` is the reorder
+  window, whose time at the stream's rate is the window's time;
 - chunk ids the engine skipped (no packet of any stream arrived there) turned into a
   :class:`Gap` of that many packets, up to the resync bound; a longer jump is a
   discontinuity, counted;
@@ -133,12 +142,25 @@ class ChunkTimeline:
         emit: Callable[[Block | Gap], None],
         nthreads: int = 1,
         resync_chunks: int = 64,
+        chunk_stride: int = 1,
+        thread_streams: list[list[int]] | None = None,
+        hold_chunks: int = 4,
     ) -> None:
         self.nstreams, self.ppc, self.emit = nstreams, packets_per_chunk, emit
         self.resync_chunks = resync_chunks
         self.nthreads = nthreads
+        self.stride = chunk_stride
+        # In chunk ids: each thread of a stride owns one id in ``stride``.
+        self.hold_ids = max(1, hold_chunks) * chunk_stride
+        # The streams of each thread's chunks (threads owning streams): what a silent
+        # thread's absence leaves out of a block.
+        self.thread_streams = thread_streams or [list(range(nstreams))] * nthreads
         self.pending: dict[int, Block] = {}  # chunk id -> block still collecting threads
-        self.last_seen = [-1] * nthreads  # highest chunk id seen per thread
+        self.last_seen = [-1] * nthreads  # highest chunk id seen per thread (-1: none yet)
+        self.start_id = -1  # the first chunk id any thread delivered
+        self.out_id = -1  # highest chunk id passed on (multi-thread)
+        self.late_chunks = 0  # chunks that came after their block went out without them
+        self.silent_packets = np.zeros(nstreams, np.int64)  # per stream, see module doc
         self.held: Block | None = None
         self.started = False
         self.discontinuities = 0
@@ -147,23 +169,52 @@ class ChunkTimeline:
     def add(self, chunk: Any) -> None:
         cid, t = chunk.chunk_id, getattr(chunk, "thread", 0)
         present, complete = _present(chunk, self.ppc)
+        if self.nthreads == 1:
+            self._ordered(Block(cid, [chunk], present, 0, self.ppc, complete))
+            return
+        if self.start_id < 0:
+            self.start_id = cid
+        if cid <= self.out_id:  # its block went out without it (its thread was silent)
+            self.late_chunks += 1
+            chunk.release()
+            return
         blk = self.pending.get(cid)
         if blk is None:
-            if self.nthreads == 1:
-                blk = Block(cid, [chunk], present, 0, self.ppc, complete)
-                self._ordered(blk)
-                return
             blk = Block(cid, [], np.zeros((self.nstreams, self.ppc), bool), 0, self.ppc)
             self.pending[cid] = blk
         blk.chunks.append(chunk)
         blk.present[chunk.streams] = present
         self.last_seen[t] = max(self.last_seen[t], cid)
-        done = min(self.last_seen)
-        for k in sorted(k for k in self.pending if k <= done):
-            self._ordered(self._close(self.pending.pop(k)))
+        self._release_ready()
 
-    def _close(self, blk: Block) -> Block:
+    def _release_ready(self) -> None:
+        """Passes on, in id order, the pending blocks no live thread can still add to:
+        thread t has passed every id up to ``last_seen[t] + stride - 1`` (with the
+        stride, the ids before its next own one belong to the others); a thread more
+        than ``hold_ids`` behind the newest pending block is not waited for."""
+        newest = max(self.pending, default=-1)
+        live, silent = [], []
+        for t, seen in enumerate(self.last_seen):
+            # A thread yet to deliver has passed nothing of this timeline.
+            passed = seen + self.stride - 1 if seen >= 0 else self.start_id - 1
+            if newest - passed <= self.hold_ids:
+                live.append(passed)
+            else:
+                silent.append(t)
+        done = min(live) if live else max(self.pending, default=-1)
+        for k in sorted(k for k in self.pending if k <= done):
+            self._ordered(self._close(self.pending.pop(k), silent))
+
+    def _close(self, blk: Block, silent: list[int] = []) -> Block:  # noqa: B006 (read only)
         blk.complete = bool(blk.present.all())
+        if self.stride == 1:
+            # A silent thread's assembler counts nothing while nothing arrives: its
+            # streams' packets of a block that went out without it are counted here.
+            have = {t for c in blk.chunks for t in [getattr(c, "thread", 0)]}
+            for t in silent:
+                if t not in have:
+                    self.silent_packets[self.thread_streams[t]] += self.ppc
+        self.out_id = max(self.out_id, blk.chunk_id)
         return blk
 
     def _ordered(self, blk: Block) -> None:

@@ -22,6 +22,12 @@ pub struct AssemblerConfig {
     pub window: usize,
     /// A time-stamp jump of more than this many chunks restarts the timeline.
     pub resync_chunks: u64,
+    /// Threads that share the chunk timeline by chunk id (1: this assembler
+    /// sees every chunk). With `n`, this one owns the chunk ids `c` with
+    /// `c % n == chunk_member` (`capture::steer_chunks` steers them here) and
+    /// its window, resync bound and missing counts are in its own chunks.
+    pub chunk_stride: u64,
+    pub chunk_member: u64,
 }
 
 impl AssemblerConfig {
@@ -33,6 +39,8 @@ impl AssemblerConfig {
             packets_per_chunk,
             window: 4,
             resync_chunks: 64,
+            chunk_stride: 1,
+            chunk_member: 0,
         }
     }
 
@@ -41,6 +49,12 @@ impl AssemblerConfig {
             return Err(Error::Config(format!(
                 "reorder window must be 1..={MAX_WINDOW} chunks, got {}",
                 self.window
+            )));
+        }
+        if self.chunk_stride == 0 || self.chunk_member >= self.chunk_stride {
+            return Err(Error::Config(format!(
+                "chunk member {} of {} threads does not exist",
+                self.chunk_member, self.chunk_stride
             )));
         }
         if self.resync_chunks == 0 {
@@ -69,6 +83,10 @@ pub struct Assembler<L, S> {
     sink: S,
     layout: ChunkLayout,
     resync: u64,
+    /// `AssemblerConfig::chunk_stride` and `chunk_member`: slot ids, `head`
+    /// and the window count this assembler's own chunks (`global / stride`).
+    stride: u64,
+    member: u64,
     slots: Box<[Slot]>,
     /// Oldest chunk id of the window.
     head: u64,
@@ -106,6 +124,8 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             sink,
             layout,
             resync: config.resync_chunks,
+            stride: config.chunk_stride,
+            member: config.chunk_member,
             slots,
             head: 0,
             started: false,
@@ -170,7 +190,14 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
     fn place(&mut self, stream: usize, index: u64, payload: &[u8]) {
         let ppc = self.layout.packets_per_chunk as u64;
         let window = self.slots.len() as u64;
-        let c = index / ppc;
+        let global = index / ppc;
+        if global % self.stride != self.member {
+            // Steered to the wrong thread: cannot happen with our program,
+            // counted (as a packet steering could not place) if it does.
+            self.counters.foreign += 1;
+            return;
+        }
+        let c = global / self.stride;
         if !self.started {
             self.restart(c, index);
         } else if c < self.head {
@@ -200,7 +227,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             slot.id = c;
             slot.chunk = self.sink.acquire();
         }
-        let pos = stream * self.layout.packets_per_chunk + (index - c * ppc) as usize;
+        let pos = stream * self.layout.packets_per_chunk + (index - global * ppc) as usize;
         let (word, mask) = (pos / 64, 1u64 << (pos % 64));
         let counters = &mut self.counters.streams[stream];
         let Some(bits) = slot.bits.get_mut(word) else {
@@ -239,7 +266,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
     /// First position (within each stream) whose absence counts as missing.
     fn first_counted(&self, id: u64) -> usize {
         let ppc = self.layout.packets_per_chunk as u64;
-        if id == self.floor / ppc {
+        if id == self.floor / ppc / self.stride {
             (self.floor % ppc) as usize
         } else {
             0
@@ -298,12 +325,20 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             // The newest chunk holds the highest packet seen (`last`); its
             // positions after that one are counted as not yet due.
             let ppc = self.layout.packets_per_chunk as u64;
-            let end = self.last.saturating_sub(newest * ppc).min(ppc - 1) as usize + 1;
+            let newest_start = self.global_id(newest).saturating_mul(ppc);
+            let end = self.last.saturating_sub(newest_start).min(ppc - 1) as usize + 1;
             self.emit((newest % self.slots.len() as u64) as usize, end);
             // Saturates for the chunk that ends the 64-bit timeline; a restart
             // or `finish` follows every `flush_all`, so the value is not used.
             self.head = self.head.saturating_add(1);
         }
+    }
+
+    /// The chunk id all threads share, of this assembler's chunk `local`.
+    fn global_id(&self, local: u64) -> u64 {
+        local
+            .saturating_mul(self.stride)
+            .saturating_add(self.member)
     }
 
     /// Emits slot `i`, counting its absent positions before `end` as missing.
@@ -319,7 +354,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
         match slot.chunk.take() {
             Some(mut chunk) => {
                 chunk.present.copy_from_slice(&slot.bits);
-                chunk.chunk_id = slot.id;
+                chunk.chunk_id = slot.id * self.stride + self.member;
                 chunk.present_count = slot.count;
                 self.sink.emit(chunk);
                 self.counters.chunks_emitted += 1;

@@ -89,6 +89,7 @@ fn assembler(
         packets_per_chunk: ppc,
         window,
         resync_chunks: 8,
+        ..AssemblerConfig::new(ppc)
     };
     Assembler::new(
         Counter {
@@ -308,6 +309,7 @@ fn a_long_jump_below_the_resync_bound_is_counted_at_once() {
             packets_per_chunk: 4,
             window: 2,
             resync_chunks: u64::MAX,
+            ..AssemblerConfig::new(4)
         };
         let counter = Counter {
             streams: 2,

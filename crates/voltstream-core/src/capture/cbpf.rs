@@ -24,6 +24,19 @@ pub(crate) const BPF_JEQ: u16 = 0x10;
 pub(crate) const BPF_JSET: u16 = 0x40;
 pub(crate) const BPF_K: u16 = 0x00;
 pub(crate) const BPF_TAX: u16 = 0x00;
+// Scratch memory and arithmetic: the chunk-steering program computes
+// (index / packets_per_chunk) mod threads (capture/steer_chunks.rs).
+pub(crate) const BPF_ST: u16 = 0x02;
+pub(crate) const BPF_STX: u16 = 0x03;
+pub(crate) const BPF_MEM: u16 = 0x60;
+pub(crate) const BPF_X: u16 = 0x08;
+pub(crate) const BPF_A: u16 = 0x10;
+pub(crate) const BPF_ADD: u16 = 0x00;
+pub(crate) const BPF_MUL: u16 = 0x20;
+pub(crate) const BPF_DIV: u16 = 0x30;
+pub(crate) const BPF_OR: u16 = 0x40;
+pub(crate) const BPF_RSH: u16 = 0x70;
+pub(crate) const BPF_MOD: u16 = 0x90;
 /// `SKF_AD_OFF + SKF_AD_PKTTYPE`: loads the packet type.
 pub(crate) const SKF_PKTTYPE: u32 = (-0x1000i32 + 4) as u32;
 /// `SKF_NET_OFF`: loads at this offset and above read from the network header.
@@ -54,6 +67,7 @@ pub(crate) fn attach_filter(fd: libc::c_int, prog: &mut [libc::sock_filter]) -> 
 #[cfg(test)]
 pub(crate) fn run(p: &[libc::sock_filter], pkt: &[u8], net: usize, pkttype: u8) -> u32 {
     let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
+    let mut mem = [0u32; 16];
     let load = |k: u32, code: u16| -> Option<u32> {
         let at = if k >= SKF_NET_OFF {
             net + (k - SKF_NET_OFF) as usize
@@ -87,6 +101,16 @@ pub(crate) fn run(p: &[libc::sock_filter], pkt: &[u8], net: usize, pkttype: u8) 
             },
             c if c == BPF_ALU | BPF_AND | BPF_K => a &= i.k,
             c if c == BPF_ALU | BPF_LSH | BPF_K => a <<= i.k,
+            c if c == BPF_ALU | BPF_RSH | BPF_K => a >>= i.k,
+            c if c == BPF_ALU | BPF_MUL | BPF_K => a = a.wrapping_mul(i.k),
+            c if c == BPF_ALU | BPF_DIV | BPF_K => a /= i.k, // the kernel refuses k = 0
+            c if c == BPF_ALU | BPF_MOD | BPF_K => a %= i.k,
+            c if c == BPF_ALU | BPF_ADD | BPF_X => a = a.wrapping_add(x),
+            c if c == BPF_ALU | BPF_OR | BPF_X => a |= x,
+            c if c == BPF_ST => mem[i.k as usize] = a,
+            c if c == BPF_STX => mem[i.k as usize] = x,
+            c if c == BPF_LDX | BPF_MEM => x = mem[i.k as usize],
+            c if c == BPF_RET | BPF_A => return a,
             c if c == BPF_MISC | BPF_TAX => x = a,
             c if c == BPF_JMP | BPF_JEQ | BPF_K => {
                 pc += if a == i.k { i.jt } else { i.jf } as usize

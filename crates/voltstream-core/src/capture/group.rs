@@ -1,4 +1,12 @@
-//! Several capture threads over disjoint subsets of a capture's streams.
+//! Several capture threads over disjoint subsets of a capture's streams, or
+//! over disjoint chunks of all of them.
+//!
+//! [`Spread::Chunks`]: thread `t` of `n` owns the chunk ids `c` with `c mod n
+//! == t` of every stream (a kernel program computes the chunk from the index,
+//! [`super::steer_chunks`]); each thread's assembler has the full locator and
+//! counts its own chunks, and a consumer interleaves chunk ids. That is how ONE
+//! stream (YNAO, a single flow) spreads over several cores. The rest of this
+//! text is about [`Spread::Streams`].
 //!
 //! Each thread is a whole [`Capture`]: its own engine (a member of a kernel
 //! fanout group that steers each packet by its stream id, see
@@ -91,6 +99,42 @@ impl<L: Locate> Locate for Subset<L> {
     }
 }
 
+/// How several capture threads divide the packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Spread {
+    /// Streams when the format has at least as many as there are threads and
+    /// says where their ids are; chunks otherwise.
+    #[default]
+    Auto,
+    /// Each thread owns whole streams.
+    Streams,
+    /// Each thread owns every `n`-th chunk of every stream.
+    Chunks,
+}
+
+impl Spread {
+    pub fn parse(name: &str) -> Result<Self> {
+        Ok(match name {
+            "auto" => Spread::Auto,
+            "streams" => Spread::Streams,
+            "chunks" => Spread::Chunks,
+            other => {
+                return Err(Error::Config(format!(
+                    "unknown spread '{other}'; use 'auto', 'streams' or 'chunks'"
+                )))
+            }
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Spread::Auto => "auto",
+            Spread::Streams => "streams",
+            Spread::Chunks => "chunks",
+        }
+    }
+}
+
 /// How a capture is spread over threads.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ThreadsConfig {
@@ -100,6 +144,8 @@ pub struct ThreadsConfig {
     pub cpus: Vec<usize>,
     /// Thread owning each stream (empty: contiguous blocks of streams).
     pub owners: Vec<usize>,
+    /// Whether threads own streams or chunks.
+    pub spread: Spread,
 }
 
 impl ThreadsConfig {
@@ -110,13 +156,33 @@ impl ThreadsConfig {
         }
     }
 
-    /// The owner of each of `streams` streams, checked.
-    pub fn owners(&self, streams: usize) -> Result<Vec<usize>> {
+    /// Whether the threads own chunks (true) or streams, for a format of
+    /// `streams` streams whose ids a steering program can (`keyed`) read.
+    pub fn by_chunks(&self, streams: usize, keyed: bool) -> Result<bool> {
         let n = self.threads;
-        if n == 0 || n > streams {
+        if n <= 1 {
+            return Ok(false);
+        }
+        match self.spread {
+            Spread::Chunks => Ok(true),
+            Spread::Auto => Ok(!keyed || n > streams),
+            Spread::Streams if !keyed => Err(Error::Config(
+                "this format keeps its stream id at no fixed place (SPEAD) or has one stream \
+                 (YNAO), so threads cannot own streams; use spread='chunks'"
+                    .into(),
+            )),
+            Spread::Streams => Ok(false),
+        }
+    }
+
+    /// The owner of each of `streams` streams, checked; with `by_chunks`,
+    /// every thread sees every stream and only the CPUs are checked.
+    pub fn owners(&self, streams: usize, by_chunks: bool) -> Result<Vec<usize>> {
+        let n = self.threads;
+        if n == 0 || (n > streams && !by_chunks) {
             return Err(Error::Config(format!(
                 "{n} capture threads for {streams} streams: each thread owns whole streams, \
-                 so use 1 to {streams} threads"
+                 so use 1 to {streams} threads (or spread='chunks')"
             )));
         }
         if !self.cpus.is_empty() && self.cpus.len() != n {
@@ -128,6 +194,9 @@ impl ThreadsConfig {
         // Two threads on one CPU is allowed (a small test machine), if slow.
         for c in &self.cpus {
             super::pin::check_cpu(*c)?;
+        }
+        if by_chunks {
+            return Ok(vec![0; streams]);
         }
         if self.owners.is_empty() {
             return Ok(steer::contiguous_owners(streams, n));
@@ -182,6 +251,25 @@ pub fn packet_ring_fanout<L: StreamKeyed>(
     PacketRingEngine::open_fanout(ring, threads, &prog)
 }
 
+/// Opens one packet ring per thread in a fanout group that gives thread `t`
+/// the chunks `c` (`index / packets_per_chunk`) with `c mod threads == t`.
+pub fn packet_ring_chunk_fanout<L: StreamKeyed>(
+    ring: &PacketRingConfig,
+    locate: &L,
+    packets_per_chunk: usize,
+    threads: usize,
+) -> Result<Vec<PacketRingEngine>> {
+    let key = locate.index_key().ok_or_else(|| {
+        Error::Config(
+            "this format keeps its packet index at no fixed place (SPEAD) or computes it \
+             (scaled layout indices), so chunks cannot be steered to threads; use threads=1"
+                .into(),
+        )
+    })?;
+    let prog = super::steer_chunks::chunk_program(&key, packets_per_chunk, threads)?;
+    PacketRingEngine::open_fanout(ring, threads, &prog)
+}
+
 /// One capture thread's counters, in its own stream numbering.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadSnapshot {
@@ -205,6 +293,8 @@ pub struct CaptureGroup {
     threads: Vec<Capture>,
     streams: Vec<Vec<usize>>,
     nstreams: usize,
+    /// Threads own chunk ids modulo this (1: each owns its streams' every chunk).
+    chunk_stride: usize,
 }
 
 impl CaptureGroup {
@@ -233,7 +323,48 @@ impl CaptureGroup {
             threads,
             streams,
             nstreams,
+            chunk_stride: 1,
         })
+    }
+
+    /// Starts one [`Capture`] per engine over every stream: engine `t` must
+    /// receive the chunks `c` with `c mod engines == t`
+    /// ([`packet_ring_chunk_fanout`]). The pool (`config.nchunks`) is shared
+    /// out, each thread keeping its window and two more.
+    pub fn start_chunks<E: Engine, L: Locate + Clone + 'static>(
+        engines: Vec<E>,
+        locate: L,
+        cpus: &[usize],
+        config: &ChunkConfig,
+    ) -> Result<CaptureGroup> {
+        let n = engines.len();
+        let nstreams = locate.streams();
+        let all: Vec<usize> = (0..nstreams).collect();
+        let mut threads = Vec::with_capacity(n);
+        for (t, engine) in engines.into_iter().enumerate() {
+            let mut c = *config;
+            c.assembler.chunk_stride = n as u64;
+            c.assembler.chunk_member = t as u64;
+            c.nchunks = config.nchunks.div_ceil(n).max(config.assembler.window + 2);
+            threads.push(Capture::start(
+                engine,
+                locate.clone(),
+                &c,
+                cpus.get(t).copied(),
+            )?);
+        }
+        Ok(CaptureGroup {
+            threads,
+            streams: vec![all; n],
+            nstreams,
+            chunk_stride: n,
+        })
+    }
+
+    /// Threads own chunk ids modulo this: a consumer's chunk `c` comes from
+    /// thread `c % chunk_stride` alone (1: every thread has a part of each).
+    pub fn chunk_stride(&self) -> usize {
+        self.chunk_stride
     }
 
     pub fn threads(&self) -> &[Capture] {
@@ -284,7 +415,8 @@ impl CaptureGroup {
             let snap = c.stats();
             let (t, s) = (&mut total.counters, &snap.counters);
             for (local, &global) in streams.iter().enumerate() {
-                t.streams[global] = s.streams[local];
+                let (sum, one) = (&mut t.streams[global], &s.streams[local]);
+                add_fields!(sum, one; received, missing, late, duplicate, dropped, bytes, invalid);
             }
             add_fields!(t, s; malformed, foreign, chunks_emitted, chunks_dropped, resyncs);
             add_fields!(total, snap; kernel_drops, rcvbuf);
@@ -330,6 +462,10 @@ impl CaptureGroup {
         self.threads.first().and_then(Capture::interface)
     }
 }
+
+#[cfg(test)]
+#[path = "group_chunks_tests.rs"]
+mod chunks_tests;
 
 impl Drop for CaptureGroup {
     fn drop(&mut self) {
@@ -377,9 +513,9 @@ mod tests {
         let tc = ThreadsConfig {
             threads: n,
             cpus: (0..n).map(|t| affinity(0).unwrap()[t % 2]).collect(),
-            owners: vec![],
+            ..Default::default()
         };
-        let owners = tc.owners(STREAMS).unwrap();
+        let owners = tc.owners(STREAMS, false).unwrap();
         let engines = packet_ring_fanout(&ring, &locator, &owners, n).unwrap();
         let to = engines[0].local_addr().unwrap();
         let mut cfg = ChunkConfig::new(8);
@@ -479,21 +615,28 @@ mod tests {
 
     #[test]
     fn bad_thread_settings_are_clear_errors() {
-        let e = ThreadsConfig::new(6).owners(5).unwrap_err().to_string();
+        let e = ThreadsConfig::new(6)
+            .owners(5, false)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("1 to 5 threads"), "{e}");
         let mut tc = ThreadsConfig::new(2);
         tc.cpus = vec![0];
         assert!(tc
-            .owners(5)
+            .owners(5, false)
             .unwrap_err()
             .to_string()
             .contains("one CPU per thread"));
         tc.cpus = vec![0, 4096];
-        assert!(tc.owners(5).unwrap_err().to_string().contains("CPU 4096"));
+        assert!(tc
+            .owners(5, false)
+            .unwrap_err()
+            .to_string()
+            .contains("CPU 4096"));
         tc.cpus = vec![];
         tc.owners = vec![0, 0, 0, 0, 0];
         assert!(tc
-            .owners(5)
+            .owners(5, false)
             .unwrap_err()
             .to_string()
             .contains("thread 1 owns no"));

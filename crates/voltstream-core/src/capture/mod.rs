@@ -98,6 +98,7 @@ mod runner;
 mod socket;
 mod spec;
 mod steer;
+mod steer_chunks;
 #[cfg(test)]
 mod testutil;
 mod xdp;
@@ -113,8 +114,8 @@ pub use dpdk::{
 };
 pub use faults::{Delivered, Fault, FaultPlan, FaultReport, Faults, Injected, Injector};
 pub use group::{
-    packet_ring_fanout, thread_streams, CaptureGroup, GroupSnapshot, Subset, ThreadSnapshot,
-    ThreadsConfig,
+    packet_ring_chunk_fanout, packet_ring_fanout, thread_streams, CaptureGroup, GroupSnapshot,
+    Spread, Subset, ThreadSnapshot, ThreadsConfig,
 };
 pub use host::interface_of;
 pub use in_memory::{Feeder, InMemoryEngine};

@@ -17,12 +17,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    multicast_plan_ip, packet_ring_fanout, CaptureGroup, ChunkConfig, DpdkConfig, DpdkEngine,
-    DpdkInfo, DpdkPort, Engine, PacketRingConfig, PacketRingEngine, Sink, SocketConfig,
-    SocketEngine, ThreadsConfig, XdpConfig, XdpEngine, XdpInfo, XdpMode,
+    multicast_plan_ip, packet_ring_chunk_fanout, packet_ring_fanout, CaptureGroup, ChunkConfig,
+    DpdkConfig, DpdkEngine, DpdkInfo, DpdkPort, Engine, PacketRingConfig, PacketRingEngine, Sink,
+    SocketConfig, SocketEngine, ThreadsConfig, XdpConfig, XdpEngine, XdpInfo, XdpMode,
 };
 use crate::assemble::ChunkLayout;
-use crate::wire::{FormatSpec, Locator};
+use crate::wire::{FormatSpec, Locator, StreamKeyed};
 use crate::{Error, Result};
 
 /// Slack above the format's packet length, so that over-long packets arrive
@@ -239,10 +239,35 @@ impl CaptureSpec {
             payload_len: self.slot_len(),
         }
         .validate()?;
-        let owners = self.threads.owners(format.streams())?;
+        let by_chunks = self.by_chunks()?;
+        let owners = self.threads.owners(format.streams(), by_chunks)?;
+        if by_chunks {
+            // The steering program must be writable for these sizes.
+            packet_ring_chunk_program_check(&self.locator()?, per_chunk, self.threads.threads)?;
+        }
         self.engines()?;
         self.network.groups()?; // bad groups fail here, not at start
         Ok(owners)
+    }
+
+    /// Validates, and says where each thread's chunks sit: the global stream
+    /// indices each thread's chunks hold, and the chunk stride (thread `t`
+    /// owns the chunk ids `c` with `c % stride == t`; 1: every chunk id, of
+    /// its own streams).
+    pub fn placement(&self) -> Result<(Vec<Vec<usize>>, usize)> {
+        let owners = self.validate()?;
+        let n = self.threads.threads.max(1);
+        if self.by_chunks()? {
+            let all: Vec<usize> = (0..self.format.streams()).collect();
+            return Ok((vec![all; n], n));
+        }
+        Ok((super::thread_streams(&owners, n), 1))
+    }
+
+    /// Whether the capture threads own chunks (rather than streams).
+    pub fn by_chunks(&self) -> Result<bool> {
+        let keyed = self.format.locator()?.stream_key().is_some();
+        self.threads.by_chunks(self.format.streams(), keyed)
     }
 
     /// The engines to try, in order: the choice's candidates for the thread
@@ -334,6 +359,18 @@ impl CaptureSpec {
         gate: &Arc<AtomicBool>,
     ) -> Result<Started> {
         let (group, xdp, dpdk) = match choice {
+            EngineChoice::PacketRing if self.threads.threads > 1 && self.by_chunks()? => {
+                let locator = self.locator()?;
+                let n = self.threads.threads;
+                let ppc = self.chunks.assembler.packets_per_chunk;
+                let engines = packet_ring_chunk_fanout(&self.ring_config(), &locator, ppc, n)?
+                    .into_iter()
+                    .map(|e| Gated::new(e, gate))
+                    .collect();
+                let cpus = &self.threads.cpus;
+                let group = CaptureGroup::start_chunks(engines, locator, cpus, &self.chunks)?;
+                (group, None, None)
+            }
             EngineChoice::PacketRing if self.threads.threads > 1 => {
                 let locator = self.locator()?;
                 let n = self.threads.threads;
@@ -463,6 +500,7 @@ impl<E: Engine> Engine for Gated<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::Spread;
     use crate::wire::SpeadHeapIndex;
     use std::net::UdpSocket;
     use std::net::{IpAddr, Ipv4Addr};
@@ -519,7 +557,15 @@ mod tests {
 
         let mut spec = counter(2);
         spec.threads = ThreadsConfig::new(3);
+        spec.threads.spread = Spread::Streams;
         assert!(config_error(&spec).contains("3 capture threads for 2 streams"));
+        // More threads than streams: by default they take turns by chunk.
+        spec.threads.spread = Spread::Auto;
+        assert!(spec.by_chunks().unwrap());
+        let (streams, stride) = spec.placement().unwrap();
+        assert_eq!((streams, stride), (vec![vec![0, 1]; 3], 3));
+        spec.chunks.assembler.packets_per_chunk = 40_000;
+        assert!(config_error(&spec).contains("power of two"));
 
         let mut spec = counter(2);
         spec.network.bind = "0.0.0.0:7000".into();
@@ -605,4 +651,22 @@ mod tests {
         group.stop().unwrap();
         assert_eq!(group.stats().total.counters.total().received, 32);
     }
+}
+
+/// Checks that a chunk-steering program can be written for this format and
+/// these sizes (the error says which sizes work), without opening anything.
+fn packet_ring_chunk_program_check(
+    locator: &Locator,
+    packets_per_chunk: usize,
+    threads: usize,
+) -> Result<()> {
+    let key = locator.index_key().ok_or_else(|| {
+        Error::Config(
+            "this format keeps its packet index at no fixed place (SPEAD) or computes it \
+             (scaled layout indices), so chunks cannot be spread over capture threads; use \
+             threads=1"
+                .into(),
+        )
+    })?;
+    super::steer_chunks::chunk_program(&key, packets_per_chunk, threads).map(|_| ())
 }

@@ -13,7 +13,7 @@
 //! ([`Locator`]).
 
 use super::field::{fields, view, Field};
-use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
+use super::{IndexKey, Locate, Located, StreamKey, StreamKeyed, WireError};
 use crate::Error;
 
 /// Bytes before the payload.
@@ -147,6 +147,14 @@ impl StreamKeyed for Locator {
             ids: (0..self.streams as u64).collect(),
             min_packet_len: HEADER_LEN.saturating_add(self.payload_len),
         })
+    }
+
+    fn index_key(&self) -> Option<IndexKey> {
+        Some(IndexKey::Field(field::index))
+    }
+
+    fn min_packet_len(&self) -> usize {
+        HEADER_LEN.saturating_add(self.payload_len)
     }
 }
 

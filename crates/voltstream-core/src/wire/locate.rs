@@ -46,8 +46,35 @@ pub struct StreamKey {
     pub min_packet_len: usize,
 }
 
-/// A [`Locate`] that can say where its stream ids are.
+/// Where a format keeps a packet's index, so that a steering program can give
+/// whole chunks (index / packets_per_chunk) to threads: one stream over several
+/// capture threads (see `capture::steer::chunk_program`). A hint, like
+/// [`StreamKey`]: each thread's assembler still places packets by the index the
+/// locator reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexKey {
+    /// The index is one field of 1, 2, 4 or 8 whole bytes (YNAO's sequence
+    /// counter, the counter format's index).
+    Field(super::layout::Field),
+    /// `seconds * per_second + frame`, each a part of one 32-bit word (VDIF).
+    SecondsFrames {
+        seconds: super::layout::Field,
+        frame: super::layout::Field,
+        per_second: u32,
+    },
+}
+
+/// A [`Locate`] that can say where its stream ids (and packet indices) are.
 pub trait StreamKeyed {
     /// `None` when the stream id is not at a fixed place (or there is one stream).
     fn stream_key(&self) -> Option<StreamKey>;
+    /// `None` when the index is not at a fixed place or needs more than a
+    /// steering program can compute (SPEAD's items, scaled layout indices).
+    fn index_key(&self) -> Option<IndexKey> {
+        None
+    }
+    /// Shortest packet the format accepts (what a steering program may read).
+    fn min_packet_len(&self) -> usize {
+        0
+    }
 }

@@ -6,7 +6,7 @@
 //! ...); adding a format adds one line to the registry below.
 
 use super::{codif, counter, layout, spead, vdif, ynao};
-use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
+use super::{IndexKey, Locate, Located, StreamKey, StreamKeyed, WireError};
 
 /// Builds `Kind` (one variant per format), the `From` conversions from
 /// each format's locator, and the forwarding impls, from one list.
@@ -63,6 +63,18 @@ macro_rules! registry {
             fn stream_key(&self) -> Option<StreamKey> {
                 match &self.kind {
                     $(Kind::$variant(l) => l.stream_key(),)*
+                }
+            }
+
+            fn index_key(&self) -> Option<IndexKey> {
+                match &self.kind {
+                    $(Kind::$variant(l) => l.index_key(),)*
+                }
+            }
+
+            fn min_packet_len(&self) -> usize {
+                match &self.kind {
+                    $(Kind::$variant(l) => l.min_packet_len(),)*
                 }
             }
         }

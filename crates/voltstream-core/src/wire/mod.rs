@@ -34,7 +34,7 @@ pub use counter::{Packet as CounterPacket, Repr as CounterRepr};
 pub use error::WireError;
 pub use format::FormatSpec;
 pub use layout::{Check as LayoutCheck, Endian, Field as LayoutField, Layout};
-pub use locate::{Locate, Located, StreamKey, StreamKeyed};
+pub use locate::{IndexKey, Locate, Located, StreamKey, StreamKeyed};
 pub use locator::Locator;
 pub use spead::{HeapIndex as SpeadHeapIndex, HeapMap as SpeadHeapMap};
 pub use spead::{Item as SpeadItem, Packet as SpeadPacket, Repr as SpeadRepr};

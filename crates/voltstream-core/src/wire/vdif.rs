@@ -9,7 +9,7 @@
 //! ([`decode`]) and the capture rules ([`Locator`]).
 
 use super::field::{check_frame, fields, view, Field};
-use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
+use super::{IndexKey, Locate, Located, StreamKey, StreamKeyed, WireError};
 use crate::Error;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -404,6 +404,18 @@ impl StreamKeyed for Locator {
             ids,
             min_packet_len: self.frame_len,
         })
+    }
+
+    fn index_key(&self) -> Option<IndexKey> {
+        Some(IndexKey::SecondsFrames {
+            seconds: field::seconds,
+            frame: field::frame,
+            per_second: self.fps,
+        })
+    }
+
+    fn min_packet_len(&self) -> usize {
+        self.frame_len
     }
 }
 

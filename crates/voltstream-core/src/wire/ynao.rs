@@ -10,7 +10,7 @@
 //! ([`Locator`]).
 
 use super::field::{fields, view, Field};
-use super::{Locate, Located, StreamKey, StreamKeyed, WireError};
+use super::{IndexKey, Locate, Located, StreamKey, StreamKeyed, WireError};
 
 pub const HEADER_LEN: usize = 24;
 pub const DATA_LEN: usize = 8192;
@@ -159,6 +159,14 @@ impl StreamKeyed for Locator {
     /// One stream: nothing to steer by.
     fn stream_key(&self) -> Option<StreamKey> {
         None
+    }
+
+    fn index_key(&self) -> Option<IndexKey> {
+        Some(IndexKey::Field(field::sequence))
+    }
+
+    fn min_packet_len(&self) -> usize {
+        FRAME_LEN
     }
 }
 

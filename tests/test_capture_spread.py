@@ -1,0 +1,151 @@
+"""One stream over several capture threads (issue 26 item 2): the threads take turns by
+chunk id (``threads.spread = "chunks"``), steered in the kernel by a classic BPF program
+that computes ``(index / packets_per_chunk) mod threads``. Real packet rings on loopback;
+the timeline interleaves the threads' chunks back into one ordered stream; a thread
+that falls silent holds the others' blocks for at most ``hold_s``."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from capture_spec import capture
+from cli_process import run_cli
+from loopback import free_bind
+from test_capture_threads import FPS, FRAME, vdif_frame
+from test_cli_outcomes import Listening
+from test_gpu_handoff import FakeChunk
+from voltstream.io.psrfits import read_psrfits
+from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
+
+PPC, NIDX = 8, 96
+THREAD_IDS = [4, 9]
+
+
+@pytest.mark.parametrize("nthreads", [2, 3])
+def test_threads_take_turns_by_chunk_and_the_timeline_puts_them_back_in_order(nthreads):
+    rng = np.random.default_rng(nthreads)
+    data = rng.integers(0, 256, (NIDX, 2, FRAME - 32), dtype=np.uint8)
+    cap = capture("vdif", "127.0.0.1:0", PPC, nchunks=48, window=3, vdif_threads=THREAD_IDS,
+                  vdif_frame_len=FRAME, frames_per_second=FPS, engine="packet_ring",
+                  threads=nthreads, spread="chunks")  # fmt: skip
+    assert cap.chunk_stride == nthreads
+    assert cap.thread_streams == [[0, 1]] * nthreads
+    lost = {(50, 1), (51, 1)}
+    cap.start()
+    host, port = cap.address.rsplit(":", 1)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for i in range(NIDX):
+        for s in range(2):
+            if (i, s) not in lost:
+                tx.sendto(vdif_frame(THREAD_IDS[s], 1000 * FPS + i, data[i, s]), (host, int(port)))
+    time.sleep(0.1)
+    cap.stop()
+    tx.close()
+    st = cap.stats()
+    assert [s["received"] for s in st["streams"]] == [NIDX, NIDX - 2]
+    assert [s["missing"] for s in st["streams"]] == [0, 2]
+    assert st["totals"]["late"] == st["foreign"] == st["malformed"] == 0
+    for th in st["threads"]:  # every thread got its share, the sum is the whole
+        assert th["streams"] == [0, 1] and th["chunks_emitted"] == NIDX // PPC // nthreads
+    out: list = []
+    tl = ChunkTimeline(2, PPC, out.append, nthreads, chunk_stride=nthreads,
+                       thread_streams=cap.thread_streams)  # fmt: skip
+    while (ch := cap.next_chunk(0.05)) is not None:
+        assert ch.chunk_id % nthreads == ch.thread
+        tl.add(ch)
+    tl.finish()
+    blocks = [b for b in out if isinstance(b, Block)]
+    assert not [g for g in out if isinstance(g, Gap)]
+    first = 1000 * FPS // PPC
+    assert [b.chunk_id for b in blocks] == list(range(first, first + NIDX // PPC))
+    for b in blocks:
+        arr = b.array(2, FRAME - 32)
+        for j in range(PPC):
+            i = b.chunk_id * PPC + j - 1000 * FPS
+            for s in range(2):
+                assert b.present[s, j] == ((i, s) not in lost)
+                if b.present[s, j]:
+                    assert np.array_equal(arr[s, j], data[i, s])
+        del arr
+        b.release()
+
+
+def test_a_silent_thread_holds_the_others_for_at_most_the_window():
+    """Two threads owning streams {0} and {1}; thread 1 stops delivering. Its blocks
+    wait while it is within ``hold_chunks`` of the newest, then go out without it
+    (stream 1 absent, its packets counted silent); a chunk of it that comes later is
+    released and counted."""
+    out, log = [], []
+    tl = ChunkTimeline(2, 4, out.append, nthreads=2, thread_streams=[[0], [1]], hold_chunks=2)
+    for cid in (1, 2):
+        tl.add(FakeChunk(cid, [1] * 4, thread=0, streams=(0,), log=log))
+        tl.add(FakeChunk(cid, [1] * 4, thread=1, streams=(1,), log=log))
+    for cid in (3, 4):
+        tl.add(FakeChunk(cid, [1] * 4, thread=0, streams=(0,), log=log))
+    assert [b.chunk_id for b in out] == [1]  # 2 held back as the newest; 3, 4 wait
+    tl.add(FakeChunk(5, [1] * 4, thread=0, streams=(0,), log=log))  # 3 ids ahead of 1
+    assert [b.chunk_id for b in out] == [1, 2, 3, 4]  # 5 now the newest, held
+    assert not out[2].complete and out[2].present[1].tolist() == [False] * 4
+    assert tl.silent_packets.tolist() == [0, 3 * 4]
+    tl.add(FakeChunk(3, [1] * 4, thread=1, streams=(1,), log=log))  # too late
+    assert tl.late_chunks == 1 and ("release", 3, 1) in log
+    tl.finish()
+    assert [b.chunk_id for b in out] == [1, 2, 3, 4, 5]
+
+
+def test_chunk_stride_waits_only_for_the_thread_owning_the_next_chunk():
+    """Three threads taking turns: chunk 7 (thread 1) goes out once thread 0 has
+    delivered 6 and thread 1 delivered 7, whatever thread 2 does."""
+    out = []
+    tl = ChunkTimeline(1, 2, out.append, nthreads=3, chunk_stride=3)
+    tl.add(FakeChunk(7, [1, 1], thread=1))
+    tl.add(FakeChunk(8, [1, 1], thread=2))
+    assert out == []  # chunk 6 (thread 0) may still come
+    tl.add(FakeChunk(6, [1, 1], thread=0))
+    assert [b.chunk_id for b in out] == [6, 7]  # 8 is the newest, held
+    tl.add(FakeChunk(10, [1, 1], thread=1))  # 9 (thread 0) never had a packet: a gap
+    tl.add(FakeChunk(12, [1, 1], thread=0))
+    tl.add(FakeChunk(11, [1, 1], thread=2))
+    tl.finish()
+    kinds = [getattr(x, "chunk_id", "gap") for x in out]
+    assert kinds == [6, 7, 8, "gap", 10, 11, 12]
+
+
+YNAO = ("--format", "ynao")
+THREADS = "2"
+FOLD = ("--dm", "10", "--period", "0.0125", "--nbin", "32", "--tsub", "0.1")
+
+
+def test_one_ynao_stream_on_two_capture_threads_folds_as_the_file(tmp_path):
+    """`fold --listen --threads 2` of one YNAO stream (one flow: nothing to steer by
+    stream) spreads its chunks over two cores and folds to the very samples of the file
+    fold of the same packets; both threads took a share, nothing is lost."""
+    sim = ("simulate", *YNAO, "--duration", "0.2", "--seed", "5")
+    r = run_cli(*sim, "--output", str(tmp_path / "f.dada"))
+    assert r.returncode == 0, r.stderr
+    r = run_cli("fold", str(tmp_path / "f.dada"), *FOLD, "--device", "cpu",
+                "-o", str(tmp_path / "file.fits"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    bind = free_bind()
+    fold = Listening("fold", "--listen", bind, *YNAO, *FOLD, "--device", "cpu",
+                     "--threads", THREADS, "--duration", "60", "--idle-timeout", "3",
+                     "--report", str(tmp_path / "r.json"),
+                     "-o", str(tmp_path / "live.fits"))  # fmt: skip
+    r = run_cli(*sim, "--dest", bind, "--rate", "0.2")
+    assert r.returncode == 0, r.stderr
+    rc, out, err = fold.wait()
+    assert rc == 0, out + err
+    report = json.loads((tmp_path / "r.json").read_text())
+    eng = report["engine"]
+    assert eng["totals"]["missing"] == eng["totals"]["late"] == 0
+    shares = [th["packets"] for th in eng["threads"]]
+    assert len(shares) == int(THREADS) and min(shares) > 0.3 * sum(shares), shares
+    assert sum(shares) == eng["streams"][0]["received"]
+    live, file = read_psrfits(tmp_path / "live.fits"), read_psrfits(tmp_path / "file.fits")
+    assert live.data.shape == file.data.shape and np.abs(file.data).max() > 0
+    np.testing.assert_array_equal(live.data, file.data)
