@@ -1,4 +1,6 @@
-use super::{Chunk, ChunkLayout};
+use std::sync::Arc;
+
+use super::{Chunk, ChunkLayout, Strays};
 use crate::stats::Counters;
 use crate::wire::{Locate, WireError};
 use crate::{Error, Result};
@@ -87,6 +89,8 @@ pub struct Assembler<L, S> {
     /// and the window count this assembler's own chunks (`global / stride`).
     stride: u64,
     member: u64,
+    /// Where a packet of another thread's chunk goes (threads taking turns).
+    strays: Option<Arc<Strays>>,
     slots: Box<[Slot]>,
     /// Oldest chunk id of the window.
     head: u64,
@@ -126,6 +130,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             resync: config.resync_chunks,
             stride: config.chunk_stride,
             member: config.chunk_member,
+            strays: None,
             slots,
             head: 0,
             started: false,
@@ -136,6 +141,34 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
 
     pub fn layout(&self) -> ChunkLayout {
         self.layout
+    }
+
+    /// Packets of chunks another thread owns go to its inbox in `strays`
+    /// (else they count `dropped`).
+    pub fn set_strays(&mut self, strays: Arc<Strays>) {
+        self.strays = Some(strays);
+    }
+
+    /// Places forwarded packets if any wait (one relaxed load when none do):
+    /// called after each received packet, so a stray is placed within a packet
+    /// of its arrival rather than after a whole batch.
+    #[inline]
+    pub fn poll_strays(&mut self) {
+        if self
+            .strays
+            .as_ref()
+            .is_some_and(|s| s.waiting(self.member as usize))
+        {
+            self.take_strays(false);
+        }
+    }
+
+    /// Places the packets other threads forwarded here; with `close`, this
+    /// thread is finishing and takes no more (later ones count `dropped` there).
+    pub fn take_strays(&mut self, close: bool) {
+        if let Some(strays) = self.strays.clone() {
+            strays.drain(self.member as usize, close, |p| self.push(p));
+        }
     }
 
     pub fn counters(&self) -> &Counters {
@@ -155,6 +188,12 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
                 {
                     // A Locate breaking its contract: the packet cannot be placed.
                     self.counters.malformed += 1;
+                } else if self.stride > 1 && self.owner(loc.index) != self.member {
+                    // Another thread's chunk (a stray, see `Strays`): to its owner.
+                    let to = self.owner(loc.index) as usize;
+                    if !self.strays.as_ref().is_some_and(|s| s.send(to, packet)) {
+                        self.counters.streams[loc.stream].dropped += 1;
+                    }
                 } else {
                     self.place(loc.stream, loc.index, loc.payload);
                 }
@@ -332,6 +371,12 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             // or `finish` follows every `flush_all`, so the value is not used.
             self.head = self.head.saturating_add(1);
         }
+    }
+
+    /// The thread (of `stride`) owning the chunk of packet `index`.
+    #[inline]
+    fn owner(&self, index: u64) -> u64 {
+        index / self.layout.packets_per_chunk as u64 % self.stride
     }
 
     /// The chunk id all threads share, of this assembler's chunk `local`.

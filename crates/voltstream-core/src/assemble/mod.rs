@@ -27,6 +27,8 @@
 
 mod assembler;
 mod chunk;
+mod strays;
 
 pub use assembler::{Assembler, AssemblerConfig, ChunkSink, MAX_WINDOW};
 pub use chunk::{Chunk, ChunkLayout};
+pub use strays::Strays;

@@ -33,6 +33,9 @@ use crate::wire::{Locate, Located, StreamKeyed, WireError};
 use crate::{Error, Result};
 
 const NOT_OURS: u32 = u32::MAX;
+/// Packets each thread's stray inbox holds (threads taking turns by chunk): a
+/// batch's worth of GSO tails, drained after every batch.
+const STRAY_SLOTS: usize = 1024;
 
 /// A locator restricted to some streams of another, renumbered `0..k`.
 #[derive(Debug, Clone)]
@@ -336,8 +339,10 @@ impl CaptureGroup {
         locate: L,
         cpus: &[usize],
         config: &ChunkConfig,
+        max_packet: usize,
     ) -> Result<CaptureGroup> {
         let n = engines.len();
+        let strays = std::sync::Arc::new(crate::assemble::Strays::new(n, STRAY_SLOTS, max_packet));
         let nstreams = locate.streams();
         let all: Vec<usize> = (0..nstreams).collect();
         let mut threads = Vec::with_capacity(n);
@@ -346,11 +351,14 @@ impl CaptureGroup {
             c.assembler.chunk_stride = n as u64;
             c.assembler.chunk_member = t as u64;
             c.nchunks = config.nchunks.div_ceil(n).max(config.assembler.window + 2);
-            threads.push(Capture::start(
+            let cpu = cpus.get(t).copied();
+            let s = Some(strays.clone());
+            threads.push(Capture::start_with_strays(
                 engine,
                 locate.clone(),
                 &c,
-                cpus.get(t).copied(),
+                cpu,
+                s,
             )?);
         }
         Ok(CaptureGroup {

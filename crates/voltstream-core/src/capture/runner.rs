@@ -101,6 +101,19 @@ impl Capture {
         config: &ChunkConfig,
         cpu: Option<usize>,
     ) -> Result<Capture> {
+        Self::start_with_strays(engine, locate, config, cpu, None)
+    }
+
+    /// [`Capture::start`] for one of several threads taking turns by chunk:
+    /// packets of the others' chunks go to their inboxes in `strays`, and
+    /// this thread places what they forward to it.
+    pub fn start_with_strays<E: Engine, L: Locate + 'static>(
+        engine: E,
+        locate: L,
+        config: &ChunkConfig,
+        cpu: Option<usize>,
+        strays: Option<Arc<crate::assemble::Strays>>,
+    ) -> Result<Capture> {
         config.validate()?;
         let layout = ChunkLayout {
             streams: locate.streams(),
@@ -143,7 +156,10 @@ impl Capture {
                             .map(|c| (c.data_ptr() as usize, c.data().len()))
                             .collect::<Vec<_>>();
                         let (producer, consumer) = chunk_ring(chunks);
-                        let assembler = Assembler::new(locate, producer, &config.assembler)?;
+                        let mut assembler = Assembler::new(locate, producer, &config.assembler)?;
+                        if let Some(strays) = strays {
+                            assembler.set_strays(strays);
+                        }
                         Ok((assembler, consumer, memory, pool))
                     };
                     match setup() {
@@ -285,6 +301,7 @@ fn run<E: Engine, L: Locate, S: crate::assemble::ChunkSink>(
             result = Err(e);
             break;
         }
+        assembler.take_strays(false);
         stats.publish(assembler.counters());
         stats.set_station(assembler.station());
         if last_drops.elapsed() >= DROPS_EVERY {
@@ -296,7 +313,9 @@ fn run<E: Engine, L: Locate, S: crate::assemble::ChunkSink>(
     if result.is_ok() {
         let t = Instant::now();
         while t.elapsed() < DRAIN_LIMIT {
-            match engine.recv_batch(DRAIN_WAIT, |p| feed(assembler, p)) {
+            let got = engine.recv_batch(DRAIN_WAIT, |p| feed(assembler, p));
+            assembler.take_strays(false);
+            match got {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) => {
@@ -306,6 +325,7 @@ fn run<E: Engine, L: Locate, S: crate::assemble::ChunkSink>(
             }
         }
     }
+    assembler.take_strays(true);
     assembler.finish();
     stats.publish(assembler.counters());
     stats.set_station(assembler.station());
@@ -320,6 +340,7 @@ fn feed<L: Locate, S: crate::assemble::ChunkSink>(a: &mut Assembler<L, S>, p: Re
         Received::Packet(b) => a.push(b),
         Received::Truncated => a.push_truncated(),
     }
+    a.poll_strays();
 }
 
 #[cfg(test)]

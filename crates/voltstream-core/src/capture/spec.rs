@@ -368,7 +368,8 @@ impl CaptureSpec {
                     .map(|e| Gated::new(e, gate))
                     .collect();
                 let cpus = &self.threads.cpus;
-                let group = CaptureGroup::start_chunks(engines, locator, cpus, &self.chunks)?;
+                let max = self.max_packet();
+                let group = CaptureGroup::start_chunks(engines, locator, cpus, &self.chunks, max)?;
                 (group, None, None)
             }
             EngineChoice::PacketRing if self.threads.threads > 1 => {
