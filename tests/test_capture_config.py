@@ -146,7 +146,11 @@ def test_each_capture_default_is_set_once():
 
     c = CaptureSettings.of("127.0.0.1:0")
     assert (c.chunks.packets_per_chunk, c.chunks.nchunks) == (d.PACKETS_PER_CHUNK, d.NCHUNKS)
-    assert (c.chunks.window, c.chunks.resync_chunks) == (d.WINDOW, d.RESYNC_CHUNKS)
+    # The window is set in time and packets (issue 26 item 5), never below the core's.
+    assert (c.chunks.window, c.chunks.resync_chunks) == (None, d.RESYNC_CHUNKS)
+    assert c.chunks.window_for(1 << 20, 1e3) == d.WINDOW
+    assert c.chunks.window_for(256, None) == 16  # 4096 packets
+    assert c.chunks.window_for(256, 1e6) == 40  # 10 ms at a million packets a second
     assert c.network.queue_mb == d.QUEUE_MB
     args = build_parser().parse_args(["capture", "--listen", "127.0.0.1:7000", "--duration", "1"])
-    assert (args.packets_per_chunk, args.window) == (d.PACKETS_PER_CHUNK, d.WINDOW)
+    assert (args.packets_per_chunk, args.window) == (d.PACKETS_PER_CHUNK, None)

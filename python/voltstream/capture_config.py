@@ -39,6 +39,7 @@ the same values (docs/architecture.md, "One source for a capture's defaults").
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -133,6 +134,17 @@ class EngineSettings(_Section):
     dpdk_eal_args: str | None = Field(default=None, description="DPDK: extra EAL arguments")
 
 
+#: What a capture's reorder window holds when none is given (issue 26 item 5): the
+#: packets of REORDER_S seconds of the stream at its nominal rate, and at least
+#: REORDER_PACKETS packets (what several interleaved senders, or the queues of a
+#: switch, reorder: 4 senders of 32-packet blocks reorder about 256).
+REORDER_S = 0.010
+REORDER_PACKETS = 4096
+#: Beyond this many open chunks each one's bitmap costs more than it saves: use
+#: larger chunks instead.
+MAX_DEFAULT_WINDOW = 1024
+
+
 class ChunkSettings(_Section):
     """How packets are assembled into chunks."""
 
@@ -140,7 +152,12 @@ class ChunkSettings(_Section):
         default=_CHUNKS["packets_per_chunk"], ge=1, description="packets per stream per chunk"
     )
     nchunks: int = Field(default=_CHUNKS["nchunks"], ge=2, description="chunks in the pool")
-    window: int = Field(default=_CHUNKS["window"], ge=1, description="chunks open for late packets")
+    window: int | None = Field(
+        default=None,
+        ge=1,
+        description="chunks open for late packets (None: as many as hold 10 ms of the "
+        "stream, and at least 4096 packets; see window_for)",
+    )
     resync_chunks: int = Field(
         default=_CHUNKS["resync_chunks"], ge=1, description="a jump beyond this resynchronises"
     )
@@ -148,6 +165,19 @@ class ChunkSettings(_Section):
         default=_CHUNKS["whole_packets"],
         description="slots hold whole packets, headers included (recording)",
     )
+
+    def window_for(
+        self, packets_per_chunk: int | None = None, packets_per_second: float | None = None
+    ) -> int:
+        """The reorder window in chunks: the one given, else enough chunks of
+        ``packets_per_chunk`` (default: this section's) to hold ``REORDER_S`` of a
+        stream of ``packets_per_second`` and ``REORDER_PACKETS`` packets, never fewer
+        than the core's default (4)."""
+        if self.window is not None:
+            return self.window
+        ppc = packets_per_chunk or self.packets_per_chunk
+        want = max(REORDER_PACKETS, REORDER_S * (packets_per_second or 0.0))
+        return int(min(MAX_DEFAULT_WINDOW, max(_CHUNKS["window"], math.ceil(want / ppc))))
 
 
 class ThreadSettings(_Section):
@@ -230,9 +260,21 @@ class CaptureSettings(_Section):
                 **eng.model_dump(exclude={"dpdk_eal_args"}),
                 "dpdk_eal_args": (eng.dpdk_eal_args or "").split(),
             },
-            "chunks": self.chunks.model_dump(),
+            "chunks": self._chunks_for(stream),
             "threads": threads.model_dump(),
         }
+
+    def _chunks_for(self, stream: CaptureFormat) -> dict[str, Any]:
+        """The chunks section with its window resolved for ``stream``'s rate. A window
+        left to the default grows the pool to at least twice the window and four more:
+        as many chunks again as the window may be with the consumer (queued, or held
+        by a timeline of several threads). Settings given are passed as they are."""
+        chunks = self.chunks.model_dump()
+        if self.chunks.window is None:
+            window = self.chunks.window_for(None, getattr(stream, "packets_per_second", None))
+            chunks["window"] = window
+            chunks["nchunks"] = max(chunks["nchunks"], 2 * window + 4)
+        return chunks
 
     def open(self, stream: CaptureFormat) -> Any:
         """A ``_core.Capture`` (not started) of ``stream`` as ``spec`` describes it. The

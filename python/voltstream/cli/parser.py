@@ -281,7 +281,10 @@ def _add_capture_options(p: argparse.ArgumentParser, *, listen_required: bool = 
          "with --multicast). Default: the one that owns the --listen address"),
         ("--packets-per-chunk", positive(int), PACKETS_PER_CHUNK,
          f"packets per stream per chunk. Default: {PACKETS_PER_CHUNK}"),
-        ("--window", positive(int), WINDOW, f"reorder window in chunks. Default: {WINDOW}"),
+        ("--window", positive(int), None,
+         "reorder window in chunks: how late a packet may come and still be placed. "
+         "Default: as many chunks as hold 10 ms of the stream at its nominal rate and at "
+         f"least 4096 packets (never fewer than {WINDOW})"),
     ))  # fmt: skip
     add_capture_threads(
         p,

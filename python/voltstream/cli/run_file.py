@@ -217,8 +217,10 @@ def start_recording(args: argparse.Namespace, fmt: Any, settings: Any) -> Any:
     from voltstream.record import Recording
 
     opts = dict(args.record)
-    forward = opts.pop("forward_chunks")
-    held = settings.chunks.window + len(opts["dirs"]) * opts["queue_chunks"] + 2 * forward
+    window = settings.chunks.window_for(None, getattr(fmt, "packets_per_second", None))
+    # The end of a stream flushes the whole window at once: the forward stage holds it.
+    forward = max(opts.pop("forward_chunks"), window + 4)
+    held = window + len(opts["dirs"]) * opts["queue_chunks"] + 2 * forward
     settings = settings.replace(nchunks=max(settings.chunks.nchunks, held + 8))
     dirs, scan = opts.pop("dirs"), opts.pop("scan")
     recording = Recording(fmt, settings, dirs, scan, forward_chunks=forward, **opts)

@@ -502,7 +502,7 @@ def run_fengine(
     stream = spead_dig(
         digitiser_ids=ids, samples_per_heap=int(samples_per_heap), sample_bits=int(sample_bits)
     )
-    window = capture.chunks.window
+    window = capture.chunks.window_for(chunk_heaps)
     nchunks = max(window + 4, min(256, POOL_BYTES // (2 * chunk_heaps * nbytes)))
     capture = capture.replace(
         packets_per_chunk=chunk_heaps, nchunks=nchunks, queue_bytes=RING_BYTES

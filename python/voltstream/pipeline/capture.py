@@ -105,7 +105,8 @@ def run_capture(
     timeline = ChunkTimeline(
         cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads,
         settings.chunks.resync_chunks, getattr(cap, "chunk_stride", 1),
-        getattr(cap, "thread_streams", None), settings.chunks.window,
+        getattr(cap, "thread_streams", None),
+        settings.chunks.window_for(cap.packets_per_chunk, getattr(fmt, "packets_per_second", None)),
     )  # fmt: skip
     run = CaptureRun(cap, timeline, consumer, settings.threads.cpus)
     if live_report is not None:

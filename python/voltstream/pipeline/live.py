@@ -177,7 +177,8 @@ def fold_live_gpu(
     from voltstream.pipeline.capture import run_capture
     from voltstream.pipeline.gpu import HostRegistry, StatusLine, gpu_stage_runner
 
-    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, capture.chunks.window)
+    window = capture.chunks.window_for(packets_per_chunk, fmt.packets_per_second)
+    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, window)
     nsamp = ppc * fmt.samples_per_packet
     eng = GpuFolder.from_settings(
         obs, settings, packed=fmt.chunk_layout(ppc), chunk_samples=nsamp,
