@@ -22,7 +22,7 @@ DOCUMENTED = {
     "engine": {"kind": "auto", "batch": 64, "ring_block_size": 1 << 20, "xdp_queue": 0,
                "xdp_mode": "auto", "dpdk_port": None, "dpdk_eal_args": []},
     "chunks": {"packets_per_chunk": 256, "nchunks": 16, "window": 4, "resync_chunks": 64,
-               "whole_packets": False},
+               "whole_packets": False, "flush_age_s": None},
     "threads": {"count": 1, "cpus": [], "stream_threads": []},
 }  # fmt: skip
 
@@ -59,6 +59,10 @@ def test_an_unknown_key_is_refused_by_name(spec, match):
         ({"format": COUNTER, "network": BIND, "engine": "socket"},
          "section 'engine' is a dict of its fields, not a str"),
         ("counter", "a dict of sections"),
+        *(({"format": COUNTER, "network": BIND, "chunks": {"flush_age_s": bad}},
+           rf"chunks\.flush_age_s must be a positive number of seconds, got {text}")
+          for bad, text in ((0, "0"), (-0.5, "-0.5"), (float("nan"), "NaN"),
+                            (float("inf"), "inf"))),
     ],
 )  # fmt: skip
 def test_a_malformed_spec_is_a_config_error_naming_its_place(spec, match):
@@ -76,6 +80,9 @@ def test_what_a_spec_leaves_out_gets_the_documented_defaults():
     # None means absent: the same defaults.
     spec = {"format": COUNTER, "network": {**BIND, "interface": None}, "chunks": {"window": None}}
     assert _core.Capture(spec).settings == DOCUMENTED
+    # A flush age given is the one the capture runs with.
+    aged = _core.Capture({"format": COUNTER, "network": BIND, "chunks": {"flush_age_s": 0.25}})
+    assert aged.settings["chunks"]["flush_age_s"] == 0.25
 
 
 def test_the_python_settings_defaults_are_the_cores():
