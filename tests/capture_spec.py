@@ -19,7 +19,10 @@ _PLACES: dict[str, tuple[str, str]] = {
     "engine": ("engine", "kind"),
     **{k: ("engine", k) for k in ("batch", "ring_block_size", "xdp_queue", "xdp_mode")},
     **{k: ("engine", k) for k in ("dpdk_port", "dpdk_eal_args")},
-    **{k: ("chunks", k) for k in ("nchunks", "window", "resync_chunks", "whole_packets")},
+    **{
+        k: ("chunks", k)
+        for k in ("nchunks", "window", "resync_chunks", "whole_packets", "flush_age_s")
+    },
     "threads": ("threads", "count"),
     "cpus": ("threads", "cpus"),
     "stream_threads": ("threads", "stream_threads"),

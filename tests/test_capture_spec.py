@@ -22,8 +22,8 @@ DOCUMENTED = {
     "engine": {"kind": "auto", "batch": 64, "ring_block_size": 1 << 20, "xdp_queue": 0,
                "xdp_mode": "auto", "dpdk_port": None, "dpdk_eal_args": []},
     "chunks": {"packets_per_chunk": 256, "nchunks": 16, "window": 4, "resync_chunks": 64,
-               "whole_packets": False},
-    "threads": {"count": 1, "cpus": [], "stream_threads": []},
+               "whole_packets": False, "flush_age_s": None},
+    "threads": {"count": 1, "cpus": [], "stream_threads": [], "spread": "auto"},
 }  # fmt: skip
 
 
@@ -59,6 +59,10 @@ def test_an_unknown_key_is_refused_by_name(spec, match):
         ({"format": COUNTER, "network": BIND, "engine": "socket"},
          "section 'engine' is a dict of its fields, not a str"),
         ("counter", "a dict of sections"),
+        *(({"format": COUNTER, "network": BIND, "chunks": {"flush_age_s": bad}},
+           rf"chunks\.flush_age_s must be a positive number of seconds, got {text}")
+          for bad, text in ((0, "0"), (-0.5, "-0.5"), (float("nan"), "NaN"),
+                            (float("inf"), "inf"))),
     ],
 )  # fmt: skip
 def test_a_malformed_spec_is_a_config_error_naming_its_place(spec, match):
@@ -76,6 +80,9 @@ def test_what_a_spec_leaves_out_gets_the_documented_defaults():
     # None means absent: the same defaults.
     spec = {"format": COUNTER, "network": {**BIND, "interface": None}, "chunks": {"window": None}}
     assert _core.Capture(spec).settings == DOCUMENTED
+    # A flush age given is the one the capture runs with.
+    aged = _core.Capture({"format": COUNTER, "network": BIND, "chunks": {"flush_age_s": 0.25}})
+    assert aged.settings["chunks"]["flush_age_s"] == 0.25
 
 
 def test_the_python_settings_defaults_are_the_cores():
@@ -83,14 +90,17 @@ def test_the_python_settings_defaults_are_the_cores():
     assert _core.capture_defaults() == {**DOCUMENTED, "network": network}
     settings = CaptureSettings.of("127.0.0.1:0")
     spec = settings.spec(parse_stream({"format": "counter", "payload_len": 64}))
-    assert spec["chunks"] == DOCUMENTED["chunks"]
+    # All but the window, which the settings set in time and packets (issue 26 item 5):
+    # 4096 packets of 256-packet chunks, the pool twice that and four more.
+    chunks = {**DOCUMENTED["chunks"], "window": 16, "nchunks": 36}
+    assert spec["chunks"] == chunks
     engine = DOCUMENTED["engine"]
     assert {k: spec["engine"][k] for k in engine} == engine
     assert spec["network"]["queue_bytes"] == DOCUMENTED["network"]["queue_bytes"]
     assert spec["threads"]["count"] == 1
     # And the capture it opens runs with them.
     assert settings.open(parse_stream({"format": "counter", "payload_len": 64})).settings == (
-        DOCUMENTED
+        {**DOCUMENTED, "chunks": chunks}
     )
 
 

@@ -333,6 +333,7 @@ fn build(input: &mut Input) -> (Assembler<Locator, Producer>, Model, Reader) {
         packets_per_chunk: ppc,
         window,
         resync_chunks: resync,
+        ..AssemblerConfig::new(ppc)
     };
     let assembler = Assembler::new(locator, producer, &config).expect("a valid config");
     let model = Model {

@@ -165,6 +165,13 @@ class ChunkSettings(_Section):
         default=_CHUNKS["whole_packets"],
         description="slots hold whole packets, headers included (recording)",
     )
+    flush_age_s: float | None = Field(
+        default=_CHUNKS["flush_age_s"],
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds a chunk may stay open before it goes out (none: the window "
+        "alone; a recording's default is record/flush.py's FLUSH_AGE_S)",
+    )
 
     def window_for(
         self, packets_per_chunk: int | None = None, packets_per_second: float | None = None
@@ -207,6 +214,7 @@ _KEYWORDS: dict[str, tuple[str, str]] = {
         k: ("chunks", k)
         for k in ("packets_per_chunk", "nchunks", "window", "resync_chunks", "whole_packets")
     },
+    "flush_age": ("chunks", "flush_age_s"),
     "threads": ("threads", "count"),
     "cpus": ("threads", "cpus"),
     "stream_threads": ("threads", "stream_threads"),

@@ -7,7 +7,7 @@
 //!  "engine":  {"kind", "batch", "ring_block_size", "xdp_queue", "xdp_mode",
 //!              "dpdk_port", "dpdk_eal_args"},
 //!  "chunks":  {"packets_per_chunk", "nchunks", "window", "resync_chunks",
-//!              "whole_packets"},
+//!              "whole_packets", "flush_age_s"},
 //!  "threads": {"count", "cpus", "stream_threads", "spread"}}
 //! ```
 //!
@@ -17,6 +17,7 @@
 //! Python, whose settings read them). The core validates the whole.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -60,6 +61,7 @@ section! {
         window: usize,
         resync_chunks: u64,
         whole_packets: bool,
+        flush_age_s: f64,
     }
 }
 
@@ -115,6 +117,9 @@ pub(crate) fn capture_spec(spec: &Bound<'_, PyAny>) -> PyResult<CaptureSpec> {
     set(&mut c.assembler.window, chunks.window);
     set(&mut c.assembler.resync_chunks, chunks.resync_chunks);
     set(&mut c.whole_packets, chunks.whole_packets);
+    if let Some(s) = chunks.flush_age_s {
+        c.assembler.flush_age = Some(flush_age(s)?);
+    }
 
     let threads: ThreadArgs = section(&d, WHAT)?;
     set(&mut spec.threads.threads, threads.count);
@@ -124,6 +129,18 @@ pub(crate) fn capture_spec(spec: &Bound<'_, PyAny>) -> PyResult<CaptureSpec> {
         spec.threads.spread = Spread::parse(&spread).map_err(to_py)?;
     }
     Ok(spec)
+}
+
+/// Seconds as a flush age: positive and finite (the core refuses zero).
+fn flush_age(s: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            config_error(format!(
+                "chunks.flush_age_s must be a positive number of seconds, got {s}"
+            ))
+        })
 }
 
 fn group(g: &str) -> PyResult<IpAddr> {
@@ -161,6 +178,7 @@ pub(crate) fn settings_dict<'py>(
     let a = &c.assembler;
     set_fields!(chunks, a, [packets_per_chunk, window, resync_chunks]);
     set_fields!(chunks, c, [nchunks, whole_packets]);
+    chunks.set_item("flush_age_s", a.flush_age.map(|d| d.as_secs_f64()))?;
 
     let (t, threads) = (&spec.threads, PyDict::new(py));
     threads.set_item("count", t.threads)?;

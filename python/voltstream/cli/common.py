@@ -78,7 +78,7 @@ def _by_name(args: argparse.Namespace, *names: str) -> dict[str, Any]:
 #: The capture options a verb may have, each a ``_core.Capture`` keyword of its name.
 _CAPTURE_OPTIONS = (
     "packets_per_chunk", "window", "engine", "multicast", "interface", "threads", "cpus",
-    "spread", "dpdk_port", "dpdk_eal_args",
+    "spread", "dpdk_port", "dpdk_eal_args", "flush_age",
 )  # fmt: skip
 
 

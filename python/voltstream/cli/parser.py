@@ -229,7 +229,8 @@ capture is never held back: a chunk no disk has room for waits while the pool
 or fills is taken out and counted while recording goes on on the others. Every
 file is written in whole chunks and synced, so after a crash each one is readable
 to its last whole chunk; `--repair SCAN` then makes headers and the manifest agree
-with the disks.
+with the disks. A chunk waits at most --flush-age (0.5 s) before it is written,
+full or not, so a crash loses at most about that much of the stream, at any rate.
 
 Layouts (--layout; docs/formats.md, "Recordings"):
   vbs    jive5ab FlexBuff: each chunk a file <dir>/<scan>/<scan>.<8-digit number>,
@@ -444,6 +445,11 @@ def build_parser() -> argparse.ArgumentParser:
         ("--queue-chunks", positive(int), 2,
          "chunks each disk's writer may hold queued before the next chunk goes to another "
          "disk (or, with every queue full, is dropped and counted). Default: 2"),
+        ("--flush-age", positive(float), None,
+         "seconds a chunk may wait in memory before it is written, full or not (its "
+         "packets that come later count late; where the stream's rate is known, chunks are "
+         "made to fill within half of it): a crash (kill -9, power cut) loses at most "
+         "about this much of the stream, at any rate. Default: 0.5"),
         ("--repair", None, None,
          "instead of recording: repair scan REPAIR on --dirs after a crash (cut files to "
          "their last whole packet or block, fix DADA headers, rewrite the manifest)"),

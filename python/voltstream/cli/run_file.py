@@ -118,7 +118,7 @@ def _capture_options(args: argparse.Namespace, pf: PipelineFile) -> None:
         "engine": pf.engine.kind, "window": pf.chunks.window, "threads": pf.threads.count,
         "cpus": pf.threads.cpus, "multicast": pf.network.multicast or None,
         "interface": pf.network.interface, "dpdk_port": pf.engine.dpdk_port,
-        "dpdk_eal_args": pf.engine.dpdk_eal_args,
+        "dpdk_eal_args": pf.engine.dpdk_eal_args, "flush_age": pf.chunks.flush_age_s,
         "ring_mb": int(pf.network.queue_mb) if pf.network.queue_mb.is_integer() else None,
     }  # fmt: skip
     # fold sizes a GPU capture's chunks itself unless the file says.

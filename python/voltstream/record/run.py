@@ -17,6 +17,7 @@ from typing import Any
 from voltstream.capture_config import CaptureFormat, CaptureSettings, start_capture
 from voltstream.errors import ConfigError, RecordError
 from voltstream.record.ends import cut_stream_ends
+from voltstream.record.flush import flush_settings
 from voltstream.record.layouts import RecordLayout, check, disk_problems
 from voltstream.record.manifest import Manifest
 
@@ -109,6 +110,7 @@ class Recording:
             raise ConfigError("--dirs: " + "; ".join(problems))
         self.scan, self.layout, self.dirs = scan, layout, list(dirs)
         settings = settings.replace(whole_packets=check(layout) != "dada")
+        settings = flush_settings(settings, stream)  # what a crash can lose
         cap = settings.open(stream)
         part = cap.packets_per_chunk * cap.slot_len
         plan = RecordLayout.choose(
@@ -222,6 +224,8 @@ def _describe(stream: CaptureFormat, cap: Any, plan: RecordLayout) -> dict[str, 
         "packet_len": cap.slot_len,
         "whole_packets": cap.whole_packets,
         "packets_per_chunk": cap.packets_per_chunk,
+        # A chunk waited at most this long before it was written: what a crash lost.
+        "flush_age_s": cap.settings["chunks"]["flush_age_s"],
         "thread_streams": cap.thread_streams,
         "file_chunks": plan.file_chunks,
         "packets_per_second": per_second,

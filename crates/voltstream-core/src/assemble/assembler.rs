@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{Chunk, ChunkLayout, Strays};
 use crate::stats::Counters;
@@ -30,12 +31,18 @@ pub struct AssemblerConfig {
     /// its window, resync bound and missing counts are in its own chunks.
     pub chunk_stride: u64,
     pub chunk_member: u64,
+    /// A chunk open this long (from the batch its first packet came in) is
+    /// flushed by [`Assembler::tick`], with every older one, though packets of it
+    /// may still come (they count late): what a crash of a recorder can lose is
+    /// bounded in time at any packet rate. None: chunks wait for the window only.
+    pub flush_age: Option<Duration>,
 }
 
 impl AssemblerConfig {
-    /// Defaults: a window of 4 chunks, resync on jumps beyond 64 chunks. These
-    /// are every capture's defaults (the Python settings read them from here
-    /// through `_core.capture_defaults()`; docs/architecture.md, "One source").
+    /// Defaults: a window of 4 chunks, resync on jumps beyond 64 chunks, no
+    /// flush age (a recording sets one). These are every capture's defaults (the
+    /// Python settings read them from here through `_core.capture_defaults()`;
+    /// docs/architecture.md, "One source").
     pub fn new(packets_per_chunk: usize) -> Self {
         AssemblerConfig {
             packets_per_chunk,
@@ -43,6 +50,7 @@ impl AssemblerConfig {
             resync_chunks: 64,
             chunk_stride: 1,
             chunk_member: 0,
+            flush_age: None,
         }
     }
 
@@ -64,6 +72,11 @@ impl AssemblerConfig {
                 "resync bound must be at least 1 chunk".into(),
             ));
         }
+        if self.flush_age == Some(Duration::ZERO) {
+            return Err(Error::Config(
+                "flush age must be more than 0 seconds".into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -77,6 +90,8 @@ struct Slot {
     bits: Box<[u64]>,
     count: usize,
     chunk: Option<Chunk>,
+    /// When the chunk opened: the first `tick` after its first packet.
+    opened: Option<Instant>,
 }
 
 /// Places packets into chunks; see the module docs for the rules.
@@ -102,6 +117,16 @@ pub struct Assembler<L, S> {
     /// inclusive (not one past) so that index u64::MAX needs no special case.
     last: u64,
     counters: Counters,
+    flush_age: Option<Duration>,
+    /// A chunk opened since the last `tick` (not yet stamped).
+    fresh: bool,
+    /// The earliest time an open, stamped chunk reaches the flush age (it may
+    /// have been flushed by the window since: then `tick` finds none aged).
+    due: Option<Instant>,
+    /// The newest chunk, flushed by age before the stream passed it, and its
+    /// first position not counted missing: those positions become due (missing)
+    /// once a later chunk's packet comes, never if the timeline ends first.
+    owed: Option<(u64, usize)>,
 }
 
 impl<L: Locate, S: ChunkSink> Assembler<L, S> {
@@ -120,6 +145,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
                 bits: vec![0; layout.words()].into_boxed_slice(),
                 count: 0,
                 chunk: None,
+                opened: None,
             })
             .collect();
         Ok(Assembler {
@@ -136,6 +162,10 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             started: false,
             floor: 0,
             last: 0,
+            flush_age: config.flush_age,
+            fresh: false,
+            due: None,
+            owed: None,
         })
     }
 
@@ -226,6 +256,89 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
         self.started = false;
     }
 
+    /// The assembler's clock, read by the caller once per batch (and after a wait
+    /// that brought none), never per packet: chunks opened since the last call
+    /// are stamped `now`, and those open for the flush age or longer are flushed,
+    /// with every older chunk. Nothing to do without a flush age; with one, the
+    /// slots are looked at only when a chunk opened or one may have aged.
+    pub fn tick(&mut self, now: Instant) {
+        let Some(age) = self.flush_age else {
+            return;
+        };
+        if !self.started {
+            return;
+        }
+        self.settle_owed();
+        if self.fresh {
+            self.fresh = false;
+            for slot in self
+                .slots
+                .iter_mut()
+                .filter(|s| s.open && s.opened.is_none())
+            {
+                slot.opened = Some(now);
+            }
+            if let Some(at) = now.checked_add(age) {
+                self.due = Some(self.due.map_or(at, |d| d.min(at)));
+            }
+        }
+        if self.due.is_some_and(|d| d <= now) {
+            self.flush_aged(now, age);
+        }
+    }
+
+    /// Flushes the newest chunk open for `age` or longer and every chunk before
+    /// it; sets when the next one is due.
+    fn flush_aged(&mut self, now: Instant, age: Duration) {
+        let aged = |s: &Slot| {
+            s.open
+                && s.opened
+                    .is_some_and(|t| now.saturating_duration_since(t) >= age)
+        };
+        let last_aged = self.slots.iter().filter(|s| aged(s)).map(|s| s.id).max();
+        let newest = self.slots.iter().filter(|s| s.open).map(|s| s.id).max();
+        match (last_aged, newest) {
+            // A later chunk has packets: this one and those before it are due in full.
+            (Some(id), Some(newest)) if id < newest => {
+                while self.head <= id {
+                    self.flush_head();
+                }
+            }
+            // The chunk that ends the 64-bit timeline waits for `finish` (its
+            // head could not move past it).
+            (Some(id), _) if id < u64::MAX => {
+                while self.head < id {
+                    self.flush_head();
+                }
+                let end = self.emit_newest(id);
+                self.owed = (end < self.layout.packets_per_chunk).then_some((id, end));
+                self.head = id + 1;
+            }
+            _ => {}
+        }
+        self.due = self
+            .slots
+            .iter()
+            .filter(|s| s.open)
+            .filter_map(|s| s.opened)
+            .min()
+            .and_then(|t| t.checked_add(age));
+    }
+
+    /// Counts the owed positions (see `owed`) missing once the stream has passed
+    /// their chunk.
+    fn settle_owed(&mut self) {
+        let ppc = self.layout.packets_per_chunk;
+        if let Some((id, from)) = self.owed {
+            if self.last / ppc as u64 / self.stride > id {
+                for s in &mut self.counters.streams {
+                    s.missing += (ppc - from) as u64;
+                }
+                self.owed = None;
+            }
+        }
+    }
+
     fn place(&mut self, stream: usize, index: u64, payload: &[u8]) {
         let ppc = self.layout.packets_per_chunk as u64;
         let window = self.slots.len() as u64;
@@ -265,6 +378,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
             slot.open = true;
             slot.id = c;
             slot.chunk = self.sink.acquire();
+            self.fresh = true;
         }
         let pos = stream * self.layout.packets_per_chunk + (index - global * ppc) as usize;
         let (word, mask) = (pos / 64, 1u64 << (pos % 64));
@@ -356,17 +470,14 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
         if !self.started {
             return;
         }
+        self.settle_owed();
+        self.owed = None; // the timeline ends where it was: never due
         let newest = self.slots.iter().filter(|s| s.open).map(|s| s.id).max();
         if let Some(newest) = newest {
             while self.head < newest {
                 self.flush_head();
             }
-            // The newest chunk holds the highest packet seen (`last`); its
-            // positions after that one are counted as not yet due.
-            let ppc = self.layout.packets_per_chunk as u64;
-            let newest_start = self.global_id(newest).saturating_mul(ppc);
-            let end = self.last.saturating_sub(newest_start).min(ppc - 1) as usize + 1;
-            self.emit((newest % self.slots.len() as u64) as usize, end);
+            self.emit_newest(newest);
             // Saturates for the chunk that ends the 64-bit timeline; a restart
             // or `finish` follows every `flush_all`, so the value is not used.
             self.head = self.head.saturating_add(1);
@@ -384,6 +495,18 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
         local
             .saturating_mul(self.stride)
             .saturating_add(self.member)
+    }
+
+    /// Emits the newest open chunk, which holds the highest packet seen (`last`):
+    /// its positions after that one are not yet due, so not counted missing.
+    /// Returns the first of them.
+    fn emit_newest(&mut self, newest: u64) -> usize {
+        let ppc = self.layout.packets_per_chunk as u64;
+        let start = self.global_id(newest).saturating_mul(ppc);
+        let end = self.last.saturating_sub(start).min(ppc - 1) as usize + 1;
+        let end = end.max(self.first_counted(newest));
+        self.emit((newest % self.slots.len() as u64) as usize, end);
+        end
     }
 
     /// Emits slot `i`, counting its absent positions before `end` as missing.
@@ -409,6 +532,7 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
         slot.bits.fill(0);
         slot.count = 0;
         slot.open = false;
+        slot.opened = None;
     }
 }
 

@@ -5,6 +5,7 @@ use super::*;
 use crate::capture::{Fault, FaultPlan};
 use crate::stats::StreamCounters;
 use crate::wire::Located;
+use std::time::{Duration, Instant};
 
 /// Test format: u64 BE index, u16 BE stream, then the payload.
 struct Counter {
@@ -76,6 +77,17 @@ fn assembler(
     window: usize,
     nchunks: usize,
 ) -> Assembler<Counter, VecSink> {
+    aged_assembler(streams, ppc, window, nchunks, None)
+}
+
+/// As [`assembler`], with a flush age.
+fn aged_assembler(
+    streams: usize,
+    ppc: usize,
+    window: usize,
+    nchunks: usize,
+    flush_age: Option<Duration>,
+) -> Assembler<Counter, VecSink> {
     let layout = ChunkLayout {
         streams,
         packets_per_chunk: ppc,
@@ -89,6 +101,7 @@ fn assembler(
         packets_per_chunk: ppc,
         window,
         resync_chunks: 8,
+        flush_age,
         ..AssemblerConfig::new(ppc)
     };
     Assembler::new(
@@ -309,6 +322,7 @@ fn a_long_jump_below_the_resync_bound_is_counted_at_once() {
             packets_per_chunk: 4,
             window: 2,
             resync_chunks: u64::MAX,
+            flush_age: None,
             ..AssemblerConfig::new(4)
         };
         let counter = Counter {
@@ -458,3 +472,6 @@ fn random_streams_match_the_model() {
         "{seen:?}"
     );
 }
+
+#[path = "assembler_age_tests.rs"]
+mod age;

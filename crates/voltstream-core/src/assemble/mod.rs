@@ -11,6 +11,12 @@
 //! - At most `window` consecutive chunks are open. A packet more than `window - 1`
 //!   chunks ahead of the oldest open chunk flushes the oldest ones to the sink.
 //!   A packet behind the oldest open chunk is `late`.
+//! - With a flush age, [`Assembler::tick`] (called once per batch with the time)
+//!   also flushes a chunk open that long, and every chunk before it, so that a
+//!   chunk waits a bounded time at any rate (a slow or paused stream). Its
+//!   packets that come later are `late`; its positions after the highest packet
+//!   seen become `missing` only once a later chunk's packet comes (the stream
+//!   went on past them), as at a window flush, never if the timeline ends first.
 //! - A jump of more than `resync_chunks` chunks (forward past the window, or
 //!   backward behind it) flushes everything open, counts one resync and restarts
 //!   the timeline at the new packet, instead of counting the gap as missing.
