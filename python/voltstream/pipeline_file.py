@@ -36,6 +36,8 @@ from voltstream.config_files import key_lines, line_of, problems_text, read_toml
 from voltstream.errors import ConfigError
 from voltstream.fengine.settings import FEngineSettings, OutputBits, SampleBits
 from voltstream.fold.limits import MAX_NBIN
+from voltstream.record.layouts import LayoutName
+from voltstream.record.run import RecordSettings
 from voltstream.streams import STREAM_FORMATS, StreamDescription
 
 __all__ = [
@@ -130,14 +132,15 @@ class DadaSection(_Section):
 
 
 class RecordSection(_Section):
-    """`voltstream record`'s options: the scan on several disks."""
+    """`voltstream record`'s options: the scan on several disks; each default is
+    ``RecordSettings``' (record/run.py), as the command line's."""
 
     dirs: list[str] = Field(min_length=1)
     scan: str
-    layout: Literal["vbs", "mark6", "vdif", "dada"] = "vbs"
-    file_size: int = Field(default=1 << 30, gt=0)
-    source: str = "J0000+0000"
-    queue_chunks: int = Field(default=2, ge=1)
+    layout: LayoutName = RecordSettings.layout
+    file_size: int = Field(default=RecordSettings.file_size, gt=0)
+    source: str = RecordSettings.source
+    queue_chunks: int = Field(default=RecordSettings.queue_chunks, ge=1)
     forward_chunks: int = Field(
         default=8, ge=1, description="with [fold]: written chunks queued for the fold"
     )

@@ -45,6 +45,7 @@ from voltstream.cli.options import (
 )
 from voltstream.cli.simulate_options import add_simulate_stream_options
 from voltstream.fengine.settings import FEngineSettings
+from voltstream.record import LAYOUTS, RecordSettings
 from voltstream.service import logs
 
 log = logging.getLogger("voltstream.cli")
@@ -438,15 +439,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="directories to record into, one per disk (each gets a writer thread)",
     )
     p.add_argument("--scan", help="scan name: a folder (Mark6: a file) on every disk")
+    R = RecordSettings  # every default is the settings' (its fields have the options' names)
     add_options(p, (
-        ("--layout", None, "vbs", "how the files are laid out (above). Default: vbs",
-         ("vbs", "mark6", "vdif", "dada")),
-        ("--file-size", positive(int), 1 << 30,
-         "bytes per vdif or dada file, cut at whole chunks. Default: 1073741824 (1 GiB)"),
-        ("--source", None, "J0000+0000", "source name for DADA headers"),
-        ("--queue-chunks", positive(int), 2,
+        ("--layout", None, R.layout, f"how the files are laid out (above). Default: {R.layout}",
+         tuple(LAYOUTS)),
+        ("--file-size", positive(int), R.file_size,
+         f"bytes per vdif or dada file, cut at whole chunks. Default: {R.file_size} "
+         f"({R.file_size / 2**30:g} GiB)"),
+        ("--source", None, R.source, "source name for DADA headers"),
+        ("--queue-chunks", positive(int), R.queue_chunks,
          "chunks each disk's writer may hold queued before the next chunk goes to another "
-         "disk (or, with every queue full, is dropped and counted). Default: 2"),
+         f"disk (or, with every queue full, is dropped and counted). Default: {R.queue_chunks}"),
         ("--repair", None, None,
          "instead of recording: repair scan REPAIR on --dirs after a crash (cut files to "
          "their last whole packet or block, fix DADA headers, rewrite the manifest)"),

@@ -214,16 +214,16 @@ def start_recording(args: argparse.Namespace, fmt: Any, settings: Any) -> Any:
     options. The pool gets room for everything that may hold a chunk (the reorder
     window, the writers' queues, the forward stage, the fold's timeline), so that
     neither consumer takes the capture's free chunks."""
+    from voltstream.cli.common import record_settings
     from voltstream.record import Recording
 
-    opts = dict(args.record)
-    forward = opts.pop("forward_chunks")
-    held = settings.chunks.window + len(opts["dirs"]) * opts["queue_chunks"] + 2 * forward
+    rs = record_settings(args.record)
+    forward = args.record["forward_chunks"]
+    held = settings.chunks.window + len(rs.dirs) * rs.queue_chunks + 2 * forward
     settings = settings.replace(nchunks=max(settings.chunks.nchunks, held + 8))
-    dirs, scan = opts.pop("dirs"), opts.pop("scan")
-    recording = Recording(fmt, settings, dirs, scan, forward_chunks=forward, **opts)
-    print(f"fold: recording scan {scan} ({recording.layout}) -> {', '.join(dirs)}, folding "
-          "each chunk once written", file=sys.stderr, flush=True)  # fmt: skip
+    recording = Recording(fmt, settings, rs, forward_chunks=forward)
+    print(f"fold: recording scan {rs.scan} ({recording.layout}) -> {', '.join(rs.dirs)}, "
+          "folding each chunk once written", file=sys.stderr, flush=True)  # fmt: skip
     return recording
 
 
