@@ -27,20 +27,19 @@ def send_on_start(packet_sets, rate=0.3):
     return on_start, threads
 
 
-def run_local(engine, output, packet_sets, *, bits, samples_per_heap, rate=0.3, duration_s=20,
-              idle_timeout_s=0.4, chunk_heaps=16, **kw):  # fmt: skip
-    """run_fengine on 127.0.0.1 with ``packet_sets`` sent as soon as it listens; returns
-    its report once the sender is done."""
+def run_local(engine, output, packet_sets, settings, *, rate=0.3, duration_s=20,
+              idle_timeout_s=0.4, **kw):  # fmt: skip
+    """run_fengine on 127.0.0.1 with ``packet_sets`` sent as soon as it listens, the
+    digitiser stream as ``settings`` (an FEngineSettings) say; returns its report once
+    the sender is done."""
     on_start, threads = send_on_start(packet_sets, rate)
     report = run_fengine(
         CaptureSettings.of("127.0.0.1:0"),
+        settings,
         engine,
         output,
-        sample_bits=bits,
-        samples_per_heap=samples_per_heap,
         duration_s=duration_s,
         idle_timeout_s=idle_timeout_s,
-        chunk_heaps=chunk_heaps,
         on_start=on_start,
         **kw,
     )

@@ -38,6 +38,7 @@ from voltstream.fengine.heaps import (
 )
 from voltstream.fengine.output import HeapOutput, parse_destinations, read_packet_file
 from voltstream.fengine.pipeline import apply_settings, run_fengine
+from voltstream.fengine.settings import FEngineSettings
 from voltstream.sim.spead import (
     depacketize_spead_dig,
     digitiser_packets,
@@ -48,7 +49,10 @@ from voltstream.sim.spead import (
 from voltstream.testing import Drop, FaultPlan
 
 NCH, TAPS, NSPEC, SPH, BITS, FS = 32, 8, 8, 512, 10, 1e6
-SETTINGS = dict(nchan=NCH, taps=TAPS, spectra_per_heap=NSPEC, sample_rate_hz=FS)
+#: The F-engine these tests run: its engine's keywords (SETTINGS) are the settings' own.
+FENGINE = FEngineSettings(channels=NCH, taps=TAPS, spectra_per_heap=NSPEC, sample_rate_hz=FS,
+                          sample_bits=BITS, samples_per_heap=SPH, chunk_heaps=16)  # fmt: skip
+SETTINGS = FENGINE.engine_kwargs()
 
 
 def udp_sink() -> socket.socket:
@@ -277,7 +281,7 @@ class FakeControl:
 
 def run_local(eng, out, packet_sets, **kw):
     """run_fengine on 127.0.0.1 with ``packet_sets`` sent as soon as it listens."""
-    return fengine_local.run_local(eng, out, packet_sets, bits=BITS, samples_per_heap=SPH, **kw)
+    return fengine_local.run_local(eng, out, packet_sets, FENGINE, **kw)
 
 
 def sim(first, n, **kw):
@@ -345,12 +349,20 @@ def test_apply_settings_sets_gains_and_delays_per_pol():
     assert eng.delay_models[0] == model
 
 
-def test_run_fengine_rejects_bad_input_settings():
-    eng = make_engine("cpu", **SETTINGS)
+def test_fengine_settings_reject_bad_input_and_run_fengine_a_bad_duration():
     with pytest.raises(ConfigError, match="8, 10, 12 or 16"):
-        run_fengine(CaptureSettings.of("127.0.0.1:0"), eng, sample_bits=9, duration_s=1)
+        FEngineSettings(sample_bits=9)
     with pytest.raises(ConfigError, match="two different ids"):
-        run_fengine(CaptureSettings.of("127.0.0.1:0"), eng, dig_ids=(3, 3), duration_s=1)
+        FEngineSettings(dig_ids=(3, 3))
+    with pytest.raises(ConfigError, match="--samples-per-heap 4098 x 10 bits"):
+        FEngineSettings(samples_per_heap=4098)
+    with pytest.raises(ConfigError, match="chunk_heaps=0"):
+        FEngineSettings(chunk_heaps=0)
+    with pytest.raises(ConfigError, match="do not split 1024 channels"):
+        FEngineSettings(substreams=3)
+    eng = make_engine("cpu", **SETTINGS)
+    with pytest.raises(ConfigError, match="duration_s=0 must be positive"):
+        run_fengine(CaptureSettings.of("127.0.0.1:0"), FENGINE, eng, duration_s=0)
 
 
 class PackedEngine(FEngineReference):
@@ -430,6 +442,37 @@ def test_fengine_help_teaches(capsys):
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
     assert "spead-dig" in capsys.readouterr().out
+
+
+def test_the_command_line_and_a_pipeline_file_make_the_same_settings_with_one_default_each():
+    from voltstream.cli import build_parser
+    from voltstream.cli.fengine import fengine_settings
+    from voltstream.cli.run_file import verb_args
+    from voltstream.pipeline_file import parse_pipeline
+
+    bare = build_parser().parse_args(["fengine", "--listen", "127.0.0.1:7148"])
+    assert fengine_settings(bare) == FEngineSettings()
+    pf = parse_pipeline('[network]\nbind = "127.0.0.1:7148"\n\n[fengine]\n')
+    assert fengine_settings(verb_args(pf)) == FEngineSettings()
+    given = ["--dig-ids", "4,5", "--sample-bits", "12", "--channels", "4096", "--taps", "8",
+             "--dest", "239.10.0.1+3:7148", "--output-bits", "4", "--rate", "2.5",
+             "--feng-id", "3", "--n-fengs", "4", "--chunk-heaps", "128"]  # fmt: skip
+    s = fengine_settings(
+        build_parser().parse_args(["fengine", "--listen", "127.0.0.1:7148", *given])
+    )
+    assert s == FEngineSettings(dig_ids=(4, 5), sample_bits=12, channels=4096, taps=8,
+                                dest=[f"239.10.0.{i}:7148" for i in range(1, 5)], output_bits=4,
+                                rate=2.5, feng_id=3, n_fengs=4, chunk_heaps=128)  # fmt: skip
+    assert s.n_substreams == 4 and s.layout.channels_per_heap == 1024
+    assert s.engine_kwargs() | {"sample_bits": 12} == {
+        "nchan": 4096, "taps": 8, "spectra_per_heap": 256, "n_substreams": 4, "bits": 4,
+        "sample_rate_hz": 1712e6, "max_delay_samples": 0, "feng_id": 3, "dither_seed": None,
+        "sample_bits": 12,
+    }  # fmt: skip
+    # The default send rate: 1.1 x the 4-bit output of a 1712 MHz digitiser, headers included.
+    assert FEngineSettings(output_bits=4).send_rate_gbps == pytest.approx(
+        1.1 * 1712e6 * 8 * (8192 + 72) / 8192 / 1e9
+    )
 
 
 def test_old_option_spellings_still_work_for_one_release():

@@ -22,6 +22,7 @@ from voltstream.fengine.heaps import (
     heap_counter,
 )
 from voltstream.fengine.output import HeapOutput
+from voltstream.fengine.settings import FEngineSettings
 from voltstream.sim.spead import digitiser_packets, digitiser_samples
 from voltstream.testing import Drop, FaultPlan
 
@@ -31,15 +32,15 @@ N_HEAPS = 192  # digitiser heaps per pol: 96 output slots of 2048 samples
 GAIN = 1 / 64  # keeps the tone channel below saturation
 
 
+def fengine_settings(n_substreams: int, bits: int = 8) -> FEngineSettings:
+    return FEngineSettings(channels=NCH, taps=TAPS, spectra_per_heap=NSPEC,
+                           substreams=n_substreams, output_bits=bits, sample_rate_hz=FS,
+                           sample_bits=BITS, samples_per_heap=SPH, chunk_heaps=32)  # fmt: skip
+
+
 def settings(n_substreams: int, bits: int = 8) -> dict:
-    return dict(
-        nchan=NCH,
-        taps=TAPS,
-        spectra_per_heap=NSPEC,
-        n_substreams=n_substreams,
-        bits=bits,
-        sample_rate_hz=FS,
-    )
+    """The engine's keywords: the settings' own."""
+    return fengine_settings(n_substreams, bits).engine_kwargs()
 
 
 def samples() -> np.ndarray:
@@ -109,8 +110,8 @@ def run_loopback(packets: np.ndarray, n_substreams: int):
     engine.set_gains(GAIN)
     receivers = [Receiver() for _ in range(n_substreams)]
     output = HeapOutput(engine.layout, [r.address for r in receivers], rate_gbps=0.5)
-    report = run_local(engine, output, [packets], bits=BITS, samples_per_heap=SPH, rate=0.2,
-                       duration_s=30, idle_timeout_s=0.5, chunk_heaps=32)  # fmt: skip
+    report = run_local(engine, output, [packets], fengine_settings(n_substreams), rate=0.2,
+                       duration_s=30, idle_timeout_s=0.5)  # fmt: skip
     return report, [r.join() for r in receivers]
 
 

@@ -138,3 +138,32 @@ def test_repair_cuts_files_to_whole_packets_and_rewrites_headers_and_manifest(tm
     assert sorted(p.name for p in (v / "c").iterdir()) == ["c.00000000"]
     with pytest.raises(ConfigError, match="no scan 'nothing'"):
         repair([v], "nothing")
+
+
+def test_record_settings_come_from_the_command_line_or_a_pipeline_file_with_one_default_each(
+    tmp_path,
+):
+    from voltstream.cli import build_parser
+    from voltstream.cli.common import record_settings
+    from voltstream.cli.run_file import verb_args
+    from voltstream.pipeline_file import parse_pipeline
+    from voltstream.record import RecordSettings
+
+    disk = str(tmp_path)
+    line = ["record", "--format", "vdif", "--listen", "127.0.0.1:7148", "--dirs", disk]
+    bare = build_parser().parse_args([*line, "--scan", "s1"])
+    assert record_settings(vars(bare)) == RecordSettings((disk,), "s1")
+    text = f'[network]\nbind = "127.0.0.1:7148"\n\n[record]\ndirs = ["{disk}"]\nscan = "s1"\n'
+    assert record_settings(vars(verb_args(parse_pipeline(text)))) == RecordSettings([disk], "s1")
+    given = ["--scan", "s2", "--layout", "dada", "--file-size", "4096", "--source", "B1933+16",
+             "--queue-chunks", "5"]  # fmt: skip
+    s = record_settings(vars(build_parser().parse_args([*line, *given])))
+    assert s == RecordSettings((disk,), "s2", "dada", 4096, "B1933+16", 5)
+    for bad, message in (
+        (dict(dirs=()), "give --dirs"),
+        (dict(layout="tar"), "--layout 'tar'"),
+        (dict(file_size=0), "--file-size must be positive"),
+        (dict(queue_chunks=0), "--queue-chunks must be at least 1"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            RecordSettings(**{"dirs": (disk,), "scan": "s", **bad})

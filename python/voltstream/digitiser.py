@@ -11,6 +11,7 @@ bit-by-bit reference the tests hold the others to.
 from __future__ import annotations
 
 import math
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +19,11 @@ import numpy.typing as npt
 from voltstream.errors import ConfigError, FormatError
 
 __all__ = [
+    "DIG_IDS",
+    "SAMPLES_PER_HEAP",
     "SAMPLE_BITS",
+    "SAMPLE_RATE_HZ",
+    "SAMPLE_WIDTH",
     "check_bits",
     "heap_bytes",
     "pack_samples",
@@ -28,6 +33,17 @@ __all__ = [
 
 #: Digitiser sample widths.
 SAMPLE_BITS = (8, 10, 12, 16)
+
+# A MeerKAT L-band digitiser's stream, the defaults of every verb that sends or takes
+# one (simulate --format spead-dig, fengine) and of the F-engine's settings.
+#: Bits per sample.
+SAMPLE_WIDTH: Final = 10
+#: Samples per heap (one packet each).
+SAMPLES_PER_HEAP = 4096
+#: Samples per second.
+SAMPLE_RATE_HZ = 1712e6
+#: Digitiser ids (item 0x3101) of polarisation 0 and polarisation 1.
+DIG_IDS = (0, 1)
 
 
 def check_bits(bits: int, name: str = "digitiser sample width") -> None:

@@ -34,7 +34,10 @@ from pydantic import (
 from voltstream.capture_config import CaptureSettings
 from voltstream.config_files import key_lines, line_of, problems_text, read_toml
 from voltstream.errors import ConfigError
+from voltstream.fengine.settings import FEngineSettings, OutputBits, SampleBits
 from voltstream.fold.limits import MAX_NBIN
+from voltstream.record.layouts import LayoutName
+from voltstream.record.run import RecordSettings
 from voltstream.streams import STREAM_FORMATS, StreamDescription
 
 __all__ = [
@@ -129,14 +132,15 @@ class DadaSection(_Section):
 
 
 class RecordSection(_Section):
-    """`voltstream record`'s options: the scan on several disks."""
+    """`voltstream record`'s options: the scan on several disks; each default is
+    ``RecordSettings``' (record/run.py), as the command line's."""
 
     dirs: list[str] = Field(min_length=1)
     scan: str
-    layout: Literal["vbs", "mark6", "vdif", "dada"] = "vbs"
-    file_size: int = Field(default=1 << 30, gt=0)
-    source: str = "J0000+0000"
-    queue_chunks: int = Field(default=2, ge=1)
+    layout: LayoutName = RecordSettings.layout
+    file_size: int = Field(default=RecordSettings.file_size, gt=0)
+    source: str = RecordSettings.source
+    queue_chunks: int = Field(default=RecordSettings.queue_chunks, ge=1)
     forward_chunks: int = Field(
         default=8, ge=1, description="with [fold]: written chunks queued for the fold"
     )
@@ -167,30 +171,37 @@ class FoldSection(_Section):
         return self
 
 
-class FEngineSection(_Section):
-    """`voltstream fengine`'s options (the stream: MeerKAT digitiser heaps)."""
+#: The F-engine's defaults: the settings' own, as the command line's (one default each).
+_F = FEngineSettings
 
-    dig_ids: str = "0,1"
-    sample_bits: Literal[8, 10, 12, 16] = 10
-    samples_per_heap: int = Field(default=4096, gt=0)
-    chunk_heaps: int | None = Field(default=None, gt=0)
-    channels: int = 1024
-    taps: int = 16
-    spectra_per_heap: int = Field(default=256, gt=0)
-    sample_rate_hz: float = Field(default=1712e6, gt=0)
-    max_delay_samples: int = Field(default=0, ge=0)
-    dither_seed: int | None = None
-    dest: list[str] = []
-    substreams: int | None = Field(default=None, ge=1)
-    output_bits: Literal[4, 8] = Field(
-        default=8, validation_alias=AliasChoices("output_bits", "bits")
+
+class FEngineSection(_Section):
+    """`voltstream fengine`'s options (the stream: MeerKAT digitiser heaps); each default
+    is ``FEngineSettings``' (fengine/settings.py), as the command line's."""
+
+    dig_ids: str = ",".join(str(i) for i in _F.dig_ids)
+    sample_bits: SampleBits = _F.sample_bits
+    samples_per_heap: int = Field(default=_F.samples_per_heap, gt=0)
+    chunk_heaps: int | None = Field(default=_F.chunk_heaps, gt=0)
+    channels: int = _F.channels
+    taps: int = _F.taps
+    spectra_per_heap: int = Field(default=_F.spectra_per_heap, gt=0)
+    sample_rate_hz: float = Field(default=_F.sample_rate_hz, gt=0)
+    max_delay_samples: int = Field(default=_F.max_delay_samples, ge=0)
+    dither_seed: int | None = _F.dither_seed
+    dest: list[str] = list(_F.dest)
+    substreams: int | None = Field(default=_F.substreams, ge=1)
+    output_bits: OutputBits = Field(
+        default=_F.output_bits, validation_alias=AliasChoices("output_bits", "bits")
     )
-    rate: float | None = Field(default=None, ge=0)
-    packet_payload: int = Field(default=8192, gt=0)
-    feng_id: int = Field(default=0, ge=0)
-    n_fengs: int = Field(default=1, ge=1)
-    descriptor_interval: int = Field(default=1024, gt=0)
-    output: str | None = Field(default=None, validation_alias=AliasChoices("output", "output_file"))
+    rate: float | None = Field(default=_F.rate, ge=0)
+    packet_payload: int = Field(default=_F.packet_payload, gt=0)
+    feng_id: int = Field(default=_F.feng_id, ge=0)
+    n_fengs: int = Field(default=_F.n_fengs, ge=1)
+    descriptor_interval: int = Field(default=_F.descriptor_interval, gt=0)
+    output: str | None = Field(
+        default=_F.output, validation_alias=AliasChoices("output", "output_file")
+    )
     device: Literal["auto", "gpu", "cpu"] = "auto"
     settings: str | None = None
     status: bool = True

@@ -31,6 +31,7 @@ from voltstream.cli.common import (  # noqa: F401 - the verbs' shared helpers
     _progress,
     _status_line,
     _stop_event,
+    record_settings,
 )
 from voltstream.cli.fengine import fengine  # noqa: F401 - a verb
 from voltstream.cli.latency import latency  # noqa: F401 - a verb
@@ -109,28 +110,24 @@ def record(args: argparse.Namespace) -> int | Loss:
         return 0
     if not args.scan or not args.listen:
         raise ConfigError("give --scan NAME and --listen HOST:PORT (or --repair SCAN)")
+    settings = record_settings(vars(args))
     # The disks as the recorder (and `run --check`) judges them, before it listens.
-    if problems := rec.disk_problems(args.dirs, args.scan, args.layout):
+    if problems := rec.disk_problems(settings.dirs, settings.scan, settings.layout):
         raise ConfigError(f"--dirs: {problems[0]}")
     check_outputs([("--report", args.report)])
     report = rec.record(
         _capture_format(args),
         _capture_settings(args, args.listen),
-        args.dirs,
-        args.scan,
+        settings,
         args.duration,
-        layout=args.layout,
-        file_size=args.file_size,
-        source=args.source,
         idle_timeout_s=args.idle_timeout,
-        queue_chunks=args.queue_chunks,
         live_report=watcher(args),
         on_start=lambda address: log.info(
             "record: listening on %s, scan %s (%s) -> %s",
             address,
-            args.scan,
-            args.layout,
-            ", ".join(args.dirs),
+            settings.scan,
+            settings.layout,
+            ", ".join(settings.dirs),
         ),
         stop_event=_stop_event(args),
     )

@@ -4,6 +4,7 @@ from the command line, and the end-of-run report (commands.py and its siblings i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import threading
 import time
@@ -13,6 +14,7 @@ import numpy as np
 
 from voltstream.cli.ops import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.errors import ConfigError
+from voltstream.record import RecordSettings
 from voltstream.service.exit_status import Loss, capture_loss
 from voltstream.service.progress import progress_bar
 
@@ -70,11 +72,6 @@ def _now_mjd() -> tuple[int, float]:
 SUB_BYTE_RMS = {2: 2.2, 4: 3.0}
 
 
-def _by_name(args: argparse.Namespace, *names: str) -> dict[str, Any]:
-    """The options that go to a keyword of their own name, each name written once."""
-    return {name: getattr(args, name) for name in names}
-
-
 #: The capture options a verb may have, each a ``_core.Capture`` keyword of its name.
 _CAPTURE_OPTIONS = (
     "packets_per_chunk", "window", "engine", "multicast", "interface", "threads", "cpus",
@@ -93,6 +90,12 @@ def _capture_settings(args: argparse.Namespace, bind: str) -> Any:
     given = {name: getattr(args, name, None) for name in _CAPTURE_OPTIONS}
     ring_mb = getattr(args, "ring_mb", None)
     return CaptureSettings.of(bind, queue_bytes=ring_mb and ring_mb << 20, **given)
+
+
+def record_settings(options: dict[str, Any]) -> RecordSettings:
+    """The record options (the verb's, or a pipeline file's [record]) as one
+    RecordSettings; each field under its own name, the others left out."""
+    return RecordSettings(**{f.name: options[f.name] for f in dataclasses.fields(RecordSettings)})
 
 
 def _capture_format(args: argparse.Namespace) -> Any:

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from voltstream.digitiser import DIG_IDS, SAMPLE_RATE_HZ, SAMPLE_WIDTH, SAMPLES_PER_HEAP
 from voltstream.errors import ConfigError
 from voltstream.fold.limits import MAX_NBIN  # noqa: F401 - the options' bound, here too
 
@@ -311,13 +312,14 @@ def add_digitiser(g: Any, *, dig_ids: str, sample_rate: str | None) -> None:
     """The digitiser stream (MeerKAT SPEAD heaps): ``--sample-bits``,
     ``--samples-per-heap``, ``--dig-ids`` (``dig_ids``: what the ids do for this verb),
     and ``--sample-rate-hz`` unless ``sample_rate`` is None (its use here)."""
+    ids = ",".join(str(i) for i in DIG_IDS)
     options = (
-        ("--sample-bits", int, 10, "digitiser bits per sample: 8, 10, 12 or 16, packed "
-         "big-endian. Default: 10 (MeerKAT)"),
-        ("--samples-per-heap", positive(int), 4096, "samples per digitiser heap (one packet "
-         "each; a multiple of 4). Default: 4096"),
-        ("--dig-ids", str, "0,1", f"digitiser ids (item 0x3101) of pol 0 and pol 1{dig_ids}. "
-         "Default: 0,1"),
+        ("--sample-bits", int, SAMPLE_WIDTH, "digitiser bits per sample: 8, 10, 12 or 16, "
+         f"packed big-endian. Default: {SAMPLE_WIDTH} (MeerKAT)"),
+        ("--samples-per-heap", positive(int), SAMPLES_PER_HEAP, "samples per digitiser heap "
+         f"(one packet each; a multiple of 4). Default: {SAMPLES_PER_HEAP}"),
+        ("--dig-ids", str, ids, f"digitiser ids (item 0x3101) of pol 0 and pol 1{dig_ids}. "
+         f"Default: {ids}"),
     )  # fmt: skip
     add_options(g, options)
     if sample_rate is not None:
@@ -325,8 +327,8 @@ def add_digitiser(g: Any, *, dig_ids: str, sample_rate: str | None) -> None:
 
 
 def add_sample_rate(g: Any, use: str) -> None:
-    help = f"digitiser sample rate, for {use}. Default: 1712e6 (MeerKAT L-band)"
-    g.add_argument("--sample-rate-hz", type=positive(float), default=1712e6, help=help)
+    help = f"digitiser sample rate, for {use}. Default: {SAMPLE_RATE_HZ / 1e6:g}e6 (MeerKAT L-band)"
+    g.add_argument("--sample-rate-hz", type=positive(float), default=SAMPLE_RATE_HZ, help=help)
 
 
 def add_ring_mb(g: Any) -> None:

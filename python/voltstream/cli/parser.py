@@ -44,6 +44,8 @@ from voltstream.cli.options import (
     positive,
 )
 from voltstream.cli.simulate_options import add_simulate_stream_options
+from voltstream.fengine.settings import FEngineSettings
+from voltstream.record import LAYOUTS, RecordSettings
 from voltstream.service import logs
 
 log = logging.getLogger("voltstream.cli")
@@ -122,6 +124,7 @@ skipped/sent, saturation per pol, send errors.
 
 
 def _add_fengine_parser(verbs: Any) -> None:
+    F = FEngineSettings  # every default is the settings' (its fields have the options' names)
     p = verbs.add_parser(
         "fengine",
         help="run the F-engine: digitiser SPEAD heaps in, channelised SPEAD heaps out",
@@ -140,7 +143,7 @@ def _add_fengine_parser(verbs: Any) -> None:
     g.add_argument(
         "--chunk-heaps",
         type=positive(int),
-        default=None,
+        default=F.chunk_heaps,
         help="digitiser heaps per pol handed to the engine at once (one capture chunk). "
         "Default: the power of two nearest 16 MiB per pol (4096 heaps of 10-bit x 4096 "
         "samples): about 10 ms at 34 Gb/s, so per-chunk Python costs little",
@@ -156,18 +159,19 @@ def _add_fengine_parser(verbs: Any) -> None:
     add_engine(g, alias="--capture-engine")
     g = p.add_argument_group("channeliser")
     add_options(g, (
-        ("--channels", int, 1024,
+        ("--channels", int, F.channels,
          "output channels: a power of two (2 .. 65536); 2 x channels samples per "
-         "spectrum. Default: 1024"),
-        ("--taps", int, 16, "PFB taps per channel (1 .. 16). Default: 16"),
-        ("--spectra-per-heap", int, 256, "spectra per output heap. Default: 256 (MeerKAT)"),
+         f"spectrum. Default: {F.channels}"),
+        ("--taps", int, F.taps, f"PFB taps per channel (1 .. 16). Default: {F.taps}"),
+        ("--spectra-per-heap", int, F.spectra_per_heap,
+         f"spectra per output heap. Default: {F.spectra_per_heap} (MeerKAT)"),
     ))  # fmt: skip
     add_sample_rate(g, "delays, channel frequencies and the default send rate")
     add_options(g, (
-        ("--max-delay-samples", int, 0,
+        ("--max-delay-samples", int, F.max_delay_samples,
          "largest coarse delay the delay models may ask for; spectra needing more "
-         "are flagged. Raise it when you load delays. Default: 0"),
-        ("--dither-seed", int, None,
+         f"are flagged. Raise it when you load delays. Default: {F.max_delay_samples}"),
+        ("--dither-seed", int, F.dither_seed,
          "add uniform dither before quantisation, seeded (reproducible). Default: none"),
     ))  # fmt: skip
     g = p.add_argument_group("output (channelised heaps)")
@@ -179,31 +183,33 @@ def _add_fengine_parser(verbs: Any) -> None:
         "A.B.C.D+N:PORT means N+1 consecutive (multicast) addresses",
     )
     add_options(g, (
-        ("--substreams", int, None,
+        ("--substreams", int, F.substreams,
          "channel ranges (heaps per time slot), each to its own destination. "
          "Default: the number of destinations"),
     ))  # fmt: skip
-    bits = g.add_argument("--output-bits", type=int, default=8,
-                          help="output bits per real/imag part: 8 or 4. Default: 8")  # fmt: skip
+    bits = g.add_argument("--output-bits", type=int, default=F.output_bits,
+                          help=f"output bits per real/imag part: 8 or 4. Default: {F.output_bits}"
+                          )  # fmt: skip
     add_alias(g, "--bits", bits)
     add_rate(
         g,
-        None,
+        F.rate,
         "total send rate over all destinations, Gb/s (0 = unpaced). Default: 1.1 x the "
         "output data rate implied by --sample-rate-hz",
         alias="--rate-gbps",
     )
     add_options(g, (
-        ("--packet-payload", int, 8192,
+        ("--packet-payload", int, F.packet_payload,
          "heap payload bytes per packet (divides the heap; 8192 needs jumbo frames "
-         "off loopback). Default: 8192"),
-        ("--feng-id", int, 0, "this F-engine's index. Default: 0"),
-        ("--n-fengs", int, 1,
-         "F-engines in the array (heap cnt = slot x n-fengs + feng-id). Default: 1"),
-        ("--descriptor-interval", int, 1024,
-         "resend the item descriptors every this many heaps per destination. Default: 1024"),
+         f"off loopback). Default: {F.packet_payload}"),
+        ("--feng-id", int, F.feng_id, f"this F-engine's index. Default: {F.feng_id}"),
+        ("--n-fengs", int, F.n_fengs,
+         f"F-engines in the array (heap cnt = slot x n-fengs + feng-id). Default: {F.n_fengs}"),
+        ("--descriptor-interval", int, F.descriptor_interval,
+         "resend the item descriptors every this many heaps per destination. "
+         f"Default: {F.descriptor_interval}"),
     ))  # fmt: skip
-    out = g.add_argument("-o", "--output", default=None,
+    out = g.add_argument("-o", "--output", default=F.output,
                          help="also write the packets as sent, back to back, to this file "
                          "(docs/fengine.md; spead2 reads it with add_buffer_reader)")  # fmt: skip
     add_alias(g, "--output-file", out)
@@ -436,15 +442,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="directories to record into, one per disk (each gets a writer thread)",
     )
     p.add_argument("--scan", help="scan name: a folder (Mark6: a file) on every disk")
+    R = RecordSettings  # every default is the settings' (its fields have the options' names)
     add_options(p, (
-        ("--layout", None, "vbs", "how the files are laid out (above). Default: vbs",
-         ("vbs", "mark6", "vdif", "dada")),
-        ("--file-size", positive(int), 1 << 30,
-         "bytes per vdif or dada file, cut at whole chunks. Default: 1073741824 (1 GiB)"),
-        ("--source", None, "J0000+0000", "source name for DADA headers"),
-        ("--queue-chunks", positive(int), 2,
+        ("--layout", None, R.layout, f"how the files are laid out (above). Default: {R.layout}",
+         tuple(LAYOUTS)),
+        ("--file-size", positive(int), R.file_size,
+         f"bytes per vdif or dada file, cut at whole chunks. Default: {R.file_size} "
+         f"({R.file_size / 2**30:g} GiB)"),
+        ("--source", None, R.source, "source name for DADA headers"),
+        ("--queue-chunks", positive(int), R.queue_chunks,
          "chunks each disk's writer may hold queued before the next chunk goes to another "
-         "disk (or, with every queue full, is dropped and counted). Default: 2"),
+         f"disk (or, with every queue full, is dropped and counted). Default: {R.queue_chunks}"),
         ("--flush-age", positive(float), None,
          "seconds a chunk may wait in memory before it is written, full or not (its "
          "packets that come later count late; where the stream's rate is known, chunks are "

@@ -214,18 +214,18 @@ def start_recording(args: argparse.Namespace, fmt: Any, settings: Any) -> Any:
     options. The pool gets room for everything that may hold a chunk (the reorder
     window, the writers' queues, the forward stage, the fold's timeline), so that
     neither consumer takes the capture's free chunks."""
+    from voltstream.cli.common import record_settings
     from voltstream.record import Recording
 
-    opts = dict(args.record)
+    rs = record_settings(args.record)
     window = settings.chunks.window_for(None, getattr(fmt, "packets_per_second", None))
     # The end of a stream flushes the whole window at once: the forward stage holds it.
-    forward = max(opts.pop("forward_chunks"), window + 4)
-    held = window + len(opts["dirs"]) * opts["queue_chunks"] + 2 * forward
+    forward = max(args.record["forward_chunks"], window + 4)
+    held = window + len(rs.dirs) * rs.queue_chunks + 2 * forward
     settings = settings.replace(nchunks=max(settings.chunks.nchunks, held + 8))
-    dirs, scan = opts.pop("dirs"), opts.pop("scan")
-    recording = Recording(fmt, settings, dirs, scan, forward_chunks=forward, **opts)
-    print(f"fold: recording scan {scan} ({recording.layout}) -> {', '.join(dirs)}, folding "
-          "each chunk once written", file=sys.stderr, flush=True)  # fmt: skip
+    recording = Recording(fmt, settings, rs, forward_chunks=forward)
+    print(f"fold: recording scan {rs.scan} ({recording.layout}) -> {', '.join(rs.dirs)}, "
+          "folding each chunk once written", file=sys.stderr, flush=True)  # fmt: skip
     return recording
 
 

@@ -44,9 +44,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from voltstream.capture_config import CaptureSettings
-from voltstream.digitiser import heap_bytes, unpack_heaps
+from voltstream.digitiser import unpack_heaps
 from voltstream.errors import ConfigError
 from voltstream.fengine.packets import PacketBatch, heap_count, release_batches
+from voltstream.fengine.settings import FEngineSettings
 from voltstream.pipeline.capture import STREAM_COUNTERS, counted, run_capture
 from voltstream.pipeline.gpu import StageRunner, StatusLine
 from voltstream.pipeline.timeline import Gap
@@ -443,15 +444,12 @@ def _sensor_values(report: FEngineReport, eng: dict, capture: dict, sent: int) -
 
 def run_fengine(
     capture: CaptureSettings,
+    settings: FEngineSettings,
     engine: Any,
     output: Any = None,
     *,
-    dig_ids: tuple[int, int] = (0, 1),
-    sample_bits: int = 10,
-    samples_per_heap: int = 4096,
     duration_s: float | None = None,
     idle_timeout_s: float | None = None,
-    chunk_heaps: int | None = None,
     control: Any = None,
     engine_factory: Any = None,
     on_start: Any = None,
@@ -459,13 +457,14 @@ def run_fengine(
     status: bool = False,
     live_report: Any = None,
 ) -> FEngineReport:
-    """Runs the F-engine: the digitiser stream captured as ``capture`` says (address,
-    engine, window, the capture thread's CPU), ``engine`` in the middle, ``output`` out.
-    The chunk (``chunk_heaps``), the pool and the kernel queue are sized here, for
-    heaps of ``samples_per_heap`` samples of ``sample_bits`` bits.
+    """Runs the F-engine: the digitiser stream ``settings`` describe (ids, sample width,
+    heap length), captured as ``capture`` says (address, engine, window, the capture
+    thread's CPU), ``engine`` in the middle, ``output`` out. The chunk
+    (``settings.chunk_heaps``), the pool and the kernel queue are sized here.
 
-    ``engine`` has FEngineReference's interface (``make_engine``); ``output`` is a
-    ``HeapOutput`` (started here, closed at the end) or None to only count.
+    ``engine`` has FEngineReference's interface (``make_engine`` with
+    ``settings.engine_kwargs()``); ``output`` is a ``HeapOutput``
+    (``settings.heap_output()``; started here, closed at the end) or None to only count.
     Stops after ``duration_s``, after ``idle_timeout_s`` without input once data has
     come, when ``stop_event`` is set, or on Ctrl-C (``report.interrupted``); with
     none of them it runs until interrupted. ``on_start(address)`` is called once the
@@ -476,25 +475,23 @@ def run_fengine(
     zeros before the capture starts. ``engine_factory`` (no arguments, a fresh engine)
     lets the run survive a digitiser re-sync. ``live_report`` (the metrics board's
     ``watch``) is given a callable that returns the report so far, and
-    ``report.as_dict`` at the end. ``chunk_heaps``: digitiser heaps per
+    ``report.as_dict`` at the end. ``settings.chunk_heaps``: digitiser heaps per
     polarisation per block, by default ``default_chunk_heaps`` (about 16 MiB per
-    polarisation). An engine with
-    ``process_packed`` and ``sample_bits`` equal to ``sample_bits`` (the GPU engine)
-    gets the packed heap bytes; any other gets int16 samples.
+    polarisation). An engine with ``process_packed`` and ``sample_bits`` equal to
+    ``settings.sample_bits`` (the GPU engine) gets the packed heap bytes; any other
+    gets int16 samples.
     """
-    nbytes = heap_bytes(samples_per_heap, sample_bits)
-    ids = [int(i) for i in dig_ids]
-    if len(ids) != 2 or ids[0] == ids[1]:
-        raise ConfigError(f"digitiser ids {dig_ids}: give two different ids, pol 0 then pol 1")
+    sample_bits, samples_per_heap = settings.sample_bits, settings.samples_per_heap
+    nbytes = settings.heap_bytes
+    ids = list(settings.dig_ids)
     for name, value in (("duration_s", duration_s), ("idle_timeout_s", idle_timeout_s)):
         if value is not None and not value > 0:
             raise ConfigError(f"{name}={value} must be positive")
     layout = getattr(engine, "layout", None)
     slot = layout.samples_per_heap if layout is not None else samples_per_heap
+    chunk_heaps = settings.chunk_heaps
     if chunk_heaps is None:
         chunk_heaps = default_chunk_heaps(nbytes)
-    if int(chunk_heaps) < 1:
-        raise ConfigError(f"chunk_heaps={chunk_heaps} must be at least 1")
     chunk_heaps = int(chunk_heaps)
     from voltstream.fengine.engines import engine_device
 

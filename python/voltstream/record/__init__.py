@@ -14,6 +14,7 @@ from voltstream.record.repair import repair
 from voltstream.record.run import (
     ForwardedChunks,
     Recording,
+    RecordSettings,
     record,
     summary_lines,
     write_report,
@@ -25,6 +26,7 @@ __all__ = [
     "Recording",
     "Manifest",
     "RecordLayout",
+    "RecordSettings",
     "disk_problems",
     "read_manifest",
     "record",

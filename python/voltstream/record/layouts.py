@@ -12,12 +12,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from voltstream.capture_config import CaptureFormat
 from voltstream.errors import ConfigError
 
+if TYPE_CHECKING:  # a Protocol, for the annotations: pydantic's models load on use
+    from voltstream.capture_config import CaptureFormat
+
 #: The layouts, with what the CLI says of each.
+#: A layout's name (the keys of LAYOUTS).
+LayoutName = Literal["vbs", "mark6", "vdif", "dada"]
+
 LAYOUTS: dict[str, str] = {
     "vbs": "jive5ab FlexBuff: each chunk a file <dir>/<scan>/<scan>.<8 digits>, as received",
     "mark6": "Mark6 scatter-gather v2: one file <dir>/<scan> per disk, a block per chunk",

@@ -3,6 +3,12 @@ both (counters, finished files into the manifest) until the duration, an idle
 timeout or Ctrl-C, stop both, and return one report: the capture's counters (every
 packet) and the recorder's (every chunk: written, unwritten because no disk had
 room, lost with a failed disk).
+
+What a recording is asked for is one ``RecordSettings``, made once by the command
+line (the record verb; a pipeline file's [record] through run_file.py) with every
+default written here; the capture's own settings are a ``CaptureSettings``. The
+capture's configuration module is imported only when a recording starts: the
+command line reads this module's defaults to build its parser.
 """
 
 from __future__ import annotations
@@ -10,16 +16,18 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from voltstream.capture_config import CaptureFormat, CaptureSettings, start_capture
 from voltstream.errors import ConfigError, RecordError
 from voltstream.record.ends import cut_stream_ends
-from voltstream.record.flush import flush_settings
-from voltstream.record.layouts import RecordLayout, check, disk_problems
+from voltstream.record.layouts import LayoutName, RecordLayout, check, disk_problems
 from voltstream.record.manifest import Manifest
+
+if TYPE_CHECKING:  # pydantic's models: imported when a recording starts
+    from voltstream.capture_config import CaptureFormat, CaptureSettings
 
 #: How often the run looks at its counters (and at Ctrl-C).
 POLL_S = 0.2
@@ -29,34 +37,51 @@ MANIFEST_EVERY_S = 2.0
 FILE_SIZE = 1 << 30
 
 
+@dataclass(frozen=True)
+class RecordSettings:
+    """What a recording is asked for: scan ``scan`` on ``dirs`` (one writer thread
+    each) in ``layout``, DADA and VDIF files of ``file_size`` bytes (cut at whole
+    chunks), ``source`` in DADA headers, ``queue_chunks`` per writer before a chunk
+    goes to another disk. Validated when made; ``dirs`` kept as a tuple."""
+
+    dirs: tuple[str, ...]
+    scan: str
+    layout: LayoutName = "vbs"
+    file_size: int = FILE_SIZE
+    source: str = "J0000+0000"
+    queue_chunks: int = 2
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dirs", tuple(str(d) for d in self.dirs))
+        if not self.dirs:
+            raise ConfigError("give --dirs: one or more directories, one per disk")
+        check(self.layout)
+        if not self.file_size > 0:
+            raise ConfigError(f"--file-size must be positive, got {self.file_size}")
+        if not self.queue_chunks >= 1:
+            raise ConfigError(f"--queue-chunks must be at least 1, got {self.queue_chunks}")
+
+
 def record(
     stream: CaptureFormat,
-    settings: CaptureSettings,
-    dirs: Sequence[str],
-    scan: str,
+    capture: CaptureSettings,
+    settings: RecordSettings,
     duration_s: float | None,
     *,
-    layout: str = "vbs",
-    file_size: int = FILE_SIZE,
-    source: str = "J0000+0000",
     idle_timeout_s: float | None = None,
-    queue_chunks: int = 2,
     on_start: Callable[[str], None] | None = None,
     stop_event: threading.Event | None = None,
     live_report: Callable[[Callable[[], dict]], None] | None = None,
 ) -> dict[str, Any]:
-    """Records `stream` as `settings` capture it into `dirs` (one writer each) as
-    scan `scan` in `layout`, for `duration_s` seconds (None: until Ctrl-C), or until
+    """Records `stream` as `capture` captures it, as `settings` say (scan, disks,
+    layout), for `duration_s` seconds (None: until Ctrl-C), or until
     `idle_timeout_s` without a packet once data has come, or ``stop_event`` is set
     (SIGINT/SIGTERM; as Ctrl-C: ``interrupted`` in the report). ``on_start(address)``
     once it listens. ``live_report`` (the metrics board's ``watch``) is given a
     callable that returns the counters so far, and one that returns the report at
     the end."""
     check_duration(duration_s)
-    rec = Recording(
-        stream, settings, dirs, scan, layout=layout, file_size=file_size, source=source,
-        queue_chunks=queue_chunks,
-    )  # fmt: skip
+    rec = Recording(stream, capture, settings)
     if on_start is not None:
         on_start(rec.address)
     if live_report is not None:
@@ -90,44 +115,39 @@ class Recording:
     def __init__(
         self,
         stream: CaptureFormat,
-        settings: CaptureSettings,
-        dirs: Sequence[str],
-        scan: str,
+        capture: CaptureSettings,
+        settings: RecordSettings,
         *,
-        layout: str = "vbs",
-        file_size: int = FILE_SIZE,
-        source: str = "J0000+0000",
-        queue_chunks: int = 2,
         forward_chunks: int = 0,
     ) -> None:
         from voltstream import _core
+        from voltstream.capture_config import start_capture
 
-        if not dirs:
-            raise ConfigError("give --dirs: one or more directories, one per disk")
-        if not file_size > 0:
-            raise ConfigError(f"--file-size must be positive, got {file_size}")
+        dirs, scan, layout = settings.dirs, settings.scan, settings.layout
         if problems := disk_problems(dirs, scan, layout):
             raise ConfigError("--dirs: " + "; ".join(problems))
         self.scan, self.layout, self.dirs = scan, layout, list(dirs)
-        settings = settings.replace(whole_packets=check(layout) != "dada")
-        settings = flush_settings(settings, stream)  # what a crash can lose
-        cap = settings.open(stream)
+        capture = capture.replace(whole_packets=check(layout) != "dada")
+        from voltstream.record.flush import flush_settings  # pydantic: when recording
+
+        capture = flush_settings(capture, stream)  # what a crash can lose
+        cap = capture.open(stream)
         part = cap.packets_per_chunk * cap.slot_len
         plan = RecordLayout.choose(
-            layout, stream, chunk_part=part, file_size=file_size, source=source
+            layout, stream, chunk_part=part, file_size=settings.file_size, source=settings.source
         )
         start_capture(cap)
         try:
             self.rec = _core.Recorder(
-                cap, self.dirs, scan, queue_chunks=queue_chunks,
+                cap, self.dirs, scan, queue_chunks=settings.queue_chunks,
                 forward_chunks=forward_chunks, **plan.recorder_kwargs(),
             )  # fmt: skip
         except BaseException:
             cap.stop()
             raise
         self.cap = cap
-        self.address: str = cap.address or settings.network.bind
-        self.manifest = Manifest(dirs, scan, _describe(stream, cap, plan))
+        self.address: str = cap.address or capture.network.bind
+        self.manifest = Manifest(self.dirs, scan, _describe(stream, cap, plan))
         self.manifest.write({})
         self.t0 = time.monotonic()
         self.interrupted = False
