@@ -18,7 +18,8 @@ BIND = {"bind": "127.0.0.1:0"}
 
 # CaptureSpec::new's defaults, as docs/architecture.md states them.
 DOCUMENTED = {
-    "network": {"bind": "127.0.0.1:0", "interface": None, "multicast": [], "queue_bytes": 64 << 20},
+    "network": {"bind": "127.0.0.1:0", "interface": None, "multicast": [], "queue_bytes": 64 << 20,
+                "more_binds": []},
     "engine": {"kind": "auto", "batch": 64, "ring_block_size": 1 << 20, "xdp_queue": 0,
                "xdp_mode": "auto", "dpdk_port": None, "dpdk_eal_args": []},
     "chunks": {"packets_per_chunk": 256, "nchunks": 16, "window": 4, "resync_chunks": 64,

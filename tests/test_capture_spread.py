@@ -77,11 +77,14 @@ def test_threads_take_turns_by_chunk_and_the_timeline_puts_them_back_in_order(nt
 
 def test_a_silent_thread_holds_the_others_for_at_most_the_window():
     """Two threads owning streams {0} and {1}; thread 1 stops delivering. Its blocks
-    wait while it is within ``hold_chunks`` of the newest, then go out without it
+    wait while it is within ``hold_chunks`` of the newest or delivered within
+    ``hold_s``, then go out without it
     (stream 1 absent, its packets counted silent); a chunk of it that comes later is
     released and counted."""
     out, log = [], []
-    tl = ChunkTimeline(2, 4, out.append, nthreads=2, thread_streams=[[0], [1]], hold_chunks=2)
+    now = [0.0]
+    tl = ChunkTimeline(2, 4, out.append, nthreads=2, thread_streams=[[0], [1]], hold_chunks=2,
+                       hold_s=0.5, clock=lambda: now[0])  # fmt: skip
     for cid in (1, 2):
         tl.add(FakeChunk(cid, [1] * 4, thread=0, streams=(0,), log=log))
         tl.add(FakeChunk(cid, [1] * 4, thread=1, streams=(1,), log=log))
@@ -89,6 +92,9 @@ def test_a_silent_thread_holds_the_others_for_at_most_the_window():
         tl.add(FakeChunk(cid, [1] * 4, thread=0, streams=(0,), log=log))
     assert [b.chunk_id for b in out] == [1]  # 2 held back as the newest; 3, 4 wait
     tl.add(FakeChunk(5, [1] * 4, thread=0, streams=(0,), log=log))  # 3 ids ahead of 1
+    assert [b.chunk_id for b in out] == [1]  # behind, but it delivered 0 s ago: waited for
+    now[0] = 0.6  # and silent for 0.6 s > hold_s
+    tl.poll()
     assert [b.chunk_id for b in out] == [1, 2, 3, 4]  # 5 now the newest, held
     assert not out[2].complete and out[2].present[1].tolist() == [False] * 4
     assert tl.silent_packets.tolist() == [0, 3 * 4]
@@ -191,3 +197,87 @@ def test_capture_defaults_hold_what_interleaved_senders_reorder(tmp_path, window
         assert (tot["received"], tot["late"], tot["missing"], tot["dropped"]) == (6144, 0, 0, 0)
     else:
         assert tot["late"] > 0 and tot["received"] + tot["late"] == 6144, tot
+
+
+def _free_ports(n: int) -> list[int]:
+    """n consecutive UDP ports no socket holds now (for HOST:PORT+N)."""
+    for _ in range(50):
+        base = int(free_bind().rsplit(":", 1)[1])
+        socks = []
+        try:
+            for k in range(n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", base + k))
+            return [base + k for k in range(n)]
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no run of free ports")
+
+
+def test_a_band_in_three_streams_is_captured_on_one_timeline(tmp_path):
+    """`capture --listen HOST:PORT+2`: three YNAO subbands on three ports, one capture
+    thread each, one chunk timeline: the DADA file holds the whole 96-channel band,
+    equal to the three subband files the simulator writes of the same band."""
+    from voltstream.io.dada import open_dada
+
+    sim = ("simulate", *YNAO, "--subbands", "3", "--duration", "0.05", "--seed", "9")
+    r = run_cli(*sim, "--output", str(tmp_path / "f.dada"))
+    assert r.returncode == 0, r.stderr
+    ports = _free_ports(3)
+    cap = Listening("capture", *YNAO, "--listen", f"127.0.0.1:{ports[0]}+2", "--duration",
+                    "60", "--idle-timeout", "2", "--report", str(tmp_path / "r.json"),
+                    "-o", str(tmp_path / "band.dada"))  # fmt: skip
+    dest = ",".join(f"127.0.0.1:{p}" for p in ports)
+    r = run_cli(*sim, "--dest", dest, "--rate", "0.2")
+    assert r.returncode == 0, r.stderr
+    rc, out, err = cap.wait()
+    assert rc == 0, out + err
+    eng = json.loads((tmp_path / "r.json").read_text())["engine"]
+    assert [th["streams"] for th in eng["threads"]] == [[0], [1], [2]]
+    per = [s["received"] for s in eng["streams"]]
+    assert len(per) == 3 and per[0] == per[1] == per[2] > 0, per
+    assert eng["totals"]["missing"] == eng["totals"]["late"] == 0
+    band = open_dada(tmp_path / "band.dada")
+    subs = [open_dada(tmp_path / f"f.sb{k}.dada") for k in range(3)]
+    assert band.obs.nchan == 96 and band.nsamp == subs[0].nsamp
+    whole = np.concatenate([s.read_raw(0, s.nsamp) for s in subs], axis=1)
+    np.testing.assert_array_equal(band.read_raw(0, band.nsamp), whole)
+
+
+def test_listen_addresses_are_checked_and_a_gpu_fold_of_a_band_says_what_to_do(tmp_path):
+    r = run_cli("capture", *YNAO, "--listen", "127.0.0.1:7000+x", "--duration", "1")
+    assert r.returncode == 2 and "HOST:PORT+N" in r.stderr
+    r = run_cli("capture", *YNAO, "--listen", "127.0.0.1:7000,127.0.0.1:7000", "--duration", "1")
+    assert r.returncode == 2 and "twice" in r.stderr
+    r = run_cli("fold", "--listen", "127.0.0.1:7000+1", *YNAO, *FOLD, "--device", "gpu",
+                "--duration", "1", "-o", str(tmp_path / "x.fits"))  # fmt: skip
+    assert r.returncode == 2 and "--device cpu" in r.stderr, r.stderr
+    r = run_cli("record", "--listen", "127.0.0.1:7000+1", *YNAO, "--dirs", str(tmp_path),
+                "--scan", "s", "--duration", "1")  # fmt: skip
+    assert r.returncode == 2 and "one --listen address" in r.stderr, r.stderr
+
+
+def test_a_silent_stream_of_a_band_holds_nothing_and_is_counted(tmp_path):
+    """Three addresses, the sender feeds two: the band's blocks go out without the
+    silent stream (absent), the run ends normally, and the silent stream's packets are
+    counted in the report (`silent_packets`, and in `lost`)."""
+    ports = _free_ports(3)
+    cap = Listening("capture", *YNAO, "--listen", f"127.0.0.1:{ports[0]}+2", "--duration",
+                    "60", "--idle-timeout", "2", "--report", str(tmp_path / "r.json"))  # fmt: skip
+    dest = ",".join(f"127.0.0.1:{p}" for p in ports[:2])
+    r = run_cli("simulate", *YNAO, "--subbands", "2", "--duration", "0.3", "--dest", dest,
+                "--rate", "0.2")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rc, out, err = cap.wait()
+    report = json.loads((tmp_path / "r.json").read_text())
+    per = [s["received"] for s in report["engine"]["streams"]]
+    assert per[0] == per[1] == 18750 and per[2] == 0, per
+    silent = report["silent_packets"]
+    assert silent[0] == silent[1] == 0 and silent[2] >= 18750, silent
+    assert report["late_chunk_packets"] == 0
+    assert report["lost"] >= silent[2] and report["engine"]["totals"]["dropped"] == 0
+    assert rc in (0, 1), out + err

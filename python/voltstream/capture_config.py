@@ -112,6 +112,11 @@ class NetworkSettings(_Section):
         gt=0,
         description="MiB for unread packets: socket buffer, ring, UMEM or queue",
     )
+    more_binds: list[str] = Field(
+        default_factory=list,
+        description="more addresses, each a copy of the format's streams (a band in "
+        "several streams), one capture thread each",
+    )
 
 
 class EngineSettings(_Section):
@@ -207,6 +212,7 @@ _KEYWORDS: dict[str, tuple[str, str]] = {
     "interface": ("network", "interface"),
     "multicast": ("network", "multicast"),
     "queue_bytes": ("network", "queue_mb"),
+    "more_binds": ("network", "more_binds"),
     "engine": ("engine", "kind"),
     **{k: ("engine", k) for k in ("batch", "ring_block_size", "xdp_queue", "xdp_mode")},
     **{k: ("engine", k) for k in ("dpdk_port", "dpdk_eal_args")},
@@ -263,6 +269,7 @@ class CaptureSettings(_Section):
                 "interface": net.interface,
                 "multicast": list(net.multicast),
                 "queue_bytes": int(net.queue_mb * MIB),
+                "more_binds": list(net.more_binds),
             },
             "engine": {
                 **eng.model_dump(exclude={"dpdk_eal_args"}),

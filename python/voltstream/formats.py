@@ -10,7 +10,7 @@ Python side writes or reads the bytes: the YNAO frame's in ``sim/packetize.py``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,9 @@ class StreamFormat:
     station: int | None = None  # VDIF: accept only this station id (others: foreign)
     # VDIF: the thread id of each polarisation, in pol order (default 0 .. npol-1).
     vdif_threads: tuple[int, ...] | None = None
+    # A band that arrives as several streams (YNAO subbands on several ports, one
+    # stream each): ``nchan`` counts every subband's channels, in stream order.
+    subbands: int = 1
 
     @property
     def thread_ids(self) -> list[int]:
@@ -72,8 +75,22 @@ class StreamFormat:
 
     @property
     def streams(self) -> int:
-        """Capture streams: YNAO carries both pols in one stream, VDIF one thread per pol."""
-        return 1 if self.name == "ynao" else self.npol
+        """Capture streams: YNAO carries both pols in one stream, VDIF one thread per pol;
+        once per subband."""
+        return (1 if self.name == "ynao" else self.npol) * self.subbands
+
+    def in_subbands(self, n: int) -> StreamFormat:
+        """This format (one subband) as a band of ``n`` subbands, one stream each (YNAO:
+        the channels of subband k are ``32 k .. 32 k + 31``); ``freq_mhz`` stays the
+        centre of the whole band."""
+        if n == 1:
+            return self
+        if self.name != "ynao":
+            raise ConfigError(
+                "a band in several streams (several --listen addresses) takes YNAO "
+                f"subbands; for {self.name}, capture each address on its own"
+            )
+        return replace(self, nchan=self.nchan * n, subbands=n)
 
     @property
     def data_rate_gbps(self) -> float:
@@ -111,6 +128,12 @@ class StreamFormat:
     def chunk_layout(self, packets_per_chunk: int) -> PackedLayout:
         """Where sample (s, chan, pol, re/im) sits in a capture chunk's bytes, laid out
         [stream][packet][payload]: the GPU unpack kernel reads chunks as they are."""
+        if self.subbands > 1:
+            raise ConfigError(
+                f"the GPU fold of a band in {self.subbands} streams is not built yet: fold "
+                "it with --device cpu, or fold one stream per process (one stream spreads "
+                "over several cores with --threads)"
+            )
         values_per_byte = 8 // self.bits
         frame = self.payload_len * values_per_byte  # values per packet
         if self.name == "ynao":  # one stream: (spectrum, chan, pol, re/im) int8 per packet
@@ -176,9 +199,13 @@ class StreamFormat:
                 f"{self.bits}-bit VDIF cannot be written to an 8-bit DADA file yet; capture "
                 "it without --output, or record its packets (voltstream record --layout vdif)"
             )
-        if self.name == "ynao":
-            out = per_stream.view(np.int8).reshape(npkt, spp, nchan, npol, 2).copy()
-            out[~present[0]] = 0
+        if self.name == "ynao":  # one stream per subband, its channels in a block
+            nsub = self.subbands
+            raw = per_stream.view(np.int8).reshape(nsub, npkt, spp, nchan // nsub, npol, 2)
+            out = np.empty((npkt, spp, nsub, nchan // nsub, npol, 2), np.int8)
+            for k in range(nsub):
+                out[:, :, k] = raw[k]
+                out[~present[k], :, k] = 0
             return out.reshape(npkt * spp, nchan, npol, 2)
         # VDIF 8-bit complex is offset binary, time-major then channel within a
         # frame, one thread per polarisation: interleave the threads as pols.

@@ -238,7 +238,20 @@ impl PyCapture {
 
     #[getter]
     fn nstreams(&self) -> usize {
-        self.spec.format.streams()
+        self.spec.streams()
+    }
+
+    /// Every thread's bound address as "host:port" once started (with several
+    /// listen addresses, one per address, in stream order).
+    #[getter]
+    fn addresses(&self) -> Vec<String> {
+        lock(&self.running).as_ref().map_or_else(Vec::new, |c| {
+            c.threads()
+                .iter()
+                .filter_map(|t| t.local_addr())
+                .map(|a| a.to_string())
+                .collect()
+        })
     }
 
     /// Number of capture threads.

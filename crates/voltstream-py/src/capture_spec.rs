@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! {"format":  {"name": "counter", "payload_len": 1024, ...},   # format_args.rs
-//!  "network": {"bind": "127.0.0.1:0", "interface", "multicast", "queue_bytes"},
+//!  "network": {"bind": "127.0.0.1:0", "interface", "multicast", "queue_bytes",
+//!              "more_binds"},
 //!  "engine":  {"kind", "batch", "ring_block_size", "xdp_queue", "xdp_mode",
 //!              "dpdk_port", "dpdk_eal_args"},
 //!  "chunks":  {"packets_per_chunk", "nchunks", "window", "resync_chunks",
@@ -37,6 +38,7 @@ section! {
         interface: String,
         multicast: Vec<String>,
         queue_bytes: usize,
+        more_binds: Vec<String>,
     }
 }
 
@@ -93,6 +95,7 @@ pub(crate) fn capture_spec(spec: &Bound<'_, PyAny>) -> PyResult<CaptureSpec> {
         spec.network.multicast = groups.iter().map(|g| group(g)).collect::<PyResult<_>>()?;
     }
     set(&mut spec.network.queue_bytes, net.queue_bytes);
+    set(&mut spec.network.more_binds, net.more_binds);
 
     let engine: EngineArgs = section(&d, WHAT)?;
     if let Some(kind) = engine.kind {
@@ -162,6 +165,7 @@ pub(crate) fn settings_dict<'py>(
     let groups: Vec<String> = net.multicast.iter().map(|g| g.to_string()).collect();
     network.set_item("multicast", groups)?;
     network.set_item("queue_bytes", net.queue_bytes)?;
+    network.set_item("more_binds", &net.more_binds)?;
 
     let (o, engine) = (&spec.options, PyDict::new(py));
     engine.set_item("kind", spec.engine.name())?;

@@ -84,12 +84,23 @@ def _capture_settings(args: argparse.Namespace, bind: str) -> Any:
     an option the verb lacks or the user left unset keeps the settings' default. A
     pipeline file (run_file.py) gives its sections whole, as ``capture_settings``."""
     from voltstream.capture_config import CaptureSettings
+    from voltstream.cli.options import listen_addresses
 
     if (whole := getattr(args, "capture_settings", None)) is not None:
         return whole
     given = {name: getattr(args, name, None) for name in _CAPTURE_OPTIONS}
     ring_mb = getattr(args, "ring_mb", None)
-    return CaptureSettings.of(bind, queue_bytes=ring_mb and ring_mb << 20, **given)
+    binds = listen_addresses(bind)
+    if len(binds) > 1:  # a band in several streams: one capture thread per address
+        if given.get("threads") not in (None, 1, len(binds)):
+            raise ConfigError(
+                f"--listen gives {len(binds)} addresses, each captured by its own thread: "
+                f"leave --threads out (or give {len(binds)})"
+            )
+        given["threads"] = len(binds)
+    return CaptureSettings.of(
+        binds[0], queue_bytes=ring_mb and ring_mb << 20, more_binds=binds[1:] or None, **given
+    )
 
 
 def record_settings(options: dict[str, Any]) -> RecordSettings:
@@ -120,7 +131,13 @@ def _capture_format(args: argparse.Namespace) -> Any:
             f"--format {args.format} needs --stream FILE.toml with its geometry "
             "(docs/formats.md has an example per format)"
         )
-    return format_from(args)
+    fmt = format_from(args)
+    listen = getattr(args, "listen", None)
+    if isinstance(listen, str) and ("," in listen or "+" in listen):
+        from voltstream.cli.options import listen_addresses
+
+        fmt = fmt.in_subbands(len(listen_addresses(listen)))
+    return fmt
 
 
 def _print_report(report: Any, path: str | None, stats: dict) -> Loss:

@@ -60,6 +60,31 @@ def host_port(text: str, free_port: bool = False) -> str:
     return text
 
 
+def listen_addresses(text: str) -> list[str]:
+    """``--listen``: HOST:PORT, several comma-separated, or HOST:PORT+N (N + 1
+    consecutive ports): the addresses of one band's streams, in stream order."""
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        base, plus, more = item.partition("+")
+        if plus and not more.isdigit():
+            raise argparse.ArgumentTypeError(f"expected HOST:PORT+N (N a count), got {item!r}")
+        host_port(base)
+        host, _, port = base.rpartition(":")
+        for k in range(int(more) + 1 if plus else 1):
+            out.append(host_port(f"{host}:{int(port) + k}"))
+    if len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"{text!r} lists an address twice")
+    return out
+
+
+def listen_option(text: str) -> str:
+    """``--listen`` as argparse checks it: the text, kept as given (see
+    ``listen_addresses``)."""
+    listen_addresses(text)
+    return text
+
+
 def host_ports(text: str) -> str:
     """HOST:PORT[,HOST:PORT...]: each checked as ``host_port``; the text is kept as
     given (a verb splits it: `simulate --subbands` sends one subband to each)."""

@@ -40,6 +40,7 @@ from voltstream.cli.options import (
     groups,
     host_port,
     host_ports,
+    listen_option,
     loss_fraction,
     positive,
 )
@@ -268,9 +269,11 @@ def _add_capture_options(p: argparse.ArgumentParser, *, listen_required: bool = 
     add_engine(p)
     listen = p.add_argument(
         "--listen",
-        type=host_port,
+        type=listen_option,
         required=listen_required,
-        help="HOST:PORT to listen on",
+        help="HOST:PORT to listen on; a band that arrives as several streams (YNAO "
+        "subbands on several ports): HOST:PORT,HOST:PORT2,... or HOST:PORT+N (N + 1 "
+        "consecutive ports), one capture thread each, one timeline",
     )
     add_alias(p, "--bind", listen)
     p.add_argument(
@@ -510,7 +513,12 @@ def build_parser() -> argparse.ArgumentParser:
         "live folding from the network (instead of INPUT)",
         "capture and fold in one process; the stream format options below apply",
     )
-    live.add_argument("--listen", type=host_port, default=None, help="capture UDP on HOST:PORT")
+    live.add_argument(
+        "--listen", type=listen_option, default=None,
+        help="capture UDP on HOST:PORT; a band in several streams (YNAO subbands): "
+        "HOST:PORT,HOST:PORT2,... or HOST:PORT+N, one capture thread each (folded on the "
+        "CPU for now)",
+    )  # fmt: skip
     add_run(live, what="capture", duration=10.0, report="write the capture report (JSON) here")
     add_capture_threads(
         live,

@@ -86,7 +86,7 @@ def verb_args(pf: PipelineFile) -> argparse.Namespace:
     whole: every key, even those no flag has)."""
     verb = pf.verb()
     args = _verb_defaults(verb)
-    args.listen = pf.network.bind
+    args.listen = ",".join([pf.network.bind, *pf.network.more_binds])
     args.capture_settings = pf.capture_settings()
     _capture_options(args, pf)
     args.duration = pf.run.duration if pf.run.duration is not None else args.duration

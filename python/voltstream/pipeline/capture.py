@@ -116,6 +116,8 @@ def run_capture(
     finally:
         report.interrupted = run.interrupted or (stop_event is not None and stop_event.is_set())
         report.discontinuities = timeline.discontinuities
+        report.silent_packets = [int(n) for n in timeline.silent_packets]
+        report.late_chunk_packets = timeline.late_chunk_packets
         report.duration_s = run.seconds
         report.ended, report.still_arriving = run.ended, run.still_arriving
         report.engine = cap.stats()
@@ -200,9 +202,13 @@ class CaptureRun:
                     raise
                 self.interrupted = True
             cap.stop()
-            # The engine flushes its open chunks at stop: drain them too.
-            while (chunk := cap.next_chunk(0.0)) is not None:
-                timeline.add(chunk)
+            # The engine flushes its open chunks at stop: drain them too, every
+            # thread's (with several, one ring found empty says nothing of the others').
+            nthreads = getattr(cap, "threads", 1)
+            for t in [None] if nthreads == 1 else range(nthreads):
+                one = {} if t is None else {"thread": t}
+                while (chunk := cap.next_chunk(0.0, **one)) is not None:
+                    timeline.add(chunk)
             timeline.finish()
             consumer.finish()
         finally:
@@ -239,6 +245,7 @@ class CaptureRun:
             chunk = cap.next_chunk(0.05)
             self.consumer.poll()
             if chunk is None:
+                self.timeline.poll()
                 # Chunks come out only as later packets push them out of the reorder
                 # window: watch the packet count for the idle timeout too.
                 packets = int(cap.stats()["packets"])

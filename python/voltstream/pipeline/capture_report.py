@@ -35,6 +35,11 @@ class CaptureReport:
     bytes_written: int = 0
     engine: dict = field(default_factory=dict)
     discontinuities: int = 0  # timeline restarts (jumps beyond the resync bound)
+    #: Per stream, packets of blocks that went out without a capture thread that had
+    #: fallen silent (its engine counted nothing); and packets of chunks that came
+    #: after their block went out (the engine counted them received). Both lost.
+    silent_packets: list = field(default_factory=list)
+    late_chunk_packets: int = 0
     pipeline: dict | None = None  # what the consumer (a GPU stage) counted
     stream_labels: list = field(default_factory=list)  # e.g. "VDIF thread 3" per stream
     interrupted: bool = False  # ended by a stop request (SIGINT/SIGTERM), not its duration
@@ -60,7 +65,11 @@ class CaptureReport:
     @property
     def lost(self) -> int:
         t = self.totals
-        return t["missing"] + t["late"] + t["dropped"] + int(self.engine.get("kernel_drops", 0))
+        timeline = sum(self.silent_packets) + self.late_chunk_packets
+        return (
+            t["missing"] + t["late"] + t["dropped"] + int(self.engine.get("kernel_drops", 0))
+            + timeline
+        )  # fmt: skip
 
     def as_dict(self) -> dict:
         payload = self.engine.get("payload_bytes", self.bytes_written)
@@ -72,6 +81,8 @@ class CaptureReport:
             "samples_written": self.samples_written,
             "bytes_written": self.bytes_written,
             "discontinuities": self.discontinuities,
+            "silent_packets": list(self.silent_packets),
+            "late_chunk_packets": self.late_chunk_packets,
             "rate_gbps": 8 * payload / self.duration_s / 1e9 if self.duration_s else 0.0,
             "totals": self.totals,
             "lost": self.lost,

@@ -9,13 +9,14 @@ needs the samples touched to do it:
   stream's bytes are (:meth:`Block.parts`); or, when the threads take turns by chunk
   id (``chunk_stride`` n: thread ``c % n`` alone holds chunk ``c``, every stream),
   their chunks interleaved in id order;
-- a thread that falls more than ``hold_chunks`` chunk ids behind the newest chunk of
-  the others (its streams fell silent, or its share of the packets stopped) holds
-  nobody's blocks longer: they go out without its part (absent, so flagged), its
-  packets counted in ``silent_packets``, and a chunk of it that comes after its block
-  went out is released and counted in ``late_chunks``. Counted in chunks, not seconds,
-  so a slow stream is not mistaken for a silent one: ``hold_chunks`` is the reorder
-  window, whose time at the stream's rate is the window's time;
+- a thread that is more than ``hold_chunks`` chunk ids behind the newest chunk of the
+  others AND has delivered nothing for ``hold_s`` seconds (its streams fell silent,
+  or its share of the packets stopped) holds nobody's blocks longer: they go out
+  without its part (absent, so flagged), its packets counted in ``silent_packets``,
+  and a chunk of it that comes after its block went out is released and counted in
+  ``late_chunks``. Both, because either alone misjudges: a slow stream delivers
+  rarely but is not behind (ids), and a thread whose sender runs a burst behind the
+  others is behind but still delivering (time);
 - chunk ids the engine skipped (no packet of any stream arrived there) turned into a
   :class:`Gap` of that many packets, up to the resync bound; a longer jump is a
   discontinuity, counted;
@@ -33,6 +34,7 @@ a CPU consumer once it has converted the bytes.
 from __future__ import annotations
 
 import ctypes
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,6 +147,8 @@ class ChunkTimeline:
         chunk_stride: int = 1,
         thread_streams: list[list[int]] | None = None,
         hold_chunks: int = 4,
+        hold_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.nstreams, self.ppc, self.emit = nstreams, packets_per_chunk, emit
         self.resync_chunks = resync_chunks
@@ -152,6 +156,8 @@ class ChunkTimeline:
         self.stride = chunk_stride
         # In chunk ids: each thread of a stride owns one id in ``stride``.
         self.hold_ids = max(1, hold_chunks) * chunk_stride
+        self.hold_s, self.clock = hold_s, clock
+        self.last_time = [clock()] * nthreads  # when each thread last delivered
         # The streams of each thread's chunks (threads owning streams): what a silent
         # thread's absence leaves out of a block.
         self.thread_streams = thread_streams or [list(range(nstreams))] * nthreads
@@ -160,6 +166,7 @@ class ChunkTimeline:
         self.start_id = -1  # the first chunk id any thread delivered
         self.out_id = -1  # highest chunk id passed on (multi-thread)
         self.late_chunks = 0  # chunks that came after their block went out without them
+        self.late_chunk_packets = 0  # the packets those chunks held (the engine's received)
         self.silent_packets = np.zeros(nstreams, np.int64)  # per stream, see module doc
         self.held: Block | None = None
         self.started = False
@@ -174,8 +181,10 @@ class ChunkTimeline:
             return
         if self.start_id < 0:
             self.start_id = cid
+        self.last_time[t] = self.clock()
         if cid <= self.out_id:  # its block went out without it (its thread was silent)
             self.late_chunks += 1
+            self.late_chunk_packets += int(chunk.present_count)
             chunk.release()
             return
         blk = self.pending.get(cid)
@@ -192,18 +201,28 @@ class ChunkTimeline:
         thread t has passed every id up to ``last_seen[t] + stride - 1`` (with the
         stride, the ids before its next own one belong to the others); a thread more
         than ``hold_ids`` behind the newest pending block is not waited for."""
-        newest = max(self.pending, default=-1)
+        newest, now = max(self.pending, default=-1), self.clock()
         live, silent = [], []
-        for t, seen in enumerate(self.last_seen):
-            # A thread yet to deliver has passed nothing of this timeline.
-            passed = seen + self.stride - 1 if seen >= 0 else self.start_id - 1
-            if newest - passed <= self.hold_ids:
+        for t in range(self.nthreads):
+            passed = self._passed(t)
+            if newest - passed <= self.hold_ids or now - self.last_time[t] <= self.hold_s:
                 live.append(passed)
             else:
                 silent.append(t)
         done = min(live) if live else max(self.pending, default=-1)
         for k in sorted(k for k in self.pending if k <= done):
             self._ordered(self._close(self.pending.pop(k), silent))
+
+    def poll(self) -> None:
+        """Called while no chunk arrives: passes on blocks only a silent thread holds."""
+        if self.pending:
+            self._release_ready()
+
+    def _passed(self, t: int) -> int:
+        """The last chunk id thread t can no longer add to (a thread yet to deliver has
+        passed nothing of this timeline)."""
+        seen = self.last_seen[t]
+        return seen + self.stride - 1 if seen >= 0 else self.start_id - 1
 
     def _close(self, blk: Block, silent: list[int] = []) -> Block:  # noqa: B006 (read only)
         blk.complete = bool(blk.present.all())
@@ -239,9 +258,11 @@ class ChunkTimeline:
         self.emit(blk)
 
     def finish(self) -> None:
-        """The capture ended: emit what is pending, the last block cut at its last packet."""
+        """The capture ended: emit what is pending, the last block cut at its last packet.
+        A thread that never delivered or passed a pending block was silent there."""
         for k in sorted(self.pending):
-            self._ordered(self._close(self.pending.pop(k)))
+            silent = [t for t in range(self.nthreads) if self._passed(t) < k]
+            self._ordered(self._close(self.pending.pop(k), silent))
         blk, self.held = self.held, None
         if blk is None:
             return

@@ -330,6 +330,34 @@ impl CaptureGroup {
         })
     }
 
+    /// Starts one [`Capture`] per engine, each with the whole format on its own
+    /// listen address: thread `a`'s streams are `a * k .. (a + 1) * k` of the
+    /// capture (`k` the format's), all on one chunk timeline.
+    pub fn start_addresses<E: Engine, L: Locate + Clone + 'static>(
+        engines: Vec<E>,
+        locate: L,
+        cpus: &[usize],
+        config: &ChunkConfig,
+    ) -> Result<CaptureGroup> {
+        let k = locate.streams();
+        let n = engines.len();
+        let mut threads = Vec::with_capacity(n);
+        for (a, engine) in engines.into_iter().enumerate() {
+            threads.push(Capture::start(
+                engine,
+                locate.clone(),
+                config,
+                cpus.get(a).copied(),
+            )?);
+        }
+        Ok(CaptureGroup {
+            threads,
+            streams: (0..n).map(|a| (a * k..(a + 1) * k).collect()).collect(),
+            nstreams: n * k,
+            chunk_stride: 1,
+        })
+    }
+
     /// Starts one [`Capture`] per engine over every stream: engine `t` must
     /// receive the chunks `c` with `c mod engines == t`
     /// ([`packet_ring_chunk_fanout`]). The pool (`config.nchunks`) is shared

@@ -118,6 +118,11 @@ pub struct NetworkSpec {
     /// buffer, the packet ring, the AF_XDP UMEM or the DPDK queue, whichever
     /// engine runs; so switching engines keeps the same headroom.
     pub queue_bytes: usize,
+    /// More addresses, each sent a copy of the format's streams (a band that
+    /// arrives as several streams: subbands on several ports or groups). The
+    /// streams of address `a` are `a * k .. (a + 1) * k` (`k` the format's),
+    /// each address captured by its own thread, all on one chunk timeline.
+    pub more_binds: Vec<String>,
 }
 
 impl NetworkSpec {
@@ -128,6 +133,7 @@ impl NetworkSpec {
             interface: None,
             multicast: Vec::new(),
             queue_bytes: 64 << 20,
+            more_binds: Vec::new(),
         }
     }
 
@@ -239,6 +245,9 @@ impl CaptureSpec {
             payload_len: self.slot_len(),
         }
         .validate()?;
+        if self.addresses() > 1 {
+            return self.validate_addresses();
+        }
         let by_chunks = self.by_chunks()?;
         let owners = self.threads.owners(format.streams(), by_chunks)?;
         if by_chunks {
@@ -257,6 +266,10 @@ impl CaptureSpec {
     pub fn placement(&self) -> Result<(Vec<Vec<usize>>, usize)> {
         let owners = self.validate()?;
         let n = self.threads.threads.max(1);
+        if self.addresses() > 1 {
+            let k = self.format.streams();
+            return Ok(((0..n).map(|a| (a * k..(a + 1) * k).collect()).collect(), 1));
+        }
         if self.by_chunks()? {
             let all: Vec<usize> = (0..self.format.streams()).collect();
             return Ok((vec![all; n], n));
@@ -264,16 +277,77 @@ impl CaptureSpec {
         Ok((super::thread_streams(&owners, n), 1))
     }
 
+    /// Listen addresses: `network.bind` and `network.more_binds`.
+    pub fn addresses(&self) -> usize {
+        1 + self.network.more_binds.len()
+    }
+
+    /// Streams of the whole capture: the format's, once per listen address.
+    pub fn streams(&self) -> usize {
+        self.format.streams() * self.addresses()
+    }
+
+    /// This spec for listen address `a` alone (its own engine and thread).
+    fn for_address(&self, a: usize) -> CaptureSpec {
+        let mut one = self.clone();
+        if a > 0 {
+            one.network.bind = self.network.more_binds[a - 1].clone();
+        }
+        one.network.more_binds.clear();
+        one.threads = ThreadsConfig::new(1);
+        one
+    }
+
     /// Whether the capture threads own chunks (rather than streams).
     pub fn by_chunks(&self) -> Result<bool> {
+        if self.addresses() > 1 {
+            return Ok(false);
+        }
         let keyed = self.format.locator()?.stream_key().is_some();
         self.threads.by_chunks(self.format.streams(), keyed)
+    }
+
+    /// Several listen addresses: one thread each, each a whole capture of the
+    /// format on its address. Returns the (unused) owner list.
+    fn validate_addresses(&self) -> Result<Vec<usize>> {
+        let n = self.addresses();
+        if self.threads.threads != n {
+            return Err(Error::Config(format!(
+                "{n} listen addresses need {n} capture threads (one per address), not {}",
+                self.threads.threads
+            )));
+        }
+        if matches!(self.engine, EngineChoice::Xdp | EngineChoice::Dpdk) {
+            return Err(Error::Config(format!(
+                "several listen addresses are captured with the packet ring or the socket \
+                 engine, not {}",
+                self.engine.name()
+            )));
+        }
+        for a in 0..n {
+            let one = self.for_address(a);
+            one.format.validate()?;
+            one.chunks.validate()?;
+            one.network.groups()?;
+        }
+        if !self.threads.cpus.is_empty() && self.threads.cpus.len() != n {
+            return Err(Error::Config(format!(
+                "{} CPUs given for {n} capture threads; give one CPU per thread",
+                self.threads.cpus.len()
+            )));
+        }
+        Ok(vec![0; self.streams()])
     }
 
     /// The engines to try, in order: the choice's candidates for the thread
     /// count, less those that cannot join IPv6 groups when some are asked for.
     pub fn engines(&self) -> Result<Vec<EngineChoice>> {
-        let mut order = self.engine.candidates(self.threads.threads)?;
+        let threads = if self.addresses() > 1 {
+            1
+        } else {
+            self.threads.threads
+        };
+        let mut order = self.engine.candidates(threads)?;
         if self.network.has_v6_groups() {
             order.retain(|&e| e == EngineChoice::Socket);
             if order.is_empty() {
@@ -359,6 +433,9 @@ impl CaptureSpec {
         gate: &Arc<AtomicBool>,
     ) -> Result<Started> {
         let (group, xdp, dpdk) = match choice {
+            EngineChoice::PacketRing | EngineChoice::Socket if self.addresses() > 1 => {
+                (self.start_addresses(choice, gate)?, None, None)
+            }
             EngineChoice::PacketRing if self.threads.threads > 1 && self.by_chunks()? => {
                 let locator = self.locator()?;
                 let n = self.threads.threads;
@@ -426,6 +503,39 @@ impl CaptureSpec {
         } else {
             locator
         })
+    }
+
+    /// One engine (and thread) per listen address, each with the format's
+    /// streams, on one timeline.
+    fn start_addresses(
+        &self,
+        choice: EngineChoice,
+        gate: &Arc<AtomicBool>,
+    ) -> Result<CaptureGroup> {
+        let locator = self.locator()?;
+        let cpus = &self.threads.cpus;
+        let n = self.addresses();
+        if choice == EngineChoice::PacketRing {
+            let engines = (0..n)
+                .map(|a| {
+                    Ok(Gated::new(
+                        PacketRingEngine::open(&self.for_address(a).ring_config())?,
+                        gate,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            CaptureGroup::start_addresses(engines, locator, cpus, &self.chunks)
+        } else {
+            let engines = (0..n)
+                .map(|a| {
+                    Ok(Gated::new(
+                        SocketEngine::bind(&self.for_address(a).socket_config())?,
+                        gate,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            CaptureGroup::start_addresses(engines, locator, cpus, &self.chunks)
+        }
     }
 
     /// One engine is a group of one thread, owning every stream.
