@@ -24,9 +24,11 @@ fn lost(s: usize, i: u64) -> bool {
     (s, i) == (1, 64 + 41)
 }
 
-fn run(threads: usize) {
+/// A counter-format capture of `streams` streams on loopback, `threads` packet
+/// rings taking turns by chunk, each thread's window `window` chunks.
+fn spread(streams: usize, threads: usize, window: usize) -> (CaptureGroup, std::net::SocketAddr) {
     let locator = FormatSpec::Counter {
-        streams: STREAMS,
+        streams,
         payload_len: LEN,
     }
     .locator()
@@ -39,8 +41,14 @@ fn run(threads: usize) {
     let to = engines[0].local_addr().unwrap();
     let mut cfg = ChunkConfig::new(PPC);
     cfg.nchunks = 48;
+    cfg.assembler.window = window;
     let group = CaptureGroup::start_chunks(engines, locator, &[], &cfg, 128).unwrap();
     assert_eq!(group.chunk_stride(), threads);
+    (group, to)
+}
+
+fn run(threads: usize) {
+    let (group, to) = spread(STREAMS, threads, 4);
     // Packet (s, i) is at position 2 * i + s.
     let mut faults = FaultPlan::new(0)
         .at(2 * 41 + 1, Fault::Drop)
@@ -107,24 +115,9 @@ fn three_threads_take_every_third_chunk_with_exact_counters() {
 #[test]
 fn gso_frames_across_chunk_boundaries_reach_the_owner() {
     use std::os::fd::AsRawFd;
-    let locator = FormatSpec::Counter {
-        streams: 1,
-        payload_len: LEN,
-    }
-    .locator()
-    .unwrap();
-    let mut ring = PacketRingConfig::new("127.0.0.1:0");
-    ring.blocks = 4;
-    ring.block_size = 128 << 10;
-    ring.retire_ms = 2;
-    let engines = packet_ring_chunk_fanout(&ring, &locator, PPC, 2).unwrap();
-    let to = engines[0].local_addr().unwrap();
-    let mut cfg = ChunkConfig::new(PPC);
-    cfg.nchunks = 48;
     // The whole test in each thread's window: the packets arrive faster than any
     // rate the window is sized for, and this checks forwarding, not timing.
-    cfg.assembler.window = 8;
-    let group = CaptureGroup::start_chunks(engines, locator, &[], &cfg, 128).unwrap();
+    let (group, to) = spread(1, 2, 8);
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     let seg = (10 + LEN) as libc::c_int;
     // UDP_SEGMENT (include/uapi/linux/udp.h): one send becomes several datagrams.
