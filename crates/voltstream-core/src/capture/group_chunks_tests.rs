@@ -121,6 +121,8 @@ fn gso_frames_across_chunk_boundaries_reach_the_owner() {
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     let seg = (10 + LEN) as libc::c_int;
     // UDP_SEGMENT (include/uapi/linux/udp.h): one send becomes several datagrams.
+    // SAFETY: the fd is the open socket `tx`; the option value is a live c_int
+    // whose size is passed with it.
     let ok = unsafe {
         libc::setsockopt(
             tx.as_raw_fd(),

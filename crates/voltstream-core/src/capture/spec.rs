@@ -608,6 +608,24 @@ impl<E: Engine> Engine for Gated<E> {
     }
 }
 
+/// Checks that a chunk-steering program can be written for this format and
+/// these sizes (the error says which sizes work), without opening anything.
+fn packet_ring_chunk_program_check(
+    locator: &Locator,
+    packets_per_chunk: usize,
+    threads: usize,
+) -> Result<()> {
+    let key = locator.index_key().ok_or_else(|| {
+        Error::Config(
+            "this format keeps its packet index at no fixed place (SPEAD) or computes it \
+             (scaled layout indices), so chunks cannot be spread over capture threads; use \
+             threads=1"
+                .into(),
+        )
+    })?;
+    super::steer_chunks::chunk_program(&key, packets_per_chunk, threads).map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -762,22 +780,4 @@ mod tests {
         group.stop().unwrap();
         assert_eq!(group.stats().total.counters.total().received, 32);
     }
-}
-
-/// Checks that a chunk-steering program can be written for this format and
-/// these sizes (the error says which sizes work), without opening anything.
-fn packet_ring_chunk_program_check(
-    locator: &Locator,
-    packets_per_chunk: usize,
-    threads: usize,
-) -> Result<()> {
-    let key = locator.index_key().ok_or_else(|| {
-        Error::Config(
-            "this format keeps its packet index at no fixed place (SPEAD) or computes it \
-             (scaled layout indices), so chunks cannot be spread over capture threads; use \
-             threads=1"
-                .into(),
-        )
-    })?;
-    super::steer_chunks::chunk_program(&key, packets_per_chunk, threads).map(|_| ())
 }
