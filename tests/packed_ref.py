@@ -25,5 +25,5 @@ def decode_ref(data: np.ndarray, layout: packed.PackedLayout, n: int) -> np.ndar
     c = np.arange(layout.nchan)[None, :, None]
     p = np.arange(layout.npol)[None, None, :]
     v = (s // layout.spf) * layout.s_blk + (s % layout.spf) * layout.s_t
-    v = (v + c * layout.s_c + p * layout.s_p).reshape(n, -1)
+    v = (v + layout.chan_offset(c) + p * layout.s_p).reshape(n, -1)
     return vals[v] + 1j * vals[v + 1] if layout.ndim == 2 else vals[v] + 0j

@@ -281,3 +281,31 @@ def test_a_silent_stream_of_a_band_holds_nothing_and_is_counted(tmp_path):
     assert report["late_chunk_packets"] == 0
     assert report["lost"] >= silent[2] and report["engine"]["totals"]["dropped"] == 0
     assert rc in (0, 1), out + err
+
+
+def test_the_chunk_layout_of_a_band_puts_each_subband_in_its_channels():
+    """The GPU fold reads a band's chunk as captured, [stream][packet][payload]: its
+    layout (a block of 32 channels per stream, `cpb`/`s_cb`) decodes, by the layout's
+    formula (tests/packed_ref.py), to the band's samples, subband k in channels 32k..."""
+    from packed_ref import decode_ref
+    from voltstream.formats import make_format
+    from voltstream.sim.packetize import YNAO_HEADER_LEN, packetize_ynao
+
+    ppc, nsub = 4, 3
+    fmt = make_format("ynao").in_subbands(nsub)
+    rng = np.random.default_rng(4)
+    spp = fmt.samples_per_packet
+    band = rng.integers(-128, 128, (ppc * spp, 32 * nsub, 2, 2), dtype=np.int8)
+    chunk = np.concatenate(
+        [
+            packetize_ynao(
+                band[:, 32 * k : 32 * (k + 1)].astype(np.float32).view(np.complex64)[..., 0]
+            )[:, YNAO_HEADER_LEN:].reshape(-1)
+            for k in range(nsub)
+        ]
+    )
+    layout = fmt.chunk_layout(ppc)
+    got = decode_ref(chunk, layout, ppc * spp).reshape(ppc * spp, 32 * nsub, 2)
+    want = band[..., 0] + 1j * band[..., 1].astype(np.float64)
+    np.testing.assert_array_equal(got, want)
+    assert layout.nbytes(ppc * spp) == chunk.size

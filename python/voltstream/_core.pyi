@@ -309,6 +309,12 @@ class Capture:
     @property
     def thread_streams(self) -> list[list[int]]: ...
     @property
+    def chunk_stride(self) -> int:
+        """Threads own chunk ids modulo this (1: threads own streams)."""
+    @property
+    def addresses(self) -> list[str]:
+        """Every thread's bound address once started (several listen addresses)."""
+    @property
     def payload_len(self) -> int: ...
     @property
     def slot_len(self) -> int: ...

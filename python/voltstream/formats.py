@@ -128,18 +128,15 @@ class StreamFormat:
     def chunk_layout(self, packets_per_chunk: int) -> PackedLayout:
         """Where sample (s, chan, pol, re/im) sits in a capture chunk's bytes, laid out
         [stream][packet][payload]: the GPU unpack kernel reads chunks as they are."""
-        if self.subbands > 1:
-            raise ConfigError(
-                f"the GPU fold of a band in {self.subbands} streams is not built yet: fold "
-                "it with --device cpu, or fold one stream per process (one stream spreads "
-                "over several cores with --threads)"
-            )
         values_per_byte = 8 // self.bits
         frame = self.payload_len * values_per_byte  # values per packet
-        if self.name == "ynao":  # one stream: (spectrum, chan, pol, re/im) int8 per packet
-            per_sample = self.nchan * self.npol * 2
+        if self.name == "ynao":  # a stream: (spectrum, chan, pol, re/im) int8 per packet
+            # Each subband (stream) is a block of channels, ppc packets of the next.
+            cpb = self.nchan // self.subbands
+            per_sample = cpb * self.npol * 2
             return PackedLayout(8, "twos", 2, self.nchan, self.npol, self.samples_per_packet,
-                                frame, per_sample, self.npol * 2, 2)  # fmt: skip
+                                frame, per_sample, self.npol * 2, 2,
+                                cpb, packets_per_chunk * frame)  # fmt: skip
         # VDIF: one stream (thread) per pol, (time, chan, re/im) offset binary per frame.
         enc = "vdif2" if self.bits == 2 else "offset"
         return PackedLayout(self.bits, enc, 2, self.nchan, self.npol, self.samples_per_packet,

@@ -49,18 +49,30 @@ LAYOUTS = [
 ]
 
 
-def make_layout(nbit, enc, ndim, nchan, npol, spf):
+# Channels in blocks (a band in several streams): (cpb, s_cb) added to the layout above.
+BLOCKED = [((8, "twos", 2, 6, 2, 4), (2, 50_000)), ((2, "vdif2", 2, 8, 1, 16), (4, 9_000))]
+
+
+def make_layout(nbit, enc, ndim, nchan, npol, spf, blocks=None):
     if spf == 1:
-        return packed.PackedLayout.time_major(nbit, enc, nchan, npol, ndim)
-    return packed.PackedLayout.vdif_frames(nbit, enc, nchan, npol, ndim, spf)
+        layout = packed.PackedLayout.time_major(nbit, enc, nchan, npol, ndim)
+    else:
+        layout = packed.PackedLayout.vdif_frames(nbit, enc, nchan, npol, ndim, spf)
+    if blocks is not None:
+        import dataclasses
+
+        layout = dataclasses.replace(layout, cpb=blocks[0], s_cb=blocks[1])
+    return layout
 
 
-@pytest.mark.parametrize("params", LAYOUTS, ids=lambda p: "-".join(map(str, p)))
+@pytest.mark.parametrize(
+    "params", LAYOUTS + BLOCKED, ids=lambda p: "-".join(map(str, p if len(p) > 2 else p[0]))
+)
 @pytest.mark.parametrize("carry_len", [0, 41])
 @pytest.mark.parametrize("lost", [False, True])
 def test_packed_unpack_and_carry_like_numpy(cp, params, carry_len, lost):
     rng = np.random.default_rng()
-    layout = make_layout(*params)
+    layout = make_layout(*params) if len(params) > 2 else make_layout(*params[0], params[1])
     ncp = layout.nchan * layout.npol
     nfft, step = 96, 61  # not powers of two nor tile multiples
     n = layout.spf * (40 + int(rng.integers(0, 8)))

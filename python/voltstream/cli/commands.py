@@ -113,8 +113,8 @@ def record(args: argparse.Namespace) -> int | Loss:
     if "," in args.listen or "+" in args.listen:
         raise ConfigError(
             "record takes one --listen address for now: record each stream of a band "
-            "with its own `voltstream record` (capture and fold --device cpu take a band "
-            "in several streams)"
+            "with its own `voltstream record` (capture and fold take a band in several "
+            "streams)"
         )
     settings = record_settings(vars(args))
     # The disks as the recorder (and `run --check`) judges them, before it listens.
@@ -198,10 +198,9 @@ def fold(args: argparse.Namespace) -> int | Loss:
     recording_asked = getattr(args, "record", None) is not None
     recording = None
     if args.listen:
-        from voltstream.cli.options import format_from
         from voltstream.pipeline.live import LiveReader
 
-        fmt = format_from(args)
+        fmt = _capture_format(args)  # a band in several streams: its subbands' channels
         mjd, sec = _now_mjd()
         obs = fmt.observation(start_mjd=mjd, start_sec=sec)
         if recording_asked and device == "gpu":

@@ -114,7 +114,7 @@ def _capture_format(args: argparse.Namespace) -> Any:
     defaults, or the YNAO/VDIF options."""
     from voltstream.cli.options import format_from
 
-    if args.stream:
+    if getattr(args, "stream", None):
         from voltstream.streams import load_stream  # pydantic: only where a file is read
 
         # A path (--stream), or a description a pipeline file holds (run_file.py).

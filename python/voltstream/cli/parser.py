@@ -516,8 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument(
         "--listen", type=listen_option, default=None,
         help="capture UDP on HOST:PORT; a band in several streams (YNAO subbands): "
-        "HOST:PORT,HOST:PORT2,... or HOST:PORT+N, one capture thread each (folded on the "
-        "CPU for now)",
+        "HOST:PORT,HOST:PORT2,... or HOST:PORT+N, one capture thread each, folded as one "
+        "band of 32 channels per stream",
     )  # fmt: skip
     add_run(live, what="capture", duration=10.0, report="write the capture report (JSON) here")
     add_capture_threads(

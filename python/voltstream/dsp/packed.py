@@ -8,6 +8,7 @@ unpack kernel (``fold/kernels.py``) reads them through it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from voltstream.errors import ConfigError
 
@@ -22,7 +23,10 @@ class PackedLayout:
     """Where sample (s, chan, pol, re/im) sits in a packed buffer, in values.
 
     ``value = (s // spf) * s_blk + (s % spf) * s_t + chan * s_c + pol * s_p + d``,
-    each value ``nbit`` bits, least significant first. :meth:`time_major` is
+    each value ``nbit`` bits, least significant first. With ``cpb`` (channels per
+    block, 0: all), ``chan * s_c`` becomes ``(chan // cpb) * s_cb + (chan % cpb) *
+    s_c``: a band in several streams, each stream a block of channels elsewhere in the
+    buffer (a capture chunk's [stream][packet][payload]). :meth:`time_major` is
     DADA's order; :meth:`vdif_frames` is VDIF's (each polarisation a thread of
     frames, frames of one time side by side).
     """
@@ -37,6 +41,17 @@ class PackedLayout:
     s_t: int
     s_c: int
     s_p: int
+    cpb: int = 0
+    s_cb: int = 0
+
+    @property
+    def chans_per_block(self) -> int:
+        return self.cpb or self.nchan
+
+    def chan_offset(self, chan: Any) -> Any:
+        """Values from channel 0 to channel ``chan`` (an int or an array)."""
+        cpb = self.chans_per_block
+        return (chan // cpb) * self.s_cb + (chan % cpb) * self.s_c
 
     @classmethod
     def time_major(cls, nbit: int, encoding: str, nchan: int, npol: int, ndim: int) -> PackedLayout:
@@ -57,7 +72,8 @@ class PackedLayout:
             return 0
         s = nsamp - 1
         last = (s // self.spf) * self.s_blk + (s % self.spf) * self.s_t
-        last += (self.nchan - 1) * self.s_c + (self.npol - 1) * self.s_p + self.ndim - 1
+        last += max(self.chan_offset(c) for c in range(self.nchan))
+        last += (self.npol - 1) * self.s_p + self.ndim - 1
         return -(-(last + 1) * self.nbit // 8)
 
     def check(self) -> None:

@@ -151,6 +151,8 @@ class PackedUnpackOp(_FramingOp):
             np.int32(L.s_t),
             np.int32(L.s_c),
             np.int32(L.s_p),
+            np.int32(L.chans_per_block),
+            np.int64(L.s_cb),
             np.int32(L.npol),
             np.int32(self.ncp),
         )

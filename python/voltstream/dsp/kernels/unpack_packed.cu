@@ -8,6 +8,10 @@
 //
 //   value(s, c, p, d) = (s / spf) * s_blk + (s % spf) * s_t + c * s_c + p * s_p + d
 //
+// where c * s_c is (c / cpb) * s_cb + (c % cpb) * s_c: channels in blocks of cpb, a
+// block s_cb values from the next (a band in several streams, each stream's chunk
+// part elsewhere in the buffer; cpb = nchan, s_cb = 0 for one block).
+//
 // with spf samples per frame (VDIF) or 1 (DADA, s_t unused). Value v occupies
 // bits [v * NBIT, (v + 1) * NBIT) of the buffer, least significant bits first
 // (VDIF's order; no value straddles a byte for NBIT = 2, 4, 8).
@@ -48,6 +52,8 @@ struct Layout {
     int s_t;          // values from one sample to the next within a frame
     int s_c;          // values from one channel to the next
     int s_p;          // values from one polarisation to the next
+    int cpb;          // channels per block
+    long long s_cb;   // values from one block of channels to the next
     int npol;
 };
 
@@ -82,7 +88,8 @@ __device__ __forceinline__ float2 stream_sample(const unsigned char *__restrict_
     if (r >= nsamp_raw || (valid != nullptr && valid[r] == 0)) return make_float2(0.0f, 0.0f);
     const int c = cp / L.npol, p = cp % L.npol;
     const long long v = (r / L.spf) * L.s_blk + (long long)(r % L.spf) * L.s_t +
-                        (long long)c * L.s_c + (long long)p * L.s_p;
+                        (long long)(c / L.cpb) * L.s_cb + (long long)(c % L.cpb) * L.s_c +
+                        (long long)p * L.s_p;
 #if NDIM == 2
     return make_float2(value_at(raw, v), value_at(raw, v + 1));
 #else
@@ -95,11 +102,11 @@ __device__ __forceinline__ float2 stream_sample(const unsigned char *__restrict_
 extern "C" __global__ void __launch_bounds__(TILE_T * 8)
 unpack_packed_frame(const unsigned char *__restrict__ raw, const float2 *__restrict__ carry,
                     const unsigned char *__restrict__ valid, float2 *__restrict__ out,
-                    long long s_blk, int spf, int s_t, int s_c, int s_p, int npol, int ncp,
-                    int nfft, int step, int nblock, int carry_cap,
-                    int carry_len, long long nsamp_raw)
+                    long long s_blk, int spf, int s_t, int s_c, int s_p, int cpb,
+                    long long s_cb, int npol, int ncp, int nfft, int step, int nblock,
+                    int carry_cap, int carry_len, long long nsamp_raw)
 {
-    const Layout L = {s_blk, spf, s_t, s_c, s_p, npol};
+    const Layout L = {s_blk, spf, s_t, s_c, s_p, cpb, s_cb, npol};
     frame_tile(out, ncp, nfft, step, nblock, [=](long long s, int cp) {
         return stream_sample(raw, carry, valid, L, carry_cap, carry_len, nsamp_raw, s, cp);
     });
@@ -111,11 +118,11 @@ extern "C" __global__ void carry_tail(const unsigned char *__restrict__ raw,
                                       const float2 *__restrict__ carry,
                                       const unsigned char *__restrict__ valid,
                                       float2 *__restrict__ next, long long s_blk, int spf,
-                                      int s_t, int s_c, int s_p, int npol, int ncp,
-                                      int carry_cap, int carry_len, long long nsamp_raw,
-                                      long long cut, int new_len)
+                                      int s_t, int s_c, int s_p, int cpb, long long s_cb,
+                                      int npol, int ncp, int carry_cap, int carry_len,
+                                      long long nsamp_raw, long long cut, int new_len)
 {
-    const Layout L = {s_blk, spf, s_t, s_c, s_p, npol};
+    const Layout L = {s_blk, spf, s_t, s_c, s_p, cpb, s_cb, npol};
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const int cp = blockIdx.y;
     if (i >= new_len || cp >= ncp) return;
