@@ -71,6 +71,7 @@ from e2e_receivers import (  # noqa: E402
     Skip,
     cpu_share,
     free_port,
+    free_ports,
     lossless,
     preflight,
     product_extras,
@@ -93,6 +94,9 @@ CONFIGS = {  # name: (product, traffic, options)
     # One YNAO stream (one flow) on --spread-threads capture threads taking turns by chunk.
     "capture_1stream_threads": ("capture", "ynao", {"threads": "spread"}),
     "fold_1stream_threads": ("fold", "ynao", {"threads": "spread"}),
+    # One band as 4 YNAO subbands on 4 consecutive ports (one receiver, --listen P+3).
+    "capture_4streams": ("capture", "ynao", {"streams": 4}),
+    "fold_4streams": ("fold", "ynao", {"streams": 4}),
 }
 OTHERS = ("gpu_alone", "file_fold")
 WARMUP = {"capture": 1.0, "fold": 6.0, "fengine": 3.0}  # seconds from bind to first packet
@@ -104,6 +108,7 @@ CAPTURE_ALONE = {
     "fengine_32768": "capture_spead",
     "fengine_two_processes": "capture_spead",
     "fold_1stream_threads": "capture_1stream_threads",
+    "fold_4streams": "capture_4streams",
 }
 GPU_ALONE = {
     "fold_ynao": "fold_8bit_gsps",
@@ -113,6 +118,7 @@ GPU_ALONE = {
     "fengine_32768": "fengine_32768_gsps",
     "fengine_two_processes": "fengine_4096_gsps",
     "fold_1stream_threads": "fold_8bit_gsps",
+    "fold_4streams": "fold_8bit_gsps",
 }
 
 
@@ -138,11 +144,12 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
     product, traffic, opt = CONFIGS[name]
     tr = make_traffic(traffic)
     nrx = opt.get("receivers", 1)
-    ports = [free_port() for _ in range(nrx)]
-    k = max(1, len(cpus["sender"]) // nrx)
+    nstreams = opt.get("streams", 1)
+    ports = [free_port() for _ in range(nrx)] if nstreams == 1 else free_ports(nstreams)
+    k = max(1, len(cpus["sender"]) // len(ports))
     block = a.block_packets
     most = max(1, int(a.buffer_mib * 2**20 // (block * tr.packet_len)))
-    per = rate / (nrx * k) * 1e9 / 8 if rate else 0.0  # bytes/s per sender
+    per = rate / (len(ports) * k) * 1e9 / 8 if rate else 0.0  # bytes/s per sender
     blocks = most if not rate else min(most, max(1, int(0.05 * per / (block * tr.packet_len))))
     warmup = WARMUP[product] if a.warmup is None else a.warmup
     dur = warmup + seconds + 60
@@ -158,9 +165,11 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
     }
     t_start = time.monotonic()
     reports = [workdir / f"{stamp}-{r}.json" for r in range(nrx)]
+    # A band in several streams: one receiver listening on every port (P+N).
+    listens = ports if nstreams == 1 else [f"{ports[0]}+{nstreams - 1}"]
     cmds = [
         receiver_argv(product, traffic, opt, r, port, dur, reports[r], a, cpus)
-        for r, port in enumerate(ports)
+        for r, port in enumerate(listens)
     ]
     point["receiver_argv"] = [shlex.join(argv) for argv, _, _ in cmds]
     point["notes"] = sorted({note for _, _, note in cmds if note})
@@ -210,11 +219,12 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
         rep = json.loads(reports[r].read_text())
         c = receiver_counts(rep)
         cpu, busy = cpu_share(c0[r], c1[r], window)
+        sent_r = sum(sent) if nstreams > 1 else sent[r]  # one receiver takes every port
         point["receivers"].append(
             dict(
                 c,
-                sent=sent[r],
-                lost=sent[r] - c["received"],
+                sent=sent_r,
+                lost=sent_r - c["received"],
                 cpu=cpu,
                 busy_threads=busy,
                 product=product_extras(rep),

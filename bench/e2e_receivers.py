@@ -52,6 +52,10 @@ def receiver_counts(report: dict) -> dict:
     for k in ("malformed", "foreign"):
         out[k] = max(out[k], int(eng.get(k) or 0))
     out["kernel_drops"] = int(eng.get("kernel_drops") or 0)
+    # A band in several streams: what the timeline lost (a silent stream, late chunks).
+    out["timeline_lost"] = sum(report.get("silent_packets") or []) + int(
+        report.get("late_chunk_packets") or 0
+    )
     out["chunks_dropped"] = int(eng.get("chunks_dropped") or 0)
     out["engine"] = eng.get("engine")
     return out
@@ -60,7 +64,7 @@ def receiver_counts(report: dict) -> dict:
 def lossless(sent: int, c: dict) -> bool:
     """Every packet sent was received; nothing missing, late, dropped, or dropped by the kernel."""
     return c["received"] == sent and not any(
-        c[k] for k in ("missing", "late", "dropped", "kernel_drops")
+        c.get(k) for k in ("missing", "late", "dropped", "kernel_drops", "timeline_lost")
     )
 
 
@@ -150,6 +154,25 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
         argv += ["--cpus", ",".join(map(str, thr))]
         return argv, mask | set(thr), None  # a thread can pin only inside the mask
     return argv, mask | set(thr), ("capture threads unpinned (no --cpus)" if thr else None)
+
+
+def free_ports(n: int) -> list[int]:
+    """n consecutive UDP ports no socket holds now (for --listen HOST:PORT+N)."""
+    for _ in range(100):
+        base = free_port()
+        held = []
+        try:
+            for k in range(n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                held.append(s)
+                s.bind(("127.0.0.1", base + k))
+            return [base + k for k in range(n)]
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free UDP ports")
 
 
 def free_port() -> int:
