@@ -264,7 +264,7 @@ def measure(report: dict, plan: Any, band: Band, tx: BandSender, rate: float,
         "merger_latency_s": {k: _finite(v) for k, v in m["merge_latency_s"].items()},
         # A chunk leaves the capture when a packet `window` chunks ahead arrives: at
         # this rate that alone holds a row's last packet up to this long.
-        "window_wait_s": window.window * window.packets_per_chunk * tx.dt,
+        "window_wait_s": window.window_for(None, 1 / tx.dt) * window.packets_per_chunk * tx.dt,
         "latency_growth": growth,
         "latency_rise_s": rise,
         "kept_up": bool(kept_up),
