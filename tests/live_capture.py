@@ -46,7 +46,9 @@ class LiveCapture:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "voltstream.cli", *verb, "--stream", str(stream),
              "--listen", self.bind, "--duration", "120", "--idle-timeout", str(idle_timeout),
-             "--packets-per-chunk", str(PPC), "--metrics", "127.0.0.1:0",
+             # A few chunks of window: the tests read counters mid-run, once the chunks
+             # they sent (a dozen) have left it (the default holds 4096 packets).
+             "--packets-per-chunk", str(PPC), "--window", "4", "--metrics", "127.0.0.1:0",
              "--report", str(self.report_path), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
