@@ -108,7 +108,8 @@ def test_metrics_after_a_run_are_its_report_exactly(tmp_path):
     bind = free_bind()
     try:
         report = run_capture(
-            stream, CaptureSettings.of(bind, packets_per_chunk=PPC, window=4), 30, idle_timeout_s=0.5,
+            stream, CaptureSettings.of(bind, packets_per_chunk=PPC, window=4), 30,
+            idle_timeout_s=0.5,
             on_start=sender(bind, packets(0, 10 * PPC, skip={(5, 0)})),
             live_report=board.watch,
         )  # fmt: skip
