@@ -214,7 +214,8 @@ def _capture(max_loss: str | None, tmp_path: Path, drop_rate: float) -> tuple[in
     report = tmp_path / f"capture-{max_loss}.json"
     service = ["--log-format", "json"] + (["--max-loss", max_loss] if max_loss else [])
     proc, err = _start(*service, "capture", "--format", "ynao", "--engine", "socket",
-                       "--listen", bind, "--packets-per-chunk", "32", "--duration", "600",
+                       "--listen", bind, "--packets-per-chunk", "32", "--window", "4",
+                       "--duration", "600",
                        "--report", str(report))  # fmt: skip
     try:
         err.wait_for("capture: listening on")
