@@ -163,8 +163,13 @@ def test_report_parser_reads_capture_and_fengine_reports():
         "kernel_drops": 0,
         "chunks_dropped": 0,
         "engine": "socket",
+        "timeline_lost": 0,
     }
     capture = json.loads(json.dumps(CaptureReport("ynao", "127.0.0.1:1", engine=st).as_dict()))
+    # A band in several streams: what the timeline lost (a silent stream) counts too.
+    band = CaptureReport("ynao", "127.0.0.1:1", engine=engine_stats(), silent_packets=[0, 7])
+    counts = rx.receiver_counts(json.loads(json.dumps(band.as_dict())))
+    assert counts["timeline_lost"] == 7 and not rx.lossless(counts["received"], counts)
     fengine = json.loads(json.dumps(FEngineReport("127.0.0.1:1", capture=st).as_dict()))
     assert rx.receiver_counts(capture) == want
     assert rx.receiver_counts(fengine) == want
