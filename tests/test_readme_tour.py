@@ -106,7 +106,7 @@ def test_every_tour_line_parses_with_the_real_parser(line):
 #: Options and positions that name a file a line reads, per verb.
 _READS = ("--polyco", "--par", "--stream")
 #: Options that name a file a line writes.
-_WRITES = ("--output", "-o", "--report", "--plot")
+_WRITES = ("--output", "-o", "--report", "--plot", "--write-stream")
 
 
 def test_every_file_the_tour_reads_is_shipped_or_made_by_a_line_before():

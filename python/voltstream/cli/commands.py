@@ -38,6 +38,7 @@ from voltstream.cli.latency import latency  # noqa: F401 - a verb
 from voltstream.cli.ops import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.cli.pulsar import DEMO_PULSAR, fold_predictor, pulsar_check
 from voltstream.cli.simulate import simulate, simulate_spead_dig  # noqa: F401 - verbs
+from voltstream.cli.stream_options import file_threads, filled, fold_stream_options, write_stream
 from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
 from voltstream.pipeline.capture import counted
@@ -169,7 +170,9 @@ def inspect(args: argparse.Namespace) -> int:
         info = ins.inspect_file(args.input)
     else:
         info = ins.inspect_packets(ins.listen_packets(args.listen, args.packets, args.duration))
-        info["options"] = info["options"].replace("HOST:PORT", args.listen)
+        info = filled(info, "HOST:PORT", args.listen)
+    if args.write_stream:
+        info = write_stream(info, args.write_stream)
     if args.json:
         print(json.dumps(info, indent=2, default=str))
     else:
@@ -183,6 +186,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
 
     # Before any work: a fold that can only fail at its end on a missing directory.
     check_outputs([("-o", args.output), ("--report", args.report), ("--plot", args.plot)])
+    fold_stream_options(args)  # --stream: the description as the format options
     if args.scheduler or args.subband:
         from voltstream.cli.cluster import fold_cluster
 
@@ -236,7 +240,8 @@ def fold(args: argparse.Namespace) -> int | Loss:
     else:
         from voltstream.io.baseband import open_baseband
 
-        reader = open_baseband(args.input, args.chan_bw, args.freq, sequence=True)
+        reader = open_baseband(args.input, args.chan_bw, args.freq, sequence=True,
+                               threads=file_threads(args))  # fmt: skip
         if reader.obs.ndim == 1:  # real-sampled channels (DBBC3-style VDIF)
             from voltstream.dsp.real import RealToComplex
 

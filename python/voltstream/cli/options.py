@@ -202,7 +202,8 @@ def add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str] 
          "4,5); frames of other threads are counted foreign. 'auto' (live only): learnt "
          "from the first 512 frames (waiting up to --idle-timeout, at most 30 s) before the "
          "capture opens (those are not captured), "
-         "ascending, one per pol. Default: 0 (and 1)"),
+         "ascending, one per pol. For a VDIF file (fold): the threads to fold, the others "
+         "left out. Default: 0 (and 1); a file's threads"),
         ("--bits", int, 8,
          "VDIF bits per real/imaginary part: 8 (offset binary), 4, or 2 (the VDIF "
          "2-bit levels). 2 and 4 bits fold on the GPU straight from the packets. Default: 8",

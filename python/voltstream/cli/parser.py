@@ -519,6 +519,14 @@ def build_parser() -> argparse.ArgumentParser:
         "HOST:PORT,HOST:PORT2,... or HOST:PORT+N, one capture thread each, folded as one "
         "band of 32 channels per stream",
     )  # fmt: skip
+    live.add_argument(
+        "--stream",
+        metavar="FILE.toml",
+        help="a VDIF stream description (`voltstream inspect --write-stream` writes one) "
+        "instead of the format options: folded where its samples fold live (complex, 2, 4 "
+        "or 8 bits, standard headers, one or two threads; --vdif-threads picks two of more), "
+        "else refused with the record command that takes it",
+    )
     add_run(live, what="capture", duration=10.0, report="write the capture report (JSON) here")
     add_capture_threads(
         live,
@@ -591,8 +599,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="say what a baseband file or a live stream is, and the options that take it",
         description="Reads a DADA or VDIF file's headers (VDIF: stations, threads, channels, "
         "bits, real or complex, frame length, time span, gaps), or listens for packets on "
-        "HOST:PORT (VDIF or YNAO frames), and prints what it found and the voltstream "
-        "options that capture and fold it (or why the command line cannot take it yet).",
+        "HOST:PORT (VDIF or YNAO frames), and prints what it found and a command line for "
+        "each verb that takes it (fold, fold --listen, capture, record), or why a verb "
+        "does not and which does. Shapes the format options do not describe (real "
+        "samples, 1- and 16-bit, more than two threads, legacy headers) are captured and "
+        "recorded with --stream FILE.toml, which --write-stream writes.",
     )
     p.add_argument("input", nargs="?", help="a .dada or .vdif file (omit with --listen)")
     add_options(p, (
@@ -603,6 +614,14 @@ def build_parser() -> argparse.ArgumentParser:
                           help="seconds to listen at most. Default: 5")  # fmt: skip
     add_alias(p, "--timeout", wait)
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument(
+        "--write-stream",
+        metavar="FILE.toml",
+        help="write the VDIF stream's description (threads, frame length, frames per "
+        "second, station, legacy headers, channels, bits, real or complex) to this file, "
+        "for the --stream FILE.toml of the printed capture, record and fold --listen "
+        "commands",
+    )
 
     p = verbs.add_parser(
         "demo",

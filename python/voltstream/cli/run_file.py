@@ -145,6 +145,10 @@ def config_of(argv: list[str]) -> dict[str, Any]:
         raise ConfigError("record --repair mends a scan; it is not a pipeline")
     if verb == "fold" and not args.listen:
         raise ConfigError("fold of a file is not a pipeline: give fold --listen HOST:PORT")
+    if verb == "fold":
+        from voltstream.cli.stream_options import fold_stream_options
+
+        fold_stream_options(args)  # the fold's [stream] is the format options
     config: dict[str, Any] = _capture_settings(args, args.listen).model_dump()
     if verb == "fold" and args.packets_per_chunk is None:
         del config["chunks"]["packets_per_chunk"]  # unset: fold sizes a GPU's chunks
@@ -166,7 +170,7 @@ def config_of(argv: list[str]) -> dict[str, Any]:
 
 
 def _stream_of(args: argparse.Namespace) -> dict[str, Any]:
-    if getattr(args, "stream", None):  # fold has no --stream
+    if getattr(args, "stream", None):  # fold's is its format options by now
         return {"description": args.stream}
     if args.format not in ("ynao", "vdif"):  # spead-dig: its defaults
         return {"format": args.format}

@@ -25,13 +25,15 @@ def open_baseband(
     chan_bw_mhz: float | None = None,
     freq_mhz: float | None = None,
     sequence: bool = False,
+    threads: list[int] | None = None,
 ) -> DadaReader | DadaSequence | VdifFile:
     """Opens a baseband file by its content: DADA (ASCII header) or VDIF frames (.vdif).
 
     ``chan_bw_mhz`` and ``freq_mhz`` override a VDIF file's sidecar (the channel
     count comes from the first frame's header). With ``sequence``, a DADA file that
     starts a run of files of one observation is read with the files that follow it
-    (io/dada_sequence.py)."""
+    (io/dada_sequence.py). ``threads``: the VDIF threads to read (polarisations, in
+    that order), the others left out; not for DADA."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{path}: no such file")
@@ -45,6 +47,9 @@ def open_baseband(
     if is_dada_header(head):
         from voltstream.io.dada import open_dada
 
+        if threads is not None:
+            raise ConfigError(f"--vdif-threads picks threads of a VDIF file; {path} is DADA")
+
         reader = open_dada(p)
         if not sequence:
             return reader
@@ -54,7 +59,7 @@ def open_baseband(
     if p.suffix == ".vdif":
         from voltstream.io.vdif import LEGACY_HEADER_LEN, decode_headers, open_vdif
 
-        kw = {}
+        kw: dict[str, Any] = {"select": threads}
         if freq_mhz is not None:
             kw["freq_mhz"] = freq_mhz
         if chan_bw_mhz is not None and len(head) >= LEGACY_HEADER_LEN:

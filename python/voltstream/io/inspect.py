@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from voltstream.errors import ConfigError, FormatError
-from voltstream.io.vdif import HEADER_LEN, LEGACY_HEADER_LEN, decode_headers
+from voltstream.io.inspect_commands import vdif_commands
+from voltstream.io.vdif import LEGACY_HEADER_LEN, decode_headers
 
 __all__ = ["describe", "inspect_file", "inspect_packets", "listen_packets"]
 
@@ -83,9 +84,19 @@ def inspect_file(path: str | Path) -> dict:
     info = _vdif(n, heads)
     info["path"] = str(p)
     info["frames_in_file"] = p.stat().st_size // flen
-    info["options"] = (f"voltstream fold {p} --dm DM --period P -o out.fits; the same stream "
-                       f"live: {info['options']}")  # fmt: skip
+    if info["frames_per_second"] is None:  # within one second: the sidecar may say
+        info["frames_per_second"] = _sidecar_rate(p)
+    info.update(vdif_commands(info, str(p)))
     return info
+
+
+def _sidecar_rate(path: Path) -> int | None:
+    """A VDIF file's frames per second from its sidecar (``<file>.json``), if any."""
+    from voltstream.config_files import read_json_object
+
+    meta = read_json_object(Path(str(path) + ".json"), "VDIF sidecar (fix or delete it)")
+    fps = (meta or {}).get("frames_per_second")
+    return int(fps) if isinstance(fps, int) and fps > 0 else None
 
 
 def listen_packets(bind: str, packets: int = 2000, timeout_s: float = 5.0) -> list[bytes]:
@@ -210,45 +221,8 @@ def _vdif(n_frames: int, col: dict[str, np.ndarray]) -> dict:
         "frames_per_second": fps, "missing_frames": gaps if fps else None,
         "span_frames": int(t.max() - t.min()) if fps is None else None,
     }  # fmt: skip
-    info["options"] = _vdif_options(info)
+    info.update(vdif_commands(info))
     return info
-
-
-def _vdif_options(i: dict) -> str:
-    one = all(len(i[k]) == 1 for k in ("frame_len", "nchan", "bits", "complex"))
-    if not one:
-        return "frames of several shapes: capture each stream on a port of its own"
-    hdr = LEGACY_HEADER_LEN if i["legacy"] else HEADER_LEN
-    payload, nchan, bits = i["frame_len"][0] - hdr, i["nchan"][0], i["bits"][0]
-    why = []
-    if not i["complex"][0]:
-        why.append("real samples")
-    if len(i["threads"]) > 2:
-        why.append(f"{len(i['threads'])} threads (the CLI takes one thread per pol, 1 or 2)")
-    if i["legacy"]:
-        threads = ", ".join(map(str, i["threads"]))
-        return (f'capture it with --stream FILE.toml holding: format = "vdif", threads = '
-                f'[{threads}], frame_len = {i["frame_len"][0]}, frames_per_second = '
-                f'{i["frames_per_second"] or "(frames per second)"}, legacy = true '
-                "(legacy headers: capture only, not yet folded)")  # fmt: skip
-    if bits not in (2, 4, 8):
-        why.append(f"{bits}-bit samples")
-    station = ""
-    if len(i["stations"]) > 1:
-        main = max(i["stations"], key=i["stations"].get)
-        station = f" --station {main}"
-    if why:
-        return ("not yet on the command line (" + ", ".join(why) + "): describe the stream "
-                "in a stream file (format = \"vdif\", docs/formats.md)")  # fmt: skip
-    opts = f"--format vdif --nchan {nchan} --bits {bits} --vdif-payload {payload}{station}"
-    if len(i["threads"]) == 1:
-        opts += f" --npol 1 --vdif-threads {i['threads'][0]}"
-    elif i["threads"] != [0, 1]:
-        opts += " --vdif-threads " + ",".join(map(str, i["threads"]))
-    if i["frames_per_second"]:
-        bw = i["frames_per_second"] * (payload * 8 // (2 * nchan * bits)) / 1e6
-        opts += f" --chan-bw {bw:g}"
-    return f"voltstream fold --listen HOST:PORT {opts} (capture: --listen HOST:PORT {opts})"
 
 
 def _ynao(packets: list[bytes], heads: list[dict[str, Any]]) -> dict:
@@ -264,10 +238,28 @@ def _ynao(packets: list[bytes], heads: list[dict[str, Any]]) -> dict:
 
 
 def describe(info: dict) -> list[str]:
-    """The lines `voltstream inspect` prints."""
+    """The lines `voltstream inspect` prints: the findings, then each verb's command
+    line (or why it does not take the stream), then the stream description's text
+    where the commands need one and it was not written to a file."""
+    shown = ("kind", "path", "options", "commands", "not_taken", "stream", "stream_file")
     lines = [f"{info.get('path', 'stream')}: {info['kind']}"]
     for k, v in info.items():
-        if k not in ("kind", "path", "options") and v is not None:
+        if k not in shown and v is not None:
             lines.append(f"  {k}: {v}")
-    lines.append(f"  take it with: {info['options']}")
+    commands, not_taken = info.get("commands") or {}, info.get("not_taken") or {}
+    if not commands and not not_taken:
+        lines.append(f"  take it with: {info['options']}")
+        return lines
+    first = "  take it with: "
+    for cmd in commands.values():
+        lines.append(first + cmd)
+        first = " " * len(first)
+    lines += [f"  {why}" for why in dict.fromkeys(not_taken.values())]  # each once
+    text = info.get("stream")
+    if text and any("--stream" in c for c in (*commands.values(), *not_taken.values())):
+        if info.get("stream_file"):
+            lines.append(f"  {info['stream_file']}: the stream description, written")
+        else:
+            lines.append("  FILE.toml (inspect --write-stream FILE.toml writes it):")
+            lines += [f"    {line}" for line in text.splitlines() if not line.startswith("#")]
     return lines

@@ -4,7 +4,8 @@
 share the header view and the time arithmetic; a second reader kind should split it.)
 
 ``open_vdif(path)`` checks every frame header, maps threads to polarisations
-(ascending thread id, unless ``threads=`` gives the order), and yields samples
+(ascending thread id, unless ``threads=`` gives the order; ``select=`` reads some
+threads only, in its order, the others' frames left out), and yields samples
 in (time, channel, pol) blocks: complex64 for complex data, float32 for real.
 
 VDIF records neither the sky frequency nor the sample rate, so the reader takes
@@ -246,6 +247,7 @@ class VdifFile:
         bw_mhz: float | None = None,
         frames_per_second: int | None = None,
         threads: list[int] | None = None,
+        select: list[int] | None = None,
         source: str | None = None,
         telescope: str | None = None,
         sidecar: bool = True,
@@ -310,6 +312,14 @@ class VdifFile:
         spf = (flen - hlen) * 8 // bits_per_time
 
         found = sorted(set(h["thread"].tolist()))
+        rows = np.arange(nframes)  # the frames read, by their place in the file
+        if select is not None:  # these threads only (fold: one or two polarisations)
+            if not set(select) <= set(found):
+                raise ConfigError(f"{path}: no thread {sorted(set(select) - set(found))} "
+                                  f"(it has threads {found})")  # fmt: skip
+            rows = np.flatnonzero(np.isin(h["thread"], select))
+            h = {k: v[rows] for k, v in h.items()}
+            threads, found = list(select), sorted(select)
         if threads is None:
             threads = found
         threads = [int(t) for t in threads]
@@ -383,7 +393,7 @@ class VdifFile:
             raise FormatError(
                 f"{path}: frame {dup // npol} of thread {threads[dup % npol]} appears twice"
             )
-        table.reshape(-1)[order[valid]] = np.flatnonzero(valid)
+        table.reshape(-1)[order[valid]] = rows[valid]
         self.invalid_frames = int((~valid).sum())
         self.missing_frames = int(npol_cells - inside.sum())
         self.threads = threads

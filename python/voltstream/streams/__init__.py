@@ -93,6 +93,10 @@ class VdifStream(_FrameStream):
     frame_len: int = Field(gt=32, description="whole frame, header included (bytes)")
     frames_per_second: int = Field(gt=0, lt=1 << 24)
     legacy: bool = False  # 16-byte legacy headers (the frame_len includes them)
+    # The samples (`voltstream inspect --write-stream` writes them): capture and record
+    # take the frames whatever they hold; fold --listen needs them.
+    bits_per_sample: Literal[1, 2, 4, 8, 16] | None = None
+    complex: bool | None = None
 
     def capture_kwargs(self) -> dict:
         return dict(format="vdif", vdif_threads=self.threads, vdif_frame_len=self.frame_len,

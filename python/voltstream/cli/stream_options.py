@@ -1,0 +1,114 @@
+"""Stream descriptions on the command line: `inspect --write-stream FILE.toml` writes
+the one its printed commands name, and `fold --listen --stream FILE.toml` turns a VDIF
+description (that one, or one by hand) into the format options the live fold reads,
+where the fold takes the stream it describes; else one line saying why not and which
+verb takes it (record, capture)."""
+
+from __future__ import annotations
+
+import argparse
+
+from voltstream.errors import ConfigError
+from voltstream.io.inspect_commands import live_fold_refusal
+from voltstream.io.vdif import HEADER_LEN
+
+__all__ = ["file_threads", "filled", "fold_stream_options", "write_stream"]
+
+
+def fold_stream_options(args: argparse.Namespace) -> None:
+    """Sets ``args``' format options from its ``--stream`` description (and clears
+    ``stream``); nothing without one. ConfigError where fold --listen does not take
+    the stream, naming the command that records it."""
+    if not getattr(args, "stream", None):
+        return
+    name = args.stream if isinstance(args.stream, str) else "the stream description"
+    if not args.listen:
+        raise ConfigError(
+            f"--stream {name} describes a live stream, for fold --listen HOST:PORT; a file's "
+            "own headers describe it"
+        )
+    from voltstream.streams import VdifStream, load_stream
+
+    desc = load_stream(args.stream) if isinstance(args.stream, str) else args.stream
+    record = (f"voltstream record --listen {args.listen} --stream {name} --scan NAME "
+              "--dirs DIR")  # fmt: skip
+    if not isinstance(desc, VdifStream):
+        raise ConfigError(f"{name}: fold --listen takes the samples of VDIF descriptions, "
+                          f"not {desc.format}; record or capture it: {record}")  # fmt: skip
+    if desc.bits_per_sample is None or desc.complex is None:
+        raise ConfigError(
+            f"{name} does not say what its frames hold: add bits_per_sample = N and complex = "
+            "true or false (`voltstream inspect --write-stream` writes them)"
+        )
+    threads = desc.threads
+    if isinstance(args.vdif_threads, list):  # some of them, as polarisations
+        if not set(args.vdif_threads) <= set(threads):
+            raise ConfigError(f"--vdif-threads {','.join(map(str, args.vdif_threads))}: "
+                              f"{name} has threads {threads}")  # fmt: skip
+        threads = args.vdif_threads
+    bits, cplx = desc.bits_per_sample, desc.complex
+    refusal = live_fold_refusal(bits=bits, complex_data=cplx, legacy=desc.legacy,
+                                threads=len(threads))  # fmt: skip
+    if refusal is not None:
+        pick = "; or fold two of its threads (--vdif-threads A,B)" if (
+            len(threads) > 2 and live_fold_refusal(
+                bits=bits, complex_data=cplx, legacy=desc.legacy, threads=2) is None
+        ) else ""  # fmt: skip
+        raise ConfigError(f"{name}: {refusal}; record or capture it: {record}{pick}")
+    payload = desc.frame_len - HEADER_LEN
+    per_sample = 2 * desc.nchan * bits
+    if (payload * 8) % per_sample:
+        raise ConfigError(f"{name}: a {payload}-byte payload does not hold whole samples of "
+                          f"{desc.nchan} channels x {bits}-bit complex")  # fmt: skip
+    chan_bw = desc.frames_per_second * (payload * 8 // per_sample) / 1e6
+    if args.chan_bw is not None and abs(abs(args.chan_bw) - chan_bw) > 1e-9 * chan_bw:
+        raise ConfigError(f"--chan-bw {args.chan_bw:g}: {name} says {chan_bw:g} MHz "
+                          f"(frames_per_second x samples a frame); give -{chan_bw:g} for a "
+                          "lower sideband, or leave it out")  # fmt: skip
+    args.format, args.nchan, args.bits, args.vdif_payload = "vdif", desc.nchan, bits, payload
+    args.vdif_threads, args.npol = list(threads), len(threads)
+    args.chan_bw = args.chan_bw if args.chan_bw is not None else chan_bw
+    if args.station is None:
+        args.station = desc.station
+    args.stream = None
+
+
+def filled(info: dict, placeholder: str, value: str) -> dict:
+    """``info`` with ``placeholder`` replaced by ``value`` in its command lines."""
+    for key in ("commands", "not_taken"):
+        if key in info:
+            info[key] = {k: v.replace(placeholder, value) for k, v in info[key].items()}
+    info["options"] = info["options"].replace(placeholder, value)
+    return info
+
+
+def write_stream(info: dict, path: str) -> dict:
+    """`inspect --write-stream FILE.toml`: the stream description written, and named
+    in the command lines in place of the placeholder."""
+    from pathlib import Path
+
+    from voltstream.io.inspect_commands import PLACEHOLDER
+
+    if not info.get("stream"):
+        why = ("only a VDIF file or stream has one; other formats are taken by the format "
+               "options printed") if info["kind"] != "vdif" else (
+               "the frame rate is unknown (the frames seen lie within one second): inspect "
+               "more of the stream (--packets, --duration), or give the file a sidecar with "
+               "frames_per_second")  # fmt: skip
+        raise ConfigError(f"--write-stream {path}: no stream description to write: {why}")
+    from voltstream.service.outputs import check_outputs
+
+    check_outputs([("--write-stream", path)])
+    Path(path).write_text(info["stream"])
+    info["stream_file"] = path
+    return filled(info, PLACEHOLDER, path)
+
+
+def file_threads(args: argparse.Namespace) -> list[int] | None:
+    """The threads `fold FILE --vdif-threads` folds (None: all of a VDIF file's)."""
+    if args.vdif_threads == "auto":
+        raise ConfigError(
+            "--vdif-threads auto learns a live stream's threads; for a file give the thread "
+            "ids (voltstream inspect FILE lists them)"
+        )
+    return args.vdif_threads

@@ -1,0 +1,153 @@
+"""The command lines that take a VDIF file or stream `voltstream inspect` saw.
+
+Each verb gets a command that runs as printed once its placeholders (HOST:PORT, DM,
+P, out.fits, NAME, DIR, S) are filled in, or one line saying why it does not take the
+stream and which verb does. The format options (``--format vdif --nchan ...``)
+describe complex VDIF of 2, 4 or 8 bits, one thread per polarisation (1 or 2) with
+standard headers; every other shape (real samples, other widths, more threads, legacy
+headers) is captured and recorded through a stream description, ``--stream
+FILE.toml`` (streams/: ``format = "vdif"``), whose text is given here and which
+`inspect --write-stream FILE.toml` writes.
+
+What each verb takes:
+
+- ``fold FILE``: every shape the file reader reads; threads are polarisations, so a
+  file of more than two threads is folded two at a time (``--vdif-threads``);
+- ``fold --listen``: what the format options describe (:func:`live_fold_refusal`),
+  two of more threads chosen with ``--vdif-threads`` (the others counted foreign);
+- ``capture`` and ``record``: the format options where they describe every thread,
+  else the stream description.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from voltstream.io.vdif import HEADER_LEN
+
+__all__ = ["PLACEHOLDER", "live_fold_refusal", "stream_toml", "vdif_commands"]
+
+#: The stream description's path in the printed commands until one is written.
+PLACEHOLDER = "FILE.toml"
+
+#: Widths the format options (``--bits``) take.
+OPTION_BITS = (2, 4, 8)
+
+_FOLD = "--dm DM --period P -o out.fits"
+
+
+def live_fold_refusal(*, bits: int, complex_data: bool, legacy: bool, threads: int) -> str | None:
+    """Why `fold --listen` does not take a VDIF stream of this shape (None: it does).
+    ``threads``: the threads it would fold (one per polarisation)."""
+    why = []
+    if not complex_data:
+        why.append("real samples")
+    if bits not in OPTION_BITS:
+        why.append(f"{bits}-bit samples")
+    if legacy:
+        why.append("legacy headers")
+    if threads > 2:
+        why.append(f"{threads} threads as polarisations")
+    if not why:
+        return None
+    return (
+        "fold --listen takes complex VDIF of 2, 4 or 8 bits with standard headers, one "
+        f"or two threads (polarisations), not {', '.join(why)}"
+    )
+
+
+def stream_toml(i: dict) -> str | None:
+    """The stream description (TOML) of an inspected VDIF stream ``i`` (``_vdif``'s
+    dict): every thread, the frame geometry and the samples. None when the frame rate
+    is unknown (the frames seen lie within one second)."""
+    if not i["frames_per_second"]:
+        return None
+    main = max(i["stations"], key=i["stations"].get)
+    lines = [
+        "# A VDIF stream as `voltstream inspect` saw it (docs/formats.md, VDIF): capture",
+        "# and record take it with --stream; fold --listen where its samples fold live.",
+        'format = "vdif"',
+        f"threads = [{', '.join(map(str, i['threads']))}]",
+        f"frame_len = {i['frame_len'][0]}",
+        f"frames_per_second = {i['frames_per_second']}",
+        f"station = {main}",
+        f"legacy = {str(i['legacy']).lower()}",
+        f"nchan = {i['nchan'][0]}",
+        f"bits_per_sample = {i['bits'][0]}",
+        f"complex = {str(bool(i['complex'][0])).lower()}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _options(i: dict, threads: list[int]) -> str:
+    """The format options of a stream the options describe, folding ``threads``."""
+    payload = i["frame_len"][0] - HEADER_LEN
+    nchan, bits = i["nchan"][0], i["bits"][0]
+    opts = f"--format vdif --nchan {nchan} --bits {bits} --vdif-payload {payload}"
+    if len(i["stations"]) > 1:
+        opts += f" --station {max(i['stations'], key=i['stations'].get)}"
+    if len(threads) == 1:
+        opts += f" --npol 1 --vdif-threads {threads[0]}"
+    elif threads != [0, 1] or len(i["threads"]) > 2:  # named: the others are foreign
+        opts += " --vdif-threads " + ",".join(map(str, threads))
+    if i["frames_per_second"]:
+        bw = i["frames_per_second"] * (payload * 8 // (2 * nchan * bits)) / 1e6
+        opts += f" --chan-bw {bw:g}"
+    return opts
+
+
+def vdif_commands(i: dict, path: str | None = None) -> dict[str, Any]:
+    """``commands`` (verb: command line), ``not_taken`` (verb: why not, and what
+    does), ``stream`` (the description's TOML, or None) and ``options`` (one line of
+    it all) for the VDIF stream ``i``; ``path``: the file it came from, if any."""
+    one = all(len(i[k]) == 1 for k in ("frame_len", "nchan", "bits", "complex"))
+    if not one:
+        why = "frames of several shapes: capture each stream on a port of its own"
+        return {"commands": {}, "not_taken": {"all": why}, "stream": None, "options": why}
+    bits, cplx, legacy = i["bits"][0], bool(i["complex"][0]), i["legacy"]
+    threads = list(i["threads"])
+    folded = threads[:2]  # threads are polarisations: fold takes one or two
+    commands: dict[str, str] = {}
+    not_taken: dict[str, str] = {}
+    if path is not None:
+        pick = f" --vdif-threads {','.join(map(str, folded))}" if len(threads) > 2 else ""
+        commands["fold"] = f"voltstream fold {path}{pick} {_FOLD}"
+    listen = "--listen HOST:PORT"
+    refusal = live_fold_refusal(bits=bits, complex_data=cplx, legacy=legacy, threads=1)
+    plain = refusal is None  # the format options describe the samples
+    toml = stream_toml(i)
+    if plain and len(threads) <= 2:
+        described = _options(i, threads)
+    elif toml is not None:
+        described = f"--stream {PLACEHOLDER}"
+    else:
+        described = ""
+        why = ("capture and record take it with --stream FILE.toml, which needs its frame "
+               "rate: the frames seen lie within one second; inspect more of it (--packets, "
+               "--duration)")  # fmt: skip
+        not_taken["capture"] = not_taken["record"] = why
+    if described:
+        commands["capture"] = f"voltstream capture {listen} {described} --duration S"
+        commands["record"] = (f"voltstream record {listen} {described} --scan NAME --dirs DIR "
+                              "--layout vdif")  # fmt: skip
+    if plain:
+        commands["fold_listen"] = f"voltstream fold {listen} {_options(i, folded)} {_FOLD}"
+    else:
+        takes = "record or capture it" if described else "capture or record it"
+        not_taken["fold_listen"] = f"{refusal}: {takes} ({described or 'see above'})"
+    return {"commands": commands, "not_taken": not_taken, "stream": toml,
+            "options": _summary(i, commands, not_taken, plain, threads)}  # fmt: skip
+
+
+def _summary(i: dict, commands: dict, not_taken: dict, plain: bool, threads: list) -> str:
+    """One line: the live fold's options and the capture's (as before commands were
+    listed one by one), or the command lines themselves."""
+    if plain and len(threads) <= 2:
+        opts = _options(i, threads)
+        live = f"voltstream fold --listen HOST:PORT {opts} (capture: --listen HOST:PORT {opts})"
+    else:
+        live = "; ".join([*(c for k, c in commands.items() if k != "fold"),
+                          *dict.fromkeys(not_taken.values())])  # fmt: skip
+    if "fold" in commands:
+        return f"{commands['fold']}; the same stream live: {live}"
+    return live

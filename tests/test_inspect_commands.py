@@ -1,0 +1,231 @@
+"""`voltstream inspect` prints a command line that works for every VDIF shape it
+reports (issue 27, item 3): baseband (PyPI, the peer) writes the file; the real CLI
+inspects it and writes its stream description (--write-stream); each printed command
+then runs as printed, placeholders filled in: the file's fold, and capture, record and
+fold --listen fed the file's frames over loopback. Counts are exact, the recording
+reads as baseband reads the file, and a live fold the stream's shape does not allow
+is refused with one line naming the verb that records it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import astropy.units as u
+import numpy as np
+import pytest
+from astropy.time import Time
+from baseband import vdif as baseband_vdif  # requirements-dev.txt: a real peer
+
+from cli_process import run_cli
+from loopback import free_bind, send
+from voltstream.io.baseband import open_baseband
+from voltstream.io.vdif import decode_headers
+
+FPS = 20  # frames per second per thread: 1.5 s of frames cross a second boundary
+SECONDS = 1.5
+
+# name: (bits, complex, channels, threads, EDV (None: legacy headers), samples a frame)
+SHAPES = {
+    "edv3-2bit-real-4-threads": (2, False, 1, 4, 3, 20000),  # the common VLBI shape
+    "2bit-real-8-channels-1-thread": (2, False, 8, 1, 0, 1000),
+    "legacy-2bit-real": (2, False, 4, 2, None, 1000),
+    "1bit-real": (1, False, 4, 2, 0, 1024),
+    "8bit-complex-4-threads": (8, True, 4, 4, 0, 250),
+    "2bit-complex-2-threads": (2, True, 4, 2, 0, 500),  # the format options describe it
+}
+
+
+def _write(path: Path, bps, cplx, nchan, nthread, edv, spf) -> None:
+    rng = np.random.default_rng(bps * 100 + nchan * 10 + nthread)
+    n = int(spf * FPS * SECONDS)
+    x = rng.normal(0, 2.0 if bps == 2 else 1.0, (n, nthread, nchan)).astype(np.float32)
+    if cplx:
+        x = x + 1j * rng.normal(0, 1.0, x.shape).astype(np.float32)
+    x = x if nthread > 1 else x[:, 0]
+    x = x[..., 0] if nchan == 1 else x  # baseband's sample shape has no axis of one
+    kw = {"edv": False} if edv is None else {"edv": edv, "station": 0x4142}
+    with baseband_vdif.open(path, "ws", sample_rate=spf * FPS * u.Hz, samples_per_frame=spf,
+                            nchan=nchan, nthread=nthread, complex_data=cplx, bps=bps,
+                            time=Time("2024-03-04T05:06:07"), **kw) as fw:  # fmt: skip
+        fw.write(x)
+    side = {"freq_mhz": 1400.0, "frames_per_second": FPS, "source": "J0000+0000"}
+    Path(str(path) + ".json").write_text(json.dumps(side))
+
+
+def _frames(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The file's frames (n, frame_len) and each one's thread."""
+    raw = np.fromfile(path, np.uint8)
+    flen = int(decode_headers(raw[None, :16])["frame_len"][0])
+    frames = raw.reshape(-1, flen)
+    return frames, decode_headers(frames[:, :16])["thread"]
+
+
+def _baseband_read(frames: np.ndarray, path: Path, spf: int) -> np.ndarray:
+    """baseband's reading of ``frames`` (one thread's, in time order)."""
+    frames.tofile(path)
+    with baseband_vdif.open(path, "rs", sample_rate=spf * FPS * u.Hz) as fh:
+        return fh.read()
+
+
+def _ours(theirs: np.ndarray, bps: int) -> np.ndarray:
+    """baseband's decoded values in voltstream's levels (docs/formats.md): the same
+    codes, each reader with its own levels (1-bit: +-1 in both)."""
+    if bps == 2:
+        return np.sign(theirs) * np.where(np.abs(theirs) > 2, 3.3359, 1.0)
+    scale, shift = {1: (1.0, 0.0), 4: (2.95, 0.0), 8: (35.5, -0.5)}[bps]
+    return theirs * scale + shift
+
+
+def _filled(command: str, **values: str) -> list[str]:
+    """The printed command's words, placeholders replaced, without `voltstream`."""
+    words = shlex.split(command)
+    assert words[0] == "voltstream", command
+    return [values.get(w, w) for w in words[1:]]
+
+
+def _run_fed(argv: list[str], bind: str, frames: np.ndarray, ready) -> tuple[int, str]:
+    """Runs `voltstream ARGV` in a process, sends ``frames`` to ``bind`` once
+    ``ready()`` (the verb listens), then stops it as a user does (Ctrl-C)."""
+    proc = subprocess.Popen([sys.executable, "-m", "voltstream.cli", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not ready() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None and ready(), proc.communicate(timeout=5)[1]
+        send(bind, frames, pace_every=32)
+        time.sleep(1.0)  # the last frames in, through the reorder window
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return proc.returncode, out + err
+
+
+def _listening(bind: str):
+    from loopback import wait_bound
+
+    def ready() -> bool:
+        try:
+            wait_bound(bind, timeout=0.01)
+        except AssertionError:
+            return False
+        return True
+
+    return ready
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_command_inspect_prints_runs_and_takes_the_stream(tmp_path, shape):
+    bps, cplx, nchan, nthread, edv, spf = SHAPES[shape]
+    path = tmp_path / "scan.vdif"
+    _write(path, bps, cplx, nchan, nthread, edv, spf)
+    frames, thread_of = _frames(path)
+    threads = sorted(set(thread_of.tolist()))
+    toml = tmp_path / "stream.toml"
+    r = run_cli("inspect", str(path), "--json", "--write-stream", str(toml))
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    commands, not_taken = info["commands"], info["not_taken"]
+    assert "not yet on the command line" not in r.stdout and "_core.Capture" not in r.stdout
+    plain = cplx and bps in (2, 4, 8) and edv is not None
+    # The description is what the capture and the recording use, where they need one.
+    assert (f"--stream {toml}" in commands["record"]) == (not plain or nthread > 2)
+    assert toml.read_text() == info["stream"] and "FILE.toml" not in r.stdout
+
+    # The file's fold, as printed: two threads at most (polarisations).
+    folded = threads[:2]
+    out = tmp_path / "file.fits"
+    argv = _filled(commands["fold"], DM="0", P="0.01", **{"out.fits": str(out)})
+    assert ("--vdif-threads" in argv) == (nthread > 2)
+    r = run_cli(*argv, "--device", "cpu", "--nbin", "16")
+    assert r.returncode == 0, r.stderr
+    reader = open_baseband(path, threads=folded if nthread > 2 else None)
+    want = reader.nsamp if cplx else (reader.nsamp - 64) // 2  # real: RealToComplex's taps
+    assert f"{want} samples folded" in r.stdout and out.stat().st_size > 0
+    # What it folded: the threads picked, each as baseband reads its frames.
+    got = reader.read()
+    for pol, t in enumerate(folded):
+        theirs = _baseband_read(frames[thread_of == t], tmp_path / "one.vdif", spf)
+        theirs = theirs.reshape(len(theirs), -1)
+        assert got.shape[0] == len(theirs)
+        for part in (np.real, np.imag) if cplx else (np.real,):
+            np.testing.assert_allclose(part(got[:, :, pol]), _ours(part(theirs), bps), atol=2e-3)
+
+    # record, as printed, fed the file's frames: every frame recorded, as sent.
+    bind, rec = free_bind(), tmp_path / "disk"
+    rec.mkdir()
+    report = tmp_path / "record.json"
+    argv = _filled(commands["record"], **{"HOST:PORT": bind, "NAME": "s1", "DIR": str(rec)})
+    code, text = _run_fed([*argv, "--engine", "socket", "--duration", "60", "--report",
+                           str(report)], bind, frames,
+                          lambda: (rec / "s1.manifest.json").exists())  # fmt: skip
+    assert code == 0, text
+    totals = json.loads(report.read_text())["capture"]["totals"]
+    assert (totals["received"], totals["missing"], totals["foreign"]) == (len(frames), 0, 0)
+    for stream, t in enumerate(threads):
+        (kept,) = (rec / "s1").glob(f"s1_s{stream:02}_*.vdif")
+        mine = np.fromfile(kept, np.uint8).reshape(-1, frames.shape[1])
+        mine = mine[~decode_headers(mine[:, :16])["invalid"]]  # fill frames left out
+        assert mine.tobytes() == frames[thread_of == t].tobytes()
+        ours = _baseband_read(mine, tmp_path / "mine.vdif", spf)
+        theirs = _baseband_read(frames[thread_of == t], tmp_path / "theirs.vdif", spf)
+        assert np.array_equal(ours, theirs)
+
+    # capture, as printed: every frame counted, none lost.
+    bind, report = free_bind(), tmp_path / "capture.json"
+    argv = _filled(commands["capture"], **{"HOST:PORT": bind, "S": "60"})
+    code, text = _run_fed([*argv, "--engine", "socket", "--report", str(report)], bind,
+                          frames, _listening(bind))  # fmt: skip
+    assert code == 0, text
+    totals = json.loads(report.read_text())["totals"]
+    assert (totals["received"], totals["missing"], totals["foreign"]) == (len(frames), 0, 0)
+
+    # fold --listen: as printed where the shape folds live; else the description is
+    # refused with one line that names the verb recording it.
+    bind, out, report = free_bind(), tmp_path / "live.fits", tmp_path / "live.json"
+    if not plain:
+        assert "fold_listen" not in commands and "record" in not_taken["fold_listen"]
+        r = run_cli("fold", "--listen", bind, "--stream", str(toml), "--device", "cpu",
+                    "--dm", "0", "--period", "0.01", "-o", str(out))  # fmt: skip
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert f"voltstream record --listen {bind} --stream {toml}" in r.stderr
+        assert "Traceback" not in r.stderr and not out.exists()
+        return
+    argv = _filled(commands["fold_listen"], **{"HOST:PORT": bind, "DM": "0", "P": "0.01",
+                                               "out.fits": str(out)})  # fmt: skip
+    code, text = _run_fed([*argv, "--device", "cpu", "--nbin", "16", "--engine", "socket",
+                           "--duration", "60", "--report", str(report)], bind, frames,
+                          _listening(bind))  # fmt: skip
+    assert code == 0, text
+    totals = json.loads(report.read_text())["totals"]
+    mine = int(np.isin(thread_of, folded).sum())
+    assert (totals["received"], totals["missing"]) == (mine, 0)
+    assert totals["foreign"] == len(frames) - mine  # the threads not folded
+    assert out.stat().st_size > 0
+
+
+def test_fold_listen_takes_the_description_inspect_wrote_and_folds_two_of_its_threads(tmp_path):
+    """The 4-thread complex stream's description (its capture's and recording's): the
+    live fold takes it, with the two threads it folds picked by --vdif-threads."""
+    path, toml = tmp_path / "scan.vdif", tmp_path / "stream.toml"
+    _write(path, *SHAPES["8bit-complex-4-threads"])
+    frames, thread_of = _frames(path)
+    r = run_cli("inspect", str(path), "--write-stream", str(toml))
+    assert r.returncode == 0 and f"--stream {toml}" in r.stdout, r.stderr
+    bind, out, report = free_bind(), tmp_path / "live.fits", tmp_path / "live.json"
+    code, text = _run_fed(["fold", "--listen", bind, "--stream", str(toml), "--vdif-threads",
+                           "2,3", "--device", "cpu", "--dm", "0", "--period", "0.01", "--nbin",
+                           "16", "-o", str(out), "--engine", "socket", "--duration", "60",
+                           "--report", str(report)], bind, frames, _listening(bind))  # fmt: skip
+    assert code == 0, text
+    totals = json.loads(report.read_text())["totals"]
+    mine = int(np.isin(thread_of, [2, 3]).sum())
+    assert (totals["received"], totals["missing"]) == (mine, 0)
+    assert totals["foreign"] == len(frames) - mine and out.stat().st_size > 0
