@@ -342,14 +342,14 @@ impl<L: Locate, S: ChunkSink> Assembler<L, S> {
     fn place(&mut self, stream: usize, index: u64, payload: &[u8]) {
         let ppc = self.layout.packets_per_chunk as u64;
         let window = self.slots.len() as u64;
+        // `push` hands other threads' chunks to `strays`: this one is ours. One
+        // stride (the common case) costs no division here.
         let global = index / ppc;
-        if global % self.stride != self.member {
-            // Steered to the wrong thread: cannot happen with our program,
-            // counted (as a packet steering could not place) if it does.
-            self.counters.foreign += 1;
-            return;
-        }
-        let c = global / self.stride;
+        let c = if self.stride == 1 {
+            global
+        } else {
+            global / self.stride
+        };
         if !self.started {
             self.restart(c, index);
         } else if c < self.head {
