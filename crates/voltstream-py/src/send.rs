@@ -45,7 +45,8 @@ impl Sender {
     /// on the sender's clock, which carries across calls (`restart_clock`);
     /// with `times` (float64 seconds, one per packet) each packet is due at its
     /// own time on that clock. Returns a dict with packets, bytes, seconds,
-    /// rate_gbps, gso, late_s.
+    /// rate_gbps, gso, late_s, refused (sends answered "port
+    /// unreachable" since the sender's first accepted one, each sent again).
     #[pyo3(signature = (buffer, packet_len, rate_gbps, at=None, times=None))]
     fn send<'py>(
         &mut self,
@@ -118,6 +119,7 @@ impl Sender {
         d.set_item("rate_gbps", stats.rate_bits_per_s / 1e9)?;
         d.set_item("gso", self.inner.gso_active())?;
         d.set_item("late_s", stats.late_s)?;
+        d.set_item("refused", self.inner.refused())?;
         Ok(d)
     }
 

@@ -66,7 +66,18 @@ pub struct Sender {
     /// Origin of the pacing clock that scheduled sends share, so a replay made
     /// of many calls keeps its average rate over the gaps between them.
     clock: Instant,
+    /// Sends answered "port unreachable", each sent again.
+    refused: u64,
+    /// When the present streak of refusals began, and its last refusal: a streak
+    /// ends after `REFUSAL_QUIET_S` without one.
+    refusals: Option<(Instant, Instant)>,
 }
+
+/// A receiver between two sockets (a restart, a port handed from one socket to
+/// the next) is refused for a moment; one refused this long is not there.
+const REFUSED_GIVE_UP_S: f64 = 2.0;
+/// A streak of refusals ends after this long without one.
+const REFUSAL_QUIET_S: f64 = 0.5;
 
 impl Sender {
     /// Opens a socket bound to `bind` (any local port if `None`), connected
@@ -98,6 +109,8 @@ impl Sender {
             dest,
             gso: Gso::Untried,
             clock: Instant::now(),
+            refused: 0,
+            refusals: None,
         })
     }
 
@@ -111,6 +124,12 @@ impl Sender {
         self.sock
             .local_addr()
             .map_err(|e| Error::io("cannot read the sender's local address", e))
+    }
+
+    /// Sends the receiver's host answered "port unreachable" (each sent again):
+    /// each cost the packets sent while no socket held the port.
+    pub fn refused(&self) -> u64 {
+        self.refused
     }
 
     /// Whether the last send used UDP GSO.
@@ -238,6 +257,18 @@ impl Sender {
         })
     }
 
+    /// Counts a refusal; whether the streak it belongs to has lasted too long.
+    fn refused_too_long(&mut self) -> bool {
+        let now = Instant::now();
+        self.refused += 1;
+        let (since, _) = match self.refusals {
+            Some((since, last)) if (now - last).as_secs_f64() < REFUSAL_QUIET_S => (since, last),
+            _ => (now, now),
+        };
+        self.refusals = Some((since, now));
+        (now - since).as_secs_f64() > REFUSED_GIVE_UP_S
+    }
+
     /// Tries to turn GSO on for `packet_len`; remembers a refusal.
     fn prepare_gso(&mut self, packet_len: usize, segs: usize) {
         if segs < 2 || self.gso == Gso::Off || self.gso == Gso::On(packet_len) {
@@ -315,6 +346,11 @@ impl Sender {
                         err,
                     ))
                 }
+                // A digitiser sends whatever the receiver does: a refusal (the
+                // ICMP of a packet that met no socket while the receiver rebinds)
+                // is counted and the burst sent again, until refusals have gone on
+                // for REFUSED_GIVE_UP_S: then no receiver is there.
+                Some(libc::ECONNREFUSED) if !self.refused_too_long() => {}
                 Some(libc::ECONNREFUSED) => {
                     return Err(Error::io(
                         format!(
@@ -556,7 +592,9 @@ mod tests {
         let mut tx = Sender::new(port, None).unwrap();
         let data = [7u8; 64 * 10];
         let mut failed = false;
-        for _ in 0..50 {
+        let start = Instant::now();
+        while start.elapsed().as_secs_f64() < 3.0 * REFUSED_GIVE_UP_S {
+            std::thread::sleep(Duration::from_millis(5));
             if let Err(e) = tx.send(&data, 64, 0.0) {
                 assert!(matches!(e, Error::Io { .. }));
                 assert!(e.to_string().contains("refused"), "{e}");
@@ -565,5 +603,29 @@ mod tests {
             }
         }
         assert!(failed);
+    }
+
+    #[test]
+    fn a_receiver_rebinding_its_port_is_counted_not_fatal() {
+        // The port handed from one socket to the next (a `--vdif-threads auto`
+        // learning socket to the engine, a restarted receiver): the packets sent
+        // in between are refused, and the sender goes on to the new socket.
+        let first = receiver();
+        let port = first.local_addr().unwrap();
+        let mut tx = Sender::new(port, None).unwrap();
+        let data = [7u8; 64 * 10];
+        tx.send(&data, 64, 0.0).unwrap();
+        drop(first);
+        for _ in 0..20 {
+            let _ = tx.send(&data, 64, 0.0).unwrap();
+        }
+        assert!(tx.refused() > 0, "loopback answers a closed port");
+        let second = UdpSocket::bind(port).unwrap();
+        second
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        tx.send(&data, 64, 0.0).unwrap();
+        let mut buf = [0u8; 128];
+        assert_eq!(second.recv(&mut buf).unwrap(), 64);
     }
 }
