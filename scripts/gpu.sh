@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the GPU tests or the GPU benchmark on the GPU machine, from the repo root:
 #   scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e
-#                  |bench-record|bench-latency
+#                  |bench-soak|bench-record|bench-latency
 # Installs carried wheels (.whl/*.whl) into /tmp/site first; needs no astropy and
 # no compiled voltstream._core (the GPU path is pure Python + CuPy). bench-capture
 # (bench/capture_multicore.py, loopback only, about 3-4 minutes) does need the
@@ -69,6 +69,16 @@ case "${1:-}" in
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
         exec "$PY" bench/e2e.py --json "${OUT:-/tmp}/e2e.json" --workdir /tmp/voltstream-e2e "$@"
         ;;
+    bench-soak)
+        shift
+        # bench/soak.py: one bench/e2e.py point held for minutes (default 9), the
+        # receiver's memory sampled; writes $OUT/soak.json. Needs the wheel's _core.
+        "$PY" -c "from voltstream import _core" || {
+            echo "bench-soak needs voltstream._core: carry the wheel in .whl/ (see above)" >&2
+            exit 2
+        }
+        exec "$PY" bench/soak.py --json "${OUT:-/tmp}/soak.json" --workdir /tmp/voltstream-soak "$@"
+        ;;
     bench-record)
         shift
         # bench/record.py (issue 12): the recorder's sustained rate against fio on the
@@ -106,7 +116,7 @@ case "${1:-}" in
         exec "$PY" bench/latency.py --json "${OUT:-/tmp}/latency.json" "$@"
         ;;
     *)
-        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e|bench-record|bench-latency [args...]" >&2
+        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e|bench-soak|bench-record|bench-latency [args...]" >&2
         exit 2
         ;;
 esac
