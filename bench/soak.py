@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
     a = e2e.parse_args(argv)
     cpus = e2e.cpu_plan(a)
     workdir = Path(a.workdir or tempfile.mkdtemp(prefix="voltstream-soak-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     watcher = Watcher(every)
     watcher.start()
     p = e2e.run_point(config, rate, minutes * 60, a, cpus, mp.get_context("spawn"), workdir)
