@@ -14,7 +14,8 @@ What each verb takes:
 - ``fold FILE``: every shape the file reader reads; threads are polarisations, so a
   file of more than two threads is folded two at a time (``--vdif-threads``);
 - ``fold --listen``: what the format options describe (:func:`live_fold_refusal`),
-  two of more threads chosen with ``--vdif-threads`` (the others counted foreign);
+  real samples too (with ``--real``), two of more threads chosen with
+  ``--vdif-threads`` (the others counted foreign);
 - ``capture`` and ``record``: the format options where they describe every thread,
   else the stream description.
 """
