@@ -141,6 +141,7 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
         argv = VS + ["capture", "--listen", bind, *fmt, "--engine", a.engine, *tail]
         argv += shlex.split(a.capture_args)
     else:
+        fmt = getattr(make_traffic(traffic), "fold_format", lambda: fmt)()  # real: --real
         argv = VS + ["fold", "--listen", bind, *fmt, "--engine", a.engine, "--device", a.device]
         argv += FOLD
         argv += ["-o", str(report.with_suffix(".fits")), *tail, *shlex.split(a.fold_args)]

@@ -8,6 +8,9 @@ vectorised over all rows, so it is never bound by synthesis:
 - `ynao`: sequence counter, MJD / second / nanosecond (16 us per frame);
 - `vdif8`, `vdif2` (and `vdif4`): seconds and frame number; two threads, one per
   polarisation, frames interleaved (frame k of thread 0, then of thread 1);
+- `vdif2real`: the same frames holding real-sampled channels (2-bit, as a DBBC3 sends
+  them: each 4 MHz channel real at 8 MS/s), so the same frame rate as `vdif2`; the
+  fold takes them with `--real` (the capture counts frames, whatever they hold);
 - `spead`: MeerKAT digitiser heaps (10-bit, 4096 samples): heap counter and time
   stamp item; two digitiser ids (pols) interleaved like frames.
 
@@ -100,15 +103,20 @@ class Ynao:
 
 class Vdif:
     """VDIF, 32 channels of 4 MHz complex, 8000-byte payloads, threads 0 and 1 (pols),
-    as `voltstream capture --format vdif --bits B` expects with its defaults."""
+    as `voltstream capture --format vdif --bits B` expects with its defaults; with
+    ``real``, each channel real-sampled at 8 MS/s instead (`fold --real`)."""
 
-    streams, sample_kind, packet_len = 2, "complex", 8032
+    streams, packet_len = 2, 8032
     NCHAN, PAYLOAD, CHAN_BW_HZ = 32, 8000, 4e6
 
-    def __init__(self, bits: int):
-        self.bits, self.name = bits, f"vdif{bits}"
-        self.spf = self.PAYLOAD * 8 // (2 * self.NCHAN * bits)  # samples per frame
-        self.fps = int(self.CHAN_BW_HZ // self.spf)  # frames per second per thread
+    def __init__(self, bits: int, real: bool = False):
+        self.bits, self.real = bits, real
+        self.name = f"vdif{bits}" + ("real" if real else "")
+        self.sample_kind = "real" if real else "complex"
+        ndim = 1 if real else 2
+        self.spf = self.PAYLOAD * 8 // (ndim * self.NCHAN * bits)  # samples per frame
+        # Real samples come at twice the channel width: the same frames per second.
+        self.fps = int((3 - ndim) * self.CHAN_BW_HZ // self.spf)  # frames/s per thread
         self.samples_per_packet = self.spf * self.NCHAN  # one pol per frame
         first = (int(time.time()) - VDIF_EPOCH_UNIX) * self.fps
         self.f0 = -(-first // ALIGN) * ALIGN  # absolute frame count of packet 0
@@ -120,10 +128,9 @@ class Vdif:
         nframes = max(1, min(rows, 16) // 2)
         scale = 20.0 if self.bits == 8 else 2.0
         x = rng.normal(0, scale, (nframes * self.spf, self.NCHAN, 2, 2)).astype(np.float32)
-        x = x.view(np.complex64)[..., 0]
-        p = packetize_vdif(
-            x, frames_per_second=self.fps, nbit=self.bits, samples_per_frame=self.spf
-        )
+        x = x[..., 0] if self.real else x.view(np.complex64)[..., 0]
+        p = packetize_vdif(x, frames_per_second=self.fps, nbit=self.bits,
+                           samples_per_frame=self.spf, complex_data=not self.real)  # fmt: skip
         return _tile(p, rows)
 
     def restamp(self, buf: np.ndarray, g: np.ndarray) -> None:
@@ -141,6 +148,10 @@ class Vdif:
 
     def cli_format(self) -> list[str]:
         return ["--format", "vdif"] + ([] if self.bits == 8 else ["--bits", str(self.bits)])
+
+    def fold_format(self) -> list[str]:
+        """The fold's format options: the capture's, plus what the samples are."""
+        return self.cli_format() + (["--real"] if self.real else [])
 
 
 class Spead:
@@ -178,9 +189,13 @@ def make_traffic(name: str):
         return Ynao()
     if name in ("vdif2", "vdif4", "vdif8"):
         return Vdif(int(name[4:]))
+    if name == "vdif2real":
+        return Vdif(2, real=True)
     if name == "spead":
         return Spead()
-    raise ValueError(f"unknown traffic format {name!r}: ynao, vdif2, vdif4, vdif8, spead")
+    raise ValueError(
+        f"unknown traffic format {name!r}: ynao, vdif2, vdif4, vdif8, vdif2real, spead"
+    )
 
 
 def buffer_indices(i: int, j: int, k: int, block: int, blocks: int) -> np.ndarray:

@@ -187,10 +187,12 @@ def test_every_command_inspect_prints_runs_and_takes_the_stream(tmp_path, shape)
     totals = json.loads(report.read_text())["totals"]
     assert (totals["received"], totals["missing"], totals["foreign"]) == (len(frames), 0, 0)
 
-    # fold --listen: as printed where the shape folds live; else the description is
-    # refused with one line that names the verb recording it.
+    # fold --listen: as printed where the shape folds live (real samples too, with
+    # --real); else the description is refused with one line naming the recording verb.
     bind, out, report = free_bind(), tmp_path / "live.fits", tmp_path / "live.json"
-    if not plain:
+    live = bps in (2, 4, 8) and edv is not None
+    assert ("--real" in commands.get("fold_listen", "")) == (live and not cplx)
+    if not live:
         assert "fold_listen" not in commands and "record" in not_taken["fold_listen"]
         r = run_cli("fold", "--listen", bind, "--stream", str(toml), "--device", "cpu",
                     "--dm", "0", "--period", "0.01", "-o", str(out))  # fmt: skip

@@ -55,6 +55,14 @@ class StreamFormat:
     # A band that arrives as several streams (YNAO subbands on several ports, one
     # stream each): ``nchan`` counts every subband's channels, in stream order.
     subbands: int = 1
+    # VDIF: real-sampled channels (a DBBC3's), each real at twice ``chan_bw_mhz``; the
+    # fold converts them to complex channels of ``chan_bw_mhz`` (dsp/real.py).
+    real: bool = False
+
+    @property
+    def ndim(self) -> int:
+        """Values per sample: 2 (complex) or 1 (real)."""
+        return 1 if self.real else 2
 
     @property
     def thread_ids(self) -> list[int]:
@@ -63,7 +71,8 @@ class StreamFormat:
 
     @property
     def tsamp_s(self) -> float:
-        return 1e-6 / abs(self.chan_bw_mhz)
+        """The sample time as sent (real samples: half the complex channel's)."""
+        return 1e-6 / abs(self.chan_bw_mhz) / (2 if self.real else 1)
 
     @property
     def packets_per_second(self) -> float:
@@ -103,6 +112,7 @@ class StreamFormat:
             freq_mhz=self.freq_mhz,
             bw_mhz=self.chan_bw_mhz * self.nchan,
             tsamp_s=self.tsamp_s,
+            ndim=self.ndim,
             **kw,
         )
 
@@ -137,10 +147,10 @@ class StreamFormat:
             return PackedLayout(8, "twos", 2, self.nchan, self.npol, self.samples_per_packet,
                                 frame, per_sample, self.npol * 2, 2,
                                 cpb, packets_per_chunk * frame)  # fmt: skip
-        # VDIF: one stream (thread) per pol, (time, chan, re/im) offset binary per frame.
-        enc = "vdif2" if self.bits == 2 else "offset"
-        return PackedLayout(self.bits, enc, 2, self.nchan, self.npol, self.samples_per_packet,
-                            frame, self.nchan * 2, 2, packets_per_chunk * frame)  # fmt: skip
+        # VDIF: one stream (thread) per pol, (time, chan[, re/im]) offset binary per frame.
+        enc, d = ("vdif2" if self.bits == 2 else "offset"), self.ndim
+        return PackedLayout(self.bits, enc, d, self.nchan, self.npol, self.samples_per_packet,
+                            frame, self.nchan * d, d, packets_per_chunk * frame)  # fmt: skip
 
     def packetize(
         self, samples: np.ndarray, first_sample: int, obs: Observation, subband: int = 0
@@ -181,6 +191,7 @@ class StreamFormat:
             start_frame=start_frame + first_sample // spp,
             station=self.station or 0,
             threads=self.thread_ids,
+            complex_data=not self.real,
         )
 
     def payload_to_tfp(self, per_stream: np.ndarray, present: np.ndarray) -> np.ndarray:
@@ -191,7 +202,7 @@ class StreamFormat:
         """
         nstreams, npkt, _ = per_stream.shape
         spp, nchan, npol = self.samples_per_packet, self.nchan, self.npol
-        if self.bits != 8:
+        if self.bits != 8 or self.real:
             raise ConfigError(
                 f"{self.bits}-bit VDIF cannot be written to an 8-bit DADA file yet; capture "
                 "it without --output, or record its packets (voltstream record --layout vdif)"
@@ -228,12 +239,14 @@ class StreamFormat:
                 .view(np.complex64)[..., 0]
             )
         npol, npkt, _ = per_stream.shape
-        spp, nchan = self.samples_per_packet, self.nchan
-        out = np.zeros((npkt, spp, nchan, npol, 2), dtype=np.float32)
+        spp, nchan, d = self.samples_per_packet, self.nchan, self.ndim
+        out = np.zeros((npkt, spp, nchan, npol, d), dtype=np.float32)
         for p in range(npol):
             have = np.flatnonzero(present[p])
             parts = vdif.unpack(per_stream[p, have], self.bits)
-            out[have, :, :, p, :] = parts.reshape(have.size, spp, nchan, 2)
+            out[have, :, :, p, :] = parts.reshape(have.size, spp, nchan, d)
+        if self.real:  # real samples, float32 (n, nchan, npol): RealToComplex takes them
+            return out.reshape(npkt * spp, nchan, npol)
         return out.reshape(npkt * spp, nchan, npol, 2).view(np.complex64)[..., 0]
 
 
@@ -257,6 +270,7 @@ def make_format(
     bits: int = 8,
     station: int | None = None,
     vdif_threads: list[int] | None = None,
+    real: bool = False,
 ) -> StreamFormat:
     """Builds a StreamFormat from command-line style options, validating them."""
     if name not in FORMATS:
@@ -278,11 +292,12 @@ def make_format(
         raise ConfigError(f"VDIF needs a power-of-two channel count, got {nchan}")
     if bits not in (2, 4, 8):
         raise ConfigError(f"VDIF samples of {bits} bits: use 2, 4 or 8")
-    bits_per_sample = 2 * nchan * bits  # complex, all channels of one thread
+    bits_per_sample = (1 if real else 2) * nchan * bits  # all channels of one thread
     if vdif_payload % 8 or (vdif_payload * 8) % bits_per_sample:
+        kind = "real" if real else "complex"
         raise ConfigError(
             f"--vdif-payload {vdif_payload} must be a multiple of 8 bytes and hold whole "
-            f"samples ({bits}-bit complex x {nchan} channels = {bits_per_sample // 8 or 1} "
+            f"samples ({bits}-bit {kind} x {nchan} channels = {bits_per_sample // 8 or 1} "
             f"byte(s) per sample)"
         )
     if station is not None and not 0 <= station < 1 << 16:
@@ -303,5 +318,5 @@ def make_format(
             )
     return StreamFormat(
         "vdif", nchan, npol, vdif_payload * 8 // bits_per_sample, vdif_payload, chan_bw_mhz,
-        freq_mhz, bits, station, threads,
+        freq_mhz, bits, station, threads, real=real,
     )  # fmt: skip

@@ -401,7 +401,7 @@ def groups(text: str) -> list[str]:
     return groups
 
 
-def format_from(args: argparse.Namespace) -> StreamFormat:
+def format_from(args: argparse.Namespace, real: bool | None = None) -> StreamFormat:
     from voltstream.formats import make_format
 
     threads, npol = getattr(args, "vdif_threads", None), getattr(args, "npol", 2)
@@ -418,6 +418,7 @@ def format_from(args: argparse.Namespace) -> StreamFormat:
         station=getattr(args, "station", None),
         npol=npol,
         vdif_threads=threads,
+        real=getattr(args, "real", False) if real is None else real,
     )
 
 

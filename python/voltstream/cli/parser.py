@@ -523,9 +523,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--stream",
         metavar="FILE.toml",
         help="a VDIF stream description (`voltstream inspect --write-stream` writes one) "
-        "instead of the format options: folded where its samples fold live (complex, 2, 4 "
-        "or 8 bits, standard headers, one or two threads; --vdif-threads picks two of more), "
+        "instead of the format options: folded where its samples fold live (complex or "
+        "real, 2, 4 or 8 bits, standard headers, one or two threads; --vdif-threads picks "
+        "two of more), "
         "else refused with the record command that takes it",
+    )
+    live.add_argument(
+        "--real",
+        action="store_true",
+        help="VDIF of real-sampled channels (a DBBC3's, R2DBE's, RDBE's): each channel "
+        "real at twice --chan-bw, converted to complex channels of --chan-bw before the "
+        "fold (on the GPU with --device gpu; docs/formats.md, VDIF)",
     )
     add_run(live, what="capture", duration=10.0, report="write the capture report (JSON) here")
     add_capture_threads(

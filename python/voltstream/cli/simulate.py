@@ -150,7 +150,8 @@ def simulate(args: argparse.Namespace) -> int:
     desc = _described(args)
     if desc is not None and desc.format != "codif":
         return simulate_packets(args, desc)
-    fmt = format_from(args) if desc is None else _codif_samples(args, desc)
+    # --real: the complex band's format; RealVdif (streams/packets.py) makes it real.
+    fmt = format_from(args, real=False) if desc is None else _codif_samples(args, desc)
     if args.dest:
         _destinations(args.dest, nsub)  # before any work: a clear error first
     if fmt.name == "vdif" and desc is None:

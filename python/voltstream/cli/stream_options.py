@@ -56,17 +56,20 @@ def fold_stream_options(args: argparse.Namespace) -> None:
         ) else ""  # fmt: skip
         raise ConfigError(f"{name}: {refusal}; record or capture it: {record}{pick}")
     payload = desc.frame_len - HEADER_LEN
-    per_sample = 2 * desc.nchan * bits
+    per_sample = (2 if cplx else 1) * desc.nchan * bits
     if (payload * 8) % per_sample:
+        kind = "complex" if cplx else "real"
         raise ConfigError(f"{name}: a {payload}-byte payload does not hold whole samples of "
-                          f"{desc.nchan} channels x {bits}-bit complex")  # fmt: skip
-    chan_bw = desc.frames_per_second * (payload * 8 // per_sample) / 1e6
+                          f"{desc.nchan} channels x {bits}-bit {kind}")  # fmt: skip
+    # Real samples come at twice the (complex) channel width they are converted to.
+    chan_bw = desc.frames_per_second * (payload * 8 // per_sample) / 1e6 / (1 if cplx else 2)
     if args.chan_bw is not None and abs(abs(args.chan_bw) - chan_bw) > 1e-9 * chan_bw:
         raise ConfigError(f"--chan-bw {args.chan_bw:g}: {name} says {chan_bw:g} MHz "
                           f"(frames_per_second x samples a frame); give -{chan_bw:g} for a "
                           "lower sideband, or leave it out")  # fmt: skip
     args.format, args.nchan, args.bits, args.vdif_payload = "vdif", desc.nchan, bits, payload
     args.vdif_threads, args.npol = list(threads), len(threads)
+    args.real = not cplx
     args.chan_bw = args.chan_bw if args.chan_bw is not None else chan_bw
     if args.station is None:
         args.station = desc.station

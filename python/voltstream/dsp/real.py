@@ -30,7 +30,7 @@ import numpy as np
 
 from voltstream.errors import ConfigError
 
-__all__ = ["TAPS", "RealToComplex", "halfband_lowpass"]
+__all__ = ["TAPS", "RealToComplex", "complex_observation", "halfband_lowpass"]
 
 #: Filter length (odd: a whole-sample group delay, an even number of taps = 2 * 32).
 TAPS = 65
@@ -41,6 +41,16 @@ def halfband_lowpass(taps: int = TAPS) -> np.ndarray:
     n = np.arange(taps) - (taps - 1) / 2
     h = 0.5 * np.sinc(0.5 * n) * np.kaiser(taps, 8.0)
     return h / h.sum()
+
+
+def complex_observation(obs: Any, taps: int = TAPS) -> Any:
+    """The complex baseband's observation of real-sampled ``obs``: ``ndim`` 2, the
+    sample time doubled, the start later by the filter's group delay (the GPU fold,
+    fold/gpu_real.py, is built with it, as the CPU fold reads :class:`RealToComplex`)."""
+    delay = (taps - 1) // 2  # input samples
+    return dataclasses.replace(
+        obs, ndim=2, tsamp_s=2 * obs.tsamp_s, start_sec=obs.start_sec + delay * obs.tsamp_s
+    )
 
 
 class RealToComplex:
@@ -59,10 +69,7 @@ class RealToComplex:
             raise ConfigError(f"taps={taps}: use 4k + 1 (an even delay in output samples)")
         self.reader = reader
         self.h = halfband_lowpass(taps)
-        delay = (taps - 1) // 2  # input samples
-        self.obs = dataclasses.replace(
-            src, ndim=2, tsamp_s=2 * src.tsamp_s, start_sec=src.start_sec + delay * src.tsamp_s
-        )
+        self.obs = complex_observation(src, taps)
         self.nsamp = None
         if getattr(reader, "nsamp", None) is not None:
             self.nsamp = max(0, (reader.nsamp - (taps - 1)) // 2)

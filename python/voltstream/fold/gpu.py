@@ -14,6 +14,10 @@ Per chunk of time-major baseband (nsamp, nchan, npol[, re/im]):
 6. ``detect_fold``: overlap discard + detection + phase/sub-integration binning
    into float64 accumulators that stay on the GPU until :meth:`finish`.
 
+Real-sampled channels (a packed layout of ``ndim`` 1) are first converted to complex
+baseband on the GPU (fold/gpu_real.py: ``dsp/real.py`` ``RealToComplex``'s twin), then
+take steps 2-6 as float32 complex samples.
+
 Semantics are those of the NumPy reference (dsp/dedisperse.py, dsp/detect.py,
 fold/reference.py, pipeline/fold.py): the same framing, the same validity rule for
 lost samples, the same sub-integrations and weights; :meth:`finish` hands the
@@ -42,6 +46,7 @@ from voltstream.dsp.packed import PackedLayout
 from voltstream.errors import ConfigError
 from voltstream.fold.gpu_ingest import GpuIngest, ValidCarry, gpu_chunk_samples, output_valid
 from voltstream.fold.gpu_output import FoldOutput, GpuOutput
+from voltstream.fold.gpu_real import RealFront
 from voltstream.fold.kernels import (
     ChirpTemplate,
     FoldTemplate,
@@ -131,6 +136,8 @@ class _FolderBase(FoldOutput):
         """
         if int(in_start) < 0:
             raise ConfigError(f"segment start must be >= 0, got {in_start}")
+        if getattr(self, "real", None) is not None:
+            raise ConfigError("segments of real samples are not folded apart: fold one stream")
         self.out_base = int(in_start) - self.samples_out
         self.valid_carry = ValidCarry(self.plan.overlap)
         self._drop_carry()
@@ -182,21 +189,34 @@ class GpuFolder(GpuIngest, GpuOutput, _FolderBase):
         super().__init__(*args, **kw)
         cp, p, obs = self.cp, self.plan, self.obs
         self.packed = packed
+        self.real: RealFront | None = None
         if packed is not None:
             if (packed.nchan, packed.npol) != (obs.nchan, obs.npol):
                 raise ConfigError(
                     f"packed layout has {packed.nchan} x {packed.npol} channels x pols, the "
                     f"observation {obs.nchan} x {obs.npol}"
                 )
-            dtype, ndim = np.uint8, packed.ndim
-            self.unpack_packed = PackedUnpackTemplate(packed).instantiate(p.nfft, p.step, p.nfft)
-            # Decoded carries (ncp, nfft): chunks need not start on a byte boundary.
-            self.carry_f = [cp.zeros(self.ncp * p.nfft, dtype=np.complex64) for _ in range(2)]
+            if packed.ndim == 1:
+                # Real samples: converted to complex (float32) on the GPU first; the
+                # chunk counts real inputs, the fold's frames complex outputs.
+                if obs.ndim != 2:
+                    raise ConfigError("a GPU fold of real samples is built with the complex "
+                                      "observation (dsp.real.complex_observation)")  # fmt: skip
+                self.real = RealFront(cp, packed, self.chunk)
+                self.max_blocks = p.max_blocks(self.real.max_out)
+                dtype, ndim = np.float32, 2
+            else:
+                dtype, ndim = np.uint8, packed.ndim
+                self.unpack_packed = PackedUnpackTemplate(packed).instantiate(
+                    p.nfft, p.step, p.nfft
+                )
+                # Decoded carries (ncp, nfft): chunks need not start on a byte boundary.
+                self.carry_f = [cp.zeros(self.ncp * p.nfft, dtype=np.complex64) for _ in range(2)]
             self.pin_inmask = [self._pinned((self.chunk,), np.uint8) for _ in range(2)]
             self.dev_inmask = [cp.empty(self.chunk, dtype=np.uint8) for _ in range(2)]
             self.inmask: list[Any] = [None, None]
         self.dtype, self.ndim = np.dtype(dtype), int(ndim)
-        if packed is None:
+        if packed is None or self.real is not None:
             self.unpack = UnpackTemplate(self.dtype, self.ndim).instantiate(
                 self.ncp, p.nfft, p.step
             )
@@ -213,8 +233,9 @@ class GpuFolder(GpuIngest, GpuOutput, _FolderBase):
         # A source's block may be bigger than its samples' bytes (a capture chunk
         # with its head cut, a file block with headers): feed_block copies it whole.
         raw_len = max(raw_len, int(raw_bytes or 0))
-        self.dev_raw = [cp.empty(raw_len, dtype=self.dtype) for _ in range(2)]
-        carry_len = p.nfft * per_sample if packed is None else 1
+        raw_dtype = self.dtype if packed is None else np.uint8
+        self.dev_raw = [cp.empty(raw_len, dtype=raw_dtype) for _ in range(2)]
+        carry_len = p.nfft * per_sample if packed is None or self.real is not None else 1
         self.carry = [cp.empty(carry_len, dtype=self.dtype) for _ in range(2)]
         self.cur = 0
         self.nknot_max = self.fold_t.nknot(self.max_blocks * p.step)
@@ -253,10 +274,15 @@ class GpuFolder(GpuIngest, GpuOutput, _FolderBase):
         waits: the FFT plans of every frame count they can have, and accumulators for
         ``duration_s`` seconds of sub-integrations (a live run must not stall on them)."""
         p = self.plan
+        sizes = {n}
+        if self.real is not None:  # n real inputs: the complex outputs they make
+            taps = self.real.carry.taps
+            sizes = {max(0, (c + n - taps + 2) // 2) for c in (0, taps - 2, taps - 1)}
         # After the first chunk the carry holds overlap .. overlap + step - 1 samples.
-        for nb in {p.blocks(0, n), *(p.blocks(c, n) for c in (p.overlap, p.overlap + p.step - 1))}:
-            if nb:
-                self._fft_plan(nb)
+        for m in sizes:
+            for c in (0, p.overlap, p.overlap + p.step - 1):
+                if nb := p.blocks(c, m):
+                    self._fft_plan(nb)
         if duration_s and self.tsub_s:
             self._grow(int(duration_s / self.tsub_s) + 2)
         self.synchronize()
@@ -287,6 +313,10 @@ class GpuFolder(GpuIngest, GpuOutput, _FolderBase):
 
     def _process(self, slot: int | None, n: int, valid: np.ndarray | None, raw: Any = None) -> None:
         p = self.plan
+        real = None
+        if self.real is not None:  # n real inputs in: the complex outputs go on from here
+            real = self.real.carry.step(valid, n)
+            n, valid = real.nout, real.out_valid
         nblock = p.blocks(self.carry_len, n)
         nout = nblock * p.step
         first = self.out_base + self.samples_out + p.head
@@ -314,6 +344,9 @@ class GpuFolder(GpuIngest, GpuOutput, _FolderBase):
                 self.dev_valid[kslot][:nout].set(
                     self.pin_valid[kslot][:nout], stream=self.copy_stream
                 )
+        real_valid = None
+        if real is not None and self.real is not None:
+            real_valid = self.real.upload_valid(kslot, real, self.copy_stream)
         self.copied[kslot].record(self.copy_stream)
         cs = self.compute_stream
         cs.wait_event(self.copied[kslot])
@@ -328,7 +361,12 @@ class GpuFolder(GpuIngest, GpuOutput, _FolderBase):
         if raw is None:
             assert slot is not None  # without ``raw`` the data sit in a slot
             raw = self.dev_raw[slot]
-        if self.packed is not None:
+        if real is not None and self.real is not None:
+            mask = self.inmask[slot] if slot is not None else None
+            t0 = self._mark(cs)
+            raw = self.real.convert(raw, mask, real, real_valid, cs)
+            self._stage("unpack", t0, cs)  # the real unpack: part of the unpack
+        elif self.packed is not None:
             with cs:
                 self._process_packed(raw, n, slot, nblock, job)
             return self._advance(n, nout)

@@ -80,6 +80,7 @@ class GpuIngest:
     ndim: int
     dtype: Any
     packed: Any
+    real: Any  # fold/gpu_real.py RealFront, or None
     slot: int
     dev_raw: list[Any]
     pin_raw: list[Any]
@@ -103,7 +104,15 @@ class GpuIngest:
 
         return cupyx.empty_pinned(shape, dtype=dtype)
 
+    def _not_real(self, verb: str) -> None:
+        if self.real is not None:
+            raise ConfigError(
+                f"{verb} takes samples the engine folds as they are; an engine of real "
+                "samples takes packed chunks (feed_packed, feed_block)"
+            )
+
     def _raw_view(self, block: np.ndarray) -> tuple[int, Any]:
+        self._not_real("feed")
         n = block.shape[0]
         if n > self.chunk:
             raise ConfigError(f"chunk of {n} samples exceeds the engine's {self.chunk}")
@@ -147,7 +156,7 @@ class GpuIngest:
         if pinned:
             return flat[:count]
         if self.pin_raw[slot] is None:
-            self.pin_raw[slot] = self._pinned((self.dev_raw[slot].size,), self.dtype)
+            self.pin_raw[slot] = self._pinned((self.dev_raw[slot].size,), self.dev_raw[slot].dtype)
         src = self.pin_raw[slot][:count]
         np.copyto(src, flat[:count])
         return src
@@ -164,6 +173,7 @@ class GpuIngest:
 
     def feed_device(self, raw_dev: Any, valid: np.ndarray | None = None) -> None:
         """Queue one chunk already on the GPU (flat or shaped, the engine's dtype)."""
+        self._not_real("feed_device")
         n = raw_dev.size // (self.ncp * self.ndim)
         if n > self.chunk:
             raise ConfigError(f"chunk of {n} samples exceeds the engine's {self.chunk}")

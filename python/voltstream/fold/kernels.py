@@ -1,6 +1,7 @@
 """The fold path's CUDA kernels, each a Template and an Operation
 (``voltstream.dsp.cuda``): unpack (``unpack.cu``), packed unpack
-(``unpack_packed.cu``), chirp multiply (``chirp.cu``), detect + fold (``fold.cu``).
+(``unpack_packed.cu``), real-sampled channels to complex baseband
+(``real_to_complex.cu``), chirp multiply (``chirp.cu``), detect + fold (``fold.cu``).
 Each is tested against its NumPy reference in ``tests/gpu/test_kernels.py``.
 """
 
@@ -21,6 +22,8 @@ __all__ = [
     "FoldTemplate",
     "PackedUnpackOp",
     "PackedUnpackTemplate",
+    "RealToComplexOp",
+    "RealToComplexTemplate",
     "UnpackOp",
     "UnpackTemplate",
 ]
@@ -190,6 +193,128 @@ class PackedUnpackOp(_FramingOp):
         self.check(nxt=(nxt, Buffer(np.complex64, min_size=self.ncp * self.carry_cap)))
         vptr = self._common(raw, carry, valid, nsamp_raw)
         if new_len == 0:
+            return
+        nt = self.t.CARRY_THREADS
+        args: tuple[Any, ...] = (raw, carry, vptr, nxt) + self.layout_args
+        args += (np.int32(self.carry_cap), np.int32(carry_len), np.int64(nsamp_raw),
+                 np.int64(cut), np.int32(new_len))  # fmt: skip
+        self.launch("carry_tail", (-(-new_len // nt), self.ncp), (nt,), args, stream)
+
+
+# --- real-sampled channels to complex baseband, from the packed bytes
+
+# (NBIT, ENCODING) pairs the packed kernels read; pairs of channel x pol per block.
+_PACKED_CODES = ((2, 0), (2, 1), (2, 2), (4, 0), (4, 1), (8, 0), (8, 1))
+_R2C_TILES = (4, 8, 16, 32)
+
+
+class RealToComplexTemplate(Template):
+    """``dsp/real.py`` ``RealToComplex`` on the GPU for one packed real layout: the
+    down-converter and its carry kernel (``real_to_complex.cu``)."""
+
+    source = "real_to_complex.cu"
+    TILES = _R2C_TILES
+    VARIANTS = tuple(
+        (("NBIT", b), ("ENCODING", e), ("TAPS", 65), ("TILE_CP", t))
+        for b, e in _PACKED_CODES
+        for t in _R2C_TILES
+    )
+    THREADS = 256
+    CARRY_THREADS = 64
+
+    def __init__(self, layout: PackedLayout, taps: int = 65) -> None:
+        layout.check()
+        if layout.ndim != 1:
+            raise ConfigError("the real-to-complex kernel reads real samples (ndim 1)")
+        if taps % 4 != 1:
+            raise ConfigError(f"taps={taps}: use 4k + 1 (an even delay in output samples)")
+        self.layout, self.taps = layout, taps
+        ncp = layout.nchan * layout.npol
+        # Pairs per block: no more than the data have (a block of 4 channels x 2 pols
+        # uses all its threads), up to 32.
+        self.tile_cp = next((t for t in self.TILES if t >= ncp), self.TILES[-1])
+        self.tile_k = 2048 // self.tile_cp
+        super().__init__({"NBIT": layout.nbit, "ENCODING": ENCODINGS[layout.encoding],
+                          "TAPS": taps, "TILE_CP": self.tile_cp})  # fmt: skip
+
+    def instantiate(self, carry_cap: int) -> RealToComplexOp:
+        return RealToComplexOp(self, carry_cap)
+
+
+class RealToComplexOp(Operation):
+    """Complex outputs from ``carry[:carry_len]`` (decoded real, (ncp, carry_cap)
+    float32) followed by ``raw`` (packed real values in the template's layout)."""
+
+    t: RealToComplexTemplate
+
+    def __init__(self, template: RealToComplexTemplate, carry_cap: int) -> None:
+        if carry_cap < template.taps - 1:
+            raise ConfigError(f"the carry holds {template.taps - 1} inputs, got {carry_cap}")
+        super().__init__(template)
+        self.carry_cap = carry_cap
+        L = template.layout
+        self.ncp = L.nchan * L.npol
+        self.layout_args = (
+            np.int64(L.s_blk),
+            np.int32(L.spf),
+            np.int32(L.s_t),
+            np.int32(L.s_c),
+            np.int32(L.s_p),
+            np.int32(L.chans_per_block),
+            np.int64(L.s_cb),
+            np.int32(L.npol),
+            np.int32(self.ncp),
+        )
+
+    def _common(self, raw: Any, carry: Any, valid: Any, nsamp_raw: int, carry_len: int) -> Any:
+        if raw.size < self.t.layout.nbytes(nsamp_raw):
+            raise ConfigError(f"{raw.size} bytes cannot hold {nsamp_raw} packed samples")
+        if not 0 <= carry_len <= self.carry_cap:
+            raise ConfigError(f"carry of {carry_len} inputs exceeds its {self.carry_cap}")
+        self.check(
+            raw=(raw, Buffer(np.uint8)),
+            carry=(carry, Buffer(np.float32, min_size=self.ncp * self.carry_cap)),
+            valid=(valid, Buffer(np.uint8, min_size=nsamp_raw)),
+        )
+        return valid if valid is not None else 0
+
+    def __call__(self, raw: Any, nsamp_raw: int, carry: Any, carry_len: int, valid: Any,
+                 signed_taps: Any, out: Any, nout: int, start: int, out_valid: Any = None,
+                 stream: Any = None) -> None:  # fmt: skip
+        """Outputs 0 .. nout - 1 into ``out`` ((nout, ncp) complex64 as float32 pairs);
+        ``start``: the stream index of the carry's first input (even);
+        ``signed_taps``: :func:`voltstream.fold.gpu_real.signed_taps` on the GPU."""
+        t = self.t
+        if start % 2:
+            raise ConfigError(f"the converter consumes inputs in pairs: start {start} is odd")
+        if nout > 0 and 2 * (nout - 1) + t.taps > carry_len + nsamp_raw:
+            raise ConfigError(f"{nout} outputs need more inputs than carry + chunk hold")
+        vptr = self._common(raw, carry, valid, nsamp_raw, carry_len)
+        self.check(
+            signed_taps=(signed_taps, Buffer(np.float32, (t.taps,))),
+            out=(out, Buffer(np.float32, min_size=2 * self.ncp * nout)),
+            out_valid=(out_valid, Buffer(np.uint8, min_size=nout)),
+        )
+        if nout <= 0:
+            return
+        grid = (-(-nout // t.tile_k), -(-self.ncp // t.tile_cp))
+        args: tuple[Any, ...] = (raw, carry, vptr, signed_taps, out,
+                                 out_valid if out_valid is not None else 0)  # fmt: skip
+        args += self.layout_args
+        args += (np.int32(self.carry_cap), np.int32(carry_len), np.int64(nsamp_raw),
+                 np.int32(nout), np.int32(start % 4))  # fmt: skip
+        block = (t.tile_cp, t.THREADS // t.tile_cp)
+        self.launch("real_to_complex", grid, block, args, stream)
+
+    def carry_tail(self, raw: Any, nsamp_raw: int, carry: Any, carry_len: int, valid: Any,
+                   nxt: Any, cut: int, new_len: int, stream: Any = None) -> None:  # fmt: skip
+        """``nxt`` = inputs ``cut .. cut + new_len`` of carry + raw, decoded."""
+        if new_len > self.carry_cap or cut + new_len > carry_len + nsamp_raw:
+            raise ConfigError(f"carry of {new_len} inputs from {cut} does not fit or exceeds "
+                              "the stream")  # fmt: skip
+        self.check(nxt=(nxt, Buffer(np.float32, min_size=self.ncp * self.carry_cap)))
+        vptr = self._common(raw, carry, valid, nsamp_raw, carry_len)
+        if new_len <= 0:
             return
         nt = self.t.CARRY_THREADS
         args: tuple[Any, ...] = (raw, carry, vptr, nxt) + self.layout_args

@@ -14,7 +14,8 @@ What each verb takes:
 - ``fold FILE``: every shape the file reader reads; threads are polarisations, so a
   file of more than two threads is folded two at a time (``--vdif-threads``);
 - ``fold --listen``: what the format options describe (:func:`live_fold_refusal`),
-  two of more threads chosen with ``--vdif-threads`` (the others counted foreign);
+  real samples too (with ``--real``), two of more threads chosen with
+  ``--vdif-threads`` (the others counted foreign);
 - ``capture`` and ``record``: the format options where they describe every thread,
   else the stream description.
 """
@@ -40,8 +41,6 @@ def live_fold_refusal(*, bits: int, complex_data: bool, legacy: bool, threads: i
     """Why `fold --listen` does not take a VDIF stream of this shape (None: it does).
     ``threads``: the threads it would fold (one per polarisation)."""
     why = []
-    if not complex_data:
-        why.append("real samples")
     if bits not in OPTION_BITS:
         why.append(f"{bits}-bit samples")
     if legacy:
@@ -51,8 +50,8 @@ def live_fold_refusal(*, bits: int, complex_data: bool, legacy: bool, threads: i
     if not why:
         return None
     return (
-        "fold --listen takes complex VDIF of 2, 4 or 8 bits with standard headers, one "
-        f"or two threads (polarisations), not {', '.join(why)}"
+        "fold --listen takes VDIF of 2, 4 or 8 bits (complex, or real with --real) with "
+        f"standard headers, one or two threads (polarisations), not {', '.join(why)}"
     )
 
 
@@ -82,8 +81,10 @@ def stream_toml(i: dict) -> str | None:
 def _options(i: dict, threads: list[int]) -> str:
     """The format options of a stream the options describe, folding ``threads``."""
     payload = i["frame_len"][0] - HEADER_LEN
-    nchan, bits = i["nchan"][0], i["bits"][0]
+    nchan, bits, cplx = i["nchan"][0], i["bits"][0], bool(i["complex"][0])
     opts = f"--format vdif --nchan {nchan} --bits {bits} --vdif-payload {payload}"
+    if not cplx:  # fold --listen only: capture and record take it by its description
+        opts += " --real"
     if len(i["stations"]) > 1:
         opts += f" --station {max(i['stations'], key=i['stations'].get)}"
     if len(threads) == 1:
@@ -91,7 +92,8 @@ def _options(i: dict, threads: list[int]) -> str:
     elif threads != [0, 1] or len(i["threads"]) > 2:  # named: the others are foreign
         opts += " --vdif-threads " + ",".join(map(str, threads))
     if i["frames_per_second"]:
-        bw = i["frames_per_second"] * (payload * 8 // (2 * nchan * bits)) / 1e6
+        ndim = 2 if cplx else 1  # real: each channel sampled at twice its width
+        bw = i["frames_per_second"] * (payload * 8 // (ndim * nchan * bits)) / 1e6 / (3 - ndim)
         opts += f" --chan-bw {bw:g}"
     return opts
 
@@ -114,7 +116,8 @@ def vdif_commands(i: dict, path: str | None = None) -> dict[str, Any]:
         commands["fold"] = f"voltstream fold {path}{pick} {_FOLD}"
     listen = "--listen HOST:PORT"
     refusal = live_fold_refusal(bits=bits, complex_data=cplx, legacy=legacy, threads=1)
-    plain = refusal is None  # the format options describe the samples
+    live = refusal is None  # fold --listen takes it (real: with --real)
+    plain = live and cplx  # capture's and record's format options describe the samples
     toml = stream_toml(i)
     if plain and len(threads) <= 2:
         described = _options(i, threads)
@@ -130,7 +133,7 @@ def vdif_commands(i: dict, path: str | None = None) -> dict[str, Any]:
         commands["capture"] = f"voltstream capture {listen} {described} --duration S"
         commands["record"] = (f"voltstream record {listen} {described} --scan NAME --dirs DIR "
                               "--layout vdif")  # fmt: skip
-    if plain:
+    if live:
         commands["fold_listen"] = f"voltstream fold {listen} {_options(i, folded)} {_FOLD}"
     else:
         takes = "record or capture it" if described else "capture or record it"

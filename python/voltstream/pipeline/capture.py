@@ -277,7 +277,8 @@ class CountingSink:
 
     def __init__(self, fmt: CaptureFormat, report: CaptureReport) -> None:
         self.fmt, self.report = fmt, report
-        self.bytes_per_sample = fmt.nchan * fmt.npol * 2 * getattr(fmt, "bits", 8) // 8
+        ndim = getattr(fmt, "ndim", 2)  # real VDIF: one value a sample
+        self.bytes_per_sample = fmt.nchan * fmt.npol * ndim * getattr(fmt, "bits", 8) // 8
 
     def take(self, item: Any) -> None:
         packets = item.packets
@@ -327,11 +328,13 @@ class TfpSink(CountingSink):
         if isinstance(item, Block):
             first_packet = item.chunk_id * item.present.shape[1] + item.first
         self.next_packet = first_packet + item.packets
-        packed = self.fmt.bits != 8
+        real = getattr(self.fmt, "real", False)  # real VDIF: float32 real samples
+        packed = self.fmt.bits != 8 or real
         if isinstance(item, Gap):
             n = item.packets * spp
             if packed:
-                samples = np.zeros((n, self.fmt.nchan, self.fmt.npol), np.complex64)
+                kind = np.float32 if real else np.complex64
+                samples = np.zeros((n, self.fmt.nchan, self.fmt.npol), kind)
             else:
                 samples = np.zeros((n, self.fmt.nchan, self.fmt.npol, 2), np.int8)
             valid = np.zeros(n, bool)

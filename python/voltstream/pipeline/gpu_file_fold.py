@@ -4,8 +4,11 @@
 is read by ``pipeline/file_source.py`` (reader threads straight into page-locked
 buffers) and each block is copied to the GPU from there and given back on its copy's
 event (``pipeline/gpu.py``); other readers go through the staged paths (packed VDIF
-frames, raw 8/16-bit samples, or complex64 blocks). The stage times go on the
-archive (``stage_seconds``) for the CLI and the benchmark.
+frames, raw 8/16-bit samples, or complex64 blocks). Real-sampled files (VDIF of a
+DBBC3, DADA of NDIM 1; given as they are or wrapped in ``dsp.real.RealToComplex``, as
+the CLI does) go to the GPU as stored too and are converted to complex baseband there
+(fold/gpu_real.py); only the staged fallback converts them on the host. The stage
+times go on the archive (``stage_seconds``) for the CLI and the benchmark.
 """
 
 from __future__ import annotations
@@ -44,11 +47,21 @@ def fold_file_gpu(
     2/4/8-bit VDIF frames (``reader.read_packed``, unpacked by
     ``unpack_packed.cu``) or raw 8/16-bit DADA samples (``reader.read_raw``);
     otherwise the complex64 blocks (and validity masks) of ``reader.read_blocks``.
+    A real-sampled reader (``obs.ndim`` 1, or a ``RealToComplex`` of one) folds as
+    ``RealToComplex`` would convert it, the conversion done on the GPU where the
+    samples go there as stored.
     """
     if not gpu_available():
         raise GpuError("no CUDA GPU is visible to CuPy; use --device cpu")
     if variant not in ("fused", "naive"):
         raise ConfigError(f"unknown GPU variant {variant!r}: use 'fused' or 'naive'")
+    from voltstream.dsp.real import RealToComplex
+
+    real = None  # the real reader's complex view: its obs, and the staged fallback
+    if isinstance(reader, RealToComplex):
+        real, reader = reader, reader.reader
+    elif reader.obs.ndim == 1:
+        real = RealToComplex(reader)
     obs = reader.obs
     cls: type[GpuFolder] | type[NaiveGpuFolder] = (
         GpuFolder if variant == "fused" else NaiveGpuFolder
@@ -56,15 +69,25 @@ def fold_file_gpu(
     eng: GpuFolder | NaiveGpuFolder
     t_start = time.perf_counter()
     raw_ok = hasattr(reader, "read_raw") and getattr(reader, "nsamp", None) is not None
-    raw_ok = raw_ok and obs.nbit in (8, 16)
-    src = _file_source(reader, settings.block_samples) if variant == "fused" else None
+    raw_ok = raw_ok and obs.nbit in (8, 16) and real is None
+    block = settings.block_samples
+    if real is not None and block:  # block_samples counts complex samples
+        block = 2 * int(block)
+    src = _file_source(reader, block) if variant == "fused" else None
+    fold_obs = real.obs if real is not None else None
     stages = {}
     if src is not None:
         stages["source_s"] = time.perf_counter() - t_start
         with src:
-            eng = _fold_file_blocks(src, settings, progress, stages)
+            eng = _fold_file_blocks(src, settings, progress, stages, fold_obs)
     elif variant == "fused" and hasattr(reader, "read_packed"):
-        eng = _fold_packed(reader, settings, progress)
+        eng = _fold_packed(reader, settings, progress, block, fold_obs)
+    elif real is not None:  # real samples the GPU cannot take as stored: converted here
+        eng = cls.from_settings(real.obs, settings, dtype=np.float32, ndim=2)
+        for blk, valid in reader_blocks(real, eng.chunk, np.complex64):
+            eng.feed(blk, valid)
+            if progress is not None:
+                progress(eng.samples_in, eng.samples_out)
     elif raw_ok:
         dtype = np.int8 if obs.nbit == 8 else np.int16
         eng = cls.from_settings(obs, settings, dtype=dtype, ndim=obs.ndim)
@@ -104,17 +127,20 @@ def _file_source(reader: Any, block_samples: Any) -> FileSource | None:
         return None
 
 
-def _fold_packed(reader: Any, settings: FoldSettings, progress: Any) -> GpuFolder:
+def _fold_packed(reader: Any, settings: FoldSettings, progress: Any, block: Any = None,
+                 fold_obs: Any = None) -> GpuFolder:  # fmt: skip
     """Frames of a VDIF-like reader to the GPU as stored bytes (2/4/8-bit codes).
 
     Chunks are whole frames (the packed layout is frame by frame); absent frames
-    arrive as a validity mask and are zeroed by the unpack kernel.
+    arrive as a validity mask and are zeroed by the unpack kernel. ``fold_obs``: the
+    complex observation of real samples (None: the reader's).
     """
     layout = reader.packed_layout()
     spf = layout.spf
-    want = settings.block_samples or (1 << 19)
+    want = block or (1 << 19)
     chunk = max(1, int(want) // spf) * spf
-    eng = GpuFolder.from_settings(reader.obs, settings, packed=layout, chunk_samples=chunk)
+    eng = GpuFolder.from_settings(fold_obs or reader.obs, settings, packed=layout,
+                                  chunk_samples=chunk)  # fmt: skip
     fpc = chunk // spf
     nframes = reader.nsamp // spf
     for f0 in range(0, nframes, fpc):
@@ -126,15 +152,18 @@ def _fold_packed(reader: Any, settings: FoldSettings, progress: Any) -> GpuFolde
     return eng
 
 
-def _fold_file_blocks(src: Any, settings: FoldSettings, progress: Any, stages: dict) -> GpuFolder:
+def _fold_file_blocks(src: Any, settings: FoldSettings, progress: Any, stages: dict,
+                      fold_obs: Any = None) -> GpuFolder:  # fmt: skip
     """A file on the product path: blocks read by several threads straight into
     page-locked buffers (pipeline/file_source.py: DADA, VDIF as stored or gathered),
     copied to the GPU from there and given back on the copy's event (pipeline/gpu.py),
-    unpacked by the packed kernel reading the file's bytes as they are."""
+    unpacked by the packed kernel reading the file's bytes as they are (real samples:
+    converted to complex first, fold_obs their complex observation)."""
     from voltstream.pipeline.gpu import Handoff
 
     t0 = time.perf_counter()
-    eng = GpuFolder.from_settings(src.obs, settings, packed=src.layout, raw_bytes=src.block_bytes,
+    eng = GpuFolder.from_settings(fold_obs or src.obs, settings, packed=src.layout,
+                                  raw_bytes=src.block_bytes,
                                   chunk_samples=src.block_samples)  # fmt: skip
     eng.warm_up(src.block_samples)
     stages["engine_s"] = time.perf_counter() - t0

@@ -171,7 +171,9 @@ def fold_live_gpu(
     socket opens, so the first chunks do not wait on it. The chunk is the capture's
     (``packets_per_chunk``: None sizes it for the GPU), not ``settings.block_samples``;
     the pool is ``pool_mb``, whatever ``capture`` says of chunks. ``stop_event``
-    ends the capture early (run_capture); the archive holds what was folded.
+    ends the capture early (run_capture); the archive holds what was folded. Real
+    VDIF (``fmt.real``): ``obs`` is the complex observation (``dsp.real``
+    ``complex_observation``); the chunks are converted on the GPU (fold/gpu_real.py).
     """
     from voltstream.fold.gpu import GpuFolder
     from voltstream.pipeline.capture import run_capture
@@ -203,6 +205,6 @@ def fold_live_gpu(
         gpu_busy_pct=100.0 * eng.busy_ms() / 1000.0 / max(wall, 1e-9),
         host_ms_per_block=1e3 * eng.host_busy_s / max(eng.blocks_fed, 1),
         host_wait_s=eng.host_wait_s,
-        block_ms=1e3 * nsamp * obs.tsamp_s,
+        block_ms=1e3 * nsamp * fmt.tsamp_s,
     )
     return archive, report

@@ -39,42 +39,7 @@
 #define NDIM 2
 #endif
 
-#if NBIT != 2 && NBIT != 4 && NBIT != 8
-#error "NBIT must be 2, 4 or 8"
-#endif
-#if ENCODING == 2 && NBIT != 2
-#error "the VDIF level table is for 2-bit data"
-#endif
-
-struct Layout {
-    long long s_blk;  // values from one frame (block of spf samples) to the next
-    int spf;          // samples per frame; 1 when s_t is unused
-    int s_t;          // values from one sample to the next within a frame
-    int s_c;          // values from one channel to the next
-    int s_p;          // values from one polarisation to the next
-    int cpb;          // channels per block
-    long long s_cb;   // values from one block of channels to the next
-    int npol;
-};
-
-__device__ __forceinline__ float decode(unsigned int code)
-{
-#if ENCODING == 0
-    return (float)(((int)(code << (32 - NBIT))) >> (32 - NBIT));
-#elif ENCODING == 1
-    return (float)((int)code - (1 << (NBIT - 1)));
-#else
-    const float levels[4] = {-3.3359f, -1.0f, 1.0f, 3.3359f};
-    return levels[code];
-#endif
-}
-
-__device__ __forceinline__ float value_at(const unsigned char *__restrict__ raw, long long v)
-{
-    const long long bit = v * NBIT;
-    const unsigned int byte = raw[bit >> 3];
-    return decode((byte >> (bit & 7)) & ((1u << NBIT) - 1u));
-}
+#include "packed_value.cuh"
 
 // Stream sample s of (chan, pol) pair cp: from the decoded carry or the raw bytes.
 __device__ __forceinline__ float2 stream_sample(const unsigned char *__restrict__ raw,
@@ -86,10 +51,7 @@ __device__ __forceinline__ float2 stream_sample(const unsigned char *__restrict_
     if (s < carry_len) return carry[(long long)cp * carry_cap + s];
     const long long r = s - carry_len;
     if (r >= nsamp_raw || (valid != nullptr && valid[r] == 0)) return make_float2(0.0f, 0.0f);
-    const int c = cp / L.npol, p = cp % L.npol;
-    const long long v = (r / L.spf) * L.s_blk + (long long)(r % L.spf) * L.s_t +
-                        (long long)(c / L.cpb) * L.s_cb + (long long)(c % L.cpb) * L.s_c +
-                        (long long)p * L.s_p;
+    const long long v = packed_offset(L, r, cp / L.npol, cp % L.npol);
 #if NDIM == 2
     return make_float2(value_at(raw, v), value_at(raw, v + 1));
 #else
