@@ -82,12 +82,13 @@ def start_fengine(listen: str, *extra: str) -> tuple[subprocess.Popen, list[str]
     return proc, lines
 
 
-def simulate(port: int, tone: float, seed: int, ids: tuple[int, int]) -> subprocess.Popen:
+def simulate(port: int, tone: float, seed: int, ids: tuple[int, int], *extra: str
+             ) -> subprocess.Popen:  # fmt: skip
     return subprocess.Popen(
         [sys.executable, "-m", "voltstream.cli", "simulate", "--format", "spead-dig",
          "--samples-per-heap", str(SPH), "--sample-rate-hz", str(FS), "--tone", str(tone),
          "--seed", str(seed), "--dig-ids", f"{ids[0]},{ids[1]}", "--heaps", str(HEAPS),
-         "--dest", f"127.0.0.1:{port}", "--rate", "0.05"],
+         "--dest", f"127.0.0.1:{port}", "--rate", "0.05", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
@@ -149,7 +150,9 @@ def test_two_antennas_in_one_process_each_send_the_reference_of_their_own_input(
         s.close()
 
 
-def test_a_silent_antenna_is_counted_and_does_not_hold_the_run(tmp_path):
+def test_a_silent_antenna_is_counted_and_does_not_hold_the_run_and_loss_sets_the_status(
+    tmp_path,
+):
     ports = free_ports(2)
     report_path = tmp_path / "report.json"
     mine = sorted(os.sched_getaffinity(0))
@@ -158,24 +161,26 @@ def test_a_silent_antenna_is_counted_and_does_not_hold_the_run(tmp_path):
     proc, lines = start_fengine(
         f"127.0.0.1:{ports[0]}+1", "--output", f"{tmp_path / 'a'},{tmp_path / 'b'}",
         "--idle-timeout", "4", "--report", str(report_path), "--cpus", f"{cpus[0]},{cpus[1]}",
+        "--max-loss", "0",
     )  # fmt: skip
     try:
-        sim = simulate(ports[0], *SIGNALS[0])  # nothing to the second port
+        sim = simulate(ports[0], *SIGNALS[0], "--drop", "1:50")  # nothing to the second port
         assert sim.wait(60) == 0, sim.stderr.read()
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
+    assert proc.returncode == 1, err  # one heap lost of antenna 0's, over --max-loss 0
+    assert "lost 0.25 % of the data (1 of 400)" in err
     assert time.monotonic() - t0 < 45  # each antenna ended on its idle timeout
     assert f"antenna 1 (127.0.0.1:{ports[1]}): NOTHING RECEIVED" in out
     assert f"antenna 1 (127.0.0.1:{ports[1]}) received nothing" in err
     report = json.loads(report_path.read_text())
     a0, a1 = report["antennas"]
-    assert a0["capture"]["totals"]["received"] == 2 * HEAPS and a0["engine"]["heaps_made"] > 0
+    assert a0["capture"]["totals"]["received"] == 2 * HEAPS - 1 and a0["engine"]["heaps_made"] > 0
     assert a1["capture"]["totals"]["received"] == 0 and a1["engine"]["heaps_made"] == 0
-    assert report["totals"]["antennas_silent"] == 1 and report["totals"]["lost"] == 0
-    assert report["totals"]["received"] == 2 * HEAPS
+    assert report["totals"]["antennas_silent"] == 1 and report["totals"]["lost"] == 1
+    assert report["totals"]["received"] == 2 * HEAPS - 1
     assert [a["capture"]["threads"][0]["cpu"] for a in (a0, a1)] == cpus
 
 

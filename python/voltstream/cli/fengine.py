@@ -20,7 +20,7 @@ from voltstream.cli.simulate import _parse_dig_ids
 from voltstream.digitiser import check_bits
 from voltstream.errors import ConfigError
 from voltstream.fengine.settings import FEngineSettings
-from voltstream.service.exit_status import Loss
+from voltstream.service.exit_status import Loss, capture_loss
 
 log = logging.getLogger("voltstream.cli.commands")
 
@@ -142,7 +142,8 @@ def _run_many(args: argparse.Namespace, antennas: list[Any]) -> Loss:
         print(line)
     if args.report:
         report.write_json(args.report)
-    return report.loss()
+    losses = [capture_loss(r.capture) for r in report.antennas]  # every antenna's packets
+    return Loss(sum(x.lost for x in losses), sum(x.expected for x in losses))
 
 
 def _antenna(

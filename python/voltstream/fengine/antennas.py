@@ -11,7 +11,7 @@ work is not Python's: the capture and the SPEAD send are Rust (the GIL released
 while they wait or send), the GPU engine queues kernels on its own streams, and
 the Python per chunk (about 1 ms per 10 ms chunk at one antenna's 34 Gb/s) leaves
 room under the GIL for four. docs/architecture.md ("Several antennas in one
-F-engine process") has the measured cost.
+F-engine process") has the reasoning and what is still to be measured.
 
 This module splits one F-engine's settings and capture into N antennas'
 (``split_settings``, ``split_capture``), runs them (``run_antennas``) and adds their
@@ -34,7 +34,6 @@ from voltstream.capture_config import CaptureSettings
 from voltstream.errors import ConfigError
 from voltstream.fengine.pipeline import FEngineReport, run_fengine
 from voltstream.fengine.settings import FEngineSettings
-from voltstream.service.exit_status import Loss, capture_loss
 
 __all__ = [
     "Antenna",
@@ -180,18 +179,14 @@ class FEngineArrayReport:
                 int(s.get(k, 0)) for r in self.antennas for s in r.capture.get("streams", [])
             )
         tot["kernel_drops"] = sum(int(r.capture.get("kernel_drops", 0)) for r in self.antennas)
-        tot["lost"] = self.loss().lost
+        # As a capture counts it (service/exit_status.py capture_loss, per antenna).
+        tot["lost"] = sum(tot[k] for k in ("missing", "late", "dropped", "kernel_drops"))
         tot["heaps_paired"] = sum(r.heaps_paired for r in self.antennas)
         for k in ("heaps_made", "heaps_skipped"):
             tot[k] = sum(int(r.engine.get(k, 0)) for r in self.antennas)
         for k in ("heaps_sent", "bytes_sent", "send_errors"):
             tot[k] = sum(int(r.output.get(k, 0)) for r in self.antennas)
         return tot
-
-    def loss(self) -> Loss:
-        """What every antenna lost of what it should have received, added up."""
-        losses = [capture_loss(r.capture) for r in self.antennas]
-        return Loss(sum(x.lost for x in losses), sum(x.expected for x in losses))
 
     def as_dict(self) -> dict:
         return {
