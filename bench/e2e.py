@@ -41,6 +41,9 @@ CPUs (default, 16 cores): receivers' Python on 0,1; capture threads on 2,3,... (
 as --threads/--cpus where the verb has them, else added to the process's CPU mask);
 senders on the top cores (15, 14, ...).
 
+(Just over 600 lines: the configurations, one point, the search and the summary read
+together; receivers, traffic, baselines and merging are e2e_*.py beside it.)
+
 Results: --json (default docs/results/e2e.json) is merged into when it exists
 (bench/e2e_merge.py: per configuration the best confirmed run; a figure no run
 measured is never written over with null); --replace overwrites it.
