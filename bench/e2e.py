@@ -27,6 +27,9 @@ Configurations (--only, comma-separated; JSON keys `<name>_lossless_gbps`):
       /dev/null (--fengine-sink)
   fengine_two_processes   two F-engines (4096 ch) on one GPU, two ports, the senders
       split between them; the figure is per antenna
+  fengine_4ant_4096, fengine_4ant_32768   one `voltstream fengine` of 4 antennas
+      (--listen P+3, a capture thread per antenna on --cpus, 4 engines on one GPU),
+      the senders split over the 4 ports; the figure is the total over the antennas
   gpu_alone   bench/fold_gpu.py and bench/fengine_gpu.py, short runs (G samples/s)
   file_fold   `voltstream fold FILE.dada --device gpu` on a --file-gb DADA file in the
       page cache, timed end to end (and marginally, minus a small file's run)
@@ -40,6 +43,13 @@ F-engines: capture alone x 2, GPU alone of one F-engine).
 CPUs (default, 16 cores): receivers' Python on 0,1; capture threads on 2,3,... (passed
 as --threads/--cpus where the verb has them, else added to the process's CPU mask);
 senders on the top cores (15, 14, ...).
+
+(Just over 600 lines: the configurations, one point, the search and the summary read
+together; receivers, traffic, baselines and merging are e2e_*.py beside it.)
+
+Results: --json (default docs/results/e2e.json) is merged into when it exists
+(bench/e2e_merge.py: per configuration the best confirmed run; a figure no run
+measured is never written over with null); --replace overwrites it.
 
 Runs, each under the device's 10-minute limit (--budget, default 500 s, stops starting
 new points and lists what was skipped; with the defaults a capture configuration takes
@@ -69,6 +79,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from e2e_baselines import file_fold, gpu_alone  # noqa: E402
+from e2e_merge import merge_docs  # noqa: E402
 from e2e_receivers import (  # noqa: E402
     ALL_COUNTERS,
     Receivers,
@@ -97,6 +108,9 @@ CONFIGS = {  # name: (product, traffic, options)
     "fengine_4096": ("fengine", "spead", {"channels": 4096}),
     "fengine_32768": ("fengine", "spead", {"channels": 32768}),
     "fengine_two_processes": ("fengine", "spead", {"channels": 4096, "receivers": 2}),
+    # Four antennas in one process (issue 26 item 3): one receiver on 4 consecutive ports.
+    "fengine_4ant_4096": ("fengine", "spead", {"channels": 4096, "antennas": 4}),
+    "fengine_4ant_32768": ("fengine", "spead", {"channels": 32768, "antennas": 4}),
     # One YNAO stream (one flow) on --spread-threads capture threads taking turns by chunk.
     "capture_1stream_threads": ("capture", "ynao", {"threads": "spread"}),
     "fold_1stream_threads": ("fold", "ynao", {"threads": "spread"}),
@@ -114,6 +128,8 @@ CAPTURE_ALONE = {
     "fengine_4096": "capture_spead",
     "fengine_32768": "capture_spead",
     "fengine_two_processes": "capture_spead",
+    "fengine_4ant_4096": "capture_spead",
+    "fengine_4ant_32768": "capture_spead",
     "fold_1stream_threads": "capture_1stream_threads",
     "fold_4streams": "capture_4streams",
 }
@@ -125,6 +141,9 @@ GPU_ALONE = {
     "fengine_4096": "fengine_4096_gsps",
     "fengine_32768": "fengine_32768_gsps",
     "fengine_two_processes": "fengine_4096_gsps",
+    # The GPU alone is one engine at a time: four share the GPU, so it bounds the total.
+    "fengine_4ant_4096": "fengine_4096_gsps",
+    "fengine_4ant_32768": "fengine_32768_gsps",
     "fold_1stream_threads": "fold_8bit_gsps",
     "fold_4streams": "fold_8bit_gsps",
 }
@@ -135,12 +154,24 @@ def cpu_plan(a) -> dict:
     cpus = sorted(os.sched_getaffinity(0))
     pick = lambda text: [int(c) for c in text.split(",") if c != ""]  # noqa: E731
     rx = pick(a.receiver_cpus) if a.receiver_cpus else cpus[:2]
-    ncap = max(2 * a.capture_threads, a.spread_threads)  # two receivers, or one spread
+    # Two receivers, one spread over threads, or one of several antennas (a thread each).
+    ncap = max(2 * a.capture_threads, a.spread_threads, _most_antennas(a))
     cap = pick(a.capture_cpus) if a.capture_cpus is not None else cpus[2 : 2 + ncap]
     rest = [c for c in reversed(cpus) if c not in rx + cap]
     tx = pick(a.sender_cpus) if a.sender_cpus else (rest or cpus[-1:])[: a.senders]
     shared = bool(set(tx) & set(rx + cap)) or len(tx) < a.senders
     return {"receiver": rx, "capture": cap, "sender": tx, "shared_cores": shared}
+
+
+def _most_antennas(a) -> int:
+    """The most antennas one receiver of the selected configurations has."""
+    names = [n for n in a.only.split(",") if n in CONFIGS]
+    return max((CONFIGS[n][2].get("antennas", 1) for n in names), default=1)
+
+
+def ports_of(opt: dict) -> int:
+    """Ports one receiver listens on: a band's streams or an F-engine's antennas."""
+    return opt.get("streams", opt.get("antennas", 1))
 
 
 # ------------------------------------------------------------------------ one point
@@ -152,7 +183,7 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
     product, traffic, opt = CONFIGS[name]
     tr = make_traffic(traffic)
     nrx = opt.get("receivers", 1)
-    nstreams = opt.get("streams", 1)
+    nstreams = ports_of(opt)
     ports = [free_port() for _ in range(nrx)] if nstreams == 1 else free_ports(nstreams)
     k = max(1, len(cpus["sender"]) // len(ports))
     block = a.block_packets
@@ -173,7 +204,7 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
     }
     t_start = time.monotonic()
     reports = [workdir / f"{stamp}-{r}.json" for r in range(nrx)]
-    # A band in several streams: one receiver listening on every port (P+N).
+    # A band in several streams, or several antennas: one receiver on every port (P+N).
     listens = ports if nstreams == 1 else [f"{ports[0]}+{nstreams - 1}"]
     cmds = [
         receiver_argv(product, traffic, opt, r, port, dur, reports[r], a, cpus)
@@ -335,7 +366,7 @@ def find_ceiling(name: str, run, a, budget_ok) -> dict:
     if chosen is None:
         notes.append("no lossless point")
     lossy = [p["offered_gbps"] for p in points if "offered_gbps" in p and not p["lossless"]]
-    nrx = CONFIGS[name][2].get("receivers", 1)
+    nrx = CONFIGS[name][2].get("receivers", 1)  # per process; 4 antennas: the total
     return {
         "lossless_gbps": chosen["received_gbps"] / nrx if chosen else None,
         "total_lossless_gbps": chosen["received_gbps"] if chosen else None,
@@ -373,11 +404,13 @@ def finalize(doc: dict) -> dict:
     ratios = {}
     for name, base in CAPTURE_ALONE.items():
         doc[f"{name}_capture_alone_gbps"] = cap = doc[f"{base}_lossless_gbps"]
-        scale = 2 if name == "fengine_two_processes" else 1
+        opt = CONFIGS[name][2]
+        scale = opt.get("receivers", 1)  # a per-process figure: times the processes
+        cores = scale * opt.get("antennas", 1)  # capture threads, each a core's capture alone
         e2e = gsps(name, doc[f"{name}_lossless_gbps"])
         e2e = e2e * scale if e2e is not None else None
         ceilings = {
-            "capture_alone_gsps": gsps(base, cap) * scale if cap else None,
+            "capture_alone_gsps": gsps(base, cap) * cores if cap else None,
             "gpu_alone_gsps": gpu.get(GPU_ALONE[name]),
         }
         known = [v for v in ceilings.values() if v]
@@ -467,7 +500,13 @@ def parse_args(argv):
         default=",".join(list(CONFIGS) + list(OTHERS)),
         help="configurations, comma-separated",
     )
-    add("--json", default="docs/results/e2e.json", help="where to write the results")
+    add(
+        "--json",
+        default="docs/results/e2e.json",
+        help="where to write the results; an existing file is merged with them (each "
+        "figure kept unless this run measured it better; never a null over a figure)",
+    )
+    add("--replace", action="store_true", help="overwrite --json instead of merging")
     add(
         "--merge",
         nargs="+",
@@ -508,36 +547,11 @@ def parse_args(argv):
     return a
 
 
-def _rank(c: dict) -> tuple:
-    """Merge order: confirmed before unconfirmed, then the higher lossless rate."""
-    return (bool(c.get("confirmed_seconds")), c.get("lossless_gbps") or 0.0)
-
-
 def main(argv=None) -> dict:
     a = parse_args(argv)
     if a.merge:
         docs = [json.loads(Path(p).read_text()) for p in a.merge]
-        doc = {
-            "machine": docs[0].get("machine"),
-            "date": docs[-1].get("date"),
-            "command": [d.get("command") for d in docs],
-            "configs": {},
-            "skipped": {},
-        }
-        for i, d in enumerate(docs):
-            for name, c in d.get("configs", {}).items():
-                # Per configuration the best confirmed figure of the runs merged (each
-                # a >= 20 s lossless run in its own right), else the latest; the entry
-                # says which run it came from.
-                c = dict(c, merged_from=a.merge[i])
-                old = doc["configs"].get(name)
-                if old is None or _rank(c) >= _rank(old):
-                    doc["configs"][name] = c
-            for k, why in d.get("skipped", {}).items():  # a real reason beats "not selected"
-                if k not in doc["skipped"] or not why.startswith("not selected"):
-                    doc["skipped"][k] = why
-            doc.update({k: d[k] for k in OTHERS if d.get(k)})
-        return write(finalize(doc), a.json)
+        return write(merge_docs(docs, a.merge, OTHERS, finalize), a.json)
     names = [n for n in a.only.split(",") if n]
     unknown = [n for n in names if n not in CONFIGS and n not in OTHERS]
     if unknown:
@@ -599,7 +613,11 @@ def main(argv=None) -> dict:
             return p
 
         doc["configs"][name] = find_ceiling(name, run, a, budget_ok)
-    return write(finalize(doc), a.json)
+    doc = finalize(doc)
+    if Path(a.json).exists() and not a.replace:  # merged into what it holds (e2e_merge.py)
+        old = json.loads(Path(a.json).read_text())
+        doc = merge_docs([old, doc], [a.json, "this run"], OTHERS, finalize)
+    return write(doc, a.json)
 
 
 def write(doc: dict, path: str) -> dict:

@@ -39,7 +39,12 @@ class Skip(Exception):
 def receiver_counts(report: dict) -> dict:
     """Every capture counter (received, missing, ..., kernel_drops, chunks_dropped) from a
     capture/fold report (CaptureReport.as_dict: totals, engine) or an F-engine report
-    (FEngineReport.as_dict: capture = the capture engine's stats())."""
+    (FEngineReport.as_dict: capture = the capture engine's stats()), or an F-engine of
+    several antennas ({"antennas": [FEngineReport.as_dict, ...]}: summed)."""
+    if isinstance(report.get("antennas"), list):
+        each = [receiver_counts(r) for r in report["antennas"]]
+        out = {k: sum(c[k] for c in each) for k in (*ALL_COUNTERS, "timeline_lost")}
+        return out | {"engine": each[0]["engine"] if each else None}
     cap = report.get("capture")
     if isinstance(cap, dict) and ("totals" in cap or "streams" in cap):
         eng, totals = cap, cap.get("totals")
@@ -69,7 +74,12 @@ def lossless(sent: int, c: dict) -> bool:
 
 
 def product_extras(report: dict) -> dict:
-    """What the product made beside the capture counters (F-engine heaps, fold chunks)."""
+    """What the product made beside the capture counters (F-engine heaps, fold chunks);
+    an F-engine of several antennas: summed, and each antenna's."""
+    if isinstance(report.get("antennas"), list):
+        each = [product_extras(r) for r in report["antennas"]]
+        total = {k: sum(e.get(k) or 0 for e in each) for k in each[0]} if each else {}
+        return total | {"antennas": each}
     if "capture" in report:
         eng, out = report.get("engine") or {}, report.get("output") or {}
         got = {
@@ -84,6 +94,18 @@ def product_extras(report: dict) -> dict:
     else:
         got = {k: report.get(k) for k in ("chunks", "samples_written", "discontinuities")}
     return {k: v for k, v in got.items() if v is not None}
+
+
+def fengine_sink(flags: str, opt: dict) -> list[str]:
+    """--fengine-sink's flags; several antennas write one file each: an --output of
+    one file is given once per antenna (e.g. /dev/null four times)."""
+    argv = shlex.split(flags)
+    n = opt.get("antennas", 1)
+    if n > 1 and "--output" in argv[:-1]:
+        i = argv.index("--output") + 1
+        if "," not in argv[i]:
+            argv[i] = ",".join([argv[i]] * n)
+    return argv
 
 
 @functools.cache
@@ -125,10 +147,19 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
     mask = set(cpus["receiver"])
     fmt = make_traffic(traffic).cli_format()
     if product == "fengine":
+        nthr = opt.get("antennas", 1)  # a capture thread per antenna (--cpus, one each)
+        thr = cpus["capture"][r * nthr : (r + 1) * nthr]
         argv = VS + ["fengine", "--listen", bind, "--device", a.device, "--channels"]
         argv += [str(opt["channels"]), "--taps", "16", "--sample-bits", "10"]
-        argv += ["--engine", a.engine, *shlex.split(a.fengine_sink), *tail]
+        argv += ["--engine", a.engine, *fengine_sink(a.fengine_sink, opt), *tail]
         argv += shlex.split(a.fengine_args)
+        if len(thr) == nthr:  # a thread can pin only inside the mask
+            return argv + ["--cpus", ",".join(map(str, thr))], mask | set(thr), None
+        return (
+            argv,
+            mask | set(thr),
+            (f"capture threads unpinned ({len(thr)} capture CPUs for {nthr})" if thr else None),
+        )
     elif traffic == "spead" and "spead-dig" not in cli_help("capture"):
         argv = [sys.executable, str(HERE / "e2e_traffic.py"), "capture-spead", "--bind", bind]
         argv += ["--engine", a.engine, *tail]

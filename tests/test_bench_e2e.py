@@ -307,6 +307,61 @@ def test_summary_ratio_and_merge(tmp_path):
     assert doc["unconfirmed_gbps"] == {}
 
 
+def test_a_merge_never_writes_a_null_over_a_figure_and_a_run_merges_into_its_json(tmp_path):
+    def cfg(g, confirmed=20.0):
+        return {"lossless_gbps": g, "confirmed_seconds": confirmed, "receiver_cpu": [1.0],
+                "notes": [], "errors": []}  # fmt: skip
+
+    # A figure written by hand (no configuration behind it) and one merged from an
+    # earlier file: both survive a merge with a run that measured neither.
+    old = {"configs": {"fengine_4096": dict(cfg(34.0), merged_from="session7.json")},
+           "fold_1stream_threads_lossless_gbps": 81.0, "hand_written_gbps": 37.1}  # fmt: skip
+    new = {"configs": {"fengine_4ant_4096": cfg(120.0), "fengine_4096": cfg(30.0, None)}}
+    paths = [tmp_path / "old.json", tmp_path / "new.json"]
+    for path, d in zip(paths, (old, new), strict=True):
+        path.write_text(json.dumps(d))
+    out = tmp_path / "e2e.json"
+    doc = e2e.main(["--merge", *map(str, paths), "--json", str(out)])
+    assert doc["fold_1stream_threads_lossless_gbps"] == 81.0 and doc["hand_written_gbps"] == 37.1
+    assert doc["fengine_4096_lossless_gbps"] == 34.0  # confirmed beats a later unconfirmed
+    assert doc["configs"]["fengine_4096"]["merged_from"] == "session7.json"
+    assert doc["fengine_4ant_4096_lossless_gbps"] == 120.0  # the total of 4 antennas
+    r = doc["ratios"]["fengine_4ant_4096"]
+    assert r["e2e_gsps"] == pytest.approx(e2e.gsps("fengine_4ant_4096", 120.0))
+    # A run (no configuration selected here) merges into an existing --json: it keeps
+    # every figure the file had; --replace overwrites.
+    before = json.loads(out.read_text())
+    run = e2e.main(["--only", "", "--json", str(out), "--workdir", str(tmp_path / "w")])
+    assert run["fengine_4ant_4096_lossless_gbps"] == 120.0 and run["hand_written_gbps"] == 37.1
+    assert {k: v for k, v in before.items() if "gbps" in k and v is not None}.items() <= (
+        run.items()
+    )
+    fresh = e2e.main(["--only", "", "--json", str(out), "--workdir", str(tmp_path / "w"),
+                      "--replace"])  # fmt: skip
+    assert fresh["fengine_4ant_4096_lossless_gbps"] is None
+
+
+def test_four_antennas_are_one_receiver_on_four_ports_and_its_report_is_summed(tmp_path):
+    from voltstream.fengine.antennas import FEngineArrayReport
+    from voltstream.fengine.pipeline import FEngineReport
+
+    a = e2e.parse_args(["--only", "fengine_4ant_4096", "--device", "cpu"])
+    cpus = {"receiver": [0, 1], "capture": [2, 3, 4, 5], "sender": [15], "shared_cores": False}
+    assert e2e.ports_of(e2e.CONFIGS["fengine_4ant_4096"][2]) == 4
+    argv, mask, note = rx.receiver_argv(*e2e.CONFIGS["fengine_4ant_4096"], 0, "7148+3", 9,
+                                        tmp_path / "r.json", a, cpus)  # fmt: skip
+    assert argv[argv.index("--listen") + 1] == "127.0.0.1:7148+3"
+    assert argv[argv.index("--cpus") + 1] == "2,3,4,5" and mask == {0, 1, 2, 3, 4, 5}
+    assert argv[argv.index("--output") + 1] == ",".join(["/dev/null"] * 4) and note is None
+    ants = [FEngineReport(f"127.0.0.1:{7148 + k}", capture=engine_stats(missing=k))
+            for k in range(4)]  # fmt: skip
+    report = json.loads(json.dumps(FEngineArrayReport(ants).as_dict()))
+    counts = rx.receiver_counts(report)
+    assert counts["received"] == 80 and counts["missing"] == 6 and counts["foreign"] == 8
+    assert not rx.lossless(80, counts)
+    assert rx.product_extras(report)["heaps_paired"] == 0
+
+
 def test_capture_alone_through_the_harness_is_lossless(tmp_path, capsys):
     path = tmp_path / "e2e.json"
     args = [

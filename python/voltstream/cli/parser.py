@@ -96,9 +96,11 @@ quantisation to 8 or 4 bits), and send the channelised voltages as SPEAD heaps, 
 destination per substream (range of channels). docs/fengine.md has the contract.
 
 Input: both pols on one UDP port (--listen); the digitiser id item (0x3101) of each
-heap says which pol it is (--dig-ids). Heaps are paired by time stamp; a heap missing
-in either pol makes that time range invalid in both, and every output heap slot whose
-spectra touch invalid samples is not sent (counted as skipped).
+heap says which pol it is (--dig-ids). Several --listen addresses run one antenna
+each in this process (the report: a section per antenna, then the totals). Heaps are
+paired by time stamp; a heap missing in either pol makes that time range invalid in
+both, and every output heap slot whose spectra touch invalid samples is not sent
+(counted as skipped).
 
 Output: heaps of (channels/substreams, spectra-per-heap, 2 pols, re/im) int8, items
 timestamp (0x1600), feng_id (0x4101), frequency (0x4103, first channel), feng_raw
@@ -117,6 +119,8 @@ examples:
       --channels 1024 --duration 10 --device cpu
   voltstream fengine --listen 0.0.0.0:7148 --channels 4096 --substreams 4 \\
       --dest 239.10.0.1+3:7148 --device gpu --katcp-port 7147 --settings feng.json
+  voltstream fengine --listen 0.0.0.0:7148+3 --cpus 2,3,4,5 --channels 4096 \\
+      --dest 239.10.0.1+3:7148 --device gpu      (4 antennas, one GPU, one process)
 
 The end-of-run report lists every counter: per pol received/missing/late/duplicate/
 dropped heaps, malformed/foreign packets, pairing, spectra flagged, heaps made/
@@ -136,11 +140,15 @@ def _add_fengine_parser(verbs: Any) -> None:
     g = p.add_argument_group("input (digitiser heaps)")
     g.add_argument(
         "--listen",
-        type=host_port,
+        type=listen_option,
         required=True,
-        help="HOST:PORT to capture both polarisations on",
+        help="HOST:PORT to capture both polarisations on. Several antennas in this "
+        "process: one address each, comma-separated or HOST:PORT+N (N+1 consecutive "
+        "ports); each antenna has its own capture thread, engine and output",
     )
-    add_digitiser(g, dig_ids="; others count as foreign", sample_rate=None)
+    add_digitiser(g, dig_ids="; others count as foreign. Several antennas: the same two "
+                  "for each, or two per antenna (0,1,2,3: antenna 0's, then 1's)",
+                  sample_rate=None)  # fmt: skip
     g.add_argument(
         "--chunk-heaps",
         type=positive(int),
@@ -155,7 +163,7 @@ def _add_fengine_parser(verbs: Any) -> None:
         type=cpu_list,
         default=None,
         help="CPU of the capture thread (e.g. 2); pins it, and the engine's Python "
-        "stays off it. Default: unpinned",
+        "stays off it. Several antennas: one CPU per antenna (2,3,4,5). Default: unpinned",
     )
     add_engine(g, alias="--capture-engine")
     g = p.add_argument_group("channeliser")
@@ -181,7 +189,9 @@ def _add_fengine_parser(verbs: Any) -> None:
         action="append",
         default=[],
         help="HOST:PORT per substream, comma-separated or repeated, in channel order; "
-        "A.B.C.D+N:PORT means N+1 consecutive (multicast) addresses",
+        "A.B.C.D+N:PORT means N+1 consecutive (multicast) addresses, HOST:PORT+N N+1 "
+        "consecutive ports. Several antennas: one per substream per antenna, antenna 0's "
+        "first",
     )
     add_options(g, (
         ("--substreams", int, F.substreams,
@@ -195,24 +205,27 @@ def _add_fengine_parser(verbs: Any) -> None:
     add_rate(
         g,
         F.rate,
-        "total send rate over all destinations, Gb/s (0 = unpaced). Default: 1.1 x the "
-        "output data rate implied by --sample-rate-hz",
+        "total send rate over all destinations, Gb/s (0 = unpaced), per antenna. Default: "
+        "1.1 x the output data rate implied by --sample-rate-hz",
         alias="--rate-gbps",
     )
     add_options(g, (
         ("--packet-payload", int, F.packet_payload,
          "heap payload bytes per packet (divides the heap; 8192 needs jumbo frames "
          f"off loopback). Default: {F.packet_payload}"),
-        ("--feng-id", int, F.feng_id, f"this F-engine's index. Default: {F.feng_id}"),
+        ("--feng-id", int, F.feng_id, "this F-engine's index (several antennas: antenna "
+         f"k is F-engine --feng-id + k). Default: {F.feng_id}"),
         ("--n-fengs", int, F.n_fengs,
-         f"F-engines in the array (heap cnt = slot x n-fengs + feng-id). Default: {F.n_fengs}"),
+         "F-engines in the array (heap cnt = slot x n-fengs + feng-id). Default: "
+         f"{F.n_fengs}; with several antennas, at least as many as they need"),
         ("--descriptor-interval", int, F.descriptor_interval,
          "resend the item descriptors every this many heaps per destination. "
          f"Default: {F.descriptor_interval}"),
     ))  # fmt: skip
     out = g.add_argument("-o", "--output", default=F.output,
                          help="also write the packets as sent, back to back, to this file "
-                         "(docs/fengine.md; spead2 reads it with add_buffer_reader)")  # fmt: skip
+                         "(docs/fengine.md; spead2 reads it with add_buffer_reader). "
+                         "Several antennas: one file each, comma-separated")  # fmt: skip
     add_alias(g, "--output-file", out)
     g = p.add_argument_group("run and control")
     add_device(g, "where the engine runs")
@@ -220,10 +233,12 @@ def _add_fengine_parser(verbs: Any) -> None:
     add_options(g, (
         ("--katcp-port", int, None,
          "serve katcp control on this port (?gain, ?delays, ?capture-start/stop, "
-         "sensors); output then follows ?capture-start/?capture-stop"),
+         "sensors); output then follows ?capture-start/?capture-stop. Several antennas: "
+         "antenna k on this port + k (0: a free port each, printed)"),
         ("--katcp-host", None, "127.0.0.1", "address for katcp. Default: 127.0.0.1"),
         ("--settings", None, None,
-         "gains and delay models to apply at start (the katcp control's file format)"),
+         "gains and delay models to apply at start (the katcp control's file format). "
+         "Several antennas: one file for every antenna, or one each, comma-separated"),
     ))  # fmt: skip
 
 

@@ -124,7 +124,10 @@ class GpuFEngine(GpuIngest, GpuOutput, FEngineState):
         for k in range(int(blocks)):
             release_batches(self.process_packed_async(zeros, t + k * int(block_samples)))
         release_batches(self.flush(copy=False))
-        cp.cuda.Device().synchronize()
+        # This engine's own streams, not the device: other antennas' engines may be
+        # running on the same GPU (fengine/antennas.py), and their work is not ours.
+        for s in (*self._streams, cp.cuda.Stream.null):
+            s.synchronize()
         self.restart()
         self.counters = FEngineCounters()
         self.timing = dict.fromkeys(self.timing, 0.0) | {"calls": 0}

@@ -62,7 +62,8 @@ def parse_destinations(spec: Any) -> list[str]:
     """``HOST:PORT`` destinations from a comma-separated string or a list of them.
 
     ``A.B.C.D+N:PORT`` expands to the N+1 consecutive IPv4 addresses from A.B.C.D
-    (MeerKAT's notation for a range of multicast groups).
+    (MeerKAT's notation for a range of multicast groups); ``HOST:PORT+N`` to N+1
+    consecutive ports (as ``--listen`` takes them: several antennas on loopback).
     """
     items = [spec] if isinstance(spec, str) else list(spec or [])
     out: list[str] = []
@@ -72,6 +73,14 @@ def parse_destinations(spec: Any) -> list[str]:
             if not text:
                 continue
             host, sep, port = text.rpartition(":")
+            first_port, plus, more = port.partition("+")
+            if plus and more.isdigit() and first_port.isdigit() and "+" not in host:
+                last = int(first_port) + int(more)
+                if last > 65535:
+                    raise ConfigError(f"destination {text!r}: the ports run past 65535")
+                ports = range(int(first_port), last + 1)
+                out.extend(parse_destinations([f"{host}:{p}" for p in ports]))
+                continue
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ConfigError(
                     f"destination {text!r} is not HOST:PORT (e.g. 239.10.0.1:7148, "

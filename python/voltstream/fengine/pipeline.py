@@ -456,6 +456,7 @@ def run_fengine(
     stop_event: threading.Event | None = None,
     status: bool = False,
     live_report: Any = None,
+    status_label: str = "fengine",
 ) -> FEngineReport:
     """Runs the F-engine: the digitiser stream ``settings`` describe (ids, sample width,
     heap length), captured as ``capture`` says (address, engine, window, the capture
@@ -470,7 +471,7 @@ def run_fengine(
     none of them it runs until interrupted. ``on_start(address)`` is called once the
     socket is bound, with the bound ``HOST:PORT`` (the capture may ask for port 0).
     ``status`` prints one line a second on stderr (Gb/s in and processed, pool
-    fill, losses, GPU busy). The capture thread's CPU (``capture.threads.cpus``) is
+    fill, losses, GPU busy), beginning with ``status_label``. The capture thread's CPU (``capture.threads.cpus``) is
     pinned and the engine's Python keeps off it. A GPU engine is warmed up on blocks of
     zeros before the capture starts. ``engine_factory`` (no arguments, a fresh engine)
     lets the run survive a digitiser re-sync. ``live_report`` (the metrics board's
@@ -522,7 +523,7 @@ def run_fengine(
         from voltstream.pipeline.gpu import HostRegistry
 
         registry = HostRegistry()
-    line = StatusLine("fengine", nbytes) if status else None
+    line = StatusLine(status_label, nbytes) if status else None
     runner = StageRunner(feeder, nbytes, registry, line)
 
     def cap_stats() -> dict:  # the sensors' capture counters, once the capture is open

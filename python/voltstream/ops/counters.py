@@ -8,7 +8,9 @@ taken while it runs: the capture report (`CaptureReport.as_dict()`, the capture'
 `stats()` under "engine"; also fold --listen), the recorder's ``{"capture": stats,
 "record": ...}``, the F-engine's report, the replay report. Each section is found
 by its keys, so a verb whose report grows a section gets its metrics without a
-change here. A value that is absent or None gives no sample (never a made-up 0).
+change here. An F-engine of several antennas reports ``{"antennas": [report, ...]}``:
+each antenna's samples carry an ``antenna`` label. A value that is absent or None
+gives no sample (never a made-up 0).
 
 Names follow the Prometheus conventions: ``voltstream_`` prefix, ``_total`` on
 counters, base units (bytes, seconds; the reports' ``_ms`` and per cent values are
@@ -91,6 +93,11 @@ _ENGINE_OWN = (
 def samples(snapshot: dict[str, Any]) -> list[Sample]:
     """Every sample of a snapshot (see the module's docstring for the shapes)."""
     out: list[Sample] = []
+    # Several F-engine antennas in one process (fengine/antennas.py): each one's
+    # samples, labelled by its index.
+    for k, antenna in enumerate(snapshot.get("antennas") or []):
+        if isinstance(antenna, dict):
+            out += [replace(s, labels=s.labels | {"antenna": str(k)}) for s in samples(antenna)]
     if isinstance(snapshot.get("engine"), dict) and "streams" in snapshot["engine"]:
         out += _capture(snapshot["engine"], snapshot)  # capture / fold report
         out += _capture_report(snapshot)

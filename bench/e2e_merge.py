@@ -1,0 +1,47 @@
+"""Merging bench/e2e.py results: several runs' JSON into one document (`--merge`, and a
+run whose --json already exists), so that each figure measured is kept and none is
+ever overwritten by a run that did not measure it (a null).
+
+Per configuration the best confirmed figure of the runs merged wins (each a >= 20 s
+lossless run in its own right), else the latest; the entry says which run it came
+from. Top-level figures are recomputed from the configurations (`finalize`); a
+figure an input held that the merge would leave null or drop (one written by hand,
+a configuration this version no longer runs) is carried over from the latest input
+that has it.
+"""
+
+from __future__ import annotations
+
+
+def rank(c: dict) -> tuple:
+    """Merge order: confirmed before unconfirmed, then the higher lossless rate."""
+    return (bool(c.get("confirmed_seconds")), c.get("lossless_gbps") or 0.0)
+
+
+def merge_docs(docs: list[dict], sources: list[str], others: tuple, finalize) -> dict:
+    """One document from ``docs`` (in order, the latest last), each named by its
+    ``sources`` entry; ``others``: the top-level sections kept whole (gpu_alone...);
+    ``finalize``: the top-level figures from the configurations."""
+    doc: dict = {
+        "machine": docs[0].get("machine"),
+        "date": docs[-1].get("date"),
+        "command": [d.get("command") for d in docs],
+        "configs": {},
+        "skipped": {},
+    }
+    for d, source in zip(docs, sources, strict=True):
+        for name, c in d.get("configs", {}).items():
+            c = dict(c, merged_from=c.get("merged_from", source))
+            old = doc["configs"].get(name)
+            if old is None or rank(c) >= rank(old):
+                doc["configs"][name] = c
+        for k, why in d.get("skipped", {}).items():  # a real reason beats "not selected"
+            if k not in doc["skipped"] or not why.startswith("not selected"):
+                doc["skipped"][k] = why
+        doc.update({k: d[k] for k in others if d.get(k)})
+    doc = finalize(doc)
+    for d in docs:  # never a null over a figure an input had
+        for k, v in d.items():
+            if isinstance(v, (int, float, str)) and not isinstance(v, bool) and doc.get(k) is None:
+                doc[k] = v
+    return doc
