@@ -470,11 +470,12 @@ def run_fengine(
     come, when ``stop_event`` is set, or on Ctrl-C (``report.interrupted``); with
     none of them it runs until interrupted. ``on_start(address)`` is called once the
     socket is bound, with the bound ``HOST:PORT`` (the capture may ask for port 0).
-    ``status`` prints one line a second on stderr (Gb/s in and processed, pool
-    fill, losses, GPU busy), beginning with ``status_label``. The capture thread's CPU (``capture.threads.cpus``) is
-    pinned and the engine's Python keeps off it. A GPU engine is warmed up on blocks of
-    zeros before the capture starts. ``engine_factory`` (no arguments, a fresh engine)
-    lets the run survive a digitiser re-sync. ``live_report`` (the metrics board's
+    ``status`` prints one line a second on stderr (Gb/s in and processed, pool fill,
+    losses, GPU busy), beginning with ``status_label``. The capture thread's CPU
+    (``capture.threads.cpus``) is pinned and the engine's Python keeps off it. A GPU
+    engine is warmed up on blocks of zeros before the capture starts.
+    ``engine_factory`` (no arguments, a fresh engine) lets the run survive a
+    digitiser re-sync. ``live_report`` (the metrics board's
     ``watch``) is given a callable that returns the report so far, and
     ``report.as_dict`` at the end. ``settings.chunk_heaps``: digitiser heaps per
     polarisation per block, by default ``default_chunk_heaps`` (about 16 MiB per
