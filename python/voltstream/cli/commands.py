@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import voltstream.cli.stream_options as stream_options
 from voltstream.cli.common import (  # noqa: F401 - the verbs' shared helpers
     SUB_BYTE_RMS,
     _capture_format,
@@ -185,9 +186,6 @@ def fold(args: argparse.Namespace) -> int | Loss:
     # Before any work: a fold that can only fail at its end on a missing directory.
     check_outputs([("-o", args.output), ("--report", args.report), ("--plot", args.plot)])
     fold_stream_options(args)  # --stream: the description as the format options
-    if getattr(args, "real", False) and (args.input or args.scheduler or args.subband):
-        raise ConfigError("--real describes a live stream (fold --listen on one node); a "
-                          "file's own headers say whether its samples are real")  # fmt: skip
     if args.scheduler or args.subband:
         from voltstream.cli.cluster import fold_cluster
 
@@ -237,14 +235,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
                     recording.finish()
                 raise
             log.info("fold: listening on %s", args.listen)
-        reader = live
-        if getattr(fmt, "real", False):  # real-sampled channels: complex baseband first
-            from voltstream.dsp.real import RealToComplex, complex_observation
-
-            reader = RealToComplex(live) if live is not None else None
-            obs = complex_observation(obs)
-            log.info("fold: the stream holds real samples: each channel is converted to "
-                     "complex baseband first (on the %s)", device)  # fmt: skip
+        reader, obs = stream_options.live_real(fmt, live, obs, device)
     else:
         from voltstream.io.baseband import open_baseband
 

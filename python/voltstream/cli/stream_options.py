@@ -7,18 +7,22 @@ verb takes it (record, capture)."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from voltstream.errors import ConfigError
 from voltstream.io.inspect_commands import live_fold_refusal
 from voltstream.io.vdif import HEADER_LEN
 
-__all__ = ["file_threads", "filled", "fold_stream_options", "write_stream"]
+__all__ = ["file_threads", "filled", "fold_stream_options", "live_real", "write_stream"]
 
 
 def fold_stream_options(args: argparse.Namespace) -> None:
     """Sets ``args``' format options from its ``--stream`` description (and clears
     ``stream``); nothing without one. ConfigError where fold --listen does not take
     the stream, naming the command that records it."""
+    if getattr(args, "real", False) and (args.input or args.scheduler or args.subband):
+        raise ConfigError("--real describes a live stream (fold --listen on one node); a "
+                          "file's own headers say whether its samples are real")  # fmt: skip
     if not getattr(args, "stream", None):
         return
     name = args.stream if isinstance(args.stream, str) else "the stream description"
@@ -74,6 +78,22 @@ def fold_stream_options(args: argparse.Namespace) -> None:
     if args.station is None:
         args.station = desc.station
     args.stream = None
+
+
+def live_real(fmt: Any, live: Any, obs: Any, device: str) -> tuple[Any, Any]:
+    """The live fold's reader and observation: a real-sampled stream's channels go to
+    complex baseband first (``RealToComplex`` on the CPU; the GPU folder does it on the
+    GPU from the complex observation); any other stream as it is."""
+    if not getattr(fmt, "real", False):
+        return live, obs
+    import logging
+
+    from voltstream.dsp.real import RealToComplex, complex_observation
+
+    logging.getLogger("voltstream").info(
+        "fold: the stream holds real samples: each channel is converted to complex "
+        "baseband first (on the %s)", device)  # fmt: skip
+    return (RealToComplex(live) if live is not None else None), complex_observation(obs)
 
 
 def filled(info: dict, placeholder: str, value: str) -> dict:
