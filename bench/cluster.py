@@ -56,8 +56,22 @@ without the merger's writes, to tell the parts apart.
 GPU, one worker per node sharing it, as the issue asks; the same-run baseline is then
 one node's GPU fold alone.
 
-    python bench/cluster.py [--nodes 1,2,4] [--rates 0.05,0.07,...] [--seconds 4]
-                            [--tsub 0.25] [--json docs/results/cluster.json]
+`--geometry ynao` (issue 29): each node a real YNAO subband, 32 x 4 MHz channels, 2
+pols, 8-bit complex: 62 500 packets of 8216 bytes a second, 4.1 Gb/s a node (its
+"real time"); 4 nodes by default. The nodes' capture chunks are their own (a GPU node's
+about 32 MiB, as `voltstream fold --listen` sizes them; a CPU node's the capture's
+default); 0.05 s of the band is synthesised and repeated. Beside the cluster, in the
+same run: the one-process live fold (`voltstream fold --listen --device D`, the
+single-machine path a node now is plus its row sink) of node 0's subband at each
+per-node rate of the largest N (bench/cluster_single.py: sustained = lossless and
+kept up). The JSON's `cluster_ynao_4nodes_sustained_gbps` is 4 nodes' highest
+sustained total rate, `cluster_node_vs_single_ratio` a node's share of it over the
+one process's highest sustained rate (`--single yes` runs that baseline for the
+demo geometry too).
+
+    python bench/cluster.py [--geometry demo|ynao] [--nodes 1,2,4] [--rates 0.05,...]
+                            [--seconds 4] [--tsub 0.25] [--device cpu|gpu]
+                            [--single auto|yes|no] [--json docs/results/cluster.json]
 """
 
 from __future__ import annotations
@@ -79,15 +93,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cluster_single import headline, single_fold, single_table  # noqa: E402
 from cluster_traffic import (  # noqa: E402
+    GEOMETRIES,
     Band,
     BandSender,
+    Geometry,
     band_lead_s,
     fold_ceiling,
     last_packet_of_row,
     realtime_gbps,
 )
 from voltstream.capture_config import CaptureSettings  # noqa: E402
+from voltstream.capture_defaults import PACKETS_PER_CHUNK  # noqa: E402
 from voltstream.cli.cluster import demo_plan, held_for  # noqa: E402
 from voltstream.cluster.driver import run_observation  # noqa: E402
 from voltstream.cluster.local import local_nodes  # noqa: E402
@@ -108,6 +126,13 @@ KEEP_UP_SLOPE = 0.1
 RISE_NOISE_S = 0.1
 #: Seconds of rows in each cluster's first, unrated observation (the cold start).
 WARMUP_S = 0.5
+#: Samples of node 0's subband its fold alone is timed on, in the YNAO geometry (the
+#: demo's: all of them).
+CEILING_SAMPLES = 1 << 20
+#: Default node counts and total rates (Gb/s, rising) per geometry.
+DEFAULT_NODES = {"demo": "1,2,4", "ynao": "4"}
+DEFAULT_RATES = {"demo": "0.05,0.07,0.1,0.14,0.2,0.28,0.4,0.56,0.8",
+                 "ynao": "2,4,8,16.4,24,32"}  # fmt: skip
 
 
 def machine() -> dict:
@@ -172,7 +197,7 @@ def one_run(nodes: Any, band: Band, rate: float, a: argparse.Namespace, workdir:
     names = [f"node{i}" for i in range(n)]
     archive = workdir / f"n{n}-{rate:g}.fits"
     plan, _ = demo_plan(names, nodes.dests, archive, a.tsub, a.seconds, seed=a.seed,
-                        device=a.device)  # fmt: skip
+                        device=a.device, **plan_geometry(a))  # fmt: skip
     tx = BandSender(nodes.dests, band.packets(plan.jobs), band.fmt.packet_len, rate)
     cpu: list[tuple[float, dict]] = []
 
@@ -264,7 +289,7 @@ def measure(report: dict, plan: Any, band: Band, tx: BandSender, rate: float,
         "merger_latency_s": {k: _finite(v) for k, v in m["merge_latency_s"].items()},
         # A chunk leaves the capture when a packet `window` chunks ahead arrives: at
         # this rate that alone holds a row's last packet up to this long.
-        "window_wait_s": window.window_for(None, 1 / tx.dt) * window.packets_per_chunk * tx.dt,
+        "window_wait_s": window.window_for(a.node_ppc, 1 / tx.dt) * a.node_ppc * tx.dt,
         "latency_growth": growth,
         "latency_rise_s": rise,
         "kept_up": bool(kept_up),
@@ -379,6 +404,7 @@ def table(out: dict) -> list[str]:
             f"{c['gbps_per_node']:.3f} ({c['x_realtime']:.1f}) | {s['n_x_ceiling_gbps']:.3f} | "
             f"{ratio} |"
         )
+    lines += single_table(out)
     for w in out["warmups"]:
         lines.append(f"cold start, {w['nodes']} node(s) (each cluster's first observation, "
                      f"{w['asked_gbps']:.3f} Gb/s, not rated): merge latency p50 / p99 / max "
@@ -406,30 +432,61 @@ def table(out: dict) -> list[str]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add = ap.add_argument
-    add("--nodes", default="1,2,4", help="node counts, comma-separated")
-    add("--rates", default="0.05,0.07,0.1,0.14,0.2,0.28,0.4,0.56,0.8",
-        help="total rates, Gb/s of UDP payload over all nodes, rising")  # fmt: skip
+    add("--geometry", choices=sorted(GEOMETRIES), default="demo",
+        help="each node's subband: the demo's 32 x 62.5 kHz, or YNAO's 32 x 4 MHz")  # fmt: skip
+    add("--nodes", default=None, help="node counts, comma-separated (demo: 1,2,4; ynao: 4)")
+    add("--rates", default=None,
+        help="total rates, Gb/s of UDP payload over all nodes, rising (demo: 0.05 .. 0.8; "
+             "ynao: 2 .. 32)")  # fmt: skip
     add("--seconds", type=float, default=4.0, help="seconds of data whose rows are measured")
     add("--tsub", type=float, default=0.25, help="sub-integration length, s")
     add("--device", choices=["cpu", "gpu"], default="cpu",
         help="where nodes fold (gpu: every node on GPU 0, sharing it)")  # fmt: skip
+    add("--single", choices=["auto", "yes", "no"], default="auto",
+        help="also one process's live fold of node 0's subband (auto: ynao)")  # fmt: skip
     add("--netns", choices=["auto", "yes", "no"], default="auto",
         help="nodes in network namespaces (auto: when root)")  # fmt: skip
     add("--seed", type=int, default=1)
     add("--json", default=None, metavar="PATH")
-    return ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    a.nodes = a.nodes or DEFAULT_NODES[a.geometry]
+    a.rates = a.rates or DEFAULT_RATES[a.geometry]
+    return a
+
+
+def plan_geometry(a: argparse.Namespace) -> dict:
+    """`demo_plan`'s keywords for the geometry: the channels' width, the nodes' chunks."""
+    g: Geometry = GEOMETRIES[a.geometry]
+    return {"chan_bw_mhz": g.chan_bw_mhz, "packets_per_chunk": g.packets_per_chunk}
+
+
+def node_packets_per_chunk(a: argparse.Namespace) -> int:
+    """Packets per capture chunk of each node: the geometry's, else the node's own (a
+    GPU node's as the one-host live fold sizes them, a CPU node's the default)."""
+    from voltstream.pipeline.live import GPU_POOL_MB, gpu_chunking
+
+    g: Geometry = GEOMETRIES[a.geometry]
+    if g.packets_per_chunk:
+        return g.packets_per_chunk
+    if a.device == "gpu":
+        return gpu_chunking(g.fmt, None, GPU_POOL_MB, 4)[0]
+    return PACKETS_PER_CHUNK
 
 
 def node_count(n: int, a: argparse.Namespace, rates: list[float], tail: float,
-               workdir: Path, out: dict) -> None:  # fmt: skip
-    """N's ceiling, its cluster's warm-up and its rising rates, added to ``out``."""
-    band = Band(n, a.seconds + tail, seed=a.seed)
+               workdir: Path, out: dict, single: bool = False) -> None:  # fmt: skip
+    """N's ceiling, its cluster's warm-up and its rising rates, added to ``out``; with
+    ``single``, then the one-process live fold of node 0's subband at N's per-node
+    rates (``out["single"]``)."""
+    g: Geometry = GEOMETRIES[a.geometry]
+    band = Band(n, a.seconds + tail, seed=a.seed, fmt=g.fmt, unit_s=g.unit_s)
     names = [f"node{i}" for i in range(n)]
     plan, _ = demo_plan(names, ["127.0.0.1:9"] * n, workdir / "x.fits", a.tsub, a.seconds,
-                        seed=a.seed, device=a.device)  # fmt: skip
+                        seed=a.seed, device=a.device, **plan_geometry(a))  # fmt: skip
     spp = band.fmt.samples_per_packet
-    ceiling = fold_ceiling(plan.jobs[0], band.parts[0], CHUNK_PACKETS * spp)
-    print(f"cluster bench: {n} node(s); one node's fold alone: "
+    part = band.parts[0] if g.unit_s is None else band.parts[0][:CEILING_SAMPLES]
+    ceiling = fold_ceiling(plan.jobs[0], part, a.node_ppc * spp)
+    print(f"cluster bench: {n} node(s) ({a.geometry}); one node's fold alone: "
           f"{ceiling['samples_per_s'] / 1e6:.2f} M samples/s = {ceiling['gbps_per_node']:.3f} "
           f"Gb/s ({ceiling['x_realtime']:.1f} x real time)", flush=True)  # fmt: skip
     runs = []
@@ -441,13 +498,17 @@ def node_count(n: int, a: argparse.Namespace, rates: list[float], tail: float,
         # A first observation on fresh workers pays their imports (astropy in the
         # merger, the FFTs in the nodes) and first calls, seconds on a busy machine:
         # it is run, reported as the cold start, and not rated.
-        # At the telescope's own rate: quick, and far from any limit.
-        w = argparse.Namespace(**dict(vars(a), seconds=WARMUP_S))
+        # At the telescope's own rate (the demo's): quick, and far from any limit; at
+        # most the first rate asked (YNAO's real time is 4.1 Gb/s a node).
+        warm_s = WARMUP_S if g.unit_s is None else min(WARMUP_S, a.seconds)
+        w = argparse.Namespace(**dict(vars(a), seconds=warm_s))
         rt = n * realtime_gbps(band.fmt)
-        warm = one_run(nodes, Band(n, WARMUP_S + tail, seed=a.seed), rt, w, workdir)
+        rt = rt if g.unit_s is None else min(rt, rates[0])
+        warm_band = Band(n, warm_s + tail, seed=a.seed, fmt=g.fmt, unit_s=g.unit_s)
+        warm = one_run(nodes, warm_band, rt, w, workdir)
         out["warmups"].append(warm)
         lat = warm["merge_latency_s"]
-        print(f"  {n} node(s), warm-up ({WARMUP_S:g} s of rows at {rt:.3f} Gb/s, real time): "
+        print(f"  {n} node(s), warm-up ({warm_s:g} s of rows at {rt:.3f} Gb/s): "
               f"merge latency max {_ms(lat['max'])} ms", flush=True)  # fmt: skip
         for rate in rates:
             r = one_run(nodes, band, rate, a, workdir)
@@ -463,6 +524,13 @@ def node_count(n: int, a: argparse.Namespace, rates: list[float], tail: float,
     out["runs"] += runs
     summary = summarise(n, runs, ceiling, out["machine"]["cpus_allowed"])
     out["summary"].append(dict(summary, loadavg_before=list(load)))
+    if single:  # the same subband, the same per-node rates, one `fold --listen` process
+        job = plan.jobs[0]
+        assert job.fmt is not None
+        packets = job.fmt.packetize(band.parts[0], 0, job.obs, subband=0)
+        ppc = g.packets_per_chunk
+        out["single"] = dict(single_fold(band, job, packets, [r / n for r in rates], a, ppc,
+                                         workdir), nodes=n)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -470,6 +538,8 @@ def main(argv: list[str] | None = None) -> dict:
     a = parse_args(argv)
     counts = [int(x) for x in a.nodes.split(",")]
     rates = sorted(float(x) for x in a.rates.split(","))
+    a.node_ppc = node_packets_per_chunk(a)
+    single = a.single == "yes" or (a.single == "auto" and a.geometry == "ynao")
     # The measured rows, then one more sub-integration (at least 0.25 s) of data
     # after them: it carries them out of their nodes' chunks and FFT blocks.
     tail = max(a.tsub, 0.25)
@@ -478,9 +548,10 @@ def main(argv: list[str] | None = None) -> dict:
         import cupy
 
         info["gpu"] = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    settings = {"nodes": counts, "rates_gbps": rates, "seconds": a.seconds, "tail_s": tail,
-                "tsub_s": a.tsub, "device": a.device, "seed": a.seed, "grace_s": GRACE_S,
-                "packets_per_chunk": CHUNK_PACKETS}  # fmt: skip
+    settings = {"geometry": a.geometry, "nodes": counts, "rates_gbps": rates,
+                "seconds": a.seconds, "tail_s": tail, "tsub_s": a.tsub, "device": a.device,
+                "seed": a.seed, "grace_s": GRACE_S, "packets_per_chunk": a.node_ppc,
+                "node_realtime_gbps": realtime_gbps(GEOMETRIES[a.geometry].fmt)}  # fmt: skip
     out: dict[str, Any] = {
         "machine": info,
         "date": now(),
@@ -494,9 +565,10 @@ def main(argv: list[str] | None = None) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     try:
         for n in counts:
-            node_count(n, a, rates, tail, workdir, out)
+            node_count(n, a, rates, tail, workdir, out, single=single and n == max(counts))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    out.update(headline(out, a.geometry))
     print(f"nodes {out.get('where', '?')}; {info['cpus_allowed']} cores")
     for line in table(out):
         print(line)

@@ -2,10 +2,11 @@
 
 `Band`: the demo's band of N x 32 channels with its pulsar, synthesised once in
 memory and split into N subbands (int8), as `voltstream simulate --subbands N` makes
-it; packetised per run for that run's plan. `send_band`: one paced `_core.Sender` per
+it; packetised per run for that run's plan (`GEOMETRIES`: the demo's narrow channels,
+or a real YNAO subband of 32 x 4 MHz per node). `send_band`: one paced `_core.Sender` per
 node, every node's packet p due at the same instant ``T0 + p * dt`` (dt = one
 packet's bytes at the node's share of the rate), so the time each packet was due is
-known; the simulator subprocess cannot tell that. `fold_ceiling`: one node's CPU fold
+known; the simulator subprocess cannot tell that. `fold_ceiling`: one node's fold
 of its subband from memory, the same-run ceiling the cluster is compared with.
 """
 
@@ -39,14 +40,41 @@ def demo_format() -> StreamFormat:
     return make_format("ynao", chan_bw_mhz=DEMO_CHAN_BW_MHZ, freq_mhz=DEMO_FREQ_MHZ)
 
 
+@dataclass(frozen=True)
+class Geometry:
+    """A band's shape: each node's YNAO subband (32 channels of ``chan_bw_mhz``, 2
+    pols, 8 bits), its capture chunks (None: the node's own, as `voltstream fold
+    --listen` sizes them), and how much of it is synthesised (``unit_s``; None: all),
+    the rest repeating it (seconds of 4 MHz channels take minutes to synthesise)."""
+
+    name: str
+    chan_bw_mhz: float
+    packets_per_chunk: int | None
+    unit_s: float | None = None
+
+    @property
+    def fmt(self) -> StreamFormat:
+        return make_format("ynao", chan_bw_mhz=self.chan_bw_mhz, freq_mhz=DEMO_FREQ_MHZ)
+
+
+#: The demo's narrow channels (0.0642 Gb/s a node), and a real YNAO subband: 32 x 4 MHz,
+#: 2 pols, 8-bit complex, 62 500 packets of 8216 bytes a second (4.1 Gb/s a node).
+GEOMETRIES = {
+    "demo": Geometry("demo", DEMO_CHAN_BW_MHZ, 32),
+    "ynao": Geometry("ynao", 4.0, None, unit_s=0.05),
+}
+
+
 @dataclass
 class Band:
-    """N subbands of ``seconds`` of the demo's pulsar, whole packets only."""
+    """N subbands of ``seconds`` of the demo's pulsar, whole packets only; with
+    ``unit_s``, the first ``unit_s`` seconds synthesised and repeated."""
 
     n: int
     seconds: float
     seed: int = 1
     fmt: StreamFormat = field(default_factory=demo_format)
+    unit_s: float | None = None
     parts: list[np.ndarray] = field(default_factory=list)  # per node (nsamp, 32, 2, 2) int8
 
     def __post_init__(self) -> None:
@@ -56,8 +84,9 @@ class Band:
                                      source="PSR_DEMO")  # fmt: skip
         spp = self.fmt.samples_per_packet
         pieces: list[list[np.ndarray]] = [[] for _ in range(self.n)]
+        seconds = self.seconds if self.unit_s is None else min(self.seconds, self.unit_s)
         blocks = signal.synthesize_blocks(
-            obs, self.seconds, signal="pulsar", dm=DEMO_PULSAR["dm"],
+            obs, seconds, signal="pulsar", dm=DEMO_PULSAR["dm"],
             period_s=DEMO_PULSAR["period"], duty=DEMO_PULSAR["duty"],
             pulse_phase=DEMO_PULSAR["pulse_phase"], seed=self.seed, block_samples=spp * 512,
         )  # fmt: skip
@@ -68,6 +97,10 @@ class Band:
             for i, part in enumerate(split_subbands(q[:m], self.n)):
                 pieces[i].append(part)
         self.parts = [np.concatenate(p, axis=0) for p in pieces]
+        want = int(self.seconds / self.fmt.tsamp_s) // spp * spp
+        if self.parts[0].shape[0] < want:  # the unit, repeated
+            reps = -(-want // self.parts[0].shape[0])
+            self.parts = [np.tile(p, (reps, 1, 1, 1))[:want] for p in self.parts]
 
     @property
     def samples(self) -> int:
@@ -184,9 +217,10 @@ def _clock_offset(sender: Any) -> float:
 
 def fold_ceiling(job: NodeJob, part: np.ndarray, chunk_samples: int) -> dict:
     """One node's fold alone: ``part`` (int8 samples of the node's subband) fed to a
-    `NodeFold` in the capture's chunks, as int8 as the node gets them, rows
-    taken as the node takes them. Samples per second and the same as Gb/s of this
-    format's packets (the rate a node's fold could keep up with, capture aside)."""
+    `NodeFold` in the capture's chunks, as int8 samples (a GPU node: the chunk's own
+    bytes, as its capture chunks hold them), rows taken as the node takes them. Samples
+    per second and the same as Gb/s of this format's packets (the rate a node's fold
+    could keep up with, capture aside)."""
     assert job.fmt is not None
     # A first pass over a few chunks: FFT plans and first-call costs are not the
     # rate (the nodes pay them once per observation, before their data flows).

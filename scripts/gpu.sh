@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the GPU tests or the GPU benchmark on the GPU machine, from the repo root:
 #   scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e
-#                  |bench-soak|bench-record|bench-latency
+#                  |bench-soak|bench-cluster|bench-record|bench-latency
 # Installs carried wheels (.whl/*.whl) into /tmp/site first; needs no astropy and
 # no compiled voltstream._core (the GPU path is pure Python + CuPy). bench-capture
 # (bench/capture_multicore.py, loopback only, about 3-4 minutes) does need the
@@ -78,6 +78,19 @@ case "${1:-}" in
             exit 2
         }
         exec "$PY" bench/soak.py --json "${OUT:-/tmp}/soak.json" --workdir /tmp/voltstream-soak "$@"
+    bench-cluster)
+        shift
+        # bench/cluster.py (issue 29): 4 live GPU nodes of YNAO subbands (32 x 4 MHz,
+        # 4.1 Gb/s each) on this GPU, beside one `fold --listen --device gpu` process of
+        # the same subband; writes $OUT/cluster_ynao.json. Needs the wheel (nodes capture
+        # for real) and Dask, distributed and astropy (the merger's archive) in .whl/.
+        "$PY" -c "from voltstream import _core; import distributed, astropy" || {
+            echo "bench-cluster needs voltstream._core, distributed and astropy: carry their wheels in .whl/" >&2
+            exit 2
+        }
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+        exec "$PY" bench/cluster.py --geometry ynao --device gpu --seconds 2 \
+            --json "${OUT:-/tmp}/cluster_ynao.json" "$@"
         ;;
     bench-record)
         shift
@@ -116,7 +129,7 @@ case "${1:-}" in
         exec "$PY" bench/latency.py --json "${OUT:-/tmp}/latency.json" "$@"
         ;;
     *)
-        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e|bench-soak|bench-record|bench-latency [args...]" >&2
+        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e|bench-soak|bench-cluster|bench-record|bench-latency [args...]" >&2
         exit 2
         ;;
 esac

@@ -163,7 +163,7 @@ class StreamFormat:
         `subband`: the YNAO header's subband id (a ROACH2 numbers the subbands it
         sends to its nodes); VDIF has no such field.
         """
-        if samples.dtype == np.int8:
+        if samples.dtype == np.int8 and self.name != "ynao":  # YNAO frames take int8 as is
             samples = samples.astype(np.float32).view(np.complex64)[..., 0]
 
         spp = self.samples_per_packet

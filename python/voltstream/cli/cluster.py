@@ -65,10 +65,13 @@ def demo_nodes(args: argparse.Namespace) -> int:
 
 def demo_plan(
     names: list[str], dests: list[str], archive: Path, tsub_s: float, duration_s: float,
-    seed: int = 1, device: str = "cpu",
+    seed: int = 1, device: str = "cpu", chan_bw_mhz: float = DEMO_CHAN_BW_MHZ,
+    packets_per_chunk: int | None = 32,
 ) -> tuple[Any, list[str]]:  # fmt: skip
     """The demo's observation of `DEMO_PULSAR` on nodes ``names`` capturing at ``dests``,
-    and the simulator's command (without its rate) that feeds them."""
+    and the simulator's command (without its rate) that feeds them. ``chan_bw_mhz``:
+    the YNAO channels' width (the demo's narrow ones; 4 MHz is a real YNAO subband,
+    bench/cluster.py); ``packets_per_chunk`` None: the nodes' own chunk sizes."""
     from voltstream.cli.pulsar import DEMO_PULSAR as psr
     from voltstream.cluster.driver import plan_observation
     from voltstream.fold.reference import FoldSettings
@@ -77,7 +80,7 @@ def demo_plan(
     from voltstream.subbands import subband_formats
 
     n = len(names)
-    fmt = make_format("ynao", chan_bw_mhz=DEMO_CHAN_BW_MHZ, freq_mhz=DEMO_FREQ_MHZ)
+    fmt = make_format("ynao", chan_bw_mhz=chan_bw_mhz, freq_mhz=DEMO_FREQ_MHZ)
     formats = subband_formats(fmt, n)
     mjd, sec = _now_mjd()
     obss = [f.observation(start_mjd=mjd, start_sec=sec, source="PSR_DEMO") for f in formats]
@@ -87,13 +90,13 @@ def demo_plan(
         list(zip(names, dests, obss, strict=True)), settings, str(archive),
         duration_s=duration_s + 120.0, formats=formats,
         # Small chunks: a row leaves a node about 4 chunks after its last packet.
-        capture={"packets_per_chunk": 32},
+        capture={} if packets_per_chunk is None else {"packets_per_chunk": packets_per_chunk},
         device=device,
         history=(f"voltstream demo --nodes {n} (voltstream.cli.cluster.demo_plan)",),
     )  # fmt: skip
     sim_cmd = [
         sys.executable, "-m", "voltstream.cli", "simulate", "--format", "ynao",
-        "--subbands", str(n), "--chan-bw", str(DEMO_CHAN_BW_MHZ),
+        "--subbands", str(n), "--chan-bw", str(chan_bw_mhz),
         "--freq", str(DEMO_FREQ_MHZ), "--signal", "pulsar", "--dm", str(psr["dm"]),
         "--period", str(psr["period"]), "--duty", str(psr["duty"]),
         "--pulse-phase", str(psr["pulse_phase"]), "--duration", str(duration_s),

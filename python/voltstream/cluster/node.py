@@ -3,7 +3,9 @@ fold it, and send each finished sub-integration to the merger (cluster/merger.py
 
 `run_node` is the long Dask task pinned to the node's worker by its resource
 (cluster/driver.py submits it); it needs nothing from Dask but the merger's handle
-and the stop event, so the same code folds a file on that node.
+and the stop event, so the same code folds a file on that node. A live node is the
+one-host live path (`run_capture` -> `StageRunner` -> the fold engine) with a row sink:
+its stage is cluster/node_stage.py `NodeStage`, the same for CPU and GPU nodes.
 
 Time stamps, not wall clocks, line the nodes up: the observation starts at packet
 index ``start_packet`` of the format's index axis, the same on every node, and the
@@ -20,7 +22,6 @@ from __future__ import annotations
 import collections
 import logging
 import math
-import queue
 import threading
 import time
 from typing import Any
@@ -31,6 +32,7 @@ from voltstream.capture_config import CaptureSettings
 from voltstream.cluster.job import NodeJob
 from voltstream.cluster.merge import Subband
 from voltstream.errors import ConfigError
+from voltstream.formats import StreamFormat
 from voltstream.observation import Observation
 
 log = logging.getLogger("voltstream.cluster.node")
@@ -42,16 +44,18 @@ RESEND_ROWS = 4
 ASK_TIMEOUT_S = 10.0
 #: Rows a node has sent and not yet seen written (see `NodeRun._send`).
 IN_FLIGHT = 2
-
-_END = object()
+#: MiB of capture pool a CPU node folds from, unless its job says (a GPU node's is the
+#: one-host live fold's, pipeline/live.py): what the fold may lag the stream by.
+CPU_POOL_MB = 64
 
 
 class NodeFold:
     """A subband's fold placed on the observation's time axis, handing out rows.
 
     ``feed(samples, valid, first_sample)`` with ``first_sample`` on the observation's
-    axis (0 = the start); `rows()` gives the rows now whole, as (k, sums, hits,
-    offered); `finish()` the rest.
+    axis (0 = the start), ``feed_lost`` and ``feed_block`` (a GPU node's capture
+    block) likewise, all placed by `place`; `rows()` gives the rows now whole, as (k,
+    sums, hits, offered); `finish()` the rest.
     """
 
     def __init__(self, job: NodeJob) -> None:
@@ -83,41 +87,75 @@ class NodeFold:
         # little, so only the same FFT blocks give the same samples as a node (or a
         # one-machine fold) that ran from the start. Its first rows are partial: row
         # k is whole once every channel's dedispersed time (sample time less the
-        # channel's delay) reaches k S.
-        step = self.fold.step
-        first = -(-first // step) * step
+        # channel's delay) reaches k S. (``grid``: a multiple of the step at which the
+        # engine can begin inside a capture's packet, at a whole byte.)
+        grid = self.fold.grid
+        first = -(-first // grid) * grid
         lead = float(np.max(-self.fold.delay_s, initial=0.0))
         self.first_row = math.ceil((first * self.tsamp + lead) / self.tsub + 1e-9)
         self.fold.set_start(first)
         self.next_sample = first
         return self.first_row
 
-    def feed(self, samples: np.ndarray, valid: np.ndarray, first: int) -> None:
-        n = samples.shape[0]
+    def place(self, first: int, n: int) -> tuple[int, int] | None:
+        """Where ``n`` samples from ``first`` on the observation's axis go: (cut, gap),
+        fold them from their ``cut``-th on, after ``gap`` samples never received; None
+        when none of them is folded (before the start, before the FFT grid of a late
+        start, or a rewound index: a resync). Counts what it drops and what is lost."""
         if first + n <= 0:
             self.samples_before_start += n
-            return
-        if first < 0:
-            self.samples_before_start += -first
-            samples, valid, first = samples[-first:], valid[-first:], 0
+            return None
+        cut = max(0, -first)
+        self.samples_before_start += cut
         if self.next_sample is None:
-            self.start_at(first)
+            self.start_at(first + cut)
         assert self.next_sample is not None
-        if first < self.next_sample:  # before the FFT grid, or a rewound index (a resync)
-            cut = self.next_sample - first
-            self.samples_skipped += min(cut, samples.shape[0])
-            samples, valid, first = samples[cut:], valid[cut:], self.next_sample
-            if not samples.shape[0]:
-                return
-        gap = first - self.next_sample
+        if first + cut < self.next_sample:
+            more = min(self.next_sample - first - cut, n - cut)
+            self.samples_skipped += more
+            cut += more
+            if cut == n:
+                return None
+        gap = first + cut - self.next_sample
+        self.samples_missing += gap
+        self.next_sample = first + n
+        return cut, gap
+
+    def feed(self, samples: np.ndarray, valid: np.ndarray, first: int) -> None:
+        """Host samples (a file's, a CPU node's capture converted) from ``first`` on."""
+        where = self.place(first, samples.shape[0])
+        if where is None:
+            return
+        cut, gap = where
         if gap:  # lost before this block: zeros, marked lost, as the timeline does
-            self.samples_missing += gap
-            for a in range(0, gap, 1 << 16):
-                m = min(1 << 16, gap - a)
-                zeros = np.zeros((m, *samples.shape[1:]), samples.dtype)
-                self.fold.feed(zeros, np.zeros(m, bool))
-        self.fold.feed(samples, valid)
-        self.next_sample = first + samples.shape[0]
+            self.fold.feed_gap(gap)
+        self.fold.feed(samples[cut:], valid[cut:])
+
+    def feed_lost(self, n: int, first: int) -> None:
+        """``n`` samples from ``first`` on that never arrived (a timeline's gap)."""
+        where = self.place(first, n)
+        if where is not None:
+            cut, gap = where
+            self.fold.feed_gap(gap + n - cut)
+
+    def feed_block(self, parts: Any, n: int, first: int, first_packet: int,
+                   valid: np.ndarray | None) -> Any:  # fmt: skip
+        """A live GPU node's capture block as it lies in the pool (``parts``: its
+        runs, its samples from packet ``first_packet`` of the chunk on), ``n``
+        samples from ``first`` on: the CUDA event after which the block may go back,
+        or None when none of it is folded (the caller gives it back)."""
+        from voltstream.cluster.engines import GpuRows
+
+        gpu = self.fold
+        assert isinstance(gpu, GpuRows), "a CPU node's blocks become host samples first"
+        where = self.place(first, n)
+        if where is None:
+            return None
+        cut, gap = where
+        if gap:
+            gpu.feed_gap(gap)
+        return gpu.feed_block(parts, n - cut, first_packet, cut,
+                                    None if valid is None else valid[cut:])  # fmt: skip
 
     def rows(self) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         """Rows every channel has passed: the next unfolded sample's dedispersed time
@@ -204,6 +242,7 @@ class NodeRun:
         self.refresh: Any = None  # () -> the merger's handle now (a Dask Variable's)
         self.merger_changes = 0
         self._in_flight: collections.deque = collections.deque()  # (k, the put's future)
+        self._said_hello = False
 
     def run(self) -> dict:
         if self.job.is_file:
@@ -229,39 +268,42 @@ class NodeRun:
         }
 
     def _fold_live(self) -> dict:
+        """The one-host live path with a row sink: the capture's chunks through
+        `StageRunner` to the node's stage (cluster/node_stage.py), which places them
+        and hands on the rows now whole after each."""
+        from voltstream.cluster.node_stage import NodeStage
         from voltstream.pipeline.capture import run_capture
+        from voltstream.pipeline.gpu import HostRegistry, StageRunner
 
         fmt = self.job.fmt
         if fmt is None:
             raise ConfigError(f"{self.job.node}: a live subband needs its stream format")
-        q: queue.Queue = queue.Queue(maxsize=64)
-        done: dict[str, Any] = {}
+        stage = NodeStage(self.fold, fmt, self.job.start_packet, self._rows_out)
+        runner = StageRunner(stage, fmt.payload_len, HostRegistry() if stage.pinned else None)
+        report = run_capture(
+            fmt, self._capture_settings(fmt), self.job.duration_s, consumer=runner,
+            idle_timeout_s=self.job.idle_timeout_s, stop_event=self.stop,
+            on_start=lambda: self._call_none("ready", self.job.node),
+            live_report=lambda f: setattr(self, "_progress", f),
+        )  # fmt: skip
+        report.pipeline = runner.as_dict()
+        return report.as_dict()
 
-        def capture() -> None:
-            try:
-                settings = CaptureSettings.of(self.job.source, **self.job.capture)
-                done["report"] = run_capture(
-                    fmt, settings, self.job.duration_s,
-                    sink=lambda s, v, first: q.put((s, v, first)),
-                    idle_timeout_s=self.job.idle_timeout_s, stop_event=self.stop,
-                    on_start=lambda: self._call_none("ready", self.job.node),
-                    live_report=lambda f: setattr(self, "_progress", f), indexed_sink=True,
-                )  # fmt: skip
-            except BaseException as e:  # handed to the fold thread below
-                done["error"] = e
-            finally:
-                q.put(_END)
+    def _capture_settings(self, fmt: StreamFormat) -> CaptureSettings:
+        """The GPU engine's (sized with it, pipeline/live.py `live_gpu_folder`); a CPU
+        node's chunks as the job says, in a pool of ``CPU_POOL_MB`` unless it says."""
+        sized = getattr(self.fold.fold, "capture", None)
+        if sized is not None:
+            return sized
+        from voltstream.pipeline.live import gpu_chunking
 
-        t = threading.Thread(target=capture, name="voltstream-node-capture", daemon=True)
-        t.start()
-        spp = fmt.samples_per_packet
-        while (item := q.get()) is not _END:
-            samples, valid, first_packet = item  # int8 (n, nchan, npol, re/im)
-            self._feed(samples, valid, (first_packet - self.job.start_packet) * spp)
-        t.join()
-        if "error" in done:
-            raise done["error"]
-        return done["report"].as_dict()
+        settings = CaptureSettings.of(self.job.source, **self.job.capture)
+        if "nchunks" in self.job.capture:
+            return settings
+        ppc = settings.chunks.packets_per_chunk
+        window = settings.chunks.window_for(ppc, fmt.packets_per_second)
+        _, nchunks = gpu_chunking(fmt, ppc, CPU_POOL_MB, window)
+        return settings.replace(nchunks=max(nchunks, settings.chunks.nchunks))
 
     def _fold_file(self) -> dict:
         from voltstream.io.baseband import open_baseband, reader_blocks
@@ -278,9 +320,14 @@ class NodeRun:
         return {"file": self.job.source, "samples": first - self.job.file_offset}
 
     def _feed(self, x: np.ndarray, valid: np.ndarray, first: int) -> None:
-        was = self.fold.first_row
         self.fold.feed(x, valid, first)
-        if was is None and self.fold.first_row is not None:
+        self._rows_out()
+
+    def _rows_out(self) -> None:
+        """After a feed: the first row said to the merger once known, then the rows
+        now whole sent."""
+        if not self._said_hello and self.fold.first_row is not None:
+            self._said_hello = True
             self._call("hello", self.job.node, self.fold.first_row, self.worker)
             log.info("%s: first row %d", self.job.node, self.fold.first_row)
         for row in self.fold.rows():

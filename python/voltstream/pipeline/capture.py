@@ -59,13 +59,11 @@ def run_capture(
     source: ChunkSource | None = None,
     stop_event: threading.Event | None = None,
     live_report: Callable[[Callable[[], dict]], None] | None = None,
-    indexed_sink: bool = False,
     catch_interrupt: bool = False,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence, counted
     from the start while nothing has arrived) and passes the samples to
-    `sink(samples, valid)` in time order (`sink(samples, valid, first_packet)` with
-    `indexed_sink`: the format's packet index of the first sample).
+    `sink(samples, valid)` in time order.
 
     `on_start` is called once the socket is bound, so a sender can be started
     without racing the bind. `settings` (capture_config.CaptureSettings) set the
@@ -99,7 +97,7 @@ def run_capture(
                 "formats carry their sample geometry; capture and count it without a sink"
             )
         slot_len = getattr(cap, "slot_len", None)
-        consumer = TfpSink(fmt, sink, report, slot_len=slot_len, indexed=indexed_sink)
+        consumer = TfpSink(fmt, sink, report, slot_len=slot_len)
     elif consumer is None:
         consumer = CountingSink(fmt, report)
     timeline = ChunkTimeline(
@@ -296,69 +294,64 @@ class CountingSink:
         pass
 
 
+def block_samples(
+    fmt: StreamFormat, item: Block, slot_len: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """A block's packets ``first`` .. ``stop`` as host samples and their validity, the
+    block released: int8 TFP (n, nchan, npol, 2), absent packets zero; packed (2- and
+    4-bit) VDIF as complex64 (n, nchan, npol), its levels decoded as a VDIF file's
+    (formats.py ``payload_to_complex``). ``slot_len``: bytes per packet slot of a
+    capture of whole packets (the payload is its last ``payload_len`` bytes). The one
+    conversion of the CPU consumers (`TfpSink`, a CPU cluster node)."""
+    spp = fmt.samples_per_packet
+    slot_len = slot_len or fmt.payload_len
+    raw = item.array(item.present.shape[0], slot_len)
+    raw = raw[..., slot_len - fmt.payload_len :]
+    packed = fmt.bits != 8 or getattr(fmt, "real", False)  # real VDIF: float32 reals
+    convert = fmt.payload_to_complex if packed else fmt.payload_to_tfp
+    try:
+        samples = convert(raw, item.present)
+    finally:
+        # A view by address (Block.array): released whatever holds it, never read again.
+        del raw
+        item.release()
+    valid = np.repeat(item.present.all(axis=0), spp)
+    keep = slice(item.first * spp, item.stop * spp)
+    return samples[keep], valid[keep]
+
+
+def gap_samples(fmt: StreamFormat, n: int) -> np.ndarray:
+    """``n`` samples that never arrived, as `block_samples` gives samples: zeros."""
+    if getattr(fmt, "real", False):
+        return np.zeros((n, fmt.nchan, fmt.npol), np.float32)
+    if fmt.bits != 8:
+        return np.zeros((n, fmt.nchan, fmt.npol), np.complex64)
+    return np.zeros((n, fmt.nchan, fmt.npol, 2), np.int8)
+
+
 class TfpSink(CountingSink):
-    """Blocks to int8 TFP samples (absent packets zero) for `sink(samples, valid)`;
-    packed (2- and 4-bit) VDIF to complex64 (n, nchan, npol) samples instead, its
-    levels decoded as a VDIF file's (formats.py ``payload_to_complex``)."""
+    """Blocks to host samples for `sink(samples, valid)` (`block_samples`: int8 TFP,
+    or complex64 for packed VDIF); a gap as zeros, marked not valid."""
 
     fmt: StreamFormat  # the sample geometry CountingSink does not need
 
     def __init__(
-        self,
-        fmt: StreamFormat,
-        sink: Any,
-        report: CaptureReport,
-        slot_len: int | None = None,
-        indexed: bool = False,
+        self, fmt: StreamFormat, sink: Any, report: CaptureReport, slot_len: int | None = None
     ) -> None:
         super().__init__(fmt, report)
         self.sink = sink
-        #: Call ``sink(samples, valid, first_packet)``: the format's packet index of the
-        #: first sample, so a consumer can place the samples by the packets' own time
-        #: stamps (a cluster node, cluster/node.py) whatever a discontinuity did.
-        self.indexed = indexed
-        self.next_packet = 0
         # A capture of whole packets (a recording's) has the header before each
         # payload in its slot: the samples are the slot's last payload_len bytes.
         self.slot_len = slot_len or fmt.payload_len
 
     def take(self, item: Any) -> None:
-        spp = self.fmt.samples_per_packet
-        first_packet = self.next_packet
-        if isinstance(item, Block):
-            first_packet = item.chunk_id * item.present.shape[1] + item.first
-        self.next_packet = first_packet + item.packets
-        real = getattr(self.fmt, "real", False)  # real VDIF: float32 real samples
-        packed = self.fmt.bits != 8 or real
         if isinstance(item, Gap):
-            n = item.packets * spp
-            if packed:
-                kind = np.float32 if real else np.complex64
-                samples = np.zeros((n, self.fmt.nchan, self.fmt.npol), kind)
-            else:
-                samples = np.zeros((n, self.fmt.nchan, self.fmt.npol, 2), np.int8)
-            valid = np.zeros(n, bool)
+            n = item.packets * self.fmt.samples_per_packet
+            samples, valid = gap_samples(self.fmt, n), np.zeros(n, bool)
         else:
-            raw = item.array(item.present.shape[0], self.slot_len)
-            raw = raw[..., self.slot_len - self.fmt.payload_len :]
-            convert = self.fmt.payload_to_complex if packed else self.fmt.payload_to_tfp
-            try:
-                samples = convert(raw, item.present)
-            except BaseException:
-                # The error's traceback still holds views of the chunk: a release now
-                # would fail and hide the error itself. The run ends; the pool goes.
-                del raw
-                raise
-            del raw
-            item.release()
-            valid = np.repeat(item.present.all(axis=0), spp)
-            keep = slice(item.first * spp, item.stop * spp)
-            samples, valid = samples[keep], valid[keep]
+            samples, valid = block_samples(self.fmt, item, self.slot_len)
         self.report.chunks += 1
         self.report.samples_written += samples.shape[0]
         # Bytes as the samples came (packed VDIF: its bits), whatever they became here.
         self.report.bytes_written += samples.shape[0] * self.bytes_per_sample
-        if self.indexed:
-            self.sink(samples, valid, first_packet)
-        else:
-            self.sink(samples, valid)
+        self.sink(samples, valid)

@@ -142,12 +142,45 @@ def gpu_chunking(
 ) -> tuple[int, int]:
     """(packets per chunk, pool chunks) for a live GPU stage: chunks of about 32 MiB
     (the per-chunk Python cost is then far below a chunk's duration even at 100 Gb/s),
-    a pool of ``pool_mb`` MiB but at least window + 4 chunks."""
+    a pool of ``pool_mb`` MiB but at least window + 4 chunks. (A CPU cluster node sizes
+    its pool with it too, its chunks given.)"""
     per_packet = fmt.payload_len * fmt.streams
     if packets_per_chunk is None:
         packets_per_chunk = max(16, 1 << int(np.log2(max(1, GPU_CHUNK_BYTES // per_packet))))
     nchunks = max(window + 4, int(pool_mb * 2**20 // (packets_per_chunk * per_packet)))
     return int(packets_per_chunk), int(nchunks)
+
+
+def live_gpu_folder(
+    fmt: StreamFormat,
+    capture: CaptureSettings,
+    duration_s: float | None,
+    obs: Observation,
+    settings: FoldSettings,
+    packets_per_chunk: int | None = None,
+    pool_mb: float = GPU_POOL_MB,
+    **plan_kw: Any,
+) -> tuple[Any, CaptureSettings]:
+    """The GPU fold engine of a live capture, and the capture's settings for it: the
+    one way a live GPU fold is sized (`fold_live_gpu`, a cluster node's `GpuRows`).
+
+    Chunks of ``packets_per_chunk`` packets (None: `gpu_chunking` sizes them for the
+    GPU), a pool of ``pool_mb`` MiB whatever ``capture`` says of chunks; the engine
+    reads those chunks as they lie (``fmt.chunk_layout``) and is warmed up now
+    (kernels compiled, FFT plans made, accumulators for ``duration_s``), before the
+    socket opens, so the first chunks do not wait on it. ``plan_kw``: the fold plan's
+    band options (``band_freqs_mhz``, ``f_ref_mhz``: a cluster node's)."""
+    from voltstream.fold.gpu import GpuFolder
+
+    window = capture.chunks.window_for(packets_per_chunk, fmt.packets_per_second)
+    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, window)
+    nsamp = ppc * fmt.samples_per_packet
+    eng = GpuFolder.from_settings(
+        obs, settings, packed=fmt.chunk_layout(ppc), chunk_samples=nsamp,
+        raw_bytes=fmt.streams * ppc * fmt.payload_len, **plan_kw,
+    )  # fmt: skip
+    eng.warm_up(nsamp, duration_s)
+    return eng, capture.replace(packets_per_chunk=ppc, nchunks=nchunks)
 
 
 def fold_live_gpu(
@@ -167,31 +200,24 @@ def fold_live_gpu(
     """Captures and folds on the GPU in one process, chunks straight from the capture's
     pool to the GPU (pipeline/gpu.py); returns (archive, capture report).
 
-    The folder is built and warmed up (kernels compiled, FFT plans made) before the
-    socket opens, so the first chunks do not wait on it. The chunk is the capture's
-    (``packets_per_chunk``: None sizes it for the GPU), not ``settings.block_samples``;
-    the pool is ``pool_mb``, whatever ``capture`` says of chunks. ``stop_event``
-    ends the capture early (run_capture); the archive holds what was folded. Real
-    VDIF (``fmt.real``): ``obs`` is the complex observation (``dsp.real``
+    The folder is made by `live_gpu_folder` (warmed up before the socket opens;
+    its chunk is the capture's, ``packets_per_chunk`` or sized for the GPU, not
+    ``settings.block_samples``; the pool is ``pool_mb``). ``stop_event``
+    ends the capture early (run_capture); the archive holds what was folded.
+    Real VDIF (``fmt.real``): ``obs`` is the complex observation (``dsp.real``
     ``complex_observation``); the chunks are converted on the GPU (fold/gpu_real.py).
     """
-    from voltstream.fold.gpu import GpuFolder
     from voltstream.pipeline.capture import run_capture
     from voltstream.pipeline.gpu import HostRegistry, StatusLine, gpu_stage_runner
 
-    window = capture.chunks.window_for(packets_per_chunk, fmt.packets_per_second)
-    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, window)
-    nsamp = ppc * fmt.samples_per_packet
-    eng = GpuFolder.from_settings(
-        obs, settings, packed=fmt.chunk_layout(ppc), chunk_samples=nsamp,
-        raw_bytes=fmt.streams * ppc * fmt.payload_len,
-    )  # fmt: skip
-    eng.warm_up(nsamp, duration_s)
+    eng, capture = live_gpu_folder(fmt, capture, duration_s, obs, settings,
+                                   packets_per_chunk, pool_mb)  # fmt: skip
+    ppc, nsamp = capture.chunks.packets_per_chunk, eng.chunk
     line = StatusLine("fold", fmt.payload_len) if status else None
     consumer = gpu_stage_runner(eng, fmt, HostRegistry(), line)
     t0 = time.monotonic()
     report = run_capture(
-        fmt, capture.replace(packets_per_chunk=ppc, nchunks=nchunks), duration_s,
+        fmt, capture, duration_s,
         idle_timeout_s=idle_timeout_s, on_start=on_start, consumer=consumer,
         stop_event=stop_event,
         live_report=live_report,

@@ -90,16 +90,24 @@ class Block:
 
     def array(self, nstreams: int, payload_len: int) -> np.ndarray:
         """The chunk's bytes as (nstreams, packets_per_chunk, payload) uint8: a view of
-        the one thread chunk's memory when it holds every stream, else a copy. Drop it
-        before :meth:`release`."""
+        the one thread chunk's memory when it holds every stream, else a copy. By
+        address, as :meth:`rows`, not a buffer export: an export refuses
+        :meth:`release` while anything still holds the view, and a frame that saw it
+        can outlive its call (one a sampling profiler holds: Dask's samples the
+        running task's stack; a traceback's). So nothing of it may be read after
+        :meth:`release`."""
         ppc = self.present.shape[1]
+
+        def view(c: Any) -> np.ndarray:
+            n = len(c.streams) * ppc * payload_len
+            buf = (ctypes.c_uint8 * n).from_address(c.address)
+            return np.frombuffer(buf, np.uint8).reshape(len(c.streams), ppc, payload_len)
+
         if len(self.chunks) == 1 and len(self.chunks[0].streams) == nstreams:
-            return np.frombuffer(self.chunks[0], np.uint8).reshape(nstreams, ppc, payload_len)
+            return view(self.chunks[0])
         out = np.zeros((nstreams, ppc, payload_len), np.uint8)
         for c in self.chunks:
-            raw = np.frombuffer(c, np.uint8).reshape(len(c.streams), ppc, payload_len)
-            out[c.streams] = raw
-            del raw
+            out[c.streams] = view(c)
         return out
 
     def rows(self, payload_len: int) -> np.ndarray:

@@ -170,11 +170,14 @@ def packetize_ynao(
     tsamp_s: float = 0.25e-6,
     subband: int = 0,
 ) -> np.ndarray:
-    """YNAO frames for complex ``samples`` (nsamp, 32, 2); nsamp a multiple of
-    64. Frame k has sequence ``start_sequence + k`` and the time of its first
-    sample (start + 64 k tsamp). Returns (nframes, 8216) uint8."""
+    """YNAO frames for complex ``samples`` (nsamp, 32, 2), or int8 (nsamp, 32, 2, 2)
+    re/im taken as they are (a frame's own bytes: no rounding, no float copy of a
+    long stream); nsamp a multiple of 64. Frame k has sequence ``start_sequence + k``
+    and the time of its first sample (start + 64 k tsamp). Returns (nframes, 8216)
+    uint8."""
     samples = np.asarray(samples)
-    if samples.ndim != 3 or samples.shape[1:] != (YNAO_NCHAN, YNAO_NPOL):
+    int8 = samples.dtype == np.int8 and samples.shape[1:] == (YNAO_NCHAN, YNAO_NPOL, 2)
+    if not int8 and (samples.ndim != 3 or samples.shape[1:] != (YNAO_NCHAN, YNAO_NPOL)):
         raise ConfigError(f"YNAO frames carry (nsamp, 32, 2) samples, got shape {samples.shape}")
     if samples.shape[0] % YNAO_NSPEC:
         raise ConfigError(f"{samples.shape[0]} samples is not a multiple of 64 spectra per frame")
@@ -182,7 +185,7 @@ def packetize_ynao(
         raise ConfigError("YNAO start time needs 0 <= second < 86400, 0 <= nanosecond < 1e9")
     nframes = samples.shape[0] // YNAO_NSPEC
     out = np.empty((nframes, YNAO_FRAME_LEN), dtype=np.uint8)
-    q = np.clip(np.rint(_parts(samples, True)), -128, 127).astype(np.int8)
+    q = samples if int8 else np.clip(np.rint(_parts(samples, True)), -128, 127).astype(np.int8)
     out[:, YNAO_HEADER_LEN:] = q.reshape(nframes, YNAO_DATA_LEN).view(np.uint8)
     k = np.arange(nframes, dtype=np.int64)
     # Integer nanoseconds from the start keep the stamps exact for long runs.
