@@ -78,6 +78,7 @@ case "${1:-}" in
             exit 2
         }
         exec "$PY" bench/soak.py --json "${OUT:-/tmp}/soak.json" --workdir /tmp/voltstream-soak "$@"
+        ;;
     bench-cluster)
         shift
         # bench/cluster.py (issue 29): 4 live GPU nodes of YNAO subbands (32 x 4 MHz,
