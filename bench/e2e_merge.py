@@ -12,6 +12,9 @@ that has it.
 
 from __future__ import annotations
 
+#: Sections the merge builds itself, entry by entry.
+SECTIONS = ("configs", "skipped")
+
 
 def rank(c: dict) -> tuple:
     """Merge order: confirmed before unconfirmed, then the higher lossless rate."""
@@ -42,6 +45,12 @@ def merge_docs(docs: list[dict], sources: list[str], others: tuple, finalize) ->
     doc = finalize(doc)
     for d in docs:  # never a null over a figure an input had
         for k, v in d.items():
-            if isinstance(v, (int, float, str)) and not isinstance(v, bool) and doc.get(k) is None:
+            if v is None or isinstance(v, bool):
+                continue
+            if doc.get(k) is None:
                 doc[k] = v
+            elif isinstance(v, dict) and isinstance(doc[k], dict) and k not in SECTIONS:
+                # A section of figures (ratios, figures, ab_runs): every entry an input
+                # had; what the merge computed or met first where both have one.
+                doc[k] = {**{kk: vv for kk, vv in v.items() if vv is not None}, **doc[k]}
     return doc

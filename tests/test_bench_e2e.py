@@ -314,15 +314,24 @@ def test_a_merge_never_writes_a_null_over_a_figure_and_a_run_merges_into_its_jso
 
     # A figure written by hand (no configuration behind it) and one merged from an
     # earlier file: both survive a merge with a run that measured neither.
-    old = {"configs": {"fengine_4096": dict(cfg(34.0), merged_from="session7.json")},
-           "fold_1stream_threads_lossless_gbps": 81.0, "hand_written_gbps": 37.1}  # fmt: skip
-    new = {"configs": {"fengine_4ant_4096": cfg(120.0), "fengine_4096": cfg(30.0, None)}}
+    old = {
+        "configs": {"fengine_4096": dict(cfg(34.0), merged_from="session7.json")},
+        "fold_1stream_threads_lossless_gbps": 81.0,
+        "hand_written_gbps": 37.1,
+        "figures": {"soak_fold_minutes": {"value": 9.0}},
+        "ab_runs": {"s11": {"a": 1}},
+    }
+    new = {"configs": {"fengine_4ant_4096": cfg(120.0), "fengine_4096": cfg(30.0, None)},
+           "figures": {"cluster_ynao_4nodes_sustained_gbps": {"value": 24.0}}}  # fmt: skip
     paths = [tmp_path / "old.json", tmp_path / "new.json"]
     for path, d in zip(paths, (old, new), strict=True):
         path.write_text(json.dumps(d))
     out = tmp_path / "e2e.json"
     doc = e2e.main(["--merge", *map(str, paths), "--json", str(out)])
     assert doc["fold_1stream_threads_lossless_gbps"] == 81.0 and doc["hand_written_gbps"] == 37.1
+    # Sections of figures written by hand: every entry of every input.
+    assert set(doc["figures"]) == {"soak_fold_minutes", "cluster_ynao_4nodes_sustained_gbps"}
+    assert doc["ab_runs"] == {"s11": {"a": 1}}
     assert doc["fengine_4096_lossless_gbps"] == 34.0  # confirmed beats a later unconfirmed
     assert doc["configs"]["fengine_4096"]["merged_from"] == "session7.json"
     assert doc["fengine_4ant_4096_lossless_gbps"] == 120.0  # the total of 4 antennas

@@ -141,7 +141,7 @@ def _settings(rng, obs, nsamp, block=None):
 @pytest.mark.parametrize(
     "nbit,threads,select,drop",
     [(2, 4, [0, 1], None), (2, 2, None, None), (2, 2, None, 9), (4, 2, None, None),
-     (8, 4, [3, 1], 6)],
+     (8, 4, [3, 1], 7)],  # frame 7: time 1, thread 3 (selected)
 )  # fmt: skip
 def test_real_vdif_gpu_fold_equals_cpu(cp, tmp_path, nbit, threads, select, drop):
     rng = np.random.default_rng()
