@@ -45,10 +45,10 @@ class Event:
 class RecordingStage:
     """GpuFolder's stage interface, on the host: copies parts, decodes, logs."""
 
-    def __init__(self, fmt, ppc, log, polls_to_done=0, delay_s=0.0):
+    def __init__(self, fmt, ppc, log, polls_to_done=0, delay_s=0.0, slot_len=None):
         self.fmt, self.ppc, self.log = fmt, ppc, log
-        self.layout = fmt.chunk_layout(ppc)
-        self.buf = np.zeros(fmt.streams * ppc * fmt.payload_len, np.uint8)
+        self.layout = fmt.chunk_layout(ppc, slot_len)
+        self.buf = np.zeros(fmt.streams * ppc * (slot_len or fmt.payload_len), np.uint8)
         self.polls, self.delay = polls_to_done, delay_s
         self.samples: list[np.ndarray] = []
         self.valid: list[np.ndarray] = []
@@ -297,3 +297,35 @@ def test_the_status_line_says_rates_pool_losses_and_gpu_busy_once_a_second():
     assert "GPU busy  25%" in text
     gin = float(text.split(" in ")[1].split()[0])
     assert 0 < gin < 8 * 10_000 * 8192 / 0.05 / 1e9 * 1.01
+
+
+@pytest.mark.parametrize("kind,opts", [("ynao", {}), ("vdif", {"bits": 2}), ("vdif", {})])
+def test_a_recordings_whole_packet_chunks_reach_the_stage_at_their_payloads(kind, opts):
+    """A recording's chunks keep whole packets (header + payload in each slot): the
+    GPU route reads them where they lie, stepping by slots and starting at the first
+    payload (`fold` after `record` on the GPU), and decodes what a capture's chunk of
+    payloads alone decodes."""
+    from voltstream.pipeline.gpu import ChunkFeed
+
+    fmt = make_format(kind, chan_bw_mhz=1.0, **opts)
+    ppc, rng = 8, np.random.default_rng(7)
+    n = ppc * fmt.samples_per_packet
+    x = rng.integers(-100, 100, (n, fmt.nchan, fmt.npol, 2)).astype(np.int8)
+    pk = fmt.packetize(x, 0, fmt.observation(start_mjd=60000, start_sec=0.0))
+    whole = np.ascontiguousarray(pk.reshape(ppc, fmt.streams, -1).transpose(1, 0, 2))
+    slot = whole.shape[-1]
+    assert slot > fmt.payload_len  # headers in the slots
+    payloads = np.ascontiguousarray(whole[..., slot - fmt.payload_len :])
+    got = []
+    for buf, slot_len in ((whole, slot), (payloads, None)):
+        out = []
+        tl = ChunkTimeline(fmt.streams, ppc, out.append)
+        chunk = FakeChunk(3, np.ones((fmt.streams, ppc)), streams=range(fmt.streams))
+        chunk.address = buf.ctypes.data
+        tl.add(chunk)
+        tl.finish()
+        stage = RecordingStage(fmt, ppc, [], slot_len=slot_len)
+        ChunkFeed(stage, fmt, slot_len).feed(out[0])
+        got.append(stage.samples[0])
+    np.testing.assert_array_equal(got[0], got[1])
+    assert np.abs(got[0]).sum() > 0

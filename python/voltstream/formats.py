@@ -135,11 +135,14 @@ class StreamFormat:
             "station": self.station,
         }
 
-    def chunk_layout(self, packets_per_chunk: int) -> PackedLayout:
+    def chunk_layout(self, packets_per_chunk: int, slot_len: int | None = None) -> PackedLayout:
         """Where sample (s, chan, pol, re/im) sits in a capture chunk's bytes, laid out
-        [stream][packet][payload]: the GPU unpack kernel reads chunks as they are."""
+        [stream][packet][payload]: the GPU unpack kernel reads chunks as they are.
+        ``slot_len``: bytes per packet slot where a slot holds more than the payload
+        (a recording's chunks keep whole packets); the reader starts at the first
+        payload (``slot_len - payload_len`` bytes in), the layout steps by slots."""
         values_per_byte = 8 // self.bits
-        frame = self.payload_len * values_per_byte  # values per packet
+        frame = (slot_len or self.payload_len) * values_per_byte  # values per packet slot
         if self.name == "ynao":  # a stream: (spectrum, chan, pol, re/im) int8 per packet
             # Each subband (stream) is a block of channels, ppc packets of the next.
             cpb = self.nchan // self.subbands

@@ -281,10 +281,6 @@ def _combination_problems(pf: PipelineFile) -> list[tuple[tuple[str, ...], str]]
                 "with the format options (nchan, vdif_threads, ...)",
             )
         )
-    if pf.fold is not None and pf.record is not None and pf.fold.device != "cpu":
-        problems.append(
-            (("fold", "device"), 'a fold after a recording runs on the CPU for now: device = "cpu"')
-        )
     if pf.fengine is not None and "stream" in pf.model_fields_set:
         problems.append(
             (

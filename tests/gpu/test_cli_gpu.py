@@ -83,3 +83,55 @@ def test_cli_gpu_fold_equals_cpu(dada, extra):
     prof = gpu.profile()
     assert profile_snr(prof) > 10
     assert abs((np.argmax(prof) + 0.5) / gpu.nbin - PHASE) < 0.03
+
+
+def test_record_and_fold_on_the_gpu_in_one_process(tmp_path):
+    """A pipeline file's [record] and [fold] with device = "gpu": the recorder writes
+    every chunk and passes it on; the GPU folds the written chunks where they lie
+    (whole packets in their slots for the vbs layout) and finds the pulsar."""
+    import json
+    import time
+
+    from loopback import free_bind
+    from test_pipeline_file import _simulate, _start
+
+    bind = free_bind()
+    for d in ("d0", "d1"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "pipe.toml").write_text(f"""
+[network]
+bind = "{bind}"
+
+[stream]
+format = "ynao"
+
+[run]
+duration = 60
+idle_timeout = 3
+report = "r.json"
+
+[record]
+dirs = ["d0", "d1"]
+scan = "g1"
+layout = "vbs"
+
+[fold]
+output = "g1.fits"
+dm = 26.833
+period = 0.0333
+nbin = 64
+tsub = 0.05
+device = "gpu"
+""")
+    proc = _start(["run", "pipe.toml"], tmp_path)
+    time.sleep(8)  # the GPU folder is made after the recording starts (docs/pipeline.md)
+    sent = _simulate(bind, "0.2")
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    rec, fold = report["record"], report["fold"]
+    assert rec["capture"]["totals"]["received"] == sent
+    written = rec["record"]["chunks_written"]
+    assert written > 0 and rec["record"]["chunks_forwarded"] == written
+    assert rec["record"]["chunks_not_forwarded"] == 0
+    assert fold["snr"] > 20

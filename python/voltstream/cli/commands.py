@@ -206,28 +206,20 @@ def fold(args: argparse.Namespace) -> int | Loss:
         fmt = _capture_format(args)  # a band in several streams: its subbands' channels
         mjd, sec = _now_mjd()
         obs = fmt.observation(start_mjd=mjd, start_sec=sec)
-        if recording_asked and device == "gpu":
-            raise ConfigError('a fold after a recording runs on the CPU for now: device = "cpu"')
-        if device == "gpu":
-            if args.gpus > 1 or args.workers_per_gpu > 1:
-                raise ConfigError("--listen folds on one GPU; --gpus/--workers-per-gpu are "
-                                  "for files")  # fmt: skip
-        else:
-            settings = _capture_settings(args, args.listen)
-            if recording_asked:
-                from voltstream.cli.run_file import start_recording
+        if device == "gpu" and (args.gpus > 1 or args.workers_per_gpu > 1):
+            raise ConfigError("--listen folds on one GPU; --gpus/--workers-per-gpu are for "
+                              "files")  # fmt: skip
+        settings = _capture_settings(args, args.listen)
+        if recording_asked:  # the GPU too folds the chunks once written
+            from voltstream.cli.run_file import start_recording
 
-                recording = start_recording(args, fmt, settings)
+            recording = start_recording(args, fmt, settings)
+        if device != "gpu":
             live = LiveReader(
-                fmt,
-                settings,
-                args.duration,
-                obs,
-                idle_timeout_s=args.idle_timeout,
+                fmt, settings, args.duration, obs, idle_timeout_s=args.idle_timeout,
                 source=recording.forwarded() if recording is not None else None,
-                stop_event=_stop_event(args),
-                live_report=watcher(args),
-            )
+                stop_event=_stop_event(args), live_report=watcher(args),
+            )  # fmt: skip
             try:
                 live.start()
             except BaseException:
@@ -257,13 +249,19 @@ def fold(args: argparse.Namespace) -> int | Loss:
     if args.listen and device == "gpu":
         from voltstream.pipeline.live import fold_live_gpu
 
-        archive, report = fold_live_gpu(
-            fmt, _capture_settings(args, args.listen), args.duration, obs, settings,
-            idle_timeout_s=args.idle_timeout, packets_per_chunk=args.packets_per_chunk,
-            pool_mb=args.buffer_mb, status=_status_line(args),
-            on_start=lambda: log.info("fold: listening on %s", args.listen),
-            stop_event=_stop_event(args), live_report=watcher(args),
-        )  # fmt: skip
+        try:
+            archive, report = fold_live_gpu(
+                fmt, _capture_settings(args, args.listen), args.duration, obs, settings,
+                idle_timeout_s=args.idle_timeout, packets_per_chunk=args.packets_per_chunk,
+                pool_mb=args.buffer_mb, status=_status_line(args),
+                on_start=lambda: log.info("fold: listening on %s", args.listen),
+                stop_event=_stop_event(args), live_report=watcher(args),
+                source=recording.forwarded() if recording is not None else None,
+            )  # fmt: skip
+        except BaseException:
+            if recording is not None:
+                recording.finish()
+            raise
         no_data = _nothing_received("fold", report, fmt.name, args.output, args.report)
         if no_data is not None:
             return no_data

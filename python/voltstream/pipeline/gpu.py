@@ -277,12 +277,15 @@ class ChunkFeed:
     """A ``GpuStage`` (the fold engine) as a ``StageRunner``'s stage: each block's
     packet runs in the pool (``parts``) and, where packets are missing, a per-sample
     mask from the presence bits; a gap as samples that never arrived. ``fmt`` gives
-    samples per packet and the payload length."""
+    samples per packet and the payload length; ``slot_len`` the bytes per packet slot
+    where a slot holds a whole packet (a recording's chunks): the samples start at the
+    first payload, ``slot_len - payload_len`` bytes in."""
 
     pinned = True  # the engine's copies read the chunks where the capture put them
 
-    def __init__(self, stage: GpuStage, fmt: Any) -> None:
+    def __init__(self, stage: GpuStage, fmt: Any, slot_len: int | None = None) -> None:
         self.stage, self.fmt = stage, fmt
+        self.slot_len = slot_len or fmt.payload_len
         self.busy_ms = getattr(stage, "busy_ms", None)
         self.samples_fed = 0
         self.lost_samples = 0
@@ -299,8 +302,9 @@ class ChunkFeed:
         valid = None if ok is None else np.repeat(ok, spp)
         if valid is not None:
             self.lost_samples += n - int(np.count_nonzero(valid))
+        head = self.slot_len - self.fmt.payload_len
         return self.stage.feed_block(
-            item.parts(self.fmt.payload_len), n, item.first * self.fmt.payload_len, valid
+            item.parts(self.slot_len), n, item.first * self.slot_len + head, valid
         )
 
     def finish(self) -> None:
@@ -312,7 +316,8 @@ class ChunkFeed:
 
 def gpu_stage_runner(
     stage: GpuStage, fmt: Any, registry: HostRegistry | None = None,
-    status: StatusLine | None = None,
+    status: StatusLine | None = None, slot_len: int | None = None,
 ) -> StageRunner:  # fmt: skip
-    """The runner of a ``GpuStage`` fed straight from the capture's chunks."""
-    return StageRunner(ChunkFeed(stage, fmt), fmt.payload_len, registry, status)
+    """The runner of a ``GpuStage`` fed straight from the capture's chunks (of whole
+    packets in ``slot_len``-byte slots, a recording's, where given)."""
+    return StageRunner(ChunkFeed(stage, fmt, slot_len), fmt.payload_len, registry, status)

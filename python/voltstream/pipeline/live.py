@@ -159,6 +159,7 @@ def live_gpu_folder(
     settings: FoldSettings,
     packets_per_chunk: int | None = None,
     pool_mb: float = GPU_POOL_MB,
+    slot_len: int | None = None,
     **plan_kw: Any,
 ) -> tuple[Any, CaptureSettings]:
     """The GPU fold engine of a live capture, and the capture's settings for it: the
@@ -169,15 +170,17 @@ def live_gpu_folder(
     reads those chunks as they lie (``fmt.chunk_layout``) and is warmed up now
     (kernels compiled, FFT plans made, accumulators for ``duration_s``), before the
     socket opens, so the first chunks do not wait on it. ``plan_kw``: the fold plan's
-    band options (``band_freqs_mhz``, ``f_ref_mhz``: a cluster node's)."""
+    band options (``band_freqs_mhz``, ``f_ref_mhz``: a cluster node's). ``slot_len``:
+    a chunk source of whole packets (a recording's), its bytes per packet slot."""
     from voltstream.fold.gpu import GpuFolder
 
     window = capture.chunks.window_for(packets_per_chunk, fmt.packets_per_second)
     ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, window)
     nsamp = ppc * fmt.samples_per_packet
+    slot = slot_len or fmt.payload_len
     eng = GpuFolder.from_settings(
-        obs, settings, packed=fmt.chunk_layout(ppc), chunk_samples=nsamp,
-        raw_bytes=fmt.streams * ppc * fmt.payload_len, **plan_kw,
+        obs, settings, packed=fmt.chunk_layout(ppc, slot_len), chunk_samples=nsamp,
+        raw_bytes=fmt.streams * ppc * slot, **plan_kw,
     )  # fmt: skip
     eng.warm_up(nsamp, duration_s)
     return eng, capture.replace(packets_per_chunk=ppc, nchunks=nchunks)
@@ -196,6 +199,7 @@ def fold_live_gpu(
     on_start: Any = None,
     stop_event: threading.Event | None = None,
     live_report: Any = None,
+    source: ChunkSource | None = None,
 ) -> tuple[FoldedArchive, Any]:
     """Captures and folds on the GPU in one process, chunks straight from the capture's
     pool to the GPU (pipeline/gpu.py); returns (archive, capture report).
@@ -206,21 +210,26 @@ def fold_live_gpu(
     ends the capture early (run_capture); the archive holds what was folded.
     Real VDIF (``fmt.real``): ``obs`` is the complex observation (``dsp.real``
     ``complex_observation``); the chunks are converted on the GPU (fold/gpu_real.py).
+    ``source``: a running chunk source instead of a capture of its own (a recording's
+    written chunks, whole packets: its chunk size and slots are the folder's).
     """
     from voltstream.pipeline.capture import run_capture
     from voltstream.pipeline.gpu import HostRegistry, StatusLine, gpu_stage_runner
 
+    slot_len = None
+    if source is not None:
+        packets_per_chunk = getattr(source, "packets_per_chunk")  # noqa: B009 - not in the Protocol
+        slot_len = getattr(source, "slot_len", None)
     eng, capture = live_gpu_folder(fmt, capture, duration_s, obs, settings,
-                                   packets_per_chunk, pool_mb)  # fmt: skip
+                                   packets_per_chunk, pool_mb, slot_len)  # fmt: skip
     ppc, nsamp = capture.chunks.packets_per_chunk, eng.chunk
     line = StatusLine("fold", fmt.payload_len) if status else None
-    consumer = gpu_stage_runner(eng, fmt, HostRegistry(), line)
+    consumer = gpu_stage_runner(eng, fmt, HostRegistry(), line, slot_len)
     t0 = time.monotonic()
     report = run_capture(
         fmt, capture, duration_s,
         idle_timeout_s=idle_timeout_s, on_start=on_start, consumer=consumer,
-        stop_event=stop_event,
-        live_report=live_report,
+        source=source, stop_event=stop_event, live_report=live_report,
     )  # fmt: skip
     archive = eng.finish()
     wall = time.monotonic() - t0
