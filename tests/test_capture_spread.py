@@ -256,9 +256,39 @@ def test_listen_addresses_are_checked_and_a_gpu_fold_of_a_band_says_what_to_do(t
     r = run_cli("fold", "--listen", "127.0.0.1:7000+1", *YNAO, *FOLD, "--device", "gpu",
                 "--duration", "1", "-o", str(tmp_path / "x.fits"))  # fmt: skip
     assert r.returncode == 2 and "--device cpu" in r.stderr, r.stderr
-    r = run_cli("record", "--listen", "127.0.0.1:7000+1", *YNAO, "--dirs", str(tmp_path),
-                "--scan", "s", "--duration", "1")  # fmt: skip
-    assert r.returncode == 2 and "one --listen address" in r.stderr, r.stderr
+
+
+def test_a_band_in_three_streams_is_recorded_one_dada_file_set_per_subband(tmp_path):
+    """`record --listen HOST:PORT+2 --layout dada`: a file run per stream, each
+    header its own subband's (FREQ, BW, NCHAN as the simulator's subband files say),
+    the samples equal to the simulator's subband files of the same band."""
+    from voltstream.io.dada import open_dada
+
+    sim = ("simulate", *YNAO, "--subbands", "3", "--duration", "0.05", "--seed", "5")
+    r = run_cli(*sim, "--output", str(tmp_path / "f.dada"))
+    assert r.returncode == 0, r.stderr
+    ports = _free_ports(3)
+    (tmp_path / "d").mkdir()
+    # --flush-age 5: each subband is sent at 1/60 of YNAO's own rate, so a chunk sized
+    # for that rate (flush.py) takes longer than the default age to fill; its later
+    # packets would come after it was written (counted late).
+    rec = Listening("record", *YNAO, "--listen", f"127.0.0.1:{ports[0]}+2", "--duration",
+                    "60", "--idle-timeout", "2", "--dirs", str(tmp_path / "d"), "--scan",
+                    "band", "--layout", "dada", "--flush-age", "5",
+                    "--report", str(tmp_path / "r.json"))  # fmt: skip
+    r = run_cli(*sim, "--dest", ",".join(f"127.0.0.1:{p}" for p in ports), "--rate", "0.2")
+    assert r.returncode == 0, r.stderr
+    rc, out, err = rec.wait()
+    assert rc == 0, out + err
+    for k in range(3):
+        files = sorted((tmp_path / "d" / "band").glob(f"band_s{k:02}_*.dada"))
+        assert files, list((tmp_path / "d" / "band").iterdir())
+        want = open_dada(tmp_path / f"f.sb{k}.dada")
+        got = [open_dada(f) for f in files]
+        assert {g.obs.freq_mhz for g in got} == {want.obs.freq_mhz}
+        assert {(g.obs.nchan, g.obs.bw_mhz) for g in got} == {(want.obs.nchan, want.obs.bw_mhz)}
+        samples = np.concatenate([g.read_raw(0, g.nsamp) for g in got])
+        np.testing.assert_array_equal(samples, want.read_raw(0, want.nsamp))
 
 
 def test_a_silent_stream_of_a_band_holds_nothing_and_is_counted(tmp_path):

@@ -349,9 +349,12 @@ class Recorder:
         frames_per_second: int | None = None,
         packet_format: int = 2,
         forward_chunks: int = 0,
+        dada_headers: list[str] | None = None,
     ) -> None: ...
     # frames_per_second: a VDIF stream's; its missing frames become VDIF fill
-    # frames in every layout but dada (required by the vdif layout).
+    # frames in every layout but dada (required by the vdif layout). dada_headers:
+    # one header's keys per stream (a band in several streams), else dada_header's
+    # for every stream.
     def pieces(self, start: int = 0) -> list[dict[str, Any]]:
         """Finished files (Mark6: blocks) from position `start` of the log on: path,
         streams, number, first_index, packets, offset, bytes, tail_absent (per stream:

@@ -36,7 +36,8 @@ impl PyRecorder {
     #[new]
     #[pyo3(signature = (
         capture, dirs, scan, layout = "vbs", queue_chunks = 2, file_chunks = 16,
-        dada_header = None, frames_per_second = None, packet_format = 2, forward_chunks = 0
+        dada_header = None, frames_per_second = None, packet_format = 2, forward_chunks = 0,
+        dada_headers = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -50,6 +51,7 @@ impl PyRecorder {
         frames_per_second: Option<u32>,
         packet_format: i32,
         forward_chunks: usize,
+        dada_headers: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let layout = match layout {
             "vbs" => Layout::Vbs,
@@ -58,7 +60,7 @@ impl PyRecorder {
                 frames_per_second: frames_per_second.unwrap_or(0),
             },
             "dada" => Layout::Dada {
-                header: dada_header.unwrap_or_default(),
+                headers: dada_headers.unwrap_or_else(|| vec![dada_header.unwrap_or_default()]),
             },
             other => {
                 return Err(config_error(format!(

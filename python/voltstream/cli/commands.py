@@ -112,10 +112,6 @@ def record(args: argparse.Namespace) -> int | Loss:
         return 0
     if not args.scan or not args.listen:
         raise ConfigError("give --scan NAME and --listen HOST:PORT (or --repair SCAN)")
-    if "," in args.listen or "+" in args.listen:
-        raise ConfigError("record takes one --listen address for now: record each stream of "
-                          "a band with its own `voltstream record` (capture and fold take "
-                          "a band)")  # fmt: skip
     settings = record_settings(vars(args))
     # The disks as the recorder (and `run --check`) judges them, before it listens.
     if problems := rec.disk_problems(settings.dirs, settings.scan, settings.layout):

@@ -44,6 +44,8 @@ class RecordLayout:
     #: Chunks of one stream per DADA or VDIF file.
     file_chunks: int
     dada_header: str | None = None
+    #: One header's keys per stream: a band in several streams, each its subband's.
+    dada_headers: list[str] | None = None
     frames_per_second: int | None = None
     packet_format: int = 2
 
@@ -57,6 +59,7 @@ class RecordLayout:
             "layout": self.name,
             "file_chunks": self.file_chunks,
             "dada_header": self.dada_header,
+            "dada_headers": self.dada_headers,
             "frames_per_second": self.frames_per_second,
             "packet_format": self.packet_format,
         }
@@ -82,6 +85,9 @@ class RecordLayout:
                 )
             return cls(name, file_chunks, frames_per_second=fps)
         if name == "dada":
+            if getattr(stream, "subbands", 1) > 1:  # a band in several streams
+                heads = [dada_keys(sb, source) for sb in subband_streams(stream)]
+                return cls(name, file_chunks, dada_headers=heads)
             return cls(name, file_chunks, dada_header=dada_keys(stream, source))
         return cls(
             name,
@@ -117,6 +123,18 @@ def disk_problems(dirs: Sequence[str], scan: str, layout: str) -> list[str]:
             where = disk / scan if (disk / scan).exists() else disk / f"{scan}.manifest.json"
             problems.append(f"scan {scan} is already on disk {d} ({where}): pick a new scan name")
     return problems
+
+
+def subband_streams(band: Any) -> list[Any]:
+    """Each stream of a band in several streams as a format of its own (its subband's
+    channels and centre frequency), in stream order."""
+    import dataclasses
+
+    from voltstream.subbands import subband_formats
+
+    n = band.subbands
+    one = dataclasses.replace(band, nchan=band.nchan // n, subbands=1)
+    return subband_formats(one, n)
 
 
 def dada_keys(stream: CaptureFormat, source: str) -> str:

@@ -309,7 +309,8 @@ impl Files {
         part: usize,
     ) -> io::Result<Run> {
         let (path, offset, planned) = match &*self.layout {
-            Layout::Dada { header } => {
+            Layout::Dada { .. } => {
+                let header = self.layout.dada_keys(stream);
                 let obs_offset = first.saturating_sub(place.origin) * slot as u64;
                 let planned = self.file_chunks * part as u64;
                 let path = self.names.dada(stream, obs_offset);
@@ -401,9 +402,10 @@ fn tail(lease: &Lease, pos: usize, before: u64) -> u64 {
 /// Ends a DADA or VDIF file: a DADA header whose FILE_SIZE was planned larger
 /// than the run became is rewritten with the size written.
 fn close_run(run: Run, layout: &Layout, log: &Mutex<Vec<Piece>>) -> io::Result<()> {
-    if let Layout::Dada { header } = layout {
+    if let Layout::Dada { .. } = layout {
         if run.piece.bytes != run.planned {
             let obs_offset = dada_obs_offset(&run);
+            let header = layout.dada_keys(run.piece.streams[0]);
             let text = layout::dada_header(header, run.piece.bytes, run.piece.number, obs_offset);
             run.file.write_all_at(&text, 0)?;
         }

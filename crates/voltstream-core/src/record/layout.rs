@@ -43,15 +43,28 @@ pub enum Layout {
     },
     /// Per stream, PSRDADA files of consecutive chunks,
     /// `<dir>/<scan>/<scan>_s<stream>_<OBS_OFFSET, 16 digits>.dada`: a 4096-byte
-    /// header (`header` plus FILE_SIZE, FILE_NUMBER, OBS_OFFSET), then the
-    /// stream's sample bytes, missing packets as zeros.
+    /// header (the stream's `headers` entry plus FILE_SIZE, FILE_NUMBER,
+    /// OBS_OFFSET), then the stream's sample bytes, missing packets as zeros.
     Dada {
-        /// The header's other keys, `KEY value` lines (observation, sampling).
-        header: String,
+        /// The header's other keys, `KEY value` lines (observation, sampling):
+        /// one for every stream, or one per stream (a band in several streams,
+        /// each its own subband's frequency).
+        headers: Vec<String>,
     },
 }
 
 impl Layout {
+    /// The DADA header keys of `stream`'s files: its own entry, or the one for all.
+    pub fn dada_keys(&self, stream: usize) -> &str {
+        match self {
+            Layout::Dada { headers } => headers
+                .get(stream)
+                .or(headers.first())
+                .map_or("", |h| h.as_str()),
+            _ => "",
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Layout::Vbs => "vbs",
@@ -86,16 +99,23 @@ impl Layout {
             } => Err(Error::Config(
                 "the vdif layout needs the stream's frames per second".into(),
             )),
-            Layout::Dada { header } if header.len() + 160 > DADA_HEADER_LEN => {
-                Err(Error::Config(format!(
-                    "a DADA header of {} bytes leaves no room in {DADA_HEADER_LEN} bytes for \
-                     FILE_SIZE, FILE_NUMBER and OBS_OFFSET",
-                    header.len()
-                )))
+            Layout::Dada { headers } => {
+                for header in headers {
+                    if header.len() + 160 > DADA_HEADER_LEN {
+                        return Err(Error::Config(format!(
+                            "a DADA header of {} bytes leaves no room in {DADA_HEADER_LEN} \
+                             bytes for FILE_SIZE, FILE_NUMBER and OBS_OFFSET",
+                            header.len()
+                        )));
+                    }
+                    if header.contains('\0') {
+                        return Err(Error::Config(
+                            "a DADA header is text: it must not hold NUL bytes".into(),
+                        ));
+                    }
+                }
+                Ok(())
             }
-            Layout::Dada { header } if header.contains('\0') => Err(Error::Config(
-                "a DADA header is text: it must not hold NUL bytes".into(),
-            )),
             _ => Ok(()),
         }
     }

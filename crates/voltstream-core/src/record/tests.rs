@@ -353,7 +353,7 @@ fn dada_key(header: &str, key: &str) -> u64 {
 fn dada_files_hold_runs_of_one_stream_with_headers_that_say_where() {
     let (disks, mut spec) = one_disk("dada", "scan5", 30);
     spec.layout = Layout::Dada {
-        header: "HDR_VERSION 1.0\nNBIT 8".into(),
+        headers: vec!["HDR_VERSION 1.0\nNBIT 8".into()],
     };
     spec.file_chunks = 3;
     let report = record(7, &spec, || {});
@@ -398,7 +398,7 @@ fn dada_files_hold_runs_of_one_stream_with_headers_that_say_where() {
 fn a_missing_chunk_ends_a_dada_file_and_the_next_starts_at_its_offset() {
     let (disks, mut spec) = one_disk("dadagap", "scan6", 30);
     spec.layout = Layout::Dada {
-        header: String::new(),
+        headers: vec![String::new()],
     };
     spec.file_chunks = 10;
     // Chunk 2 of 6 never arrives (both streams), so the run breaks there.
