@@ -24,10 +24,19 @@ from loopback import free_bind
 YNAO_FRAME, YNAO_PAYLOAD = 8216, 8192
 
 
-def start_record(bind: str, dirs: list[Path], scan: str, *args: str) -> subprocess.Popen:
+def start_record(
+    bind: str, dirs: list[Path], scan: str, *args: str, flush_age: str | None = "5"
+) -> subprocess.Popen:
+    """`voltstream record` once it listens. ``flush_age``: these tests send far below
+    their formats' own rates, with pauses while the simulator makes its next block (a
+    loaded 2-core machine: over 0.5 s); a chunk open across such a pause goes out at
+    the default flush age and its later packets count late (by design: what a crash
+    can lose is bounded; tests/test_record_crash.py checks that with None, the
+    default). A long age keeps these tests about what they check."""
+    age = ["--flush-age", flush_age] if flush_age is not None else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "voltstream.cli", "record", "--listen", bind, "--engine",
-         "socket", "--dirs", ",".join(map(str, dirs)), "--scan", scan, *args],
+         "socket", "--dirs", ",".join(map(str, dirs)), "--scan", scan, *age, *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 20

@@ -132,7 +132,7 @@ def _record(bind: str, dirs: list[Path], scan: str, tmp_path: Path, fps: int):
     toml.write_text(f'format = "vdif"\nthreads = {THREADS}\nframe_len = {FRAME_LEN}\n'
                     f"frames_per_second = {fps}\n")  # fmt: skip
     return start_record(bind, dirs, scan, "--stream", str(toml), "--layout", "vdif",
-                        "--duration", "60")  # fmt: skip
+                        "--duration", "60", flush_age=None)  # fmt: skip
 
 
 @pytest.mark.parametrize("fps", [1000, 200])
