@@ -242,18 +242,16 @@ def test_record_from_the_command_line_and_from_its_file_record_the_same(tmp_path
     assert np.array_equal(recorded[0], recorded[1])
 
 
-def test_capture_record_and_fold_in_one_process_on_loopback(tmp_path):
-    """One capture, two consumers: every chunk is recorded AND folded (the recorder
-    passes each written chunk on), and one report holds every counter."""
-    bind = free_bind()
-    (tmp_path / "d0").mkdir()
-    (tmp_path / "d1").mkdir()
-    (tmp_path / "pipe.toml").write_text(f"""
+def record_and_fold_toml(bind: str, scan: str, device: str, engine: str = "auto",
+                         layout: str = "vbs") -> str:  # fmt: skip
+    """A pipeline file that captures YNAO on ``bind``, records scan ``scan`` on d0 and
+    d1 and folds each chunk once written (``scan``.fits) on ``device``."""
+    return f"""
 [network]
 bind = "{bind}"
 
 [engine]
-kind = "socket"
+kind = "{engine}"
 
 [stream]
 format = "ynao"
@@ -265,16 +263,26 @@ report = "r.json"
 
 [record]
 dirs = ["d0", "d1"]
-scan = "p1"
+scan = "{scan}"
+layout = "{layout}"
 
 [fold]
-output = "p1.fits"
+output = "{scan}.fits"
 dm = 26.833
 period = 0.0333
 nbin = 64
 tsub = 0.05
-device = "cpu"
-""")
+device = "{device}"
+"""
+
+
+def test_capture_record_and_fold_in_one_process_on_loopback(tmp_path):
+    """One capture, two consumers: every chunk is recorded AND folded (the recorder
+    passes each written chunk on), and one report holds every counter."""
+    bind = free_bind()
+    (tmp_path / "d0").mkdir()
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "pipe.toml").write_text(record_and_fold_toml(bind, "p1", "cpu", "socket"))
     proc = _start(["run", "pipe.toml"], tmp_path)
     sent = _simulate(bind, "0.2")
     out, err = proc.communicate(timeout=180)

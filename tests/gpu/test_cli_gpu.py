@@ -93,36 +93,12 @@ def test_record_and_fold_on_the_gpu_in_one_process(tmp_path):
     import time
 
     from loopback import free_bind
-    from test_pipeline_file import _simulate, _start
+    from test_pipeline_file import _simulate, _start, record_and_fold_toml
 
     bind = free_bind()
     for d in ("d0", "d1"):
         (tmp_path / d).mkdir()
-    (tmp_path / "pipe.toml").write_text(f"""
-[network]
-bind = "{bind}"
-
-[stream]
-format = "ynao"
-
-[run]
-duration = 60
-idle_timeout = 3
-report = "r.json"
-
-[record]
-dirs = ["d0", "d1"]
-scan = "g1"
-layout = "vbs"
-
-[fold]
-output = "g1.fits"
-dm = 26.833
-period = 0.0333
-nbin = 64
-tsub = 0.05
-device = "gpu"
-""")
+    (tmp_path / "pipe.toml").write_text(record_and_fold_toml(bind, "g1", "gpu"))
     proc = _start(["run", "pipe.toml"], tmp_path)
     time.sleep(8)  # the GPU folder is made after the recording starts (docs/pipeline.md)
     sent = _simulate(bind, "0.2")

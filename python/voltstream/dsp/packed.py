@@ -66,6 +66,16 @@ class PackedLayout:
         return cls(nbit, encoding, ndim, nchan, npol, spf, npol * per_frame, nchan * ndim, ndim,
                    per_frame)  # fmt: skip
 
+    def kernel_args(self) -> tuple[Any, ...]:
+        """The layout as the packed kernels take it (unpack_packed.cu,
+        real_to_complex.cu: their shared ``packed_value.cuh`` reads values by it)."""
+        import numpy as np
+
+        ncp = self.nchan * self.npol
+        return (np.int64(self.s_blk), np.int32(self.spf), np.int32(self.s_t),
+                np.int32(self.s_c), np.int32(self.s_p), np.int32(self.chans_per_block),
+                np.int64(self.s_cb), np.int32(self.npol), np.int32(ncp))  # fmt: skip
+
     def nbytes(self, nsamp: int) -> int:
         """Bytes up to and including the last value of sample ``nsamp - 1``."""
         if nsamp <= 0:

@@ -148,17 +148,7 @@ class PackedUnpackOp(_FramingOp):
         self.carry_cap = carry_cap
         L = template.layout
         self.ncp = L.nchan * L.npol
-        self.layout_args = (
-            np.int64(L.s_blk),
-            np.int32(L.spf),
-            np.int32(L.s_t),
-            np.int32(L.s_c),
-            np.int32(L.s_p),
-            np.int32(L.chans_per_block),
-            np.int64(L.s_cb),
-            np.int32(L.npol),
-            np.int32(self.ncp),
-        )
+        self.layout_args = L.kernel_args()
 
     def _common(self, raw: Any, carry: Any, valid: Any, nsamp_raw: int) -> Any:
         """Checks the buffers both kernels read; the mask pointer (0: none)."""
@@ -254,17 +244,7 @@ class RealToComplexOp(Operation):
         self.carry_cap = carry_cap
         L = template.layout
         self.ncp = L.nchan * L.npol
-        self.layout_args = (
-            np.int64(L.s_blk),
-            np.int32(L.spf),
-            np.int32(L.s_t),
-            np.int32(L.s_c),
-            np.int32(L.s_p),
-            np.int32(L.chans_per_block),
-            np.int64(L.s_cb),
-            np.int32(L.npol),
-            np.int32(self.ncp),
-        )
+        self.layout_args = L.kernel_args()
 
     def _common(self, raw: Any, carry: Any, valid: Any, nsamp_raw: int, carry_len: int) -> Any:
         if raw.size < self.t.layout.nbytes(nsamp_raw):
