@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from voltstream import _core
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
 from voltstream.fengine.pipeline import run_fengine
 
 

@@ -148,8 +148,8 @@ def engine_stats(**counts) -> dict:
 
 
 def test_report_parser_reads_capture_and_fengine_reports():
+    from voltstream.capture.run import CaptureReport
     from voltstream.fengine.pipeline import FEngineReport
-    from voltstream.pipeline.capture import CaptureReport
 
     st = engine_stats(missing=3, late=4, dropped=5)
     want = {

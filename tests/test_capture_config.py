@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from voltstream.capture_config import (
+from voltstream.capture.config import (
     CaptureSettings,
     NetworkSettings,
     load_capture_file,
@@ -140,8 +140,8 @@ def test_ipv6_loopback_capture(tmp_path, engine):
 
 def test_each_capture_default_is_set_once():
     """The settings, the command line and a cluster node take a capture's defaults from
-    one module (capture_defaults.py): the numbers cannot disagree."""
-    from voltstream import capture_defaults as d
+    one module (capture/defaults.py): the numbers cannot disagree."""
+    from voltstream.capture import defaults as d
     from voltstream.cli import build_parser
 
     c = CaptureSettings.of("127.0.0.1:0")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from voltstream import _core
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
 from voltstream.errors import ConfigError
 from voltstream.latency.run import LatencySettings, latency_spec
 from voltstream.streams import parse_stream

@@ -19,8 +19,8 @@ from loopback import free_bind
 from test_capture_threads import FPS, FRAME, vdif_frame
 from test_cli_outcomes import Listening
 from test_gpu_handoff import FakeChunk
+from voltstream.capture.timeline import Block, ChunkTimeline, Gap
 from voltstream.io.psrfits import read_psrfits
-from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
 
 PPC, NIDX = 8, 96
 THREAD_IDS = [4, 9]

@@ -13,7 +13,7 @@ import pytest
 
 from capture_spec import capture
 from loopback import free_bind, sender
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
 from voltstream.errors import ConfigError
 from voltstream.testing import Delay, Drop, Duplicate, FaultPlan, Foreign, Truncate
 
@@ -200,8 +200,8 @@ def test_run_capture_with_two_threads_merges_both_pols_back_exactly():
     thread (polarisation) is captured by its own thread, then merged by chunk id into the
     same time-ordered samples that were sent, with one packet of pol 1 lost and zero-filled."""
 
+    from voltstream.capture.run import run_capture
     from voltstream.formats import make_format
-    from voltstream.pipeline.capture import run_capture
 
     fmt = make_format("vdif", nchan=8, chan_bw_mhz=1.0, vdif_payload=1024)
     obs = fmt.observation(start_mjd=60000, start_sec=0.0)

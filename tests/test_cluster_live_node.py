@@ -124,9 +124,9 @@ def test_a_block_view_held_past_the_block_does_not_refuse_its_release():
     a view must not refuse the chunk's release (it did, as a buffer export: the demo's
     nodes failed with "chunk 5 is still exported"); the samples are the packets'."""
     from loopback import free_bind, sender
-    from voltstream.capture_config import CaptureSettings
-    from voltstream.pipeline.capture import block_samples, run_capture
-    from voltstream.pipeline.timeline import Block
+    from voltstream.capture.config import CaptureSettings
+    from voltstream.capture.run import block_samples, run_capture
+    from voltstream.capture.timeline import Block
 
     sb = Subband(0.005)
     held, got = [], []

@@ -18,7 +18,7 @@ import pytest
 
 from cli_process import run_cli
 from test_fengine_pipeline import address, drain, udp_sink
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
 from voltstream.cli import main
 from voltstream.errors import ConfigError
 from voltstream.fengine import FEngineReference, HeapLayout, decode_packets

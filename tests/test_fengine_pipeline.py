@@ -18,7 +18,7 @@ import pytest
 import fengine_local
 from cli_process import run_cli
 from voltstream import device as device_mod
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
 from voltstream.cli import main
 from voltstream.digitiser import unpack_heaps
 from voltstream.errors import ConfigError, FormatError

@@ -15,11 +15,11 @@ import pytest
 
 from loopback import free_bind, sender
 from packed_ref import decode_ref
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
+from voltstream.capture.run import run_capture
+from voltstream.capture.timeline import Block, ChunkTimeline, Gap
 from voltstream.formats import make_format
-from voltstream.pipeline.capture import run_capture
 from voltstream.pipeline.gpu import Handoff, gpu_stage_runner
-from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
 from voltstream.testing import Drop, FaultPlan
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from capture_spec import capture
-from voltstream.pipeline.capture import CaptureReport
+from voltstream.capture.run import CaptureReport
 
 OVERFLOW = textwrap.dedent(
     """

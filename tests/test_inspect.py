@@ -9,12 +9,12 @@ import threading
 import numpy as np
 
 from loopback import free_bind, send, sender
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
+from voltstream.capture.run import run_capture
 from voltstream.cli import build_parser, main
 from voltstream.cli.options import format_from
 from voltstream.formats import make_format
 from voltstream.io.inspect import inspect_file, inspect_packets, listen_packets
-from voltstream.pipeline.capture import run_capture
 from voltstream.sim.packetize import packetize_vdif
 
 

@@ -18,11 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from cli_process import run_cli
 from live_capture import PPC, LiveCapture, packets
 from loopback import free_bind, sender
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
+from voltstream.capture.run import run_capture
 from voltstream.ops.board import RunStatus
 from voltstream.ops.counters import run_samples, samples
 from voltstream.ops.server import MetricsServer, RunCollector
-from voltstream.pipeline.capture import run_capture
 from voltstream.streams import parse_stream
 
 RECEIVED = ("voltstream_capture_packets_total", (("kind", "received"),))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from voltstream import _core
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
 from voltstream.errors import CaptureError, ConfigError
 from voltstream.streams import parse_stream
 

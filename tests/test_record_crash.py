@@ -21,7 +21,7 @@ import pytest
 from cli_process import run_cli
 from loopback import free_bind
 from test_record_cli import files, start_record
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
 from voltstream.io.vdif import decode_headers
 from voltstream.record.flush import flush_settings
 from voltstream.sim.packetize import packetize_vdif

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from loopback import free_bind, sender
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
+from voltstream.capture.run import run_capture
 from voltstream.formats import StreamFormat, make_format
-from voltstream.pipeline.capture import run_capture
 from voltstream.sim.packetize import packetize_vdif
 from voltstream.testing import Drop, Duplicate, FaultPlan, Foreign, Garbage, Truncate
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from loopback import free_bind, sender
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
+from voltstream.capture.run import run_capture
 from voltstream.cli import build_parser
 from voltstream.errors import ConfigError
 from voltstream.formats import make_format
-from voltstream.pipeline.capture import run_capture
 from voltstream.sim.packetize import packetize_vdif
 
 

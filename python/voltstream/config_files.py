@@ -2,7 +2,7 @@
 every failure a ConfigError that names the file and every wrong key.
 
 Shared by the stream descriptions (``streams.py``), the capture files
-(``capture_config.py``) and the pipeline files (``pipeline_file.py``), so all report
+(``capture/config.py``) and the pipeline files (``pipeline_file.py``), so all report
 their errors alike. ``tomllib`` keeps no positions, so ``key_lines`` finds the line
 of each key and table in the text, for errors that name their line too; ``to_toml``
 writes a configuration back (``voltstream run --print-config``).

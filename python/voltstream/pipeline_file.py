@@ -1,7 +1,7 @@
 """A whole pipeline in one file (`voltstream run PIPELINE.toml`), validated before
 anything starts; docs/pipeline.md describes every key.
 
-The capture is a capture file's (``capture_config.CaptureFile``): the sections
+The capture is a capture file's (``capture.config.CaptureFile``): the sections
 [network] [engine] [chunks] [threads], and [stream]: either the CLI's format options
 (``format = "ynao"`` or ``"vdif"`` and ``nchan``, ``vdif_threads``, ...: a stream
 whose samples can be folded) or a stream description (``streams.py``, as in a
@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
 from voltstream.config_files import key_lines, line_of, problems_text, read_toml
 from voltstream.errors import ConfigError
 from voltstream.fengine.settings import FEngineSettings, OutputBits, SampleBits

@@ -15,7 +15,7 @@ import pytest
 
 from test_fengine_pipeline import BITS, FENGINE, NCH, NSPEC, SETTINGS, SPH, run_local, sim
 from voltstream import _core
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
 from voltstream.fengine import FEngineReference, HeapLayout, decode_packets
 from voltstream.fengine.antennas import Antenna, run_antennas, split_settings
 from voltstream.fengine.engines import make_engine

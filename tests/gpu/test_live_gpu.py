@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 from loopback import free_bind, sender
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
+from voltstream.capture.run import run_capture
 from voltstream.fold.gpu import gpu_available
 from voltstream.fold.reference import FoldSettings, profile_snr
 from voltstream.formats import make_format
 from voltstream.io.dada import DadaWriter, open_dada
 from voltstream.io.polyco import ConstantPeriod
-from voltstream.pipeline.capture import run_capture
 from voltstream.pipeline.fold import fold_file
 from voltstream.pipeline.gpu_file_fold import fold_file_gpu
 from voltstream.pipeline.live import fold_live_gpu

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import voltstream.cli.stream_options as stream_options
+from voltstream.capture.run import counted
 from voltstream.cli.common import (  # noqa: F401 - the verbs' shared helpers
     SUB_BYTE_RMS,
     _capture_format,
@@ -42,7 +43,6 @@ from voltstream.cli.simulate import simulate, simulate_spead_dig  # noqa: F401 -
 from voltstream.cli.stream_options import file_threads, filled, fold_stream_options, write_stream
 from voltstream.device import resolve_device
 from voltstream.errors import ConfigError
-from voltstream.pipeline.capture import counted
 from voltstream.service.exit_status import Loss, record_loss
 from voltstream.service.outputs import check_outputs
 
@@ -55,7 +55,7 @@ log = logging.getLogger("voltstream.cli.commands")
 
 
 def capture(args: argparse.Namespace) -> int | Loss:
-    from voltstream.pipeline.capture import run_capture
+    from voltstream.capture.run import run_capture
 
     check_outputs([("--output", args.output), ("--report", args.report)])
     fmt = _capture_format(args)
@@ -377,14 +377,14 @@ def demo(args: argparse.Namespace) -> int:
         return demo_nodes(args)
     args.duration = 0.5 if args.duration is None else args.duration
     args.rate = 2.0 if args.rate is None else args.rate
-    from voltstream.capture_config import CaptureSettings
+    from voltstream.capture.config import CaptureSettings
+    from voltstream.capture.run import run_capture
     from voltstream.fold.reference import FoldSettings
     from voltstream.formats import make_format
     from voltstream.io.dada import DadaWriter, open_dada
     from voltstream.io.polyco import ConstantPeriod
     from voltstream.io.psrfits import write_psrfits
     from voltstream.monitor.plots import plot_archive
-    from voltstream.pipeline.capture import run_capture
     from voltstream.pipeline.fold import fold_file
 
     out = Path(args.output)

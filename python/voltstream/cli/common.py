@@ -54,11 +54,12 @@ def _send_sliced(sender: Any, pkts: np.ndarray, packet_len: int, rate_gbps: floa
     per_slice = pkts.shape[0]
     if rate_gbps > 0:
         per_slice = max(1, int(rate_gbps * 1e9 / 8 * SEND_SLICE_S // packet_len))
-    sent = {"packets": 0, "bytes": 0}
+    sent = {"packets": 0, "bytes": 0, "refused": 0}
     for a in range(0, pkts.shape[0], per_slice):
         r = sender.send(np.ascontiguousarray(pkts[a : a + per_slice]), packet_len, rate_gbps)
         sent["packets"] += int(r["packets"])
         sent["bytes"] += int(r["bytes"])
+        sent["refused"] = int(r.get("refused", 0))  # the sender's total so far
     return sent
 
 
@@ -83,7 +84,7 @@ def _capture_settings(args: argparse.Namespace, bind: str) -> Any:
     """The capture options a verb has, as one CaptureSettings (the core's sections);
     an option the verb lacks or the user left unset keeps the settings' default. A
     pipeline file (run_file.py) gives its sections whole, as ``capture_settings``."""
-    from voltstream.capture_config import CaptureSettings
+    from voltstream.capture.config import CaptureSettings
     from voltstream.cli.options import listen_addresses
 
     if (whole := getattr(args, "capture_settings", None)) is not None:

@@ -428,7 +428,7 @@ LEARN_WAIT_S = 30.0
 
 def learn_threads(args: argparse.Namespace) -> list[int]:
     """``--vdif-threads auto``: the live stream's threads, one per polarisation."""
-    from voltstream.capture_config import hold_port
+    from voltstream.capture.config import hold_port
     from voltstream.io.inspect import learn_vdif_threads
 
     bind = getattr(args, "bind", None) or getattr(args, "listen", None)

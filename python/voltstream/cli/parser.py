@@ -12,7 +12,7 @@ import argparse
 import logging
 from typing import Any
 
-from voltstream.capture_defaults import PACKETS_PER_CHUNK, WINDOW
+from voltstream.capture.defaults import PACKETS_PER_CHUNK, WINDOW
 from voltstream.cli.latency_options import add_latency_parser
 from voltstream.cli.ops import (
     add_katcp_options,

@@ -69,6 +69,7 @@ class _Output:
     bytes: int = 0
     keep_going: bool = False  # several subbands: one refusing node stops nothing
     refused_blocks: int = 0  # blocks a refusing node did not get (from the first refusal)
+    refused_sends: int = 0  # sends refused while the receiver rebound its port, sent again
 
     def put(self, q: np.ndarray, first: int, rate_gbps: float) -> None:
         """Sends or writes samples ``first ..`` of this subband (whole packets)."""
@@ -93,6 +94,7 @@ class _Output:
                 return
             self.packets += int(r["packets"])
             self.bytes += int(r["bytes"])
+            self.refused_sends = r["refused"]
         else:
             assert self.sink is not None  # --dest or --output: one of them is given
             self.sink[1].write(pkts.tobytes())
@@ -282,6 +284,10 @@ def _summary(args: argparse.Namespace, fmt: Any, outs: list[_Output], first: int
         where = ",".join(out.where for out in outs)
     if refused := [f"{o.where} ({o.refused_blocks})" for o in outs if o.refused_blocks]:
         tail += "; blocks refused by a node that was down: " + ", ".join(refused)
+    if again := [f"{o.where} ({o.refused_sends})" for o in outs if o.refused_sends]:
+        # ICMP "port unreachable" while the receiver moved between sockets: the send
+        # refused went again; packets sent while no socket held the port were lost.
+        tail += "; sends refused for a moment and sent again: " + ", ".join(again)
     return (
         f"simulate: {args.signal} {fmt.name}, {len(outs)} subbands of {shape} "
         f"({len(outs) * fmt.nchan} ch centred on {fmt.freq_mhz:g} MHz) -> {where}: {each} "

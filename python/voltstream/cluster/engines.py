@@ -23,7 +23,7 @@ from voltstream.fold.plan import FoldPlan
 from voltstream.pipeline.fold import StreamFold
 
 if TYPE_CHECKING:
-    from voltstream.capture_config import CaptureSettings
+    from voltstream.capture.config import CaptureSettings
     from voltstream.cluster.job import NodeJob
 
 Row = tuple[int, np.ndarray, np.ndarray, np.ndarray]
@@ -104,7 +104,7 @@ class GpuRows:
             "f_ref_mhz": job.band_centre_mhz,
         }
         if self.live:
-            from voltstream.capture_config import CaptureSettings
+            from voltstream.capture.config import CaptureSettings
             from voltstream.pipeline.live import live_gpu_folder
 
             fmt = job.fmt

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
 from voltstream.cluster.job import NodeJob
 from voltstream.cluster.merge import Subband
 from voltstream.errors import ConfigError
@@ -271,8 +271,8 @@ class NodeRun:
         """The one-host live path with a row sink: the capture's chunks through
         `StageRunner` to the node's stage (cluster/node_stage.py), which places them
         and hands on the rows now whole after each."""
+        from voltstream.capture.run import run_capture
         from voltstream.cluster.node_stage import NodeStage
-        from voltstream.pipeline.capture import run_capture
         from voltstream.pipeline.gpu import HostRegistry, StageRunner
 
         fmt = self.job.fmt

@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from voltstream.capture.run import block_samples
+from voltstream.capture.timeline import Block, Gap
 from voltstream.formats import StreamFormat
-from voltstream.pipeline.capture import block_samples
-from voltstream.pipeline.timeline import Block, Gap
 
 __all__ = ["NodeStage", "PlacedFold"]
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
 from voltstream.errors import ConfigError
 from voltstream.fengine.pipeline import FEngineReport, run_fengine
 from voltstream.fengine.settings import FEngineSettings

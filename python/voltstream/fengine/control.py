@@ -56,10 +56,10 @@ import numpy as np
 import numpy.typing as npt
 
 from voltstream import __version__
+from voltstream.capture.run import COUNTER_NAMES
 from voltstream.dsp.delay import DelayModel
 from voltstream.errors import ConfigError
 from voltstream.fengine.plan import NPOL
-from voltstream.pipeline.capture import COUNTER_NAMES
 
 __all__ = [
     "FENGINE_COUNTERS",

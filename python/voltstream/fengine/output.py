@@ -179,6 +179,7 @@ class HeapOutput:
         self.counters = OutputCounters(heaps_per_destination=[0] * len(self.dests))
         self._descriptors = encode_descriptor_heap(fengine_descriptors(layout))
         self._since_descriptors = [0] * len(self.dests)
+        self._refused = [0] * len(self.dests)  # each sender's refusals seen so far
         self._senders: list = []
         self._file: BinaryIO | None = None
         self._threaded = bool(threaded)
@@ -342,6 +343,12 @@ class HeapOutput:
             self.counters.send_seconds += time.perf_counter() - t0
         self.counters.packets_sent += int(r["packets"])
         self.counters.bytes_sent += int(r["bytes"])
+        refused = int(r.get("refused", 0))  # the sender's total: ICMP port unreachable
+        if refused > self._refused[sub]:  # packets lost while nobody listened there
+            self.counters.send_errors += refused - self._refused[sub]
+            self.counters.last_error = (f"{self.dests[sub]} refused packets "
+                                        f"{refused} times (is a receiver listening?)")  # fmt: skip
+            self._refused[sub] = refused
         return True
 
     def _write(self, packets: np.ndarray) -> None:

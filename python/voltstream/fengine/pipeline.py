@@ -43,14 +43,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
+from voltstream.capture.run import STREAM_COUNTERS, counted, run_capture
+from voltstream.capture.timeline import Gap
 from voltstream.digitiser import unpack_heaps
 from voltstream.errors import ConfigError
 from voltstream.fengine.packets import PacketBatch, heap_count, release_batches
 from voltstream.fengine.settings import FEngineSettings
-from voltstream.pipeline.capture import STREAM_COUNTERS, counted, run_capture
 from voltstream.pipeline.gpu import StageRunner, StatusLine
-from voltstream.pipeline.timeline import Gap
 from voltstream.streams import spead_dig
 
 if TYPE_CHECKING:  # CuPy at run time only: pipeline.gpu imports it lazily

@@ -139,7 +139,7 @@ def learn_vdif_threads(bind: str, station: int | None = None, packets: int = 512
     captured: the capture starts after them, and the run report says how many.
 
     The learning socket is returned still bound (``"socket"``): the caller keeps it
-    until the capture binds the port (capture_config.start_capture), so the sender
+    until the capture binds the port (capture.config.start_capture), so the sender
     is not answered with ICMP port-unreachable in between."""
     from voltstream import _core
 

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from voltstream.capture.timeline import Gap
 from voltstream.pipeline.interfaces import ChunkStage, GpuStage
-from voltstream.pipeline.timeline import Gap
 
 __all__ = [
     "ChunkFeed", "Handoff", "HostRegistry", "StageRunner", "StatusLine", "gpu_stage_runner",

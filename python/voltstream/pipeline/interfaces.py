@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
+    from voltstream.capture.timeline import Block, Gap
     from voltstream.observation import Observation
-    from voltstream.pipeline.timeline import Block, Gap
 
 __all__ = ["BlockSource", "ChunkSource", "ChunkStage", "Consumer", "GpuStage"]
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from voltstream.capture_config import CaptureSettings
+from voltstream.capture.config import CaptureSettings
+from voltstream.capture.run import CaptureReport
 from voltstream.fold.reference import FoldSettings
 from voltstream.formats import StreamFormat
 from voltstream.observation import FoldedArchive, Observation
-from voltstream.pipeline.capture import CaptureReport
 from voltstream.pipeline.interfaces import ChunkSource
 
 _END = object()
@@ -75,7 +75,7 @@ class LiveReader:
             raise self.error
 
     def _run(self) -> None:
-        from voltstream.pipeline.capture import run_capture
+        from voltstream.capture.run import run_capture
 
         try:
             self.report = run_capture(
@@ -213,7 +213,7 @@ def fold_live_gpu(
     ``source``: a running chunk source instead of a capture of its own (a recording's
     written chunks, whole packets: its chunk size and slots are the folder's).
     """
-    from voltstream.pipeline.capture import run_capture
+    from voltstream.capture.run import run_capture
     from voltstream.pipeline.gpu import HostRegistry, StatusLine, gpu_stage_runner
 
     slot_len = None

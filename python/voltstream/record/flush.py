@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from voltstream.capture_config import CaptureFormat, CaptureSettings
+from voltstream.capture.config import CaptureFormat, CaptureSettings
 
 log = logging.getLogger("voltstream.record.flush")
 

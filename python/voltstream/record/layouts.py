@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from voltstream.errors import ConfigError
 
 if TYPE_CHECKING:  # a Protocol, for the annotations: pydantic's models load on use
-    from voltstream.capture_config import CaptureFormat
+    from voltstream.capture.config import CaptureFormat
 
 #: The layouts, with what the CLI says of each.
 #: A layout's name (the keys of LAYOUTS).

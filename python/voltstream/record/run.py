@@ -27,7 +27,7 @@ from voltstream.record.layouts import LayoutName, RecordLayout, check, disk_prob
 from voltstream.record.manifest import Manifest
 
 if TYPE_CHECKING:  # pydantic's models: imported when a recording starts
-    from voltstream.capture_config import CaptureFormat, CaptureSettings
+    from voltstream.capture.config import CaptureFormat, CaptureSettings
 
 #: How often the run looks at its counters (and at Ctrl-C).
 POLL_S = 0.2
@@ -121,7 +121,7 @@ class Recording:
         forward_chunks: int = 0,
     ) -> None:
         from voltstream import _core
-        from voltstream.capture_config import start_capture
+        from voltstream.capture.config import start_capture
 
         dirs, scan, layout = settings.dirs, settings.scan, settings.layout
         if problems := disk_problems(dirs, scan, layout):

@@ -21,24 +21,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from voltstream.errors import ConfigError
-from voltstream.formats import StreamFormat
-from voltstream.pipeline.capture_report import (  # noqa: F401 - the report's names, here too
+from voltstream.capture.report import (  # noqa: F401 - the report's names, here too
     COUNTER_NAMES,
     STREAM_COUNTERS,
     CaptureReport,
     counted,
     stream_labels,
 )
+from voltstream.capture.stage_times import StageTimes
+from voltstream.capture.timeline import Block, ChunkTimeline, Gap
+from voltstream.errors import ConfigError
+from voltstream.formats import StreamFormat
 from voltstream.pipeline.interfaces import ChunkSource, Consumer
-from voltstream.pipeline.stage_times import StageTimes
-from voltstream.pipeline.timeline import Block, ChunkTimeline, Gap
 
 if TYPE_CHECKING:  # the compiled extension is imported when a capture opens
     from voltstream import _core
-    from voltstream.capture_config import CaptureFormat, CaptureSettings
+    from voltstream.capture.config import CaptureFormat, CaptureSettings
 
-log = logging.getLogger("voltstream.pipeline.capture")
+log = logging.getLogger("voltstream.capture.run")
 
 
 def open_capture(fmt: CaptureFormat, settings: CaptureSettings) -> _core.Capture:
@@ -66,7 +66,7 @@ def run_capture(
     `sink(samples, valid)` in time order.
 
     `on_start` is called once the socket is bound, so a sender can be started
-    without racing the bind. `settings` (capture_config.CaptureSettings) set the
+    without racing the bind. `settings` (capture.config.CaptureSettings) set the
     capture up: address, engine, chunks, threads. With several capture threads each
     assembles its own streams; the timeline groups their chunks by chunk id
     (pipeline/timeline.py). Instead of `sink`, a `consumer` (pipeline/interfaces.py
@@ -183,7 +183,7 @@ class CaptureRun:
         stop_event: threading.Event | None = None,
         catch_interrupt: bool = False,
     ) -> None:
-        from voltstream.capture_config import start_capture
+        from voltstream.capture.config import start_capture
 
         cap, timeline, consumer = self.cap, self.timeline, self.consumer
         start_capture(cap)

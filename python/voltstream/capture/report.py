@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from voltstream.formats import StreamFormat
 
 if TYPE_CHECKING:
-    from voltstream.capture_config import CaptureFormat
+    from voltstream.capture.config import CaptureFormat
 
 
 COUNTER_NAMES = (

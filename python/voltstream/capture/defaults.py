@@ -1,5 +1,5 @@
 """A capture's defaults, as the Python side reads them: the capture settings
-(capture_config.py), the command line's options and the cluster's nodes use these
+(capture/config.py), the command line's options and the cluster's nodes use these
 names. Each value is the core's own (``_core.capture_defaults()``, from
 ``CaptureSpec::new`` in crates/voltstream-core/src/capture/spec.rs): one source for
 a TOML file, a verb and a bare ``_core.Capture`` alike. Imports only the extension:

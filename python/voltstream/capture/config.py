@@ -46,7 +46,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from voltstream import _core
-from voltstream import capture_defaults as defaults
+from voltstream.capture import defaults
 from voltstream.config_files import read_toml, validated
 from voltstream.errors import ConfigError
 from voltstream.streams import StreamDescription
