@@ -193,3 +193,49 @@ def test_empty_names_do_not_end_the_header(tmp_path):
     writer.close()
     data = np.concatenate(rows)[:, 0]
     assert np.array_equal(your.Your(str(tmp_path / "e.fil")).get_data(0, len(data)), data)
+
+
+def test_listen_makes_the_file_a_recording_of_the_stream_makes(tmp_path):
+    """`filterbank --listen` on the simulator's stream over loopback writes the samples
+    `filterbank FILE` writes from the simulator's file of the same stream."""
+    import subprocess
+    import sys
+
+    from loopback import free_bind, wait_bound
+
+    bind = free_bind()
+    live, rep = tmp_path / "live.fil", tmp_path / "live.json"
+    fmt = ["--format", "vdif", "--nchan", "4", "--chan-bw", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "voltstream.cli", "filterbank", "--listen", bind, *fmt,
+         "--duration", "30", "--idle-timeout", "3", "--engine", "socket", "--no-status",
+         "--fine-channels", "8", "-o", str(live), "--report", str(rep)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_bound(bind)
+        sent = run_cli("simulate", *fmt, "--signal", "pulsar", "--dm", "10", "--period",
+                       "0.01", "--duration", "0.05", "--dest", bind, "--rate", "0.05")  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    report = json.loads(rep.read_text())
+    assert report["capture"]["totals"]["received"] == 100 and report["capture"]["lost"] == 0
+    assert report["filterbank"]["samples_in"] == 50000
+    assert report["filterbank"]["samples_out"] == 6250
+    vdif = simulate(tmp_path)
+    r = run_cli("filterbank", str(vdif), "--fine-channels", "8", "-o", str(tmp_path / "f.fil"))
+    assert r.returncode == 0, r.stderr
+    a, b = your.Your(str(live)), your.Your(str(tmp_path / "f.fil"))
+    assert np.array_equal(a.get_data(0, 6250), b.get_data(0, 6250))
+
+
+def test_listen_with_nothing_arriving_is_no_data(tmp_path):
+    from loopback import free_bind
+
+    out = tmp_path / "none.fil"
+    r = run_cli("filterbank", "--listen", free_bind(), "--format", "vdif", "--idle-timeout",
+                "0.5", "--engine", "socket", "--no-status", "-o", str(out))  # fmt: skip
+    assert r.returncode == 3 and not out.exists(), r.stderr

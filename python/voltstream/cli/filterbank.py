@@ -156,6 +156,13 @@ def filterbank(args: argparse.Namespace) -> Any:
     total = getattr(reader, "nsamp", None) if live is None else None
     with _progress(args, "filterbank", total, "samples") as update:
         report = run_filterbank(reader, plan, args.output, file_format, history, update)
+    if live is not None and live.report is not None:
+        from voltstream.cli.common import _nothing_received
+
+        no_data = _nothing_received("filterbank", live.report, fmt.name, args.output,
+                                    args.report)  # fmt: skip
+        if no_data is not None:
+            return no_data
     for line in report.summary_lines():
         print(line)
     if args.tsamp is not None and abs(report.tsamp_s - args.tsamp) > 0:

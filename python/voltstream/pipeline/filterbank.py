@@ -63,7 +63,8 @@ class FilterbankReport:
             f"({self.file_format}, {self.nbits}-bit)",
             f"filterbank: {self.nchans} channels x {self.nifs} IFs, fch1 {self.fch1_mhz:.9g} "
             f"MHz, foff {self.foff_mhz:.9g} MHz, tsamp {self.tsamp_s * 1e6:.9g} us "
-            f"({self.fine_channels} fine channels x {self.spectra_per_sample} spectra), "
+            f"({self.fine_channels} fine channels x {self.spectra_per_sample} spectra a "
+            "sample), "
             f"tstart MJD {self.tstart_mjd} + {self.tstart_sec:.9f} s",
         ]
 
