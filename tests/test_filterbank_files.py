@@ -239,3 +239,28 @@ def test_listen_with_nothing_arriving_is_no_data(tmp_path):
     r = run_cli("filterbank", "--listen", free_bind(), "--format", "vdif", "--idle-timeout",
                 "0.5", "--engine", "socket", "--no-status", "-o", str(out))  # fmt: skip
     assert r.returncode == 3 and not out.exists(), r.stderr
+
+
+def test_cli_on_a_simulated_dada_file_with_dm(tmp_path):
+    dada = tmp_path / "sim.dada"
+    r = run_cli("simulate", "--format", "ynao", "--signal", "pulsar", "--duration", "0.02",
+                "-o", str(dada))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out, rep = tmp_path / "sim.fits", tmp_path / "r.json"
+    r = run_cli("filterbank", str(dada), "--fine-channels", "4", "--tsamp", "4e-6", "--dm",
+                "5", "-o", str(out), "--report", str(rep))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    report = json.loads(rep.read_text())["filterbank"]
+    obs = open_baseband(dada).obs
+    head = report["first_input_sample"]
+    # The filter's head comes first; its tail and the overlap it holds at the end
+    # are all that is not written (less than one FFT of input samples).
+    assert head > 0 and 0 < report["not_written"] < 80000 - 16 * report["samples_out"] + 1
+    assert report["tstart_sec"] == pytest.approx(obs.start_sec + head * obs.tsamp_s, abs=1e-9)
+    y = your.Your(str(out))
+    assert y.your_header.nchans == 128 and y.your_header.tsamp == pytest.approx(4e-6)
+    day = report["tstart_mjd"] + report["tstart_sec"] / 86400
+    assert y.your_header.tstart == pytest.approx(day, abs=2e-11)
+    with fits.open(out) as hdul:
+        assert hdul[0].header["CHAN_DM"] == 5.0
+        assert hdul["SUBINT"].header["NSTOT"] == report["samples_out"]
