@@ -13,7 +13,7 @@ RUST_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyp
 
 setup: $(EXT)
 
-$(DEPS): requirements-dev.txt scripts/bootstrap.sh
+$(DEPS): requirements-dev.txt requirements-nodeps.txt scripts/bootstrap.sh
 	./scripts/bootstrap.sh
 	touch $@
 

@@ -104,8 +104,8 @@ from cluster_traffic import (  # noqa: E402
     last_packet_of_row,
     realtime_gbps,
 )
-from voltstream.capture_config import CaptureSettings  # noqa: E402
-from voltstream.capture_defaults import PACKETS_PER_CHUNK  # noqa: E402
+from voltstream.capture.config import CaptureSettings  # noqa: E402
+from voltstream.capture.defaults import PACKETS_PER_CHUNK  # noqa: E402
 from voltstream.cli.cluster import demo_plan, held_for  # noqa: E402
 from voltstream.cluster.driver import run_observation  # noqa: E402
 from voltstream.cluster.local import local_nodes  # noqa: E402

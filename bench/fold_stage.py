@@ -48,13 +48,13 @@ def run(fmt_key: str, seconds: float, dm: float, ppc: int | None) -> dict:
     import cupy
     import cupyx
 
+    from voltstream.capture.timeline import ChunkTimeline
     from voltstream.fold.gpu import GpuFolder
     from voltstream.fold.reference import FoldSettings
     from voltstream.formats import make_format
     from voltstream.io.polyco import ConstantPeriod
     from voltstream.pipeline.gpu import HostRegistry, gpu_stage_runner
     from voltstream.pipeline.live import gpu_chunking
-    from voltstream.pipeline.timeline import ChunkTimeline
 
     kw = dict(FORMATS[fmt_key])
     fmt = make_format(kw.pop("name"), chan_bw_mhz=4.0, **kw)

@@ -36,6 +36,7 @@ from voltstream.cli.common import (  # noqa: F401 - the verbs' shared helpers
     record_settings,
 )
 from voltstream.cli.fengine import fengine  # noqa: F401 - a verb
+from voltstream.cli.filterbank import filterbank  # noqa: F401 - a verb
 from voltstream.cli.latency import latency  # noqa: F401 - a verb
 from voltstream.cli.ops import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.cli.pulsar import DEMO_PULSAR, fold_predictor, pulsar_check

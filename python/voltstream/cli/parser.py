@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from voltstream.capture.defaults import PACKETS_PER_CHUNK, WINDOW
+from voltstream.cli.filterbank import add_filterbank_parser
 from voltstream.cli.latency_options import add_latency_parser
 from voltstream.cli.ops import (
     add_katcp_options,
@@ -595,6 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_format_options(p)
 
+    add_filterbank_parser(verbs)
     _add_fengine_parser(verbs)
     add_latency_parser(verbs)
 

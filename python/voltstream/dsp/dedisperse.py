@@ -54,6 +54,7 @@ __all__ = [
     "discard_samples",
     "dispersion_delay_s",
     "edge_delays_samples",
+    "fine_channel_chirps",
     "smearing_samples",
 ]
 
@@ -85,6 +86,37 @@ def chirps(dm: float, chan_freqs_mhz: npt.ArrayLike, chan_bw_mhz: float, nfft: i
     h = np.exp(-1j * s * _cold_plasma_phase(float(dm), f0, df))
     h[:, 0] = 0.0
     return h
+
+
+def fine_channel_chirps(
+    dm: float, chan_freqs_mhz: npt.ArrayLike, chan_bw_mhz: float, nfft: int, nfine: int
+) -> np.ndarray:
+    """Chirps that dedisperse each channel's ``nfine`` fine channels within themselves:
+    complex128 (nchan, nfft), FFT order, for a split into fine channels by ``nfine``-point
+    FFTs after the filter (a search filterbank, digifil -D's coherent filterbank).
+
+    A bin of fine channel j (the ``nfine`` fine channels share the ``nfft`` bins, each
+    bin going to the fine channel whose centre is nearest) gets the inverse of the
+    cold-plasma phase less its value and slope at j's centre: the dispersion within each
+    fine channel is removed and each keeps its own delay at its centre, so an incoherent
+    dedispersion over fine channels at the same DM lines them up. Nothing is zeroed
+    (unlike :func:`chirps`' DC bin): at DM 0 the filter is the identity."""
+    nfft, nfine = int(nfft), int(nfine)
+    if nfine < 1 or nfft % nfine:
+        raise ConfigError(f"FFT length {nfft} is not a multiple of {nfine} fine channels")
+    if chan_bw_mhz == 0:
+        raise ConfigError("channel bandwidth is zero: give the signed channel width in MHz")
+    f0 = np.atleast_1d(np.asarray(chan_freqs_mhz, dtype=np.float64))[:, None]
+    if np.any(f0 - abs(chan_bw_mhz) / 2 <= 0):
+        raise ConfigError("channel frequencies must be positive sky frequencies in MHz")
+    s = 1.0 if chan_bw_mhz > 0 else -1.0
+    width = abs(float(chan_bw_mhz))
+    nu = np.fft.fftfreq(nfft, 1.0 / width)[None, :]  # baseband MHz
+    nu_c = np.round(nu * nfine / width) * width / nfine  # its fine channel's centre
+    df, df_c = s * nu, s * nu_c  # sky offsets from the channel's centre
+    phase = _cold_plasma_phase(float(dm), f0, df) - _cold_plasma_phase(float(dm), f0, df_c)
+    slope = 2e6 * np.pi * DISPERSION_CONSTANT * float(dm) * (1 / f0**2 - 1 / (f0 + df_c) ** 2)
+    return np.exp(-1j * s * (phase - slope * (df - df_c)))
 
 
 def chirp(dm: float, f0_mhz: float, bw_mhz: float, nfft: int) -> np.ndarray:

@@ -186,13 +186,21 @@ def _start(obs: Observation, over: dict) -> _Start:
 
 
 def _primary_hdu(archive: FoldedArchive, now: str, start: _Start, over: dict) -> Any:
-    """PRIMARY: the observation's keys; ``over`` (upper-case keys) replaces or adds keys."""
+    """PRIMARY of a fold-mode archive."""
+    scanlen = float(np.sum(archive.tsubint_s))
+    return primary_hdu(archive.obs, archive.dm, scanlen, now, start, over)
+
+
+def primary_hdu(
+    obs: Observation, dm: float, scanlen: float, now: str, start: _Start, over: dict,
+    mode: str = "PSR",
+) -> Any:  # fmt: skip
+    """PRIMARY: the observation's keys (OBS_MODE ``mode``: PSR, or SEARCH for
+    io/psrfits_search.py); ``over`` (upper-case keys) replaces or adds keys."""
     from astropy.io import fits
 
-    obs = archive.obs
-    nchan = archive.data.shape[2]
+    nchan = obs.nchan
     ra, dec, ant = start.ra, start.dec, start.ant
-    scanlen = float(np.sum(archive.tsubint_s))
     cards = [
         ("HDRVER", HDRVER, "Header version"),
         ("FITSTYPE", "PSRFITS", "FITS definition for pulsar data files"),
@@ -216,12 +224,12 @@ def _primary_hdu(archive: FoldedArchive, now: str, start: _Start, over: dict) ->
         ("BE_DCC", 0, "0/1 BE downconversion conjugation corrected"),
         ("BE_DELAY", 0.0, "[s] Backend propn delay from digitiser input"),
         ("TCYCLE", 0.0, "[s] On-line cycle time"),
-        ("OBS_MODE", "PSR", "(PSR, CAL, SEARCH)"),
+        ("OBS_MODE", mode, "(PSR, CAL, SEARCH)"),
         ("DATE-OBS", start.date.strftime("%Y-%m-%dT%H:%M:%S"), "UTC date of observation"),
         ("OBSFREQ", float(obs.freq_mhz), "[MHz] Centre frequency for observation"),
         ("OBSBW", float(obs.bw_mhz), "[MHz] Bandwidth for observation"),
         ("OBSNCHAN", nchan, "Number of frequency channels (original)"),
-        ("CHAN_DM", float(archive.dm), "[cm-3 pc] DM used for on-line dedispersion"),
+        ("CHAN_DM", float(dm), "[cm-3 pc] DM used for on-line dedispersion"),
         ("PNT_ID", "", "Name or ID for pointing ctr (multibeam feeds)"),
         ("SRC_NAME", obs.source, "Source or scan ID"),
         ("COORD_MD", "J2000", "Coordinate mode (J2000, GALACTIC, ECLIPTIC)"),
