@@ -1,7 +1,8 @@
 """`voltstream simulate --signal frb`: dispersed bursts (sim/burst.py, sim/signal.py).
 Each burst arrives at each channel at its cold-plasma delay with the fluence asked
 for, scattering grows as f^-4, and the command line writes and sends them as it does
-the pulsar: a DADA file and UDP packets carry exactly the synthesised samples."""
+the pulsar: a DADA file and UDP packets carry exactly the synthesised samples, and the
+single-pulse search finds the burst in the file."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ import numpy as np
 import pytest
 
 from cli_process import run_cli
+from sp_data import filterbank
 from voltstream.dsp.dedisperse import dispersion_delay_s
 from voltstream.errors import ConfigError
 from voltstream.io.dada import open_dada
 from voltstream.observation import Observation
+from voltstream.search.single_pulse import SearchSettings, search_filterbank
 from voltstream.sim.burst import Burst
 from voltstream.sim.packetize import YNAO_FRAME_LEN, depacketize_ynao, ynao_headers
 from voltstream.sim.signal import quantize_int8, synthesize
@@ -90,7 +93,7 @@ def _reference(duration: float) -> np.ndarray:
     return quantize_int8(synthesize(OBS, duration, signal="frb", dm=500.0, burst=BURST, seed=3))[0]
 
 
-def test_a_burst_written_to_dada_is_the_synthesised_one(tmp_path):
+def test_a_burst_written_to_dada_is_the_synthesised_one_and_the_search_finds_it(tmp_path):
     path = tmp_path / "frb.dada"
     r = run_cli("simulate", *BAND, *FRB, "--duration", "0.2", "--output", str(path))
     assert r.returncode == 0, r.stderr
@@ -98,6 +101,12 @@ def test_a_burst_written_to_dada_is_the_synthesised_one(tmp_path):
     with open_dada(path) as f:
         raw = np.array(f.read_raw(0, f.nsamp))
     assert np.array_equal(raw, _reference(0.2)[: raw.shape[0]])
+    x = raw.astype(np.float32).view(np.complex64)[..., 0]
+    data, freqs, tsamp = filterbank(x, OBS, nfft=16)
+    st = SearchSettings(dm_min=450, dm_max=550, window_s=0.2)
+    c = search_filterbank(data, freqs, tsamp, settings=st).candidates[0]
+    t_top = 0.1 + dispersion_delay_s(500.0, freqs.max(), OBS.freq_mhz)
+    assert abs(c.dm - 500.0) < 5 and abs(c.time_s - t_top) < 256e-6 and c.snr > 30
 
 
 def _receive_until_quiet(s: socket.socket, proc: subprocess.Popen) -> list[bytes]:

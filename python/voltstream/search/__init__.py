@@ -1,0 +1,1 @@
+"""Search mode: single-pulse search of filterbanks (docs/search.md)."""
