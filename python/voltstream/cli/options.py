@@ -42,6 +42,18 @@ def int_list(what: str) -> Callable[[str], list[int]]:
 cpu_list = int_list("CPU numbers")
 
 
+def seconds_list(text: str) -> list[float]:
+    """An argparse type: comma-separated finite times in seconds, >= 0 (simulate
+    --burst-times)."""
+    try:
+        values = [float(c) for c in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(math.isfinite(v) and v >= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected times in seconds like 0.1,0.35; got {text!r}")
+    return values
+
+
 def dir_list(text: str) -> list[str]:
     """DIR[,DIR...]: the disks of a recording (record --dirs, replay --dirs)."""
     return [d for d in text.split(",") if d]

@@ -44,6 +44,7 @@ from voltstream.cli.options import (
     listen_option,
     loss_fraction,
     positive,
+    seconds_list,
 )
 from voltstream.cli.simulate_options import add_simulate_stream_options
 from voltstream.fengine.settings import FEngineSettings
@@ -373,24 +374,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser(
         "simulate",
-        help="synthesise a digitizer stream (pulsar, noise, tone) to UDP or a file",
-        description="Synthesise complex baseband (Gaussian noise, a tone, or a dispersed "
-        "periodic pulsar), quantise it to 8 bits, packetise it, and send it over UDP at a "
-        "paced rate or write it to a file (.dada: a DADA file; anything else: the raw "
-        "packets back to back). The sender batches with sendmmsg and uses UDP GSO "
-        "(UDP_SEGMENT) where the kernel has it; without both, one core cannot generate "
-        "line-rate load. With --subbands N, one band of N times the format's channels "
-        "is synthesised and split, as a digitiser feeding N nodes does: subband i to the "
-        "i-th --dest, or to FILE.sb{i}.SUFFIX with --output.",
+        help="synthesise a digitizer stream (pulsar, noise, tone, frb) to UDP or a file",
+        description="Synthesise complex baseband (Gaussian noise, a tone, a dispersed "
+        "periodic pulsar, or dispersed bursts), quantise it to 8 bits, packetise it, and "
+        "send it over UDP at a paced rate or write it to a file (.dada: a DADA file; "
+        "anything else: the raw packets back to back). The sender batches with sendmmsg "
+        "and uses UDP GSO (UDP_SEGMENT) where the kernel has it; without both, one core "
+        "cannot generate line-rate load. With --subbands N, one band of N times the "
+        "format's channels is synthesised and split, as a digitiser feeding N nodes does: "
+        "subband i to the i-th --dest, or to FILE.sb{i}.SUFFIX with --output.",
     )
     add_format_options(p, extra_formats=("spead-dig", "codif", "counter", "layout"))
     add_simulate_stream_options(p)
     _add_spead_dig_options(p)
     add_options(p, (
         ("--signal", None, "pulsar",
-         "what to synthesise. Default: pulsar", ("pulsar", "noise", "tone")),
+         "what to synthesise: a periodic pulsar, noise, a tone, or dispersed bursts (frb: "
+         "--width, --fluence, --burst-times, docs/search.md). Default: pulsar",
+         ("pulsar", "noise", "tone", "frb")),
         ("--dm", finite(float, 0), 26.833,
-         "dispersion measure in pc cm^-3 (pulsar), >= 0. Default: 26.833"),
+         "dispersion measure in pc cm^-3 (pulsar, frb), >= 0. Default: 26.833"),
         ("--period", positive(float), 0.0333, "pulse period in seconds (pulsar). Default: 0.0333"),
         ("--duty", positive(float), 0.03, "pulse width as a fraction of the period. Default: 0.03"),
         ("--pulse-phase", finite(float), 0.25,
@@ -399,6 +402,21 @@ def build_parser() -> argparse.ArgumentParser:
         ("--tone", finite(float), None,
          "tone frequency in MHz (tone; for spead-dig: baseband, 0 .. sample rate / 2). "
          "Default: a quarter into the band"),
+        ("--width", positive(float), 1e-3,
+         "burst width in seconds (frb): the full width at half maximum of a Gaussian, or "
+         "the length of a boxcar (--burst-shape). Default: 0.001"),
+        ("--burst-shape", None, "gaussian", "intrinsic burst profile (frb). Default: gaussian",
+         ("gaussian", "boxcar")),
+        ("--fluence", finite(float, 0), 1.0,
+         "burst fluence in Jy ms (frb); with --sefd it sets the burst's energy over the "
+         "noise's, F/SEFD. Default: 1.0"),
+        ("--sefd", positive(float), 10.0,
+         "system equivalent flux density of the simulated noise in Jy (frb). Default: 10"),
+        ("--burst-times", seconds_list, None,
+         "burst arrival times at the band centre, seconds from the start, comma-separated "
+         "(frb). Default: one burst in the middle of --duration"),
+        ("--scattering", finite(float, 0), 0.0,
+         "scattering time in seconds at the band centre, scaling as f^-4 (frb). Default: 0"),
         ("--duration", positive(float), 1.0, "seconds of data to synthesise. Default: 1.0"),
         ("--seed", int, 1, "random seed. Default: 1"),
     ))  # fmt: skip

@@ -1,4 +1,5 @@
-"""Synthetic complex baseband: noise, a tone, or a dispersed periodic pulsar.
+"""Synthetic complex baseband: noise, a tone, a dispersed periodic pulsar or dispersed
+bursts (FRBs; their model in sim/burst.py).
 
 All signals are complex64 blocks shaped (nsamp, nchan, npol) (TFP, as files
 hold them) with unit mean power per channel and polarisation of the noise
@@ -19,6 +20,10 @@ voltstream undoes it (see :mod:`voltstream.dsp.dedisperse`):
 So coherent dedispersion and folding at the same DM, with a constant period
 whose phase 0 is the first sample, put the pulse at ``pulse_phase`` with its
 intrinsic width. Memory is bounded by a few blocks whatever the duration.
+
+Bursts (``signal="frb"``, a :class:`~voltstream.sim.burst.Burst`) are dispersed the
+same way: each channel's envelope delayed by its delay from the band centre, the
+voltages inside each channel through the same interstellar filter.
 """
 
 from __future__ import annotations
@@ -40,10 +45,11 @@ from voltstream.dsp.dedisperse import (
 )
 from voltstream.errors import ConfigError
 from voltstream.observation import Observation
+from voltstream.sim.burst import Burst
 
-__all__ = ["SIGNALS", "quantize_int8", "synthesize", "synthesize_blocks"]
+__all__ = ["SIGNALS", "Burst", "quantize_int8", "synthesize", "synthesize_blocks"]
 
-SIGNALS = ("pulsar", "noise", "tone")
+SIGNALS = ("pulsar", "noise", "tone", "frb")
 
 
 class _Noise:
@@ -105,11 +111,14 @@ def synthesize_blocks(
     pulse_amplitude: float = 1.0,
     seed: int = 0,
     block_samples: int = 1 << 16,
+    burst: Burst | None = None,
 ) -> Iterator[np.ndarray]:
     """Yield complex64 (nsamp, nchan, npol) blocks covering ``duration_s``.
 
     ``tone_mhz``: sky frequency of the tone (default: a quarter of the way
     into the band); its amplitude is ``pulse_amplitude`` (on top of noise).
+    ``burst``: what ``signal="frb"`` makes (default: one burst of ``Burst``'s
+    defaults in the middle), dispersed at ``dm``.
     """
     if signal not in SIGNALS:
         raise ConfigError(f"unknown signal {signal!r}: use one of {', '.join(SIGNALS)}")
@@ -127,9 +136,12 @@ def synthesize_blocks(
             raise ConfigError(
                 f"tone at {f_tone} MHz is outside the band {lo}-{hi} MHz: choose --tone inside it"
             )
+    if signal == "frb":
+        burst = burst if burst is not None else Burst(times_s=(duration_s / 2,))
+        burst.check(obs.tsamp_s)
     total = int(round(duration_s / obs.tsamp_s))
     # Validation above runs at call time; the samples are made lazily.
-    sig = _Signal(signal, dm, period_s, duty, pulse_phase, tone_mhz, pulse_amplitude)
+    sig = _Signal(signal, dm, period_s, duty, pulse_phase, tone_mhz, pulse_amplitude, burst)
     pieces = _pieces(obs, sig, seed)
     return _reblock(pieces, total, block_samples)
 
@@ -168,6 +180,7 @@ class _Signal:
     pulse_phase: float
     tone_mhz: float | None
     amplitude: float
+    burst: Burst | None = None  # signal "frb"
 
 
 def _pieces(obs: Observation, sig: _Signal, seed: int) -> Iterator[np.ndarray]:
@@ -205,16 +218,22 @@ def _signal_pieces(noise: _Noise, obs: Observation, sig: _Signal) -> Iterator[np
     lead = ism.discard_head if ism is not None else 0
     delay = dispersion_delay_s(dm, freqs, obs.freq_mhz)  # (nchan,)
     sigma = duty / (2.0 * np.sqrt(2.0 * np.log(2.0)))
+    burst = sig.burst
+    taus = np.zeros(nchan) if burst is None else burst.scattering_s * (freqs / obs.freq_mhz) ** -4.0
     gen = 0
     while True:
         # Sample i of the undispersed stream is at time (i - lead) * tsamp, so
         # that the filter's first output is at time 0.
         t = (gen - lead + np.arange(_PIECE)) * obs.tsamp_s
-        ph = (t[None, :] - delay[:, None]) / period_s - pulse_phase
-        ph -= np.round(ph)
-        env = np.sqrt(1.0 + amplitude * np.exp(-0.5 * (ph / sigma) ** 2)).astype(np.float32)
+        if burst is None:
+            ph = (t[None, :] - delay[:, None]) / period_s - pulse_phase
+            ph -= np.round(ph)
+            power = amplitude * np.exp(-0.5 * (ph / sigma) ** 2)
+        else:
+            power = burst.power(t, delay, taus)  # None: no burst in this piece
         raw = noise((nchan, npol, _PIECE))
-        raw *= env[:, None, :]
+        if power is not None:
+            raw *= np.sqrt(1.0 + power).astype(np.float32)[:, None, :]
         gen += _PIECE
         out = ism.process(raw)[0] if ism is not None else raw
         if out.shape[-1]:
