@@ -241,3 +241,57 @@ def test_fold_listen_takes_the_description_inspect_wrote_and_folds_two_of_its_th
     mine = int(np.isin(thread_of, [2, 3]).sum())
     assert (totals["received"], totals["missing"]) == (mine, 0)
     assert totals["foreign"] == len(frames) - mine and out.stat().st_size > 0
+
+
+@pytest.mark.parametrize("bps,cplx", [(2, True), (1, False)], ids=["2bit-complex", "1bit-real"])
+def test_threads_starting_apart_record_from_their_first_frame_and_fold_live_as_the_file(
+    tmp_path, bps, cplx
+):
+    """Four threads that start and end on their own frames, across seconds (as a
+    station writes them; baseband writes each frame): the recording, as inspect
+    prints it, holds each thread's frames from its first to its last (no fill frame
+    before a thread's start, the stream having begun mid-chunk for three of them),
+    and fold --listen of two of them folds what the file's fold of them folds."""
+    from test_vdif_widths import FPS as STATION_FPS
+    from test_vdif_widths import RUNS, _write_frames
+
+    path = tmp_path / "station.vdif"
+    _write_frames(path, bps, cplx, 4, 32, RUNS, np.random.default_rng(bps))
+    side = {"freq_mhz": 1400.0, "frames_per_second": STATION_FPS, "source": "J0000+0000"}
+    Path(str(path) + ".json").write_text(json.dumps(side))
+    frames, thread_of = _frames(path)
+    toml = tmp_path / "stream.toml"
+    r = run_cli("inspect", str(path), "--json", "--write-stream", str(toml))
+    assert r.returncode == 0, r.stderr
+    commands = json.loads(r.stdout)["commands"]
+
+    bind, rec, report = free_bind(), tmp_path / "disk", tmp_path / "record.json"
+    rec.mkdir()
+    argv = _filled(commands["record"], **{"HOST:PORT": bind, "NAME": "s1", "DIR": str(rec)})
+    code, text = _run_fed([*argv, "--engine", "socket", "--duration", "60", "--packets-per-chunk",
+                           "16", "--report", str(report)], bind, frames,
+                          lambda: (rec / "s1.manifest.json").exists())  # fmt: skip
+    assert code == 0, text
+    assert json.loads(report.read_text())["capture"]["totals"]["received"] == len(frames)
+    for stream, t in enumerate(sorted(RUNS)):
+        (kept,) = (rec / "s1").glob(f"s1_s{stream:02}_*.vdif")
+        mine = np.fromfile(kept, np.uint8).reshape(-1, frames.shape[1])
+        assert mine.tobytes() == frames[thread_of == t].tobytes(), t
+
+    period = "0.1000037"  # 32 samples a period at 320 samples a second, off the bins
+    file_out, live_out = tmp_path / "file.fits", tmp_path / "live.fits"
+    fold = ("--nbin", "16", "--tsub", "50", "--device", "cpu")
+    argv = _filled(commands["fold"], DM="0", P=period, **{"out.fits": str(file_out)})
+    r = run_cli(*argv, *fold)
+    assert r.returncode == 0, r.stderr
+    bind = free_bind()
+    argv = _filled(commands["fold_listen"], **{"HOST:PORT": bind, "DM": "0", "P": period,
+                                               "out.fits": str(live_out)})  # fmt: skip
+    argv = [w for w in argv if w not in ("--device", "cpu")]  # given once, below
+    code, text = _run_fed([*argv, *fold, "--engine", "socket", "--duration", "60"], bind,
+                          frames, _listening(bind))  # fmt: skip
+    assert code == 0, text
+    live, file = read_psrfits(live_out), read_psrfits(file_out)
+    assert live.data.shape == file.data.shape and np.abs(file.data).max() > 0
+    assert live.excluded_samples == file.excluded_samples
+    np.testing.assert_allclose(live.data, file.data, rtol=1e-5, atol=1e-6 * np.abs(file.data).max())
