@@ -33,7 +33,7 @@ FORMATS = ("ynao", "vdif")
 
 #: VDIF sample widths a capture's chunks unpack on the GPU (``chunk_layout``); the
 #: CPU's live fold decodes every width the file reader does (``vdif.NBITS``).
-GPU_BITS = (2, 4, 8)
+GPU_BITS = vdif.GPU_NBITS
 
 #: VDIF defaults: 8-bit complex, one thread per polarisation, 8000-byte payloads.
 VDIF_DEFAULT_PAYLOAD = 8000

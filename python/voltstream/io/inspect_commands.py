@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from voltstream.io.vdif import HEADER_LEN, LEGACY_HEADER_LEN, NBITS
+from voltstream.io.vdif import GPU_NBITS, HEADER_LEN, LEGACY_HEADER_LEN, NBITS
 
 __all__ = ["PLACEHOLDER", "cpu_only", "live_fold_refusal", "stream_toml", "vdif_commands"]
 
@@ -54,11 +54,9 @@ def live_fold_refusal(*, bits: int, complex_data: bool, legacy: bool, threads: i
 
 
 def cpu_only(bits: int) -> bool:
-    """Whether a live fold of ``bits``-bit VDIF runs on the CPU only (formats.py
-    GPU_BITS: the widths the GPU unpacks)."""
-    from voltstream.formats import GPU_BITS
-
-    return bits not in GPU_BITS
+    """Whether a live fold of ``bits``-bit VDIF runs on the CPU only (not one of the
+    widths the GPU unpacks)."""
+    return bits not in GPU_NBITS
 
 
 def stream_toml(i: dict) -> str | None:
