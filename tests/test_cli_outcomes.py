@@ -46,11 +46,11 @@ VDIF16 = ("--format", "vdif", "--nchan", "16")
 FOLD = ("--dm", "26.833", "--period", "0.0333", "--nbin", "64", "--tsub", "0.1")
 
 
-@pytest.mark.parametrize("bits", ["2", "4"])
+@pytest.mark.parametrize("bits", ["1", "2", "4", "16"])
 def test_live_cpu_fold_of_packed_vdif_equals_the_file_fold(tmp_path, bits):
-    """2- and 4-bit VDIF folds live on the CPU (it died at the first chunk with
-    "still exported to a NumPy array"), to the very samples of a fold of the same
-    frames from a file."""
+    """1-, 2-, 4- and 16-bit VDIF folds live on the CPU (2 and 4 bits died at the first
+    chunk with "still exported to a NumPy array"; 1 and 16 bits were refused), to the
+    very samples of a fold of the same frames from a file."""
     sim = ("simulate", *VDIF16, "--bits", bits, "--duration", "0.2", "--seed", "3")
     r = run_cli(*sim, "--output", str(tmp_path / "f.vdif"))
     assert r.returncode == 0, r.stderr
@@ -66,7 +66,8 @@ def test_live_cpu_fold_of_packed_vdif_equals_the_file_fold(tmp_path, bits):
     assert r.returncode == 0, r.stderr
     rc, out, err = fold.wait()
     assert rc == 0, out + err
-    assert "received=1600  missing=0" in out  # 2 threads x 800 frames
+    per_thread = 400 * int(bits)  # 0.2 s at 4 MHz in 8000-byte frames: 800 of 2-bit
+    assert f"received={2 * per_thread}  missing=0" in out  # 2 threads
 
     live, file = read_psrfits(tmp_path / "live.fits"), read_psrfits(tmp_path / "file.fits")
     assert live.data.shape == file.data.shape

@@ -2,9 +2,11 @@
 reports (issue 27, item 3): baseband (PyPI, the peer) writes the file; the real CLI
 inspects it and writes its stream description (--write-stream); each printed command
 then runs as printed, placeholders filled in: the file's fold, and capture, record and
-fold --listen fed the file's frames over loopback. Counts are exact, the recording
-reads as baseband reads the file, and a live fold the stream's shape does not allow
-is refused with one line naming the verb that records it."""
+fold --listen fed the file's frames over loopback. Counts are exact, the file's fold
+reads the samples baseband reads, the recording is the frames sent (no fill before
+the first or after the last) and reads as baseband reads the file, and the live fold
+folds what the file's fold folds (every width baseband writes: 1, 2, 4, 8 bits; 1 bit
+on the CPU only, as printed; legacy headers through the description)."""
 
 from __future__ import annotations
 
@@ -25,10 +27,14 @@ from baseband import vdif as baseband_vdif  # requirements-dev.txt: a real peer
 from cli_process import run_cli
 from loopback import free_bind, send
 from voltstream.io.baseband import open_baseband
+from voltstream.io.psrfits import read_psrfits
 from voltstream.io.vdif import decode_headers
 
 FPS = 20  # frames per second per thread: 1.5 s of frames cross a second boundary
 SECONDS = 1.5
+# A period no sample time divides: no sample sits on a bin edge, where the live and
+# the file fold (other start times) could round its phase apart.
+PERIOD = "0.0100037"
 
 # name: (bits, complex, channels, threads, EDV (None: legacy headers), samples a frame)
 SHAPES = {
@@ -36,7 +42,11 @@ SHAPES = {
     "2bit-real-8-channels-1-thread": (2, False, 8, 1, 0, 1000),
     "legacy-2bit-real": (2, False, 4, 2, None, 1000),
     "1bit-real": (1, False, 4, 2, 0, 1024),
+    "1bit-complex-1-thread": (1, True, 8, 1, 0, 512),
+    "4bit-complex-1-thread": (4, True, 2, 1, 0, 500),
+    "4bit-real-4-threads": (4, False, 2, 4, 0, 1000),
     "8bit-complex-4-threads": (8, True, 4, 4, 0, 250),
+    "8bit-real-legacy-1-thread": (8, False, 4, 1, None, 500),
     "2bit-complex-2-threads": (2, True, 4, 2, 0, 500),  # the format options describe it
 }
 
@@ -142,9 +152,9 @@ def test_every_command_inspect_prints_runs_and_takes_the_stream(tmp_path, shape)
     # The file's fold, as printed: two threads at most (polarisations).
     folded = threads[:2]
     out = tmp_path / "file.fits"
-    argv = _filled(commands["fold"], DM="0", P="0.01", **{"out.fits": str(out)})
+    argv = _filled(commands["fold"], DM="0", P=PERIOD, **{"out.fits": str(out)})
     assert ("--vdif-threads" in argv) == (nthread > 2)
-    r = run_cli(*argv, "--device", "cpu", "--nbin", "16")
+    r = run_cli(*argv, "--device", "cpu", "--nbin", "16", "--tsub", "5")
     assert r.returncode == 0, r.stderr
     reader = open_baseband(path, threads=folded if nthread > 2 else None)
     want = reader.nsamp if cplx else (reader.nsamp - 64) // 2  # real: RealToComplex's taps
@@ -172,7 +182,8 @@ def test_every_command_inspect_prints_runs_and_takes_the_stream(tmp_path, shape)
     for stream, t in enumerate(threads):
         (kept,) = (rec / "s1").glob(f"s1_s{stream:02}_*.vdif")
         mine = np.fromfile(kept, np.uint8).reshape(-1, frames.shape[1])
-        mine = mine[~decode_headers(mine[:, :16])["invalid"]]  # fill frames left out
+        # The frames sent, first to last: no fill frame before or after them.
+        assert not decode_headers(mine[:, :16])["invalid"].any()
         assert mine.tobytes() == frames[thread_of == t].tobytes()
         ours = _baseband_read(mine, tmp_path / "mine.vdif", spf)
         theirs = _baseband_read(frames[thread_of == t], tmp_path / "theirs.vdif", spf)
@@ -187,22 +198,19 @@ def test_every_command_inspect_prints_runs_and_takes_the_stream(tmp_path, shape)
     totals = json.loads(report.read_text())["totals"]
     assert (totals["received"], totals["missing"], totals["foreign"]) == (len(frames), 0, 0)
 
-    # fold --listen: as printed where the shape folds live (real samples too, with
-    # --real); else the description is refused with one line naming the recording verb.
-    bind, out, report = free_bind(), tmp_path / "live.fits", tmp_path / "live.json"
-    live = bps in (2, 4, 8) and edv is not None
-    assert ("--real" in commands.get("fold_listen", "")) == (live and not cplx)
-    if not live:
-        assert "fold_listen" not in commands and "record" in not_taken["fold_listen"]
-        r = run_cli("fold", "--listen", bind, "--stream", str(toml), "--device", "cpu",
-                    "--dm", "0", "--period", "0.01", "-o", str(out))  # fmt: skip
-        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-        assert f"voltstream record --listen {bind} --stream {toml}" in r.stderr
-        assert "Traceback" not in r.stderr and not out.exists()
-        return
-    argv = _filled(commands["fold_listen"], **{"HOST:PORT": bind, "DM": "0", "P": "0.01",
-                                               "out.fits": str(out)})  # fmt: skip
-    code, text = _run_fed([*argv, "--device", "cpu", "--nbin", "16", "--engine", "socket",
+    # fold --listen, as printed (real samples with --real, legacy headers through the
+    # description, 1 bit on the CPU): it folds what the file's fold folded.
+    assert "fold_listen" in commands and "fold_listen" not in not_taken
+    live_argv = commands["fold_listen"]
+    assert ("--real" in live_argv) == (not cplx and edv is not None)  # else the description
+    assert (f"--stream {toml}" in live_argv) == (edv is None)
+    assert ("--device cpu" in live_argv) == (bps == 1)
+    bind, live_out, report = free_bind(), tmp_path / "live.fits", tmp_path / "live.json"
+    argv = _filled(live_argv, **{"HOST:PORT": bind, "DM": "0", "P": PERIOD,
+                                 "out.fits": str(live_out)})  # fmt: skip
+    if bps != 1:
+        argv += ["--device", "cpu"]
+    code, text = _run_fed([*argv, "--nbin", "16", "--tsub", "5", "--engine", "socket",
                            "--duration", "60", "--report", str(report)], bind, frames,
                           _listening(bind))  # fmt: skip
     assert code == 0, text
@@ -210,7 +218,9 @@ def test_every_command_inspect_prints_runs_and_takes_the_stream(tmp_path, shape)
     mine = int(np.isin(thread_of, folded).sum())
     assert (totals["received"], totals["missing"]) == (mine, 0)
     assert totals["foreign"] == len(frames) - mine  # the threads not folded
-    assert out.stat().st_size > 0
+    live, file = read_psrfits(live_out), read_psrfits(out)
+    assert live.data.shape == file.data.shape and np.abs(file.data).max() > 0
+    np.testing.assert_allclose(live.data, file.data, rtol=1e-5, atol=1e-6 * np.abs(file.data).max())
 
 
 def test_fold_listen_takes_the_description_inspect_wrote_and_folds_two_of_its_threads(tmp_path):
@@ -231,3 +241,57 @@ def test_fold_listen_takes_the_description_inspect_wrote_and_folds_two_of_its_th
     mine = int(np.isin(thread_of, [2, 3]).sum())
     assert (totals["received"], totals["missing"]) == (mine, 0)
     assert totals["foreign"] == len(frames) - mine and out.stat().st_size > 0
+
+
+@pytest.mark.parametrize("bps,cplx", [(2, True), (1, False)], ids=["2bit-complex", "1bit-real"])
+def test_threads_starting_apart_record_from_their_first_frame_and_fold_live_as_the_file(
+    tmp_path, bps, cplx
+):
+    """Four threads that start and end on their own frames, across seconds (as a
+    station writes them; baseband writes each frame): the recording, as inspect
+    prints it, holds each thread's frames from its first to its last (no fill frame
+    before a thread's start, the stream having begun mid-chunk for three of them),
+    and fold --listen of two of them folds what the file's fold of them folds."""
+    from test_vdif_widths import FPS as STATION_FPS
+    from test_vdif_widths import RUNS, _write_frames
+
+    path = tmp_path / "station.vdif"
+    _write_frames(path, bps, cplx, 4, 32, RUNS, np.random.default_rng(bps))
+    side = {"freq_mhz": 1400.0, "frames_per_second": STATION_FPS, "source": "J0000+0000"}
+    Path(str(path) + ".json").write_text(json.dumps(side))
+    frames, thread_of = _frames(path)
+    toml = tmp_path / "stream.toml"
+    r = run_cli("inspect", str(path), "--json", "--write-stream", str(toml))
+    assert r.returncode == 0, r.stderr
+    commands = json.loads(r.stdout)["commands"]
+
+    bind, rec, report = free_bind(), tmp_path / "disk", tmp_path / "record.json"
+    rec.mkdir()
+    argv = _filled(commands["record"], **{"HOST:PORT": bind, "NAME": "s1", "DIR": str(rec)})
+    code, text = _run_fed([*argv, "--engine", "socket", "--duration", "60", "--packets-per-chunk",
+                           "16", "--report", str(report)], bind, frames,
+                          lambda: (rec / "s1.manifest.json").exists())  # fmt: skip
+    assert code == 0, text
+    assert json.loads(report.read_text())["capture"]["totals"]["received"] == len(frames)
+    for stream, t in enumerate(sorted(RUNS)):
+        (kept,) = (rec / "s1").glob(f"s1_s{stream:02}_*.vdif")
+        mine = np.fromfile(kept, np.uint8).reshape(-1, frames.shape[1])
+        assert mine.tobytes() == frames[thread_of == t].tobytes(), t
+
+    period = "0.1000037"  # 32 samples a period at 320 samples a second, off the bins
+    file_out, live_out = tmp_path / "file.fits", tmp_path / "live.fits"
+    fold = ("--nbin", "16", "--tsub", "50", "--device", "cpu")
+    argv = _filled(commands["fold"], DM="0", P=period, **{"out.fits": str(file_out)})
+    r = run_cli(*argv, *fold)
+    assert r.returncode == 0, r.stderr
+    bind = free_bind()
+    argv = _filled(commands["fold_listen"], **{"HOST:PORT": bind, "DM": "0", "P": period,
+                                               "out.fits": str(live_out)})  # fmt: skip
+    argv = [w for w in argv if w not in ("--device", "cpu")]  # given once, below
+    code, text = _run_fed([*argv, *fold, "--engine", "socket", "--duration", "60"], bind,
+                          frames, _listening(bind))  # fmt: skip
+    assert code == 0, text
+    live, file = read_psrfits(live_out), read_psrfits(file_out)
+    assert live.data.shape == file.data.shape and np.abs(file.data).max() > 0
+    assert live.excluded_samples == file.excluded_samples
+    np.testing.assert_allclose(live.data, file.data, rtol=1e-5, atol=1e-6 * np.abs(file.data).max())

@@ -14,7 +14,7 @@ from voltstream.formats import make_format
         (dict(name="ynao", bits=4), "8-bit samples; --bits is for VDIF"),
         (dict(name="ynao", nchan=16), "always carries"),
         (dict(name="vdif", nchan=12), "power-of-two channel count"),
-        (dict(name="vdif", bits=3), "use 2, 4 or 8"),
+        (dict(name="vdif", bits=3), "use 1, 2, 4, 8, 16"),
         (dict(name="mark5b"), "unknown format"),
     ],
 )

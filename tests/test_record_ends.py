@@ -1,7 +1,8 @@
 """A recording ends where the stream ended: `voltstream record` over loopback of a
 stream whose length is not a whole number of chunks, read back (every layout) and
 replayed: no fill after the last packet that arrived, and replay sends exactly the
-packets recorded."""
+packets recorded. In the vdif layout it also begins where the stream began: no fill
+frame before the first frame that arrived, though the stream began mid-chunk."""
 
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ def test_a_four_thread_vdif_scan_ends_with_its_last_frame_in_every_layout(tmp_pa
     # the last frame, filled and then cut off.
     lead, tail = (1000 * FPS + 990) % 32, -(1000 * FPS + 990 + NFRAMES) % 32
     assert tail > 0 and r["record"]["end_slots_cut"] == 4 * tail
+    assert lead > 0 and r["record"]["start_slots_cut"] == (4 * lead if layout == "vdif" else 0)
+    lead = 0 if layout == "vdif" else lead  # the slots a recording keeps before its stream
     manifest = json.loads((disks[0] / "v4.manifest.json").read_text())
     if layout == "vdif":
         per_thread = {}
@@ -96,6 +99,7 @@ def test_a_four_thread_vdif_scan_ends_with_its_last_frame_in_every_layout(tmp_pa
         assert nfill in (0, lead) and fill[:nfill].all()
         mine = mine[~fill]
         assert len(mine) == NFRAMES  # the frame count sent
+        assert np.array_equal(mine[0], want[0])  # the first frame sent, first
         assert np.array_equal(mine[-1], want[-1])  # the last frame sent, last
         assert np.array_equal(mine, want)
     recorded = sum(f["packets"] * len(f["streams"]) for f in manifest["files"])

@@ -31,6 +31,10 @@ from voltstream.sim.packetize import (
 
 FORMATS = ("ynao", "vdif")
 
+#: VDIF sample widths a capture's chunks unpack on the GPU (``chunk_layout``); the
+#: CPU's live fold decodes every width the file reader does (``vdif.NBITS``).
+GPU_BITS = vdif.GPU_NBITS
+
 #: VDIF defaults: 8-bit complex, one thread per polarisation, 8000-byte payloads.
 VDIF_DEFAULT_PAYLOAD = 8000
 #: Our VDIF frames count seconds from reference epoch 0 (2000-01-01).
@@ -48,7 +52,7 @@ class StreamFormat:
     payload_len: int  # data bytes per packet (excluding the header)
     chan_bw_mhz: float  # signed: negative for a lower sideband
     freq_mhz: float  # band centre
-    bits: int = 8  # per real or imaginary part (VDIF: 2, 4 or 8; YNAO: 8)
+    bits: int = 8  # per real or imaginary part (VDIF: 1, 2, 4, 8 or 16; YNAO: 8)
     station: int | None = None  # VDIF: accept only this station id (others: foreign)
     # VDIF: the thread id of each polarisation, in pol order (default 0 .. npol-1).
     vdif_threads: tuple[int, ...] | None = None
@@ -58,6 +62,9 @@ class StreamFormat:
     # VDIF: real-sampled channels (a DBBC3's), each real at twice ``chan_bw_mhz``; the
     # fold converts them to complex channels of ``chan_bw_mhz`` (dsp/real.py).
     real: bool = False
+    # VDIF: 16-byte legacy headers (a stream description's ``legacy = true``); the
+    # payload is the same bytes after a shorter header.
+    legacy: bool = False
 
     @property
     def ndim(self) -> int:
@@ -80,7 +87,9 @@ class StreamFormat:
 
     @property
     def packet_len(self) -> int:
-        return self.payload_len + (YNAO_HEADER_LEN if self.name == "ynao" else vdif.HEADER_LEN)
+        if self.name == "ynao":
+            return self.payload_len + YNAO_HEADER_LEN
+        return self.payload_len + (vdif.LEGACY_HEADER_LEN if self.legacy else vdif.HEADER_LEN)
 
     @property
     def streams(self) -> int:
@@ -133,6 +142,7 @@ class StreamFormat:
             "vdif_frame_len": self.packet_len,
             "frames_per_second": int(round(fps)),
             "station": self.station,
+            "vdif_legacy": self.legacy,
         }
 
     def chunk_layout(self, packets_per_chunk: int, slot_len: int | None = None) -> PackedLayout:
@@ -141,6 +151,11 @@ class StreamFormat:
         ``slot_len``: bytes per packet slot where a slot holds more than the payload
         (a recording's chunks keep whole packets); the reader starts at the first
         payload (``slot_len - payload_len`` bytes in), the layout steps by slots."""
+        if self.bits not in GPU_BITS:  # the GPU unpack kernels' widths
+            raise ConfigError(
+                f"the GPU folds 2-, 4- and 8-bit VDIF live, not {self.bits}-bit: fold it on "
+                "the CPU (--device cpu), which decodes every width a file's reader does"
+            )
         values_per_byte = 8 // self.bits
         frame = (slot_len or self.payload_len) * values_per_byte  # values per packet slot
         if self.name == "ynao":  # a stream: (spectrum, chan, pol, re/im) int8 per packet
@@ -195,6 +210,7 @@ class StreamFormat:
             station=self.station or 0,
             threads=self.thread_ids,
             complex_data=not self.real,
+            legacy=self.legacy,
         )
 
     def payload_to_tfp(self, per_stream: np.ndarray, present: np.ndarray) -> np.ndarray:
@@ -230,10 +246,11 @@ class StreamFormat:
     def payload_to_complex(self, per_stream: np.ndarray, present: np.ndarray) -> np.ndarray:
         """(streams, packets, payload) uint8 + presence -> complex64 (n, nchan, npol).
 
-        For packed (2- and 4-bit) VDIF, whose levels (2-bit: +-1, +-3.3359) an int8
-        TFP sample cannot hold: each part decoded as a VDIF file's reader decodes it
-        (io/vdif.py ``unpack``), so a live CPU fold sees the samples a fold of the
-        same frames from a file sees. Samples of absent packets are zero.
+        For VDIF of widths other than 8 bits (1, 2, 4, 16), whose levels (2-bit: +-1,
+        +-3.3359; 16-bit: beyond int8) an int8 TFP sample cannot hold: each part
+        decoded as a VDIF file's reader decodes it (io/vdif.py ``unpack``), so a live
+        CPU fold sees the samples a fold of the same frames from a file sees. Samples
+        of absent packets are zero.
         """
         if self.name != "vdif":
             return (
@@ -274,6 +291,7 @@ def make_format(
     station: int | None = None,
     vdif_threads: list[int] | None = None,
     real: bool = False,
+    legacy: bool = False,
 ) -> StreamFormat:
     """Builds a StreamFormat from command-line style options, validating them."""
     if name not in FORMATS:
@@ -293,8 +311,11 @@ def make_format(
     nchan = 32 if nchan is None else nchan
     if nchan < 1 or nchan & (nchan - 1):
         raise ConfigError(f"VDIF needs a power-of-two channel count, got {nchan}")
-    if bits not in (2, 4, 8):
-        raise ConfigError(f"VDIF samples of {bits} bits: use 2, 4 or 8")
+    if bits not in vdif.NBITS:
+        raise ConfigError(
+            f"VDIF samples of {bits} bits: use {', '.join(map(str, vdif.NBITS))} (the GPU "
+            f"folds {', '.join(map(str, GPU_BITS))} live)"
+        )
     bits_per_sample = (1 if real else 2) * nchan * bits  # all channels of one thread
     if vdif_payload % 8 or (vdif_payload * 8) % bits_per_sample:
         kind = "real" if real else "complex"
@@ -321,5 +342,5 @@ def make_format(
             )
     return StreamFormat(
         "vdif", nchan, npol, vdif_payload * 8 // bits_per_sample, vdif_payload, chan_bw_mhz,
-        freq_mhz, bits, station, threads, real=real,
+        freq_mhz, bits, station, threads, real=real, legacy=legacy,
     )  # fmt: skip

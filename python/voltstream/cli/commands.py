@@ -189,7 +189,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
         return fold_cluster(args)
     if (args.input is None) == (args.listen is None):
         raise ConfigError("give either an INPUT file or --listen HOST:PORT, not both or neither")
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, need=stream_options.gpu_check(args))
     live = None
     reader: Any
     predictor: Any

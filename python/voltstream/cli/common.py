@@ -70,7 +70,7 @@ def _now_mjd() -> tuple[int, float]:
 
 
 #: Standard deviation (in codes) of re and im that simulated sub-byte VDIF gets.
-SUB_BYTE_RMS = {2: 2.2, 4: 3.0}
+SUB_BYTE_RMS = {1: 1.0, 2: 2.2, 4: 3.0}  # 1 bit: the sign, any scale
 
 
 #: The capture options a verb may have, each a ``_core.Capture`` keyword of its name.

@@ -217,9 +217,10 @@ def add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str] 
          "ascending, one per pol. For a VDIF file (fold): the threads to fold, the others "
          "left out. Default: 0 (and 1); a file's threads"),
         ("--bits", int, 8,
-         "VDIF bits per real/imaginary part: 8 (offset binary), 4, or 2 (the VDIF "
-         "2-bit levels). 2 and 4 bits fold on the GPU straight from the packets. Default: 8",
-         (2, 4, 8)),
+         "VDIF bits per real/imaginary part: 8 (offset binary), 4, 2 (the VDIF 2-bit "
+         "levels), 1 (the sign) or 16. 2 and 4 bits fold on the GPU straight from the "
+         "packets; 1 and 16 fold live on the CPU only. Default: 8",
+         (1, 2, 4, 8, 16)),
     ))  # fmt: skip
 
 
@@ -431,6 +432,7 @@ def format_from(args: argparse.Namespace, real: bool | None = None) -> StreamFor
         npol=npol,
         vdif_threads=threads,
         real=getattr(args, "real", False) if real is None else real,
+        legacy=getattr(args, "legacy", False),  # a stream description's (stream_options)
     )
 
 

@@ -558,8 +558,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.toml",
         help="a VDIF stream description (`voltstream inspect --write-stream` writes one) "
         "instead of the format options: folded where its samples fold live (complex or "
-        "real, 2, 4 or 8 bits, standard headers, one or two threads; --vdif-threads picks "
-        "two of more), "
+        "real, 1, 2, 4, 8 or 16 bits (1 and 16 on the CPU), standard or legacy headers, "
+        "one or two threads; --vdif-threads picks two of more), "
         "else refused with the record command that takes it",
     )
     live.add_argument(

@@ -10,10 +10,11 @@ import argparse
 from typing import Any
 
 from voltstream.errors import ConfigError
-from voltstream.io.inspect_commands import live_fold_refusal
-from voltstream.io.vdif import HEADER_LEN
+from voltstream.io.inspect_commands import cpu_only, live_fold_refusal
+from voltstream.io.vdif import HEADER_LEN, LEGACY_HEADER_LEN
 
-__all__ = ["file_threads", "filled", "fold_stream_options", "live_real", "write_stream"]
+__all__ = ["file_threads", "filled", "fold_stream_options", "gpu_check", "live_real",
+           "write_stream"]  # fmt: skip
 
 
 def fold_stream_options(args: argparse.Namespace) -> None:
@@ -59,7 +60,7 @@ def fold_stream_options(args: argparse.Namespace) -> None:
                 bits=bits, complex_data=cplx, legacy=desc.legacy, threads=2) is None
         ) else ""  # fmt: skip
         raise ConfigError(f"{name}: {refusal}; record or capture it: {record}{pick}")
-    payload = desc.frame_len - HEADER_LEN
+    payload = desc.frame_len - (LEGACY_HEADER_LEN if desc.legacy else HEADER_LEN)
     per_sample = (2 if cplx else 1) * desc.nchan * bits
     if (payload * 8) % per_sample:
         kind = "complex" if cplx else "real"
@@ -73,11 +74,24 @@ def fold_stream_options(args: argparse.Namespace) -> None:
                           "lower sideband, or leave it out")  # fmt: skip
     args.format, args.nchan, args.bits, args.vdif_payload = "vdif", desc.nchan, bits, payload
     args.vdif_threads, args.npol = list(threads), len(threads)
-    args.real = not cplx
+    args.real, args.legacy = not cplx, desc.legacy
     args.chan_bw = args.chan_bw if args.chan_bw is not None else chan_bw
     if args.station is None:
         args.station = desc.station
     args.stream = None
+
+
+def gpu_check(args: argparse.Namespace) -> Any:
+    """`resolve_device`'s ``need`` for a fold: a live VDIF fold of a width the GPU does
+    not unpack (1, 16 bits) runs on the CPU (``auto``), or is one line (``gpu``)."""
+
+    def need() -> None:
+        bits = getattr(args, "bits", 8)
+        if args.listen and getattr(args, "format", None) == "vdif" and cpu_only(bits):
+            raise ConfigError(f"--device gpu: the GPU folds 2-, 4- and 8-bit VDIF live, not "
+                              f"{bits}-bit; fold it on the CPU: --device cpu")  # fmt: skip
+
+    return need
 
 
 def live_real(fmt: Any, live: Any, obs: Any, device: str) -> tuple[Any, Any]:

@@ -7,15 +7,17 @@ describe complex VDIF of 2, 4 or 8 bits, one thread per polarisation (1 or 2) wi
 standard headers; every other shape (real samples, other widths, more threads, legacy
 headers) is captured and recorded through a stream description, ``--stream
 FILE.toml`` (streams/: ``format = "vdif"``), whose text is given here and which
-`inspect --write-stream FILE.toml` writes.
+`inspect --write-stream FILE.toml` writes. 1- and 16-bit samples fold live on the CPU
+only (the GPU unpacks 2, 4 and 8 bits): their ``fold --listen`` has ``--device cpu``.
 
 What each verb takes:
 
 - ``fold FILE``: every shape the file reader reads; threads are polarisations, so a
   file of more than two threads is folded two at a time (``--vdif-threads``);
-- ``fold --listen``: what the format options describe (:func:`live_fold_refusal`),
-  real samples too (with ``--real``), two of more threads chosen with
-  ``--vdif-threads`` (the others counted foreign);
+- ``fold --listen``: one or two threads (polarisations) of any width
+  (:func:`live_fold_refusal`), real samples too (with ``--real``), two of more
+  threads chosen with ``--vdif-threads`` (the others counted foreign); legacy headers
+  through the stream description (the format options have no word for them);
 - ``capture`` and ``record``: the format options where they describe every thread,
   else the stream description.
 """
@@ -24,14 +26,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from voltstream.io.vdif import HEADER_LEN
+from voltstream.io.vdif import GPU_NBITS, HEADER_LEN, LEGACY_HEADER_LEN, NBITS
 
-__all__ = ["PLACEHOLDER", "live_fold_refusal", "stream_toml", "vdif_commands"]
+__all__ = ["PLACEHOLDER", "cpu_only", "live_fold_refusal", "stream_toml", "vdif_commands"]
 
 #: The stream description's path in the printed commands until one is written.
 PLACEHOLDER = "FILE.toml"
 
-#: Widths the format options (``--bits``) take.
+#: Widths the format options describe to capture and record (``--bits``); fold
+#: --listen takes every width (1 and 16 on the CPU).
 OPTION_BITS = (2, 4, 8)
 
 _FOLD = "--dm DM --period P -o out.fits"
@@ -39,20 +42,21 @@ _FOLD = "--dm DM --period P -o out.fits"
 
 def live_fold_refusal(*, bits: int, complex_data: bool, legacy: bool, threads: int) -> str | None:
     """Why `fold --listen` does not take a VDIF stream of this shape (None: it does).
-    ``threads``: the threads it would fold (one per polarisation)."""
-    why = []
-    if bits not in OPTION_BITS:
-        why.append(f"{bits}-bit samples")
-    if legacy:
-        why.append("legacy headers")
+    ``threads``: the threads it would fold (one per polarisation). Every width the
+    file reader decodes folds live (1 and 16 bits on the CPU: `gpu_refusal`), legacy
+    headers too; more than two threads are not polarisations."""
+    if bits not in NBITS:
+        return f"fold --listen takes VDIF of {', '.join(map(str, NBITS))} bits, not {bits}"
     if threads > 2:
-        why.append(f"{threads} threads as polarisations")
-    if not why:
-        return None
-    return (
-        "fold --listen takes VDIF of 2, 4 or 8 bits (complex, or real with --real) with "
-        f"standard headers, one or two threads (polarisations), not {', '.join(why)}"
-    )
+        return (f"fold --listen folds one or two threads (polarisations), not {threads} "
+                "threads as polarisations")  # fmt: skip
+    return None
+
+
+def cpu_only(bits: int) -> bool:
+    """Whether a live fold of ``bits``-bit VDIF runs on the CPU only (not one of the
+    widths the GPU unpacks)."""
+    return bits not in GPU_NBITS
 
 
 def stream_toml(i: dict) -> str | None:
@@ -80,7 +84,7 @@ def stream_toml(i: dict) -> str | None:
 
 def _options(i: dict, threads: list[int]) -> str:
     """The format options of a stream the options describe, folding ``threads``."""
-    payload = i["frame_len"][0] - HEADER_LEN
+    payload = i["frame_len"][0] - (LEGACY_HEADER_LEN if i["legacy"] else HEADER_LEN)
     nchan, bits, cplx = i["nchan"][0], i["bits"][0], bool(i["complex"][0])
     opts = f"--format vdif --nchan {nchan} --bits {bits} --vdif-payload {payload}"
     if not cplx:  # fold --listen only: capture and record take it by its description
@@ -116,9 +120,13 @@ def vdif_commands(i: dict, path: str | None = None) -> dict[str, Any]:
         commands["fold"] = f"voltstream fold {path}{pick} {_FOLD}"
     listen = "--listen HOST:PORT"
     refusal = live_fold_refusal(bits=bits, complex_data=cplx, legacy=legacy, threads=1)
-    live = refusal is None  # fold --listen takes it (real: with --real)
-    plain = live and cplx  # capture's and record's format options describe the samples
     toml = stream_toml(i)
+    if refusal is None and legacy and toml is None:  # only a description says legacy
+        refusal = ("fold --listen takes legacy headers through a stream description, which "
+                   "needs the frame rate")  # fmt: skip
+    live = refusal is None  # fold --listen takes it (real: with --real)
+    # capture's and record's format options describe the samples
+    plain = live and cplx and bits in OPTION_BITS and not legacy
     if plain and len(threads) <= 2:
         described = _options(i, threads)
     elif toml is not None:
@@ -134,7 +142,13 @@ def vdif_commands(i: dict, path: str | None = None) -> dict[str, Any]:
         commands["record"] = (f"voltstream record {listen} {described} --scan NAME --dirs DIR "
                               "--layout vdif")  # fmt: skip
     if live:
-        commands["fold_listen"] = f"voltstream fold {listen} {_options(i, folded)} {_FOLD}"
+        if legacy:  # the format options have no word for legacy headers
+            pick = f" --vdif-threads {','.join(map(str, folded))}" if len(threads) > 2 else ""
+            opts = f"--stream {PLACEHOLDER}{pick}"
+        else:
+            opts = _options(i, folded)
+        device = " --device cpu" if cpu_only(bits) else ""
+        commands["fold_listen"] = f"voltstream fold {listen} {opts}{device} {_FOLD}"
     else:
         takes = "record or capture it" if described else "capture or record it"
         not_taken["fold_listen"] = f"{refusal}: {takes} ({described or 'see above'})"

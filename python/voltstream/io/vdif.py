@@ -54,6 +54,7 @@ from voltstream.errors import ConfigError, FormatError, TruncatedFileError
 from voltstream.observation import Observation
 
 __all__ = [
+    "GPU_NBITS",
     "HEADER_LEN",
     "LEGACY_HEADER_LEN",
     "LEVELS_2BIT",
@@ -74,6 +75,9 @@ LEVELS_2BIT = np.array([-3.3359, -1.0, 1.0, 3.3359], dtype=np.float32)
 LEVELS_1BIT = np.array([-1.0, 1.0], dtype=np.float32)
 #: Sample widths read and written: those digitisers use (the spec allows 1..32).
 NBITS = (1, 2, 4, 8, 16)
+#: The widths the GPU's packed unpack reads (dsp/packed.py): a capture chunk's or a
+#: file's frames of these go to the GPU as they are; the CPU decodes every width.
+GPU_NBITS = (2, 4, 8)
 # Decision thresholds halfway between the 2-bit levels, so each level maps to itself.
 _THRESH_2BIT = np.array([-(1 + 3.3359) / 2, 0.0, (1 + 3.3359) / 2])
 _MJD_1858 = _dt.date(1858, 11, 17).toordinal()

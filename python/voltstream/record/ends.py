@@ -18,6 +18,16 @@ recording's last piece of each stream, using what the recorder logged
 
 The manifest's entries are changed to match (``packets``, ``bytes``,
 ``index_range``, ``time_range_s``); returns the slots cut.
+
+A recording begins where its stream began, too, in the ``vdif`` layout (files that
+users hand to other VDIF readers): a stream's first chunk starts on a chunk
+boundary of the packet index, so its slots before the first frame that arrived are
+fill (zeros while no frame of the stream has been seen, VDIF fill frames after).
+:func:`cut_stream_starts` takes them off the front of each stream's first file (the
+file rewritten from its first frame on, under ``.partial``, then renamed; files of
+fill alone removed). The other layouts keep them: a DADA file's leading zeros
+cannot be told from samples, and a vbs or Mark6 chunk holds every stream side by
+side (replay skips their fill slots).
 """
 
 from __future__ import annotations
@@ -28,9 +38,91 @@ import struct
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cut_stream_ends"]
+__all__ = ["cut_stream_ends", "cut_stream_starts"]
 
 _MARK6_BLOCK = struct.Struct("<ii")  # block number, size including these 8 bytes
+#: The payload word of a VDIF fill frame (the recorder's, record/layout.rs).
+_FILL_WORD = (0x11223344).to_bytes(4, "little")
+#: Slots read at once while looking for a stream's first frame.
+_READ_SLOTS = 1024
+
+
+def cut_stream_starts(files: list[dict[str, Any]], layout: str, slot_len: int) -> int:
+    """The ``vdif`` layout: each stream's fill slots before its first frame taken off
+    its first files (manifest entries changed in place; emptied ones removed);
+    returns the slots cut. Other layouts: nothing (the module says why)."""
+    if layout != "vdif":
+        return 0
+    runs: dict[tuple[int, ...], list[dict[str, Any]]] = {}
+    for f in files:
+        runs.setdefault(tuple(f["streams"]), []).append(f)
+    cut = 0
+    for pieces in runs.values():
+        for piece in sorted(pieces, key=lambda f: int(f["first_index"])):
+            lead = _leading_fill(piece, slot_len)
+            if lead:
+                _cut_front(piece, lead, slot_len)
+                cut += lead
+            if piece["packets"] > 0:
+                break  # this file holds the stream's first frame: the rest follow it
+            files.remove(piece)
+    return cut
+
+
+def _is_fill(slot: bytes) -> bool:
+    """A slot the recorder filled: zeros (no frame of the stream seen yet), or a VDIF
+    fill frame (invalid bit, payload all fill words). A frame that arrived invalid is
+    never placed (the capture counts it), so it cannot be taken for one."""
+    if not any(slot[:16]):
+        return True
+    if not slot[3] & 0x80:
+        return False
+    header = 16 if slot[3] & 0x40 else 32  # legacy bit: a 16-byte header
+    payload = slot[header:]
+    return payload == _FILL_WORD * (len(payload) // 4)
+
+
+def _leading_fill(piece: dict[str, Any], slot_len: int) -> int:
+    """Slots at the start of ``piece`` that the recorder filled."""
+    path, n = Path(piece["path"]), int(piece["packets"])
+    lead = 0
+    with open(path, "rb") as f:
+        f.seek(int(piece["offset"]))
+        while lead < n:
+            data = f.read(min(_READ_SLOTS, n - lead) * slot_len)
+            for at in range(0, len(data) - slot_len + 1, slot_len):
+                if not _is_fill(data[at : at + slot_len]):
+                    return lead
+                lead += 1
+            if len(data) < slot_len:
+                break
+    return lead
+
+
+def _cut_front(piece: dict[str, Any], slots: int, slot_len: int) -> None:
+    """``piece``'s file without its first ``slots`` slots (removed if emptied)."""
+    path, offset = Path(piece["path"]), int(piece["offset"])
+    piece["first_index"] = int(piece["first_index"]) + slots
+    piece["packets"] -= slots
+    piece["bytes"] -= slots * slot_len
+    if "index_range" in piece:
+        first, end = piece["index_range"]
+        piece["index_range"] = [first + slots, end]
+        if "time_range_s" in piece and end > first:
+            t0, t1 = piece["time_range_s"]
+            piece["time_range_s"] = [t0 + (t1 - t0) * slots / (end - first), t1]
+    if piece["packets"] == 0:
+        path.unlink()
+        return
+    partial = path.with_name(path.name + ".partial")
+    with open(path, "rb") as src, open(partial, "wb") as dst:
+        dst.write(src.read(offset))  # what precedes the data (none in this layout)
+        src.seek(offset + slots * slot_len)
+        while block := src.read(16 << 20):
+            dst.write(block)
+        dst.flush()
+        os.fsync(dst.fileno())
+    os.replace(partial, path)
 
 
 def cut_stream_ends(files: list[dict[str, Any]], layout: str, slot_len: int) -> int:

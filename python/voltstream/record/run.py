@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from voltstream.errors import ConfigError, RecordError
-from voltstream.record.ends import cut_stream_ends
+from voltstream.record.ends import cut_stream_ends, cut_stream_starts
 from voltstream.record.layouts import LayoutName, RecordLayout, check, disk_problems
 from voltstream.record.manifest import Manifest
 
@@ -162,9 +162,9 @@ class Recording:
         self.manifest.add(pieces)
         counters = {"record": self.rec.report(), "capture": self.cap.stats()}
         if final:
-            counters["record"]["end_slots_cut"] = cut_stream_ends(
-                self.manifest.doc["files"], self.layout, self.cap.slot_len
-            )
+            files, slot = self.manifest.doc["files"], self.cap.slot_len
+            counters["record"]["end_slots_cut"] = cut_stream_ends(files, self.layout, slot)
+            counters["record"]["start_slots_cut"] = cut_stream_starts(files, self.layout, slot)
         self.manifest.write(counters, complete=final)
         return counters
 

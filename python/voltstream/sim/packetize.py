@@ -101,8 +101,8 @@ def packetize_vdif(
     nsamp, nchan, npol = samples.shape
     if complex_data is None:
         complex_data = bool(np.iscomplexobj(samples))
-    if nbit not in (2, 4, 8):
-        raise ConfigError(f"VDIF packetizer writes 2, 4 or 8 bits, not {nbit}")
+    if nbit not in _vdif.NBITS:
+        raise ConfigError(f"VDIF packetizer writes {_vdif.NBITS} bits, not {nbit}")
     threads = list(range(npol)) if threads is None else [int(t) for t in threads]
     if len(threads) != npol:
         raise ConfigError(f"{len(threads)} thread ids given for {npol} polarisations")
