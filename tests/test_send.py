@@ -2,6 +2,7 @@
 
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -70,7 +71,12 @@ def test_sender_errors():
     with pytest.raises(ConfigError, match="contiguous"):
         tx.send(np.arange(200, dtype=np.uint8)[::2], 10, 0.0)
     rx.close()
-    # Nobody listens any more: loopback answers with port unreachable.
+    # Nobody listens any more: loopback answers with port unreachable. A refusal is
+    # counted and the send goes again (a receiver rebinding its port); refusals for
+    # over 2 s are a receiver that is not there: then the send fails.
+    refused, start = 0, time.monotonic()
     with pytest.raises(CaptureError, match="refused"):
-        for _ in range(50):
-            tx.send(buf, 10, 0.0)
+        while time.monotonic() - start < 10:
+            refused = tx.send(buf, 10, 0.0)["refused"]
+            time.sleep(0.005)
+    assert refused > 0 and time.monotonic() - start > 2.0
