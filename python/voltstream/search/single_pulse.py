@@ -160,6 +160,7 @@ class SearchResult:
     tsamp_s: float
     first_sample: int = 0
     settings: SearchSettings = field(default_factory=SearchSettings)
+    giants: Giants = field(default_factory=Giants.empty)  # samples from the array's first
 
     def expected_false_alarms(self, threshold: float | None = None) -> float:
         """The mean number of S/N values above ``threshold`` in Gaussian noise: every
@@ -403,4 +404,5 @@ def search_filterbank(
         tsamp_s=tsamp_s,
         first_sample=first_sample,
         settings=st,
+        giants=giants,
     )
