@@ -109,7 +109,7 @@ MIN_COVER = 0.5  # boxcars with less of the data are not searched
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """What a single-pulse search is asked for (the future `voltstream search`'s options)."""
+    """What a single-pulse search is asked for (`voltstream search`'s options)."""
 
     dm_min: float = 0.0
     dm_max: float = 1000.0
