@@ -136,3 +136,21 @@ def test_a_file_that_is_not_sigproc_is_one_line_and_exit_2(tmp_path):
     assert "Traceback" not in r.stderr
     r = run_cli("search", str(tmp_path / "missing.fil"))
     assert r.returncode == 2 and "missing.fil" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_lost_8_bit_samples_are_masked_and_counted(tmp_path):
+    from voltstream.io.sigproc import SigprocWriter
+    from voltstream.observation import Observation
+
+    obs = Observation(nchan=64, npol=1, freq_mhz=1400.0, bw_mhz=16.0, tsamp_s=64e-6)
+    codes = np.random.default_rng(2).normal(128, 16, (20000, 1, 64)).round().clip(0, 255)
+    codes[7000:7300] = 128  # how filterbank writes lost samples
+    w = SigprocWriter(tmp_path / "n.fil", obs, 1)
+    w.write_row(codes.astype(np.uint8))
+    w.close()
+    r = run_cli("search", str(tmp_path / "n.fil"), "--dm-max", "100", "--gulp", "0.4",
+                "--threshold", "7", "--report", str(tmp_path / "r.json"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "r.json").read_text())["search"]
+    assert rep["lost_samples"] == 300 and rep["gulps"] > 1
+    assert rep["n_candidates"] == 0
