@@ -40,6 +40,7 @@ from voltstream.cli.filterbank import filterbank  # noqa: F401 - a verb
 from voltstream.cli.latency import latency  # noqa: F401 - a verb
 from voltstream.cli.ops import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.cli.pulsar import DEMO_PULSAR, fold_predictor, pulsar_check
+from voltstream.cli.search import search  # noqa: F401 - a verb
 from voltstream.cli.simulate import simulate, simulate_spead_dig  # noqa: F401 - verbs
 from voltstream.cli.stream_options import file_threads, filled, fold_stream_options, write_stream
 from voltstream.device import resolve_device

@@ -46,6 +46,7 @@ from voltstream.cli.options import (
     positive,
     seconds_list,
 )
+from voltstream.cli.search import add_search_parser
 from voltstream.cli.simulate_options import add_simulate_stream_options
 from voltstream.fengine.settings import FEngineSettings
 from voltstream.record import LAYOUTS, RecordSettings
@@ -615,6 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_format_options(p)
 
     add_filterbank_parser(verbs)
+    add_search_parser(verbs)
     _add_fengine_parser(verbs)
     add_latency_parser(verbs)
 

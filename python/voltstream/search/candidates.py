@@ -31,7 +31,15 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-__all__ = ["COLUMNS", "Candidate", "Giants", "cluster", "read_candidates", "write_candidates"]
+__all__ = [
+    "COLUMNS",
+    "Candidate",
+    "Giants",
+    "cluster",
+    "cluster_labels",
+    "read_candidates",
+    "write_candidates",
+]
 
 COLUMNS = (
     "snr", "sample_index", "time_s", "boxcar_filter", "dm_index", "dm",
@@ -158,6 +166,19 @@ def _friend_pairs(
     return np.concatenate(rows), np.concatenate(cols)
 
 
+def cluster_labels(
+    g: Giants, *, time_sep: int = 3, dm_sep: int = 200, filter_sep: int = 3
+) -> tuple[int, np.ndarray]:
+    """The number of friends-of-friends clusters of ``g`` and each giant's cluster."""
+    n = len(g)
+    if n == 0:
+        return 0, np.zeros(0, dtype=np.int64)
+    rows, cols = _friend_pairs(g, time_sep, dm_sep, filter_sep)
+    graph = coo_matrix((np.ones(len(rows), dtype=np.int8), (rows, cols)), shape=(n, n))
+    ncl, label = connected_components(graph, directed=False)
+    return int(ncl), label
+
+
 def cluster(
     g: Giants,
     dms: np.ndarray,
@@ -175,9 +196,7 @@ def cluster(
     n = len(g)
     if n == 0:
         return []
-    rows, cols = _friend_pairs(g, time_sep, dm_sep, filter_sep)
-    graph = coo_matrix((np.ones(len(rows), dtype=np.int8), (rows, cols)), shape=(n, n))
-    ncl, label = connected_components(graph, directed=False)
+    ncl, label = cluster_labels(g, time_sep=time_sep, dm_sep=dm_sep, filter_sep=filter_sep)
     # The best member of each cluster: highest S/N, ties to the earliest giant.
     order = np.lexsort((np.arange(n), -g.snr, label))
     lead = order[np.flatnonzero(np.r_[True, label[order][1:] != label[order][:-1]])]

@@ -109,7 +109,7 @@ MIN_COVER = 0.5  # boxcars with less of the data are not searched
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """What a single-pulse search is asked for (the future `voltstream search`'s options)."""
+    """What a single-pulse search is asked for (`voltstream search`'s options)."""
 
     dm_min: float = 0.0
     dm_max: float = 1000.0
@@ -160,6 +160,7 @@ class SearchResult:
     tsamp_s: float
     first_sample: int = 0
     settings: SearchSettings = field(default_factory=SearchSettings)
+    giants: Giants = field(default_factory=Giants.empty)  # samples from the array's first
 
     def expected_false_alarms(self, threshold: float | None = None) -> float:
         """The mean number of S/N values above ``threshold`` in Gaussian noise: every
@@ -403,4 +404,5 @@ def search_filterbank(
         tsamp_s=tsamp_s,
         first_sample=first_sample,
         settings=st,
+        giants=giants,
     )
