@@ -15,7 +15,7 @@ import pytest
 
 from capture_spec import capture
 from cli_process import run_cli
-from loopback import free_bind
+from loopback import free_bind, free_ports
 from test_capture_threads import FPS, FRAME, vdif_frame
 from test_cli_outcomes import Listening
 from test_gpu_handoff import FakeChunk
@@ -199,25 +199,6 @@ def test_capture_defaults_hold_what_interleaved_senders_reorder(tmp_path, window
         assert tot["late"] > 0 and tot["received"] + tot["late"] == 6144, tot
 
 
-def _free_ports(n: int) -> list[int]:
-    """n consecutive UDP ports no socket holds now (for HOST:PORT+N)."""
-    for _ in range(50):
-        base = int(free_bind().rsplit(":", 1)[1])
-        socks = []
-        try:
-            for k in range(n):
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", base + k))
-            return [base + k for k in range(n)]
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no run of free ports")
-
-
 def test_a_band_in_three_streams_is_captured_on_one_timeline(tmp_path):
     """`capture --listen HOST:PORT+2`: three YNAO subbands on three ports, one capture
     thread each, one chunk timeline: the DADA file holds the whole 96-channel band,
@@ -227,7 +208,7 @@ def test_a_band_in_three_streams_is_captured_on_one_timeline(tmp_path):
     sim = ("simulate", *YNAO, "--subbands", "3", "--duration", "0.05", "--seed", "9")
     r = run_cli(*sim, "--output", str(tmp_path / "f.dada"))
     assert r.returncode == 0, r.stderr
-    ports = _free_ports(3)
+    ports = free_ports(3)
     cap = Listening("capture", *YNAO, "--listen", f"127.0.0.1:{ports[0]}+2", "--duration",
                     "60", "--idle-timeout", "2", "--report", str(tmp_path / "r.json"),
                     "-o", str(tmp_path / "band.dada"))  # fmt: skip
@@ -267,7 +248,7 @@ def test_a_band_in_three_streams_is_recorded_one_dada_file_set_per_subband(tmp_p
     sim = ("simulate", *YNAO, "--subbands", "3", "--duration", "0.05", "--seed", "5")
     r = run_cli(*sim, "--output", str(tmp_path / "f.dada"))
     assert r.returncode == 0, r.stderr
-    ports = _free_ports(3)
+    ports = free_ports(3)
     (tmp_path / "d").mkdir()
     # --flush-age 5: each subband is sent at 1/60 of YNAO's own rate, so a chunk sized
     # for that rate (flush.py) takes longer than the default age to fill; its later
@@ -295,7 +276,7 @@ def test_a_silent_stream_of_a_band_holds_nothing_and_is_counted(tmp_path):
     """Three addresses, the sender feeds two: the band's blocks go out without the
     silent stream (absent), the run ends normally, and the silent stream's packets are
     counted in the report (`silent_packets`, and in `lost`)."""
-    ports = _free_ports(3)
+    ports = free_ports(3)
     cap = Listening("capture", *YNAO, "--listen", f"127.0.0.1:{ports[0]}+2", "--duration",
                     "60", "--idle-timeout", "2", "--report", str(tmp_path / "r.json"))  # fmt: skip
     dest = ",".join(f"127.0.0.1:{p}" for p in ports[:2])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 
 from cli_process import run_cli
+from loopback import free_ports
 from test_fengine_pipeline import address, drain, udp_sink
 from voltstream.capture.config import CaptureSettings
 from voltstream.cli import main
@@ -33,30 +33,6 @@ NCH, NSPEC, SPH, FS, HEAPS = 64, 16, 1024, 1e6, 200
 #: Each antenna's signal: the simulator's --tone (MHz), --seed and --dig-ids.
 SIGNALS = [(0.15625, 1, (0, 1)), (0.25, 7, (2, 3))]  # channels 20 and 32 of 64
 STOP_CNT = (1 << 48) - 2  # descriptor and stop heaps: cnts from here up
-
-
-def free_ports(n: int) -> list[int]:
-    """n consecutive free UDP ports (for --listen HOST:PORT+N)."""
-    for _ in range(50):
-        held = []
-        try:
-            base = _bound(0, held)
-            for k in range(1, n):
-                _bound(base + k, held)
-            return [base + k for k in range(n)]
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free UDP ports")
-
-
-def _bound(port: int, held: list) -> int:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    held.append(s)
-    s.bind(("127.0.0.1", port))
-    return s.getsockname()[1]
 
 
 def start_fengine(listen: str, *extra: str) -> tuple[subprocess.Popen, list[str]]:
