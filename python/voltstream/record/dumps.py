@@ -196,8 +196,11 @@ class Dumps:
             return exc.status, {"error": exc.reason, **self.ring_status()}
 
     def _accept(self, raw: bytes) -> dict:
-        clock = self.ring.clock
-        if clock is None or (span := self.ring.span()) is None:
+        clock, span = self.ring.clock, self.ring.span()
+        if clock is None or span is None:
+            # A malformed trigger is one whatever the ring holds: checked on a stand-in.
+            parse_trigger(raw, RingClock(0, 0, Fraction(0), self.fmt.tsamp_exact),
+                          self.band, self.margin)  # fmt: skip
             raise TriggerError(409, "nothing has arrived yet: the ring is empty")
         first, stop, partial = parse_trigger(raw, clock, self.band, self.margin)
         first, stop, cut = self._fit(clock, span, first, stop, partial)
