@@ -123,3 +123,28 @@ def test_mjd_windows_map_to_exact_samples():
     with pytest.raises(TriggerError) as e:
         parse_trigger(b'{"start": 1, "end": Infinity}', clock, band, 0.0)
     assert e.value.status == 400
+
+
+class _OverwrittenDuringCopy:
+    """The ring's slot ids as a copy sees them when the capture overwrites slot
+    ``slot`` while the copy reads it: its id first, then the new chunk's."""
+
+    def __init__(self, ids: np.ndarray, slot: int, new_id: int) -> None:
+        self.ids, self.slot, self.new_id, self.reads = ids, slot, new_id, 0
+
+    def __getitem__(self, slot: int) -> int:
+        if slot == self.slot:
+            self.reads += 1
+            if self.reads > 1:
+                return self.new_id
+        return int(self.ids[slot])
+
+
+def test_a_slot_overwritten_while_it_is_copied_is_counted_lost_not_mixed_in(stream):
+    _, frames = stream
+    ring = _ring()
+    _feed(ring, frames, {c: [1] * PPC for c in range(4)})
+    ring.ids = _OverwrittenDuringCopy(ring.ids, 1, 1 + ring.nslots)  # type: ignore[assignment]
+    copy = ring.copy(0, 4 * PPC * SPP)
+    assert copy.present[0].tolist() == [True] * PPC + [False] * PPC + [True] * 2 * PPC
+    assert copy.torn_packets == PPC and not copy.payload[0, PPC : 2 * PPC].any()
