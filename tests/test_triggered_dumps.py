@@ -27,7 +27,13 @@ from voltstream.io.dada import open_dada
 YNAO = ("--format", "ynao", "--chan-bw", "0.125")
 TSAMP = 8e-6  # 1 / 125 kHz
 #: The stream's own rate: 8216-byte frames of 64 samples, 1953.125 a second.
-RATE = ("--rate", "0.1284")
+RATE = "0.1284"
+#: Per format: its options, its own rate (Gb/s), samples per packet, channels, streams.
+STREAMS = {
+    "ynao": (YNAO, RATE, 64, 32, 1),
+    # Two threads (pols) of 8032-byte frames of 250 samples, 500 a second each.
+    "vdif": (("--format", "vdif", "--nchan", "16", "--chan-bw", "0.125"), "0.0643", 250, 16, 2),
+}
 SECONDS = "1.2"
 
 
@@ -35,10 +41,10 @@ class RingCapture:
     """`voltstream capture` with the voltage ring, started in a process of its own and
     returned once it listens; ``url`` is its trigger server."""
 
-    def __init__(self, tmp: Path, ring_seconds: str, *extra: str) -> None:
+    def __init__(self, tmp: Path, ring_seconds: str, *extra: str, fmt: tuple = YNAO) -> None:
         self.bind, self.report = free_bind(), tmp / "report.json"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "voltstream.cli", "capture", *YNAO, "--listen", self.bind,
+            [sys.executable, "-m", "voltstream.cli", "capture", *fmt, "--listen", self.bind,
              "--duration", "60", "--idle-timeout", "30", "--packets-per-chunk", "32",
              "--window", "4", "--ring-seconds", ring_seconds, "--trigger-listen",
              "127.0.0.1:0", "--dump-dir", str(tmp), "--report", str(self.report), *extra],
@@ -86,13 +92,13 @@ class RingCapture:
         return json.loads(self.report.read_text()), out
 
 
-def _simulate(bind: str, *what: str) -> threading.Thread:
+def _simulate(bind: str, *what: str, fmt: tuple = YNAO, rate: str = RATE) -> threading.Thread:
     """The simulator sending the stream to ``bind`` from a thread of its own."""
     done: list = []
 
     def run() -> None:
-        done.append(run_cli("simulate", *YNAO, *what, "--duration", SECONDS, "--seed", "7",
-                            "--dest", bind, *RATE))  # fmt: skip
+        done.append(run_cli("simulate", *fmt, *what, "--duration", SECONDS, "--seed", "7",
+                            "--dest", bind, "--rate", rate))  # fmt: skip
         assert done[0].returncode == 0, done[0].stderr
 
     t = threading.Thread(target=run, daemon=True)
@@ -100,10 +106,10 @@ def _simulate(bind: str, *what: str) -> threading.Thread:
     return t
 
 
-def _reference(tmp: Path, *what: str) -> np.ndarray:
+def _reference(tmp: Path, *what: str, fmt: tuple = YNAO) -> np.ndarray:
     """The simulator's samples of the same seed, from its own DADA file."""
     path = tmp / "reference.dada"
-    r = run_cli("simulate", *YNAO, *what, "--duration", SECONDS, "--seed", "7",
+    r = run_cli("simulate", *fmt, *what, "--duration", SECONDS, "--seed", "7",
                 "--output", str(path))  # fmt: skip
     assert r.returncode == 0, r.stderr
     f = open_dada(path)
@@ -115,31 +121,39 @@ def _dump(path: str) -> tuple[dict, np.ndarray, object]:
     return f.header, f.read_raw(0, f.nsamp), f.obs
 
 
-def test_a_window_triggered_mid_stream_is_the_stream_s_samples_with_exact_times(tmp_path):
+@pytest.mark.parametrize("kind", ["ynao", "vdif"])
+def test_a_window_triggered_mid_stream_is_the_stream_s_samples_with_exact_times(tmp_path, kind):
     """Three windows triggered while the stream arrives at its rate: each dump holds the
     very samples the simulator made for that window, its header places the window's
     first sample exactly (UTC_START + PICOSECONDS + OBS_OFFSET), and the capture loses
-    nothing (every counter 0); --output beside the ring still writes the whole stream."""
-    ref = _reference(tmp_path, "--signal", "pulsar")
-    cap = RingCapture(tmp_path, "2", "--output", str(tmp_path / "whole.dada"))
-    sender = _simulate(cap.bind, "--signal", "pulsar")
+    nothing (every counter 0); --output beside the ring still writes the whole stream.
+    YNAO stamps its frames with MJD, second and nanosecond; VDIF counts seconds since
+    its epoch and frames: the clock comes from either."""
+    fmt, rate, spp, nchan, streams = STREAMS[kind]
+    ref = _reference(tmp_path, "--signal", "pulsar", fmt=fmt)
+    cap = RingCapture(tmp_path, "2", "--output", str(tmp_path / "whole.dada"), fmt=fmt)
+    sender = _simulate(cap.bind, "--signal", "pulsar", fmt=fmt, rate=rate)
     cap.wait_ring(0.6)
     windows = [(0.3, 0.55), (0.0, 0.1), (0.5, 0.6)]
     answers = [cap.trigger({"start": a, "end": b}) for a, b in windows]
     report, out = cap.finish(sender)
     assert [s for s, _ in answers] == [202] * 3, answers
     d = report["dumps"]
-    assert d["ring"]["first_sample"] == 0, d  # the capture saw the stream's first packet
+    zero = d["ring"]["first_sample"]  # the stream's first sample on the format's axis
     assert (d["triggers"], d["dumps"], d["written"], d["lost_samples"]) == (3, 3, 3, 0), d
     tot = report["totals"]
-    assert report["lost"] == 0 and tot["received"] == len(ref) // 64, tot
+    assert report["lost"] == 0 and tot["received"] == streams * len(ref) // spp, tot
     for (a, b), (_, answer) in zip(windows, answers, strict=True):
         header, samples, obs = _dump(answer["path"])
         first = round(a / TSAMP)
-        assert answer["first_sample"] == first and answer["samples"] == round((b - a) / TSAMP)
+        assert answer["first_sample"] - zero == first
+        assert answer["samples"] == round((b - a) / TSAMP)
         np.testing.assert_array_equal(samples, ref[first : first + len(samples)])
-        assert int(header["OBS_OFFSET"]) == first * 32 * 2 * 2
+        assert int(header["OBS_OFFSET"]) == first * nchan * 2 * 2
         assert header["MJD_START"] == d["ring"]["first_sample_mjd"]
+        # The simulator stamps its stream with the time it starts: a minute ago at most.
+        now_mjd = 40587 + time.time() / 86400
+        assert 0 < now_mjd - float(header["MJD_START"]) < 60 / 86400, header["MJD_START"]
         # The simulator starts on a whole second: the window's first sample is a whole
         # second and exactly `a` after it (one sample off would be 8 us off).
         frac = obs.start_sec - a
