@@ -23,6 +23,7 @@ import pytest
 from cli_process import run_cli
 from loopback import free_bind
 from voltstream.io.dada import open_dada
+from voltstream.ops.status_view import scrape_metrics
 
 YNAO = ("--format", "ynao", "--chan-bw", "0.125")
 TSAMP = 8e-6  # 1 / 125 kHz
@@ -58,6 +59,8 @@ class RingCapture:
             self.err += line
             if "triggers: listening on http://" in line:
                 self.url = "http://" + line.split("http://")[1].split()[0]
+            if "metrics on http://" in line:
+                self.metrics = line.split("http://")[1].split("/")[0]
 
     def ring(self) -> dict | None:
         with urllib.request.urlopen(self.url + "/ring", timeout=5) as r:
@@ -247,11 +250,15 @@ def test_a_ring_larger_than_its_limit_is_refused_at_start(tmp_path):
 
 def test_before_any_data_a_trigger_is_answered_not_yet_and_a_malformed_one_400(tmp_path):
     """Nothing has arrived: a well-formed trigger is answered 409 (the ring is empty), a
-    malformed one 400, both counted; the run then stops as asked."""
-    cap = RingCapture(tmp_path, "1")
+    malformed one 400, both counted (in the report, and live in --metrics); the run
+    then stops as asked."""
+    cap = RingCapture(tmp_path, "1", "--metrics", "127.0.0.1:0")
     assert cap.ring() is None
     empty = cap.trigger({"start": 0, "end": 1})
     bad = cap.trigger(b'{"start": 1, "end": 0}')
+    live = scrape_metrics(cap.metrics)  # counted while the run goes on
+    for outcome in ("refused_not_yet", "malformed"):
+        assert live[("voltstream_dump_triggers_total", (("outcome", outcome),))] == 1
     idle = threading.Thread(target=lambda: None)
     idle.start()
     report, _ = cap.finish(idle)

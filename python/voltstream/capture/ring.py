@@ -259,8 +259,9 @@ class VoltageRing:
                 payload[:, out] = 0
         return RingCopy(first, stop, p0, payload, present, torn)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The ring for the report: its size and what it has seen."""
+    def state(self) -> dict[str, Any]:
+        """The ring for the report: its size and what it has seen. (Not ``as_dict``:
+        run_capture takes a consumer that has one for a GPU stage.)"""
         clock = self.clock
         out: dict[str, Any] = {
             "seconds": self.seconds,

@@ -68,6 +68,14 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--dump-dir {d}: the directory is not writable")
 
 
+def _with_dumps(watch: Any, dumps: Any) -> Any:
+    """The metrics board's ``watch`` (None without --metrics) given the report so far
+    with the dumps' counts in it (its ``dumps`` section, as at the end)."""
+    if watch is None:
+        return None
+    return lambda so_far: watch(lambda: so_far() | {"dumps": dumps.as_dict()})
+
+
 def capture_with_ring(args: argparse.Namespace) -> int | Loss:
     """`capture` with the voltage ring and the trigger server (``--ring-seconds``); the
     capture's own --output and counters as without it. (Imports here: the parser
@@ -116,7 +124,7 @@ def capture_with_ring(args: argparse.Namespace) -> int | Loss:
             fmt, settings, args.duration, consumer=ring,
             idle_timeout_s=args.idle_timeout,
             on_start=lambda: log.info("capture: listening on %s", args.listen),
-            stop_event=_stop_event(args), live_report=watcher(args),
+            stop_event=_stop_event(args), live_report=_with_dumps(watcher(args), dumps),
         )  # fmt: skip
     finally:
         if server is not None:

@@ -322,5 +322,5 @@ class Dumps:
 
     def as_dict(self) -> dict:
         with self._count:
-            return {**self.counts, "ring": self.ring.as_dict(),
+            return {**self.counts, "ring": self.ring.state(),
                     "list": [asdict(d) for d in self.dumps]}  # fmt: skip
