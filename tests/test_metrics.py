@@ -252,6 +252,12 @@ def test_cluster_metrics_carry_each_node_and_the_merger():
                    for k in got)  # fmt: skip
 
 
+#: capture --ring-seconds: the report's dumps section (record/dumps.py Dumps.as_dict).
+DUMPS = {"triggers": 6, "dumps": 2, "partial": 1, "refused_gone": 1, "refused_not_yet": 1,
+         "malformed": 1, "busy": 1, "written": 2, "failed": 0, "samples": 10,
+         "lost_samples": 0, "ring": {"bytes": 1 << 20}, "list": []}  # fmt: skip
+
+
 def _names_of_every_section() -> set[str]:
     """Exposed metric names of a real capture run's report (every capture section, a GPU stage
     added) and of the record, F-engine and replay report shapes."""
@@ -261,7 +267,7 @@ def _names_of_every_section() -> set[str]:
         stream, CaptureSettings.of(bind, packets_per_chunk=4), 30, idle_timeout_s=0.3,
         on_start=sender(bind, [struct.pack(">QH", i, 0) + bytes(16) for i in range(8)]),
     ).as_dict()  # fmt: skip
-    report |= {"pipeline": GPU_FOLD, "free_chunks": 1, "pool_chunks": 2}
+    report |= {"pipeline": GPU_FOLD, "free_chunks": 1, "pool_chunks": 2, "dumps": DUMPS}
     fengine = {"heaps_paired": 1, "heaps_unpaired": [0, 0], "copies_in_flight": 0,
                "engine": {"gpu_busy_s": 1.0}, "output": {"bytes_sent": 1}}  # fmt: skip
     replay = {"dest": "x:1", "packets": 1, "bytes": 1, "loops_done": 1, "late_s": 0.0}

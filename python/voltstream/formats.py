@@ -11,6 +11,7 @@ Python side writes or reads the bytes: the YNAO frame's in ``sim/packetize.py``
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from voltstream.errors import ConfigError
 from voltstream.io import vdif
 from voltstream.observation import Observation
 from voltstream.sim.packetize import (
+    _YNAO_HEADER,
     YNAO_DATA_LEN,
     YNAO_HEADER_LEN,
     YNAO_NCHAN,
@@ -212,6 +214,27 @@ class StreamFormat:
             complex_data=not self.real,
             legacy=self.legacy,
         )
+
+    @property
+    def tsamp_exact(self) -> Fraction:
+        """The sample time as an exact fraction of the channel width given (``tsamp_s``
+        is its float): sample times counted from a packet's stamp stay exact."""
+        return Fraction(1, 10**6) / abs(Fraction(self.chan_bw_mhz)) / (2 if self.real else 1)
+
+    def packet_time(self, header: np.ndarray) -> tuple[int, Fraction]:
+        """The time of a packet's first sample from its header bytes (uint8, the packet's
+        first ``packet_len - payload_len``), exactly: (MJD, seconds into that day). YNAO
+        stamps its frames (MJD, second, nanosecond); VDIF counts seconds from its
+        reference epoch and frames within the second."""
+        header = np.ascontiguousarray(header, np.uint8)
+        if self.name == "ynao":
+            h = header[: _YNAO_HEADER.itemsize].view(_YNAO_HEADER)[0]
+            return int(h["mjd"]), int(h["second"]) + Fraction(int(h["nanosecond"]), 10**9)
+        h = vdif.decode_headers(header[None, :])
+        days, sec = divmod(int(h["seconds"][0]), 86400)
+        fps = self.capture_kwargs()["frames_per_second"]
+        mjd = vdif.ref_epoch_mjd(int(h["ref_epoch"][0])) + days
+        return mjd, sec + Fraction(int(h["frame"][0]), fps)
 
     def payload_to_tfp(self, per_stream: np.ndarray, present: np.ndarray) -> np.ndarray:
         """(streams, packets, payload) uint8 + (streams, packets) presence -> int8 TFP.

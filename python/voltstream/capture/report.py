@@ -51,6 +51,9 @@ class CaptureReport:
     #: Per stage, a histogram of seconds per item (stage_times.py): "consumer", the
     #: consumer's Python per chunk (the per-chunk cost the design keeps small).
     stage_seconds: dict = field(default_factory=dict)
+    #: Triggered voltage dumps (record/dumps.py ``Dumps.as_dict``): the ring, every
+    #: trigger, dump and refusal counted, and each dump.
+    dumps: dict | None = None
 
     @property
     def totals(self) -> dict[str, int]:
@@ -98,6 +101,7 @@ class CaptureReport:
             "ended": self.ended,
             "still_arriving": self.still_arriving,
             "stage_seconds": self.stage_seconds,
+            "dumps": self.dumps,
         }
 
     def write_json(self, path: str | Path) -> None:
@@ -143,6 +147,8 @@ class CaptureReport:
                 )
             if p.get("registration_warning"):
                 lines.append(f"  warning: {p['registration_warning']}")
+        if self.dumps is not None:
+            lines += _dump_lines(self.dumps)
         if groups := self.engine.get("multicast"):
             lines.append("  multicast groups joined: " + ", ".join(groups))
         lines += _host_lines(self.engine.get("host"), self.engine.get("engine"))
@@ -176,6 +182,25 @@ class CaptureReport:
 def counted(n: int, word: str, plural: str | None = None) -> str:
     """``n word`` with the word's plural unless ``n`` is 1: "1 chunk", "3 chunks"."""
     return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def _dump_lines(d: dict) -> list[str]:
+    """The voltage ring and its dumps: every count, then each dump."""
+    ring = d["ring"]
+    lines = [
+        f"  voltage ring: {ring['seconds']:g} s, {ring['bytes'] / 2**20:.0f} MiB; "
+        f"{counted(d['triggers'], 'trigger')}: dumps={d['dumps']} (partial={d['partial']}, "
+        f"written={d['written']}, failed={d['failed']})  refused: gone={d['refused_gone']} "
+        f"not_yet={d['refused_not_yet']} malformed={d['malformed']} busy={d['busy']}"
+    ]
+    for x in d["list"]:
+        lines.append(
+            f"    dump {x['id']}: {x['path']}  {x['start_s']:.6f} .. {x['end_s']:.6f} s "
+            f"(MJD {x['start_mjd']}), {x['samples']} samples, {x['lost_samples']} lost"
+            + (", partial" if x["partial"] else "") + f", {x['state']}"
+            + (f": {x['error']}" if x["error"] else "")
+        )  # fmt: skip
+    return lines
 
 
 def _station_text(station: int) -> str:

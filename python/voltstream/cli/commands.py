@@ -33,6 +33,7 @@ from voltstream.cli.common import (  # noqa: F401 - the verbs' shared helpers
     _progress,
     _status_line,
     _stop_event,
+    capture_output,
     record_settings,
 )
 from voltstream.cli.fengine import fengine  # noqa: F401 - a verb
@@ -60,26 +61,12 @@ def capture(args: argparse.Namespace) -> int | Loss:
     from voltstream.capture.run import run_capture
 
     check_outputs([("--output", args.output), ("--report", args.report)])
-    fmt = _capture_format(args)
-    writer = None
-    if args.output:
-        if not hasattr(fmt, "observation"):
-            raise ConfigError(
-                f"--output writes the samples of YNAO and VDIF streams as DADA; a {fmt.name} "
-                "stream is captured and counted without it"
-            )
-        if (bits := getattr(fmt, "bits", 8)) != 8:  # before the socket opens
-            raise ConfigError(
-                f"--output writes 8-bit DADA; {bits}-bit VDIF cannot be written to it "
-                "yet: capture it without --output, or record its packets (voltstream record "
-                "--layout vdif)"
-            )
-        from voltstream.io.dada import DadaWriter
+    if getattr(args, "ring_seconds", None) is not None:  # triggered voltage dumps: cli/dump.py
+        from voltstream.cli.dump import capture_with_ring
 
-        mjd, sec = _now_mjd()
-        writer = DadaWriter(
-            args.output, fmt.observation(start_mjd=mjd, start_sec=sec, source=args.source)
-        )
+        return capture_with_ring(args)
+    fmt = _capture_format(args)
+    writer = capture_output(args, fmt)
     try:
         report = run_capture(
             fmt,

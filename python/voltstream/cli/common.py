@@ -69,6 +69,30 @@ def _now_mjd() -> tuple[int, float]:
     return 40587 + int(days), float(int(sec))  # whole seconds: packet time stamps start there
 
 
+def capture_output(args: argparse.Namespace, fmt: Any) -> Any:
+    """capture ``--output``: a DadaWriter of the stream's samples (None without it);
+    refused, one line, for a stream DADA cannot hold, before the socket opens."""
+    if not args.output:
+        return None
+    if not hasattr(fmt, "observation"):
+        raise ConfigError(
+            f"--output writes the samples of YNAO and VDIF streams as DADA; a {fmt.name} "
+            "stream is captured and counted without it"
+        )
+    if (bits := getattr(fmt, "bits", 8)) != 8:
+        raise ConfigError(
+            f"--output writes 8-bit DADA; {bits}-bit VDIF cannot be written to it "
+            "yet: capture it without --output, or record its packets (voltstream record "
+            "--layout vdif)"
+        )
+    from voltstream.io.dada import DadaWriter
+
+    mjd, sec = _now_mjd()
+    return DadaWriter(
+        args.output, fmt.observation(start_mjd=mjd, start_sec=sec, source=args.source)
+    )
+
+
 #: Standard deviation (in codes) of re and im that simulated sub-byte VDIF gets.
 SUB_BYTE_RMS = {1: 1.0, 2: 2.2, 4: 3.0}  # 1 bit: the sign, any scale
 

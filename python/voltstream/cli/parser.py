@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from voltstream.capture.defaults import PACKETS_PER_CHUNK, WINDOW
+from voltstream.cli.dump import add_dump_options
 from voltstream.cli.filterbank import add_filterbank_parser
 from voltstream.cli.latency_options import add_latency_parser
 from voltstream.cli.ops import (
@@ -463,6 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run(p, what="capture", required=True)
     p.add_argument("-o", "--output", help="write the samples to this DADA file")
     p.add_argument("--source", default="J0000+0000", help="source name for the DADA header")
+    add_dump_options(p)
 
     p = verbs.add_parser(
         "record",

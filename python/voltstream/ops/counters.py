@@ -105,6 +105,8 @@ def samples(snapshot: dict[str, Any]) -> list[Sample]:
         out += _capture(snapshot["capture"], snapshot)  # record / fengine
     if isinstance(snapshot.get("pipeline"), dict):
         out += _gpu_stage(snapshot["pipeline"])
+    if isinstance(snapshot.get("dumps"), dict):
+        out += _dumps(snapshot["dumps"])
     if isinstance(snapshot.get("record"), dict):
         out += _record(snapshot["record"])
     if "heaps_paired" in snapshot:
@@ -327,6 +329,37 @@ def _gpu_stage(p: dict[str, Any]) -> list[Sample]:
          "seconds the host waited on the GPU"),
     )  # fmt: skip
     return [Sample(n, k, t, p[key] * f) for key, n, k, f, t in rows if _num(p.get(key))]
+
+
+#: A trigger's outcome (record/dumps.py's counts): what each means.
+TRIGGER_OUTCOMES = {
+    "dumps": "dumped (whole, or partial where asked)",
+    "refused_gone": "refused 410: the window is no longer in the ring",
+    "refused_not_yet": "refused 409: the window is not yet in the ring",
+    "malformed": "refused 400: a malformed trigger",
+    "busy": "refused 503: dumps waiting for the disk",
+}
+
+
+def _dumps(d: dict[str, Any]) -> list[Sample]:
+    """capture --ring-seconds: triggers by outcome, dumps by fate, samples, the ring."""
+    out = [Sample("voltstream_dump_triggers_total", "counter",
+                  f"triggers by outcome: {_kinds(TRIGGER_OUTCOMES)}", d[k], {"outcome": k})
+           for k in TRIGGER_OUTCOMES if _num(d.get(k))]  # fmt: skip
+    out += [Sample("voltstream_dumps_total", "counter", "dumps by fate: written, failed, "
+                   "partial (also written or failed)", d[k], {"state": k})
+            for k in ("written", "failed", "partial") if _num(d.get(k))]  # fmt: skip
+    rows = (
+        ("samples", "voltstream_dump_samples_total", "samples dumped"),
+        ("lost_samples", "voltstream_dump_lost_samples_total",
+         "samples dumped as lost (zeros: packets that never came, gaps, overwritten)"),
+    )  # fmt: skip
+    out += [Sample(n, "counter", t, d[k]) for k, n, t in rows if _num(d.get(k))]
+    ring = d.get("ring") or {}
+    if _num(ring.get("bytes")):
+        out.append(Sample("voltstream_dump_ring_bytes", "gauge",
+                          "host memory of the voltage ring", ring["bytes"]))  # fmt: skip
+    return out
 
 
 def _record(r: dict[str, Any]) -> list[Sample]:
