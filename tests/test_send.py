@@ -2,7 +2,6 @@
 
 import socket
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -72,11 +71,10 @@ def test_sender_errors():
         tx.send(np.arange(200, dtype=np.uint8)[::2], 10, 0.0)
     rx.close()
     # Nobody listens any more: loopback answers with port unreachable. A refusal is
-    # counted and the send goes again (a receiver rebinding its port); refusals for
-    # over 2 s are a receiver that is not there: then the send fails.
-    refused, start = 0, time.monotonic()
+    # counted and the burst sent again (a receiver rebinding its port); a few bursts
+    # refused in a row are a receiver that is not there: then the send fails.
+    refused = 0
     with pytest.raises(CaptureError, match="refused"):
-        while time.monotonic() - start < 10:
+        for _ in range(50):
             refused = tx.send(buf, 10, 0.0)["refused"]
-            time.sleep(0.005)
-    assert refused > 0 and time.monotonic() - start > 2.0
+    assert refused > 0

@@ -45,8 +45,8 @@ impl Sender {
     /// on the sender's clock, which carries across calls (`restart_clock`);
     /// with `times` (float64 seconds, one per packet) each packet is due at its
     /// own time on that clock. Returns a dict with packets, bytes, seconds,
-    /// rate_gbps, gso, late_s, refused (sends answered "port
-    /// unreachable" since the sender's first accepted one, each sent again).
+    /// rate_gbps, gso, late_s, refused (the sender's bursts answered "port
+    /// unreachable" and sent once more; a few in a row fail the send).
     #[pyo3(signature = (buffer, packet_len, rate_gbps, at=None, times=None))]
     fn send<'py>(
         &mut self,
