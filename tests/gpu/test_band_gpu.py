@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from cli_process import run_cli
-from test_capture_spread import FOLD, YNAO, _free_ports
+from loopback import free_ports
+from test_capture_spread import FOLD, YNAO
 from test_cli_outcomes import Listening
 from voltstream.io.psrfits import read_psrfits
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.gpu
 
 
 def live_fold(tmp_path, device: str):
-    ports = _free_ports(3)
+    ports = free_ports(3)
     out = tmp_path / f"{device}.fits"
     fold = Listening("fold", "--listen", f"127.0.0.1:{ports[0]}+2", *YNAO, *FOLD,
                      "--device", device, "--duration", "60", "--idle-timeout", "3",
