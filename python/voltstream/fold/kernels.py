@@ -152,14 +152,7 @@ class PackedUnpackOp(_FramingOp):
 
     def _common(self, raw: Any, carry: Any, valid: Any, nsamp_raw: int) -> Any:
         """Checks the buffers both kernels read; the mask pointer (0: none)."""
-        if raw.size < self.t.layout.nbytes(nsamp_raw):
-            raise ConfigError(f"{raw.size} bytes cannot hold {nsamp_raw} packed samples")
-        self.check(
-            raw=(raw, Buffer(np.uint8)),
-            carry=(carry, Buffer(np.complex64, min_size=self.ncp * self.carry_cap)),
-            valid=(valid, Buffer(np.uint8, min_size=nsamp_raw)),
-        )
-        return valid if valid is not None else 0
+        return _check_packed(self, raw, carry, np.complex64, valid, nsamp_raw)
 
     def __call__(self, raw: Any, nsamp_raw: int, carry: Any, carry_len: int, valid: Any,
                  out: Any, nblock: int, stream: Any = None) -> None:  # fmt: skip
@@ -247,16 +240,9 @@ class RealToComplexOp(Operation):
         self.layout_args = L.kernel_args()
 
     def _common(self, raw: Any, carry: Any, valid: Any, nsamp_raw: int, carry_len: int) -> Any:
-        if raw.size < self.t.layout.nbytes(nsamp_raw):
-            raise ConfigError(f"{raw.size} bytes cannot hold {nsamp_raw} packed samples")
         if not 0 <= carry_len <= self.carry_cap:
             raise ConfigError(f"carry of {carry_len} inputs exceeds its {self.carry_cap}")
-        self.check(
-            raw=(raw, Buffer(np.uint8)),
-            carry=(carry, Buffer(np.float32, min_size=self.ncp * self.carry_cap)),
-            valid=(valid, Buffer(np.uint8, min_size=nsamp_raw)),
-        )
-        return valid if valid is not None else 0
+        return _check_packed(self, raw, carry, np.float32, valid, nsamp_raw)
 
     def __call__(self, raw: Any, nsamp_raw: int, carry: Any, carry_len: int, valid: Any,
                  signed_taps: Any, out: Any, nout: int, start: int, out_valid: Any = None,
@@ -466,3 +452,17 @@ class FoldOp(Operation):
             np.float64(tsub_s if tsub_s else np.inf),
         )
         self.launch("detect_fold", (nx, self.nchan), (t.THREADS,), args, stream, self.smem)
+
+
+def _check_packed(op: Any, raw: Any, carry: Any, carry_dtype: Any, valid: Any,
+                  nsamp_raw: int) -> Any:  # fmt: skip
+    """The buffers a packed kernel reads (its packed bytes, its decoded carry, the
+    validity mask), checked; the mask pointer (0: none)."""
+    if raw.size < op.t.layout.nbytes(nsamp_raw):
+        raise ConfigError(f"{raw.size} bytes cannot hold {nsamp_raw} packed samples")
+    op.check(
+        raw=(raw, Buffer(np.uint8)),
+        carry=(carry, Buffer(carry_dtype, min_size=op.ncp * op.carry_cap)),
+        valid=(valid, Buffer(np.uint8, min_size=nsamp_raw)),
+    )
+    return valid if valid is not None else 0

@@ -48,6 +48,11 @@ class ChunkSource(Protocol):
         """(address, length) of every chunk of the pool, fixed for the capture's life."""
         ...
 
+    @property
+    def packets_per_chunk(self) -> int:
+        """Packet slots per stream in each chunk."""
+        ...
+
 
 class Consumer(Protocol):
     """Takes the timeline's items in time order; each Block is released by it."""

@@ -218,7 +218,7 @@ def fold_live_gpu(
 
     slot_len = None
     if source is not None:
-        packets_per_chunk = getattr(source, "packets_per_chunk")  # noqa: B009 - not in the Protocol
+        packets_per_chunk = source.packets_per_chunk
         slot_len = getattr(source, "slot_len", None)
     eng, capture = live_gpu_folder(fmt, capture, duration_s, obs, settings,
                                    packets_per_chunk, pool_mb, slot_len)  # fmt: skip
