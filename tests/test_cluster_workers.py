@@ -44,3 +44,19 @@ def test_a_node_without_a_worker_is_still_refused(client):
     plan = SimpleNamespace(jobs=[SimpleNamespace(node="node0"), SimpleNamespace(node="node7")])
     with pytest.raises(ConfigError, match="no Dask worker offers node7"):
         driver.check_cluster(client, plan)
+
+
+def test_a_local_cluster_gives_each_node_its_own_gpu(tmp_path, monkeypatch):
+    """On a machine of several GPUs each node's worker sees one of them, round robin,
+    as each node host of a real cluster has its own (they all shared the first one);
+    the merger sees what the driver sees."""
+    import os
+
+    from voltstream.cluster.local import ProcessCluster
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    with ProcessCluster(["node0", "node1", "node2"], tmp_path) as cluster:
+        seen = cluster.client.run(os.getenv, "CUDA_VISIBLE_DEVICES")
+        names = {a: w["name"] for a, w in cluster.client.scheduler_info()["workers"].items()}
+    by_name = {names[a]: v for a, v in seen.items()}
+    assert by_name == {"node0": "3", "node1": "5", "node2": "3", "merger": "3,5"}

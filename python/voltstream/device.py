@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from voltstream.errors import ConfigError
 
-__all__ = ["DEVICES", "gpu_available", "resolve_device"]
+__all__ = ["DEVICES", "gpu_available", "gpu_ids", "resolve_device"]
 
 DEVICES = ("cpu", "gpu", "auto")
 
@@ -26,6 +26,23 @@ def gpu_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # no CuPy, no driver, no device: all mean "no GPU"
         return False
+
+
+def gpu_ids() -> list[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them: that
+    variable's list where it is set, else ``0 .. n-1`` of the devices CuPy sees
+    (none without CuPy or a driver). A local cluster gives each node one of them."""
+    import os
+
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return [g.strip() for g in given.split(",") if g.strip() and g.strip() != "-1"]
+    try:
+        import cupy
+
+        return [str(i) for i in range(cupy.cuda.runtime.getDeviceCount())]
+    except Exception:  # no CuPy, no driver, no device
+        return []
 
 
 def resolve_device(device: str, need: Callable[[], object] | None = None) -> str:

@@ -53,6 +53,19 @@ def worker_command(
     ]  # fmt: skip
 
 
+def node_gpus(nodes: int, ids: list[str] | None = None) -> list[str] | None:
+    """The GPU of each node's worker when this machine has several (round robin, as
+    a real cluster gives each node host its own): node i sees only ``ids[i % n]``.
+    None with one GPU or none: the workers see what this process sees."""
+    if ids is None:
+        from voltstream.device import gpu_ids
+
+        ids = gpu_ids()
+    if len(ids) < 2:
+        return None
+    return [ids[i % len(ids)] for i in range(nodes)]
+
+
 class ProcessCluster:
     """Starts the scheduler and workers, hands out a connected `distributed.Client`,
     and stops every process on exit (also after an error)."""
@@ -85,11 +98,11 @@ class ProcessCluster:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _spawn(self, name: str, cmd: list[str]) -> None:
+    def _spawn(self, name: str, cmd: list[str], env_extra: dict[str, str] | None = None) -> None:
         logs = self.workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it open
-        env = dict(os.environ, **DASK_ENV)
+        env = dict(os.environ, **DASK_ENV, **(env_extra or {}))
         # Its own session: a Ctrl-C at the terminal reaches the driver, which stops
         # the observation in order, not every worker at once.
         self.procs[name] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -114,9 +127,12 @@ class ProcessCluster:
                                   f"{self.workdir / 'logs' / 'scheduler.log'}")  # fmt: skip
             time.sleep(0.1)
         self._spawn("merger", worker_command(self.scheduler_file, "merger", "merger=1", self.host))
-        for name, host, prefix in zip(self.nodes, self.node_hosts, self.prefixes, strict=True):
+        gpus = node_gpus(len(self.nodes))
+        for i, (name, host, prefix) in enumerate(
+            zip(self.nodes, self.node_hosts, self.prefixes, strict=True)
+        ):
             cmd = worker_command(self.scheduler_file, name, f"{name}=1", host, prefix)
-            self._spawn(name, cmd)
+            self._spawn(name, cmd, None if gpus is None else {"CUDA_VISIBLE_DEVICES": gpus[i]})
         self.client = Client(scheduler_file=str(self.scheduler_file), timeout="30s")
         want = len(self.nodes) + 1
         from voltstream.cluster.driver import cluster_workers
