@@ -243,9 +243,10 @@ def test_record_from_the_command_line_and_from_its_file_record_the_same(tmp_path
 
 
 def record_and_fold_toml(bind: str, scan: str, device: str, engine: str = "auto",
-                         layout: str = "vbs") -> str:  # fmt: skip
+                         layout: str = "vbs", idle_timeout: float = 3) -> str:  # fmt: skip
     """A pipeline file that captures YNAO on ``bind``, records scan ``scan`` on d0 and
-    d1 and folds each chunk once written (``scan``.fits) on ``device``."""
+    d1 and folds each chunk once written (``scan``.fits) on ``device``; the run ends
+    ``idle_timeout`` s without packets (before the first one too)."""
     return f"""
 [network]
 bind = "{bind}"
@@ -258,7 +259,7 @@ format = "ynao"
 
 [run]
 duration = 60
-idle_timeout = 3
+idle_timeout = {idle_timeout}
 report = "r.json"
 
 [record]

@@ -98,7 +98,9 @@ def test_record_and_fold_on_the_gpu_in_one_process(tmp_path):
     bind = free_bind()
     for d in ("d0", "d1"):
         (tmp_path / d).mkdir()
-    (tmp_path / "pipe.toml").write_text(record_and_fold_toml(bind, "g1", "gpu"))
+    # The idle timeout also bounds the wait for the first packet: longer than the sleep.
+    toml = record_and_fold_toml(bind, "g1", "gpu", idle_timeout=20)
+    (tmp_path / "pipe.toml").write_text(toml)
     proc = _start(["run", "pipe.toml"], tmp_path)
     time.sleep(8)  # the GPU folder is made after the recording starts (docs/pipeline.md)
     sent = _simulate(bind, "0.2")
