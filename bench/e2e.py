@@ -294,10 +294,17 @@ def point_line(p: dict) -> str:
         )
     counts = " ".join(f"{k}={p[k]}" for k in ALL_COUNTERS)
     cpu = ",".join(f"{c:.0%}" for c in p["receiver_cpu"])
+    products = [r.get("product") or {} for r in p.get("receivers", [])]
+    slow = [x for x in products if x.get("consumer_chunks")]
+    stalls = "".join(
+        f" stage>10ms={x['consumer_over_10ms']}/{x['consumer_chunks']}"
+        f" >100ms={x['consumer_over_100ms']}"
+        for x in slow
+    )
     return (
         f"{p['config']} asked {asked} Gb/s: offered {p['offered_gbps']:.2f} received "
         f"{p['received_gbps']:.2f} Gb/s in {p['seconds']:.1f} s, sent={p['sent']} {counts} "
-        f"lost={p['lost']} rx_cpu={cpu} -> {'LOSSLESS' if p['lossless'] else 'lossy'}"
+        f"lost={p['lost']} rx_cpu={cpu}{stalls} -> {'LOSSLESS' if p['lossless'] else 'lossy'}"
         + (" (sender-limited)" if p["sender_limited"] else "")
     )
 

@@ -93,7 +93,33 @@ def product_extras(report: dict) -> dict:
         }
     else:
         got = {k: report.get(k) for k in ("chunks", "samples_written", "discontinuities")}
-    return {k: v for k, v in got.items() if v is not None}
+    return {k: v for k, v in got.items() if v is not None} | consumer_stalls(report)
+
+
+def consumer_stalls(report: dict) -> dict:
+    """How often the consumer (the fold's or F-engine's stage) held the capture loop
+    for a chunk: chunks over 10 ms and over 100 ms, and the slowest bucket's bound,
+    from the report's ``stage_seconds.consumer`` histogram (wherever it is nested).
+    A stall longer than the pool holds is what drops whole chunks."""
+    found = [report]
+    while found and "stage_seconds" not in found[0]:
+        d = found.pop(0)
+        found += [v for v in d.values() if isinstance(v, dict)]
+    hist = (found[0]["stage_seconds"].get("consumer") if found else None) or {}
+    le = hist.get("le") or []
+    if not le:
+        return {}
+    count = int(hist.get("count") or 0)
+    at = dict((float(b), int(n)) for b, n in le)
+    # The slowest chunk took at most this bucket's bound (none: over the last, 1 s).
+    slowest = next((float(b) for b, n in le if n == count), None)
+    return {
+        "consumer_chunks": count,
+        "consumer_over_10ms": count - at.get(1e-2, count),
+        "consumer_over_100ms": count - at.get(0.1, count),
+        "consumer_slowest_at_most_s": slowest,
+        "consumer_sum_s": round(float(hist.get("sum") or 0.0), 3),
+    }
 
 
 def fengine_sink(flags: str, opt: dict) -> list[str]:

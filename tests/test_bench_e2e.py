@@ -428,3 +428,18 @@ def test_capture_alone_through_the_harness_is_lossless(tmp_path, capsys):
     assert 0.15 < doc["capture_ynao_lossless_gbps"] < 0.25
     out = capsys.readouterr().out
     assert out.count("-> LOSSLESS") == 2 and "| capture_ynao | 0.2 |" in out
+
+
+def test_a_point_says_how_often_the_consumer_held_the_capture_loop():
+    """A fold that drops whole chunks lost them to a stall of its stage: each point
+    keeps the stage's slow chunks from the report's histogram, wherever it is nested."""
+    from voltstream.capture.stage_times import StageTimes
+
+    times = StageTimes()
+    for seconds in [2e-4] * 50 + [0.02, 0.02, 0.25]:
+        times.observe(seconds)
+    report = {"capture": {"totals": {}, "stage_seconds": {"consumer": times.as_dict()}}}
+    got = rx.product_extras(json.loads(json.dumps(report)))
+    assert got["consumer_chunks"] == 53 and got["consumer_over_10ms"] == 3
+    assert got["consumer_over_100ms"] == 1 and got["consumer_slowest_at_most_s"] == 0.3
+    assert rx.consumer_stalls({"stage_seconds": {}}) == {}
