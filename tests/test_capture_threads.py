@@ -237,3 +237,32 @@ def test_run_capture_with_two_threads_merges_both_pols_back_exactly():
     assert [th["totals"]["missing"] for th in threads] == [0, 1]
     assert report.totals["foreign"] == 0 and report.totals["malformed"] == 0
     assert any(line.startswith("  thread 1 (cpu 0") for line in report.summary_lines())
+
+
+def test_a_run_keeps_what_existed_before_it_out_of_the_collectors_walk_and_gives_it_back():
+    """During a run everything made before it (the engine, CuPy, plans) is frozen out
+    of the cyclic collector (a full collection walking it all held chunks for tens of
+    ms); after the run nothing stays frozen."""
+    import gc
+
+    from loopback import free_bind, sender
+    from voltstream.capture.config import CaptureSettings
+    from voltstream.capture.run import run_capture
+    from voltstream.formats import make_format
+
+    fmt = make_format("ynao", chan_bw_mhz=1.0)
+    obs = fmt.observation(start_mjd=60000, start_sec=0.0)
+    q = np.zeros((fmt.samples_per_packet * 16, 32, 2, 2), dtype=np.int8)
+    packets = fmt.packetize(q, 0, obs)
+    bind = free_bind()
+    frozen = []
+    send = sender(bind, packets)
+
+    def start():
+        frozen.append(gc.get_freeze_count())
+        send()
+
+    settings = CaptureSettings.of(bind, packets_per_chunk=8, engine="socket")
+    report = run_capture(fmt, settings, 20, idle_timeout_s=0.5, on_start=start)
+    assert report.totals["received"] == len(packets)
+    assert frozen[0] > 1000 and gc.get_freeze_count() == 0

@@ -11,6 +11,7 @@ counted, so nothing is silently lost.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -186,7 +187,17 @@ class CaptureRun:
         from voltstream.capture.config import start_capture
 
         cap, timeline, consumer = self.cap, self.timeline, self.consumer
-        start_capture(cap)
+        # Everything made before the run (imports, CuPy, the engine and its plans)
+        # lives as long as it: kept out of the cyclic collector's reach, a full
+        # collection in the run stays short instead of walking them all while chunks
+        # wait (collected once first, so no garbage is kept). Given back at the end.
+        gc.collect()
+        gc.freeze()
+        try:
+            start_capture(cap)
+        except BaseException:
+            gc.unfreeze()
+            raise
         t0 = time.monotonic()
         try:
             _leave_cpus(self.capture_cpus)
@@ -213,6 +224,7 @@ class CaptureRun:
             timeline.release_all()
             getattr(consumer, "close", lambda: None)()
             cap.stop()
+            gc.unfreeze()
             self.seconds = time.monotonic() - t0
 
     def _run(self, t0: Any, duration_s: Any, idle_timeout_s: Any, stop_event: Any) -> None:
