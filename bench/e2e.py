@@ -20,6 +20,9 @@ Configurations (--only, comma-separated; JSON keys `<name>_lossless_gbps`):
   capture_ynao, capture_vdif8, capture_vdif2, capture_spead   capture alone (chunks
       released unprocessed; SPEAD via a stand-in receiver while the CLI lacks it)
   fold_ynao, fold_vdif8, fold_vdif2   `voltstream fold --listen ... --device gpu`
+  filterbank_ynao   `voltstream filterbank --listen ... --device gpu --fine-channels 64
+      --tsamp 0.000256` into a file on tmpfs; target >= 0.9 x fold_ynao (same run):
+      JSON `filterbank_ynao_vs_fold_ratio`
   capture_vdif2real, fold_vdif2real   real-sampled 2-bit VDIF (a DBBC3's channels, two
       threads as polarisations): the frames of vdif2, each channel real at twice its
       width; the fold converts them to complex on the GPU (`fold --listen --real`)
@@ -55,6 +58,7 @@ Runs, each under the device's 10-minute limit (--budget, default 500 s, stops st
 new points and lists what was skipped; with the defaults a capture configuration takes
 about 1.5 minutes, a fold or F-engine one 2-3), then one merge here (no network):
     scripts/gpu.sh bench-e2e --only capture_ynao,fold_ynao,capture_vdif8,fold_vdif8
+    scripts/gpu.sh bench-e2e --only capture_ynao,fold_ynao,filterbank_ynao
     scripts/gpu.sh bench-e2e --only capture_vdif2,fold_vdif2,capture_spead,fengine_4096
     scripts/gpu.sh bench-e2e --only capture_vdif2real,fold_vdif2real
     scripts/gpu.sh bench-e2e --only fengine_32768,fengine_two_processes,gpu_alone,file_fold
@@ -85,6 +89,7 @@ from e2e_receivers import (  # noqa: E402
     Receivers,
     Skip,
     cpu_share,
+    filterbank_output,
     free_port,
     free_ports,
     lossless,
@@ -117,9 +122,17 @@ CONFIGS = {  # name: (product, traffic, options)
     # One band as 4 YNAO subbands on 4 consecutive ports (one receiver, --listen P+3).
     "capture_4streams": ("capture", "ynao", {"streams": 4}),
     "fold_4streams": ("fold", "ynao", {"streams": 4}),
+    # The live search filterbank on the GPU (issue 28): its target is >= 0.9 x fold_ynao's
+    # lossless rate in the same run (PRODUCT_BASELINE, `<name>_vs_fold_ratio`).
+    "filterbank_ynao": ("filterbank", "ynao", {}),
 }
 OTHERS = ("gpu_alone", "file_fold")
-WARMUP = {"capture": 1.0, "fold": 6.0, "fengine": 3.0}  # seconds from bind to first packet
+WARMUP = {
+    "capture": 1.0,
+    "fold": 6.0,
+    "fengine": 3.0,
+    "filterbank": 6.0,
+}  # seconds from bind to first packet
 CAPTURE_ALONE = {
     "fold_ynao": "capture_ynao",
     "fold_vdif8": "capture_vdif8",
@@ -132,7 +145,11 @@ CAPTURE_ALONE = {
     "fengine_4ant_32768": "capture_spead",
     "fold_1stream_threads": "capture_1stream_threads",
     "fold_4streams": "capture_4streams",
+    "filterbank_ynao": "capture_ynao",
 }
+#: A product measured against another's lossless rate on the same traffic (a ratio of
+#: Gb/s: `<name>_vs_<base product>_ratio`).
+PRODUCT_BASELINE = {"filterbank_ynao": "fold_ynao"}
 GPU_ALONE = {
     "fold_ynao": "fold_8bit_gsps",
     "fold_vdif8": "fold_8bit_gsps",
@@ -146,6 +163,7 @@ GPU_ALONE = {
     "fengine_4ant_32768": "fengine_32768_gsps",
     "fold_1stream_threads": "fold_8bit_gsps",
     "fold_4streams": "fold_8bit_gsps",
+    "filterbank_ynao": None,  # no GPU-alone filterbank figure yet: capture alone bounds it
 }
 
 
@@ -283,6 +301,8 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
     )
     for f in workdir.glob(f"{stamp}-*.fits"):
         f.unlink()
+    for r in reports:
+        filterbank_output(r).unlink(missing_ok=True)
     return point
 
 
@@ -428,6 +448,10 @@ def finalize(doc: dict) -> dict:
         cap_gsps = ceilings["capture_alone_gsps"]
         doc[f"{name}_vs_capture_ratio"] = e2e / cap_gsps if e2e is not None and cap_gsps else None
     doc["ratios"] = ratios
+    for name, base in PRODUCT_BASELINE.items():
+        mine, theirs = doc.get(f"{name}_lossless_gbps"), doc.get(f"{base}_lossless_gbps")
+        key = f"{name}_vs_{CONFIGS[base][0]}_ratio"
+        doc[key] = mine / theirs if mine is not None and theirs else None
     ff = doc.get("file_fold") or {}
     doc["file_fold_gsps"] = ff.get("gsps")
     # From the first block to the last, as the CLI prints it ("... once started").
@@ -546,6 +570,7 @@ def parse_args(argv):
     add("--fengine-sink", default="--output /dev/null", help="fengine output flags")
     add("--capture-args", default="", help="more flags for voltstream capture")
     add("--fold-args", default="", help="more flags for voltstream fold --listen")
+    add("--filterbank-args", default="", help="more flags for voltstream filterbank --listen")
     add("--fengine-args", default="", help="more flags for voltstream fengine")
     add("--file-gb", type=float, default=8.0, help="file_fold: DADA file size")
     add("--workdir", default=None, help="reports, logs, files (default: a temporary directory)")
@@ -585,7 +610,7 @@ def main(argv=None) -> dict:
         flush=True,
     )
     ctx = mp.get_context("spawn")
-    overhead = {"capture": 6.0, "fold": 20.0, "fengine": 15.0}  # per point, updated
+    overhead = {"capture": 6.0, "fold": 20.0, "fengine": 15.0, "filterbank": 20.0}  # per point
 
     def budget_ok(name, secs):
         return time.monotonic() + secs + overhead[CONFIGS[name][0]] < deadline

@@ -28,6 +28,9 @@ from e2e_traffic import make_traffic
 HERE = Path(__file__).resolve().parent
 VS = [sys.executable, "-m", "voltstream.cli"]
 FOLD = ["--dm", "26.833", "--period", "0.0333", "--nbin", "256"]  # a 33 ms pulsar (the demo's)
+# A search filterbank as a search runs it: 64 fine channels (62.5 kHz of YNAO's 4 MHz),
+# 256 us samples, 8-bit, to a SIGPROC file on tmpfs (filterbank_output).
+FILTERBANK = ["--fine-channels", "64", "--tsamp", "0.000256"]
 COUNTERS = ("received", "missing", "late", "duplicate", "malformed", "foreign", "dropped")
 ALL_COUNTERS = COUNTERS + ("kernel_drops", "chunks_dropped")
 
@@ -150,7 +153,7 @@ def importable(module: str) -> bool:
 def preflight(product: str, device: str) -> None:
     """Skip, with the reason, what would fail after a whole run: fold writes PSRFITS with
     astropy at the end (before its report); --device gpu needs CuPy."""
-    if product in ("fold", "file_fold", "gpu_alone", "fengine") and device == "gpu":
+    if product in ("fold", "file_fold", "gpu_alone", "fengine", "filterbank") and device == "gpu":
         if not importable("cupy"):
             raise Skip("CuPy is not importable: --device gpu cannot run here")
     if product in ("fold", "file_fold") and not importable("astropy.io.fits"):
@@ -197,6 +200,10 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
     elif product == "capture":
         argv = VS + ["capture", "--listen", bind, *fmt, "--engine", a.engine, *tail]
         argv += shlex.split(a.capture_args)
+    elif product == "filterbank":
+        argv = VS + ["filterbank", "--listen", bind, *fmt, "--engine", a.engine]
+        argv += ["--device", a.device, *FILTERBANK, "-o", str(filterbank_output(report))]
+        argv += [*tail, *shlex.split(a.filterbank_args)]
     else:
         fmt = getattr(make_traffic(traffic), "fold_format", lambda: fmt)()  # real: --real
         argv = VS + ["fold", "--listen", bind, *fmt, "--engine", a.engine, "--device", a.device]
@@ -212,6 +219,13 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
         argv += ["--cpus", ",".join(map(str, thr))]
         return argv, mask | set(thr), None  # a thread can pin only inside the mask
     return argv, mask | set(thr), ("capture threads unpinned (no --cpus)" if thr else None)
+
+
+def filterbank_output(report: Path) -> Path:
+    """Where a filterbank receiver writes: tmpfs (/dev/shm) where there is one, so that
+    the disk is not what is measured; named after its report (run_point removes it)."""
+    shm = Path("/dev/shm")
+    return (shm if shm.is_dir() else report.parent) / f"{report.stem}.fil"
 
 
 def free_ports(n: int) -> list[int]:

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT / "python"))
 import voltstream.fengine.kernels  # noqa: E402, F401 - its Templates state their variants
 import voltstream.fold.kernels  # noqa: E402, F401
 import voltstream.latency.gpu  # noqa: E402, F401
+import voltstream.search.kernels  # noqa: E402, F401
 from voltstream.dsp.cuda import (  # noqa: E402
     NVRTC_OPTIONS,
     Template,

@@ -443,3 +443,39 @@ def test_a_point_says_how_often_the_consumer_held_the_capture_loop():
     assert got["consumer_chunks"] == 53 and got["consumer_over_10ms"] == 3
     assert got["consumer_over_100ms"] == 1 and got["consumer_slowest_at_most_s"] == 0.3
     assert rx.consumer_stalls({"stage_seconds": {}}) == {}
+
+
+def test_the_filterbank_receiver_is_a_command_line_the_cli_takes(tmp_path):
+    """filterbank_ynao's receiver: `voltstream filterbank --listen ... --device gpu`, its
+    output on tmpfs, pinned capture threads; the CLI's own parser takes every flag."""
+    from voltstream.cli.parser import build_parser
+
+    a = e2e.parse_args(["--only", "filterbank_ynao", "--device", "gpu", "--packets-per-chunk",
+                        "512", "--filterbank-args", "--nbits 8"])  # fmt: skip
+    cpus = {"receiver": [0, 1], "capture": [2, 3], "sender": [15], "shared_cores": False}
+    report = tmp_path / "p-0.json"
+    argv, mask, note = rx.receiver_argv(*e2e.CONFIGS["filterbank_ynao"], 0, 7150, 9, report,
+                                        a, cpus)  # fmt: skip
+    assert argv[: len(rx.VS) + 1] == [*rx.VS, "filterbank"] and note is None
+    args = build_parser().parse_args(argv[len(rx.VS) :])
+    assert (args.listen, args.device, args.format) == ("127.0.0.1:7150", "gpu", "ynao")
+    assert (args.fine_channels, args.tsamp, args.nbits) == (64, 0.000256, 8)
+    assert args.packets_per_chunk == 512 and args.cpus == [2] and mask == {0, 1, 2}
+    assert args.output == str(rx.filterbank_output(report)) and args.report == str(report)
+    assert args.output.startswith("/dev/shm/") or not Path("/dev/shm").is_dir()
+    assert e2e.WARMUP["filterbank"] > 0 and e2e.PRODUCT_BASELINE["filterbank_ynao"] == "fold_ynao"
+
+
+def test_the_filterbank_is_rated_against_the_live_fold_of_the_same_run(tmp_path):
+    def cfg(g):
+        return {"lossless_gbps": g, "confirmed_seconds": 20.0, "receiver_cpu": [1.0],
+                "notes": [], "errors": []}  # fmt: skip
+
+    part = {"configs": {"fold_ynao": cfg(20.0), "filterbank_ynao": cfg(19.0),
+                        "capture_ynao": cfg(40.0)}}  # fmt: skip
+    path = tmp_path / "part.json"
+    path.write_text(json.dumps(part))
+    doc = e2e.main(["--merge", str(path), "--json", str(tmp_path / "e2e.json")])
+    assert doc["filterbank_ynao_vs_fold_ratio"] == pytest.approx(0.95)
+    assert doc["filterbank_ynao_capture_alone_gbps"] == 40.0
+    assert doc["ratios"]["filterbank_ynao"]["gpu_alone_gsps"] is None

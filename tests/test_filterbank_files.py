@@ -23,6 +23,14 @@ from voltstream.observation import Observation
 from voltstream.pipeline.filterbank import make_filterbank, open_writer
 from voltstream.search.filterbank import FilterbankPlan, FilterbankSettings
 
+#: These tests check the NumPy reference's files: on a machine with a GPU too (the
+#: default --device is auto); tests/gpu/test_filterbank_gpu.py checks the GPU's.
+CPU = ["--device", "cpu"]
+
+
+def filterbank_cli(*args):
+    return run_cli("filterbank", *CPU, *args)
+
 
 def dada_input(tmp_path, chan_bw):
     """Noise and a tone in coarse channel 1, 4 channels x 2 pols, 8-bit, a start with
@@ -128,7 +136,7 @@ def invalidate_frame(path, k):
 def test_cli_on_a_simulated_file(tmp_path):
     vdif = simulate(tmp_path)
     out, rep = tmp_path / "sim.fil", tmp_path / "r.json"
-    r = run_cli("filterbank", str(vdif), "--fine-channels", "8", "--tsamp", "32e-6", "-o",
+    r = filterbank_cli(str(vdif), "--fine-channels", "8", "--tsamp", "32e-6", "-o",
                 str(out), "--report", str(rep))  # fmt: skip
     assert r.returncode == 0, r.stderr
     report = json.loads(rep.read_text())["filterbank"]
@@ -145,7 +153,7 @@ def test_cli_flags_and_counts_an_invalid_frame(tmp_path):
     vdif = simulate(tmp_path)
     invalidate_frame(vdif, 20)  # time-major, 2 threads: samples 10000-10999 of pol 0
     out, rep = tmp_path / "lost.fits", tmp_path / "r.json"
-    r = run_cli("filterbank", str(vdif), "--fine-channels", "4", "--nsblk", "64",
+    r = filterbank_cli(str(vdif), "--fine-channels", "4", "--nsblk", "64",
                 "-o", str(out), "--report", str(rep))  # fmt: skip
     assert r.returncode == 0, r.stderr
     report = json.loads(rep.read_text())["filterbank"]
@@ -157,7 +165,7 @@ def test_cli_flags_and_counts_an_invalid_frame(tmp_path):
     dead = np.flatnonzero(wts == 0)
     assert len(dead) == report["rows_zero_weight"] and (data[dead] == 128).all()
     fil = tmp_path / "lost.fil"
-    r = run_cli("filterbank", str(vdif), "--fine-channels", "4", "-o", str(fil))
+    r = filterbank_cli(str(vdif), "--fine-channels", "4", "-o", str(fil))
     assert r.returncode == 0 and "(250 flagged lost" in r.stdout
     got = your.Your(str(fil)).get_data(0, 12500)
     flagged = (got == 128).all(axis=1)  # every channel at the quantiser's zero
@@ -175,7 +183,7 @@ def test_cli_flags_and_counts_an_invalid_frame(tmp_path):
 )
 def test_bad_options_one_line_exit_2(tmp_path, args, words):
     vdif = simulate(tmp_path)
-    r = run_cli("filterbank", str(vdif), "-o", str(tmp_path / "x.fil"), *args)
+    r = filterbank_cli(str(vdif), "-o", str(tmp_path / "x.fil"), *args)
     assert r.returncode == 2 and words in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
@@ -207,7 +215,7 @@ def test_listen_makes_the_file_a_recording_of_the_stream_makes(tmp_path):
     live, rep = tmp_path / "live.fil", tmp_path / "live.json"
     fmt = ["--format", "vdif", "--nchan", "4", "--chan-bw", "1"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "voltstream.cli", "filterbank", "--listen", bind, *fmt,
+        [sys.executable, "-m", "voltstream.cli", "filterbank", *CPU, "--listen", bind, *fmt,
          "--duration", "30", "--idle-timeout", "3", "--engine", "socket", "--no-status",
          "--fine-channels", "8", "-o", str(live), "--report", str(rep)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -226,7 +234,7 @@ def test_listen_makes_the_file_a_recording_of_the_stream_makes(tmp_path):
     assert report["filterbank"]["samples_in"] == 50000
     assert report["filterbank"]["samples_out"] == 6250
     vdif = simulate(tmp_path)
-    r = run_cli("filterbank", str(vdif), "--fine-channels", "8", "-o", str(tmp_path / "f.fil"))
+    r = filterbank_cli(str(vdif), "--fine-channels", "8", "-o", str(tmp_path / "f.fil"))
     assert r.returncode == 0, r.stderr
     a, b = your.Your(str(live)), your.Your(str(tmp_path / "f.fil"))
     assert np.array_equal(a.get_data(0, 6250), b.get_data(0, 6250))
@@ -236,7 +244,7 @@ def test_listen_with_nothing_arriving_is_no_data(tmp_path):
     from loopback import free_bind
 
     out = tmp_path / "none.fil"
-    r = run_cli("filterbank", "--listen", free_bind(), "--format", "vdif", "--idle-timeout",
+    r = filterbank_cli("--listen", free_bind(), "--format", "vdif", "--idle-timeout",
                 "0.5", "--engine", "socket", "--no-status", "-o", str(out))  # fmt: skip
     assert r.returncode == 3 and not out.exists(), r.stderr
 
@@ -247,7 +255,7 @@ def test_cli_on_a_simulated_dada_file_with_dm(tmp_path):
                 "-o", str(dada))  # fmt: skip
     assert r.returncode == 0, r.stderr
     out, rep = tmp_path / "sim.fits", tmp_path / "r.json"
-    r = run_cli("filterbank", str(dada), "--fine-channels", "4", "--tsamp", "4e-6", "--dm",
+    r = filterbank_cli(str(dada), "--fine-channels", "4", "--tsamp", "4e-6", "--dm",
                 "5", "-o", str(out), "--report", str(rep))  # fmt: skip
     assert r.returncode == 0, r.stderr
     report = json.loads(rep.read_text())["filterbank"]

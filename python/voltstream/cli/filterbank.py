@@ -9,6 +9,8 @@ import sys
 from typing import Any
 
 from voltstream.cli.options import (
+    add_capture_threads,
+    add_device,
     add_engine,
     add_format_options,
     add_no_status,
@@ -24,13 +26,15 @@ from voltstream.errors import ConfigError
 log = logging.getLogger("voltstream.cli.filterbank")
 
 DESCRIPTION = """\
-Make a search filterbank (CPU, NumPy): each coarse channel split into --fine-channels
-fine channels by FFT (in frequency order), optionally coherently dedispersed within
-each fine channel at --dm (digifil -D), detected (--pol), integrated to --tsamp and
-written as 8-bit samples with a scale and offset per channel (or 32-bit floats) to a
-SIGPROC filterbank (.fil) or PSRFITS search-mode file (.fits). Lost input (missing
-packets or frames) is flagged: those samples hold the channel's mean (the quantiser's
-zero), a PSRFITS row with nothing else gets weight 0, and the report counts them.
+Make a search filterbank, on the GPU or with the CPU's NumPy reference (--device):
+each coarse channel split into --fine-channels fine channels by FFT (in frequency
+order), optionally coherently dedispersed within each fine channel at --dm (digifil
+-D), detected (--pol), integrated to --tsamp and written as 8-bit samples with a scale
+and offset per channel (or 32-bit floats) to a SIGPROC filterbank (.fil) or PSRFITS
+search-mode file (.fits). Live on the GPU the capture's chunks go to the GPU as they
+arrived; only the integrated samples come back. Lost input (missing packets or
+frames) is flagged: those samples hold the channel's mean (the quantiser's zero), a
+PSRFITS row with nothing else gets weight 0, and the report counts them.
 """
 
 EPILOG = """\
@@ -38,6 +42,8 @@ examples:
   voltstream filterbank obs.dada --fine-channels 64 --tsamp 0.000256 -o obs.fil
   voltstream filterbank obs.vdif --fine-channels 16 --dm 56.8 --pol IQUV -o obs.fits
   voltstream filterbank --listen 127.0.0.1:7000 --duration 10 --fine-channels 32 -o live.fil
+  voltstream filterbank --listen 127.0.0.1:7000 --device gpu --fine-channels 64 \
+      --tsamp 0.000128 -o /dev/shm/live.fil
 """
 
 
@@ -82,6 +88,8 @@ def add_filterbank_parser(verbs: Any) -> None:
         ("--nsblk", positive(int), 1024,
          "output samples per PSRFITS row, and per update of the 8-bit scales. Default: 1024"),
     ))  # fmt: skip
+    add_device(p, "where to channelise, dedisperse and detect (live on the GPU: the "
+               "capture's chunks straight to it)")  # fmt: skip
     live = p.add_argument_group(
         "a live stream (instead of INPUT)", "capture and filterbank in one process; the "
         "stream format options below apply",
@@ -93,6 +101,16 @@ def add_filterbank_parser(verbs: Any) -> None:
                       help="VDIF of real-sampled channels, converted to complex first")  # fmt: skip
     add_run(live, what="capture", duration=10.0, report="write the report (JSON) here: the "
             "filterbank's counts and, live, the capture's")  # fmt: skip
+    add_capture_threads(live, "capture threads (packet_ring engine), steered in the kernel by "
+                        "stream id or by chunk (--spread). Default: 1")  # fmt: skip
+    add_options(live, (
+        ("--packets-per-chunk", positive(int), None,
+         "packets per stream per chunk. Default: about 32 MiB chunks on the GPU, 256 on "
+         "the CPU"),
+        ("--buffer-mb", positive(float), 1024,
+         "size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
+         "stage the capture rides out before it drops chunks. Default: 1024"),
+    ))  # fmt: skip
     add_ring_mb(live)
     add_no_status(live)
     add_engine(live)
@@ -107,10 +125,13 @@ def filterbank(args: argparse.Namespace) -> Any:
         _capture_settings,
         _now_mjd,
         _progress,
+        _status_line,
         _stop_event,
         watcher,
     )
-    from voltstream.pipeline.filterbank import run_filterbank
+    from voltstream.cli.stream_options import gpu_check
+    from voltstream.device import resolve_device
+    from voltstream.pipeline.filterbank import open_writer, run_filterbank
     from voltstream.search.filterbank import FilterbankPlan, FilterbankSettings
     from voltstream.service.outputs import check_outputs
 
@@ -120,7 +141,9 @@ def filterbank(args: argparse.Namespace) -> Any:
     file_format = args.output_format or (
         "psrfits" if args.output.lower().endswith((".fits", ".sf")) else "sigproc"
     )
+    device = resolve_device(args.device, need=gpu_check(args))
     live = None
+    reader: Any = None
     if args.listen:
         from voltstream.cli.stream_options import live_real
         from voltstream.pipeline.live import LiveReader
@@ -128,10 +151,11 @@ def filterbank(args: argparse.Namespace) -> Any:
         fmt = _capture_format(args)
         mjd, sec = _now_mjd()
         obs = fmt.observation(start_mjd=mjd, start_sec=sec)
-        live = LiveReader(fmt, _capture_settings(args, args.listen), args.duration, obs,
-                          idle_timeout_s=args.idle_timeout, stop_event=_stop_event(args),
-                          live_report=watcher(args))  # fmt: skip
-        reader, obs = live_real(fmt, live, obs, "cpu")
+        if device != "gpu":
+            live = LiveReader(fmt, _capture_settings(args, args.listen), args.duration, obs,
+                              idle_timeout_s=args.idle_timeout, stop_event=_stop_event(args),
+                              live_report=watcher(args))  # fmt: skip
+        reader, obs = live_real(fmt, live, obs, device)
     else:
         from voltstream.cli.stream_options import file_threads
         from voltstream.io.baseband import open_baseband
@@ -149,17 +173,33 @@ def filterbank(args: argparse.Namespace) -> Any:
     settings = FilterbankSettings(args.fine_channels, args.tsamp, args.pol, args.nbits,
                                   args.dm, args.nsblk)  # fmt: skip
     plan = FilterbankPlan(obs, settings)  # every option checked before the capture starts
-    if live is not None:
-        live.start()
-        log.info("filterbank: listening on %s", args.listen)
     history = "voltstream " + " ".join(sys.argv[1:])
-    total = getattr(reader, "nsamp", None) if live is None else None
-    with _progress(args, "filterbank", total, "samples") as update:
-        report = run_filterbank(reader, plan, args.output, file_format, history, update)
-    if live is not None and live.report is not None:
+    capture_report = None
+    if args.listen and device == "gpu":
+        from voltstream.pipeline.live_filterbank import filterbank_live_gpu
+
+        writer = open_writer(args.output, file_format, plan, history)
+        report, capture_report = filterbank_live_gpu(
+            fmt, _capture_settings(args, args.listen), args.duration, plan, writer,
+            args.output, file_format, idle_timeout_s=args.idle_timeout,
+            packets_per_chunk=args.packets_per_chunk, pool_mb=args.buffer_mb,
+            status=_status_line(args),
+            on_start=lambda: log.info("filterbank: listening on %s", args.listen),
+            stop_event=_stop_event(args), live_report=watcher(args),
+        )  # fmt: skip
+    else:
+        if live is not None:
+            live.start()
+            log.info("filterbank: listening on %s", args.listen)
+        total = getattr(reader, "nsamp", None) if live is None else None
+        with _progress(args, "filterbank", total, "samples") as update:
+            report = run_filterbank(reader, plan, args.output, file_format, history, update,
+                                    device)  # fmt: skip
+        capture_report = live.report if live is not None else None
+    if args.listen and capture_report is not None:
         from voltstream.cli.common import _nothing_received
 
-        no_data = _nothing_received("filterbank", live.report, fmt.name, args.output,
+        no_data = _nothing_received("filterbank", capture_report, fmt.name, args.output,
                                     args.report)  # fmt: skip
         if no_data is not None:
             return no_data
@@ -170,11 +210,11 @@ def filterbank(args: argparse.Namespace) -> Any:
               f"({report.spectra_per_sample} fine samples)")  # fmt: skip
     out = {"filterbank": report.as_dict()}
     loss: Any = 0
-    if live is not None and live.report is not None:
+    if capture_report is not None:
         from voltstream.cli.common import _print_report
 
-        out["capture"] = live.report.as_dict()
-        loss = _print_report(live.report, None, live.report.engine)
+        out["capture"] = capture_report.as_dict()
+        loss = _print_report(capture_report, None, capture_report.engine)
     if args.report:
         with open(args.report, "w") as f:
             json.dump(out, f, indent=2, default=str)

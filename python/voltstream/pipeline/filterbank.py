@@ -3,10 +3,13 @@ PSRFITS search mode), with its report.
 
 A reader is the fold's (pipeline/fold.py): ``.obs`` and ``.read_blocks(nsamp)``, a
 file or a live capture alike. The engine is the NumPy reference
-(search/filterbank.py) today; a GPU engine takes the same plan and returns the same
-``(samples, valid)`` per block, and slots in at ``engine`` (docs/search.md). Output
-samples go out in rows of ``nsblk``: each row updates the quantiser's statistics and
-is written; a row whose every sample was lost gets weight 0 (PSRFITS) and is counted.
+(search/filterbank.py) or the GPU engine (search/gpu_filterbank.py): the same plan,
+the same ``(samples, valid)`` per block, ``finish()`` for what is still in flight
+(docs/search.md). Output samples go out in rows of ``nsblk`` (:class:`RowWriter`):
+each row updates the quantiser's statistics and is written; a row whose every sample
+was lost gets weight 0 (PSRFITS) and is counted. The live GPU filterbank
+(pipeline/live_filterbank.py) feeds the engine the capture's chunks and its rows to
+the same RowWriter.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from voltstream.pipeline.interfaces import BlockSource
 from voltstream.search.filterbank import FilterbankPlan, FilterbankReference
 from voltstream.search.quantise import RunningQuantiser
 
-__all__ = ["FilterbankReport", "make_filterbank", "open_writer"]
+__all__ = ["FilterbankReport", "RowWriter", "filterbank_report", "make_filterbank", "open_writer",
+           "run_filterbank"]  # fmt: skip
 
 
 @dataclass
@@ -82,6 +86,58 @@ def open_writer(path: str, file_format: str, plan: FilterbankPlan, history: str 
     return SigprocWriter(path, obs, plan.npol_out, rawdatafile=history)
 
 
+class RowWriter:
+    """Output samples, in batches of any length, into rows of ``nsblk``: each row
+    updates the quantiser's statistics and is written; a row whose every sample was
+    lost gets weight 0 (PSRFITS) and is counted. ``on_row(data, scale, offset,
+    valid)``: each row as written (the tests' reference output)."""
+
+    def __init__(self, plan: FilterbankPlan, writer: Any, on_row: Any = None) -> None:
+        self.writer, self.on_row = writer, on_row
+        self.nsblk = plan.settings.nsblk
+        self.quant = RunningQuantiser(plan.npol_out, plan.nchan_out, plan.settings.nbits)
+        self.pending: list[np.ndarray] = []
+        self.pending_ok: list[np.ndarray] = []
+        self.have = 0
+        self.rows = self.dead = 0
+
+    def add(self, x: np.ndarray, ok: np.ndarray) -> None:
+        """Output samples (k, npol_out, nchan_out) and their validity (k,)."""
+        if not len(x):
+            return
+        self.pending.append(x)
+        self.pending_ok.append(ok)
+        self.have += len(x)
+        nsblk = self.nsblk
+        if self.have >= nsblk:
+            xs, oks = np.concatenate(self.pending), np.concatenate(self.pending_ok)
+            whole = (self.have // nsblk) * nsblk
+            for a in range(0, whole, nsblk):
+                self._emit(xs[a : a + nsblk], oks[a : a + nsblk])
+            self.pending, self.pending_ok = [xs[whole:]], [oks[whole:]]
+            self.have -= whole
+
+    def close(self) -> None:
+        """Writes the last, short row (padded with the quantiser's zero)."""
+        if self.have:
+            self._emit(np.concatenate(self.pending), np.concatenate(self.pending_ok))
+            self.pending, self.pending_ok, self.have = [], [], 0
+
+    def _emit(self, x: np.ndarray, ok: np.ndarray) -> None:
+        n, quant = x.shape[0], self.quant
+        data, scale, offset = quant.row(x, ok)
+        if n < self.nsblk:  # the last row: padded with the quantiser's zero (the mean)
+            fill = np.empty((self.nsblk - n, *data.shape[1:]), data.dtype)
+            fill[:] = quant.row(np.zeros((1, *x.shape[1:])), np.zeros(1, bool))[0][0]
+            data = np.concatenate([data, fill])
+        weight = 1.0 if ok.any() else 0.0
+        self.writer.write_row(data, scale, offset, weight, n)
+        if self.on_row is not None:
+            self.on_row(data[:n], scale, offset, ok)
+        self.rows += 1
+        self.dead += weight == 0.0
+
+
 def make_filterbank(
     reader: BlockSource,
     plan: FilterbankPlan,
@@ -94,46 +150,35 @@ def make_filterbank(
     reference) into ``writer``; returns (rows, rows all lost, quantiser). ``on_row(data,
     scale, offset, valid)``: each row as written (the tests' reference output)."""
     eng = engine if engine is not None else FilterbankReference(plan)
-    nsblk = plan.settings.nsblk
-    quant = RunningQuantiser(plan.npol_out, plan.nchan_out, plan.settings.nbits)
-    pending: list[np.ndarray] = []
-    pending_ok: list[np.ndarray] = []
-    have = 0
-    rows = dead = 0
-
-    def emit(x: np.ndarray, ok: np.ndarray) -> None:
-        nonlocal rows, dead
-        n = x.shape[0]
-        data, scale, offset = quant.row(x, ok)
-        if n < nsblk:  # the last row: padded with the quantiser's zero (the mean)
-            fill = np.empty((nsblk - n, *data.shape[1:]), data.dtype)
-            fill[:] = quant.row(np.zeros((1, *x.shape[1:])), np.zeros(1, bool))[0][0]
-            data = np.concatenate([data, fill])
-        weight = 1.0 if ok.any() else 0.0
-        writer.write_row(data, scale, offset, weight, n)
-        if on_row is not None:
-            on_row(data[:n], scale, offset, ok)
-        rows += 1
-        dead += weight == 0.0
-
+    rows = RowWriter(plan, writer, on_row)
     for block, valid in reader_blocks(reader, plan.block_samples()):
-        x, ok = eng.feed(block, valid)
+        rows.add(*eng.feed(block, valid))
         if progress is not None:
             progress(eng.samples_in)
-        if not len(x):
-            continue
-        pending.append(x)
-        pending_ok.append(ok)
-        have += len(x)
-        if have >= nsblk:
-            xs, oks = np.concatenate(pending), np.concatenate(pending_ok)
-            whole = (have // nsblk) * nsblk
-            for a in range(0, whole, nsblk):
-                emit(xs[a : a + nsblk], oks[a : a + nsblk])
-            pending, pending_ok, have = [xs[whole:]], [oks[whole:]], have - whole
-    if have:
-        emit(np.concatenate(pending), np.concatenate(pending_ok))
-    return rows, dead, quant
+    rows.add(*eng.finish())  # what a GPU engine still had in flight
+    rows.close()
+    return rows.rows, rows.dead, rows.quant
+
+
+def filterbank_report(
+    path: str, file_format: str, plan: FilterbankPlan, eng: Any, rows: int, dead: int,
+    samples: int, clipped: int,
+) -> FilterbankReport:  # fmt: skip
+    """The report of a run: ``eng``'s counters (either engine's), the rows written."""
+    obs = plan.out_obs
+    # The input samples past the last whole output sample (with dm: also the filter's
+    # head and the samples its overlap held back).
+    used = plan.first_input + eng.samples_out * plan.span
+    return FilterbankReport(
+        output=path, file_format=file_format, samples_in=eng.samples_in, lost_in=eng.lost_in,
+        samples_out=samples, lost_out=eng.lost_out, rows=rows, rows_zero_weight=dead,
+        not_written=max(0, eng.samples_in - used), clipped=clipped,
+        nchans=plan.nchan_out, nifs=plan.npol_out, nbits=plan.settings.nbits,
+        fch1_mhz=plan.fch1_mhz, foff_mhz=plan.foff_mhz, tsamp_s=plan.tsamp_s,
+        tstart_mjd=obs.start_mjd, tstart_sec=obs.start_sec, fine_channels=plan.fine,
+        spectra_per_sample=plan.nint, first_input_sample=plan.first_input,
+        dm=plan.settings.dm,
+    )  # fmt: skip
 
 
 def run_filterbank(
@@ -143,25 +188,21 @@ def run_filterbank(
     file_format: str,
     history: str = "",
     progress: Callable[[int], None] | None = None,
+    device: str = "cpu",
 ) -> FilterbankReport:
-    """``reader`` through ``plan``'s filterbank into the file ``path``; its report."""
+    """``reader`` through ``plan``'s filterbank (the NumPy reference, or the GPU engine
+    for ``device`` "gpu") into the file ``path``; its report."""
     writer = open_writer(path, file_format, plan, history)
-    eng = FilterbankReference(plan)
+    eng: Any
+    if device == "gpu":
+        from voltstream.search.gpu_filterbank import GpuFilterbank
+
+        eng = GpuFilterbank(plan)
+    else:
+        eng = FilterbankReference(plan)
     try:
         rows, dead, quant = make_filterbank(reader, plan, writer, progress, eng)
     finally:
         writer.close()
-    obs = plan.out_obs
-    # The input samples past the last whole output sample (with dm: also the filter's
-    # head and the samples its overlap held back).
-    used = plan.first_input + eng.samples_out * plan.span
-    return FilterbankReport(
-        output=path, file_format=file_format, samples_in=eng.samples_in, lost_in=eng.lost_in,
-        samples_out=writer.samples, lost_out=eng.lost_out, rows=rows, rows_zero_weight=dead,
-        not_written=max(0, eng.samples_in - used), clipped=quant.clipped,
-        nchans=plan.nchan_out, nifs=plan.npol_out, nbits=plan.settings.nbits,
-        fch1_mhz=plan.fch1_mhz, foff_mhz=plan.foff_mhz, tsamp_s=plan.tsamp_s,
-        tstart_mjd=obs.start_mjd, tstart_sec=obs.start_sec, fine_channels=plan.fine,
-        spectra_per_sample=plan.nint, first_input_sample=plan.first_input,
-        dm=plan.settings.dm,
-    )  # fmt: skip
+    return filterbank_report(path, file_format, plan, eng, rows, dead, writer.samples,
+                             quant.clipped)  # fmt: skip

@@ -200,6 +200,12 @@ class FilterbankReference:
         self.lost_out += int(np.count_nonzero(~out_ok))
         return out, out_ok
 
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """The output samples held back: none (``feed`` returns each as it completes;
+        a GPU engine, whose copies are in flight, returns its last ones here)."""
+        shape = (0, self.plan.npol_out, self.plan.nchan_out)
+        return np.zeros(shape), np.zeros(0, bool)
+
     def _channelise(self, x: np.ndarray, k: int) -> np.ndarray:
         """Whole output samples of (nchan, npol, k * span) voltages: split, detect, sum."""
         plan = self.plan

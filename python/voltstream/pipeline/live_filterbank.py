@@ -1,0 +1,102 @@
+"""A live search filterbank on the GPU (`voltstream filterbank --listen --device gpu`):
+capture and filterbank in one process, the capture's chunks straight to the GPU.
+
+As the live GPU fold (pipeline/live.py ``fold_live_gpu``): the capture's pool is
+page-locked, each chunk is copied to the GPU where the capture put it and unpacked
+there (``StageRunner`` over ``ChunkFeed``, pipeline/gpu.py), lost packets travel as a
+mask. No sample is touched on the host; what comes back is the output samples, after
+detection and integration (``GpuFilterbank``'s ``on_output``), which go to the file
+through the same rows as a file's filterbank (pipeline/filterbank.py ``RowWriter``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from voltstream.capture.config import CaptureSettings
+from voltstream.formats import StreamFormat
+from voltstream.pipeline.filterbank import FilterbankReport, RowWriter, filterbank_report
+from voltstream.pipeline.live import GPU_POOL_MB, gpu_chunking
+from voltstream.search.filterbank import FilterbankPlan
+
+__all__ = ["filterbank_live_gpu", "live_gpu_filterbank"]
+
+
+def live_gpu_filterbank(
+    fmt: StreamFormat,
+    capture: CaptureSettings,
+    plan: FilterbankPlan,
+    packets_per_chunk: int | None = None,
+    pool_mb: float = GPU_POOL_MB,
+    on_output: Any = None,
+) -> tuple[Any, CaptureSettings]:
+    """The GPU filterbank of a live capture and the capture's settings for it, sized
+    as the live GPU fold's (``gpu_chunking``: about 32 MiB chunks, a pool of
+    ``pool_mb``) and warmed up (kernels built, FFT plans made) before the socket opens."""
+    from voltstream.search.gpu_filterbank import GpuFilterbank
+
+    window = capture.chunks.window_for(packets_per_chunk, fmt.packets_per_second)
+    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, window)
+    nsamp = ppc * fmt.samples_per_packet
+    eng = GpuFilterbank(plan, packed=fmt.chunk_layout(ppc), chunk_samples=nsamp,
+                        raw_bytes=fmt.streams * ppc * fmt.payload_len,
+                        on_output=on_output)  # fmt: skip
+    eng.warm_up(nsamp)
+    return eng, capture.replace(packets_per_chunk=ppc, nchunks=nchunks)
+
+
+def filterbank_live_gpu(
+    fmt: StreamFormat,
+    capture: CaptureSettings,
+    duration_s: float,
+    plan: FilterbankPlan,
+    writer: Any,
+    path: str,
+    file_format: str,
+    idle_timeout_s: float | None = None,
+    packets_per_chunk: int | None = None,
+    pool_mb: float = GPU_POOL_MB,
+    status: bool = True,
+    on_start: Any = None,
+    stop_event: threading.Event | None = None,
+    live_report: Any = None,
+) -> tuple[FilterbankReport, Any]:
+    """Captures and makes ``plan``'s filterbank on the GPU into ``writer`` (the file
+    ``path``, closed here); returns (filterbank report, capture report). ``plan`` is
+    of the complex observation for a real-sampled stream (``dsp.real``
+    ``complex_observation``): its chunks are converted on the GPU."""
+    from voltstream.capture.run import run_capture
+    from voltstream.pipeline.gpu import HostRegistry, StatusLine, gpu_stage_runner
+
+    rows = RowWriter(plan, writer)
+    try:
+        eng, capture = live_gpu_filterbank(fmt, capture, plan, packets_per_chunk, pool_mb,
+                                           rows.add)  # fmt: skip
+        line = StatusLine("filterbank", fmt.payload_len) if status else None
+        consumer = gpu_stage_runner(eng, fmt, HostRegistry(), line)
+        t0 = time.monotonic()
+        report = run_capture(
+            fmt, capture, duration_s,
+            idle_timeout_s=idle_timeout_s, on_start=on_start, consumer=consumer,
+            stop_event=stop_event, live_report=live_report,
+        )  # fmt: skip
+        eng.synchronize()  # the last rows
+        rows.close()
+    finally:
+        writer.close()
+    wall = time.monotonic() - t0
+    busy = eng.busy_ms()
+    report.pipeline = consumer.as_dict()
+    report.pipeline.update(
+        packets_per_chunk=capture.chunks.packets_per_chunk,
+        gpu_busy_ms=busy,
+        gpu_busy_pct=100.0 * busy / 1000.0 / max(wall, 1e-9),
+        host_ms_per_block=1e3 * eng.host_busy_s / max(eng.blocks_fed, 1),
+        host_wait_s=eng.host_wait_s,
+        block_ms=1e3 * eng.chunk * fmt.tsamp_s,
+    )
+    fb = filterbank_report(path, file_format, plan, eng, rows.rows, rows.dead,
+                           writer.samples, rows.quant.clipped)  # fmt: skip
+    return fb, report
