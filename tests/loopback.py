@@ -7,6 +7,8 @@ import socket
 import threading
 import time
 
+from voltstream.testing import free_ports  # noqa: F401 (the tests import it from here)
+
 
 def free_bind() -> str:
     """127.0.0.1:PORT with a port no socket holds right now."""
@@ -46,25 +48,3 @@ def wait_bound(bind: str, timeout: float = 30) -> None:
                 return
         time.sleep(0.02)
     raise AssertionError(f"nothing bound {bind} in {timeout} s")
-
-
-def free_ports(n: int) -> list[int]:
-    """n consecutive UDP ports no socket holds now (for --listen HOST:PORT+N)."""
-    for _ in range(50):
-        held: list[socket.socket] = []
-        try:
-            first = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            held.append(first)
-            first.bind(("127.0.0.1", 0))
-            base = first.getsockname()[1]
-            for k in range(1, n):
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                held.append(s)
-                s.bind(("127.0.0.1", base + k))
-            return [base + k for k in range(n)]
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free UDP ports")
