@@ -17,6 +17,22 @@ def free_bind() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
+def udp_receiver() -> socket.socket:
+    """A UDP socket bound to a free loopback port, a 4 MiB queue, reads time out
+    after 2 s: where a test receives what a sender under test sends."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(2.0)
+    return rx
+
+
+def address(s: socket.socket) -> str:
+    """HOST:PORT a socket is bound to."""
+    host, port = s.getsockname()[:2]
+    return f"{host}:{port}"
+
+
 def send(bind: str, packets, pace_every: int = 0) -> None:
     """Sends each packet (bytes-like rows) to ``bind``; with ``pace_every``, pauses 2 ms
     after every that many packets. Faults: voltstream.testing.FaultPlan, before."""
