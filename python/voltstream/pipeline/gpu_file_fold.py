@@ -8,8 +8,9 @@ on its copy's event; its counters are the archive's ``pipeline``); other readers
 through the staged paths (packed VDIF frames, raw 8/16-bit samples, or complex64
 blocks). Real-sampled files (VDIF of a DBBC3, DADA of NDIM 1; given as they are or
 wrapped in ``dsp.real.RealToComplex``, as the CLI does) go to the GPU as stored too and
-are converted to complex baseband there (fold/gpu_real.py); only the staged fallback converts them on the host. The stage
-times go on the archive (``stage_seconds``) for the CLI and the benchmark.
+are converted to complex baseband there (fold/gpu_real.py); only the staged fallback
+converts them on the host. The stage times go on the archive (``stage_seconds``) for
+the CLI and the benchmark.
 """
 
 from __future__ import annotations
