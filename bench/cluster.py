@@ -104,6 +104,7 @@ from cluster_traffic import (  # noqa: E402
     last_packet_of_row,
     realtime_gbps,
 )
+from e2e_receivers import cpu_model  # noqa: E402
 from voltstream.capture.config import CaptureSettings  # noqa: E402
 from voltstream.capture.defaults import PACKETS_PER_CHUNK  # noqa: E402
 from voltstream.cli.cluster import demo_plan, held_for  # noqa: E402
@@ -136,16 +137,11 @@ DEFAULT_RATES = {"demo": "0.05,0.07,0.1,0.14,0.2,0.28,0.4,0.56,0.8",
 
 
 def machine() -> dict:
-    model = [
-        ln.split(":", 1)[1].strip()
-        for ln in Path("/proc/cpuinfo").read_text().splitlines()
-        if ln.startswith("model name")
-    ][:1]
     return {
         "hostname": platform.node(),
         "cpu_count": os.cpu_count(),
         "cpus_allowed": len(os.sched_getaffinity(0)),
-        "cpu_model": model[0] if model else None,
+        "cpu_model": cpu_model(),
         "platform": platform.platform(),
         "python": platform.python_version(),
     }

@@ -88,6 +88,7 @@ from e2e_receivers import (  # noqa: E402
     ALL_COUNTERS,
     Receivers,
     Skip,
+    cpu_model,
     cpu_share,
     filterbank_output,
     free_port,
@@ -507,17 +508,12 @@ def machine() -> dict:
         ).stdout
     except OSError:
         gpu = ""
-    model = [
-        ln.split(":", 1)[1].strip()
-        for ln in Path("/proc/cpuinfo").read_text().splitlines()
-        if ln.startswith("model name")
-    ][:1]
     return {
         "hostname": platform.node(),
         "gpu": gpu.strip() or None,
         "cores": os.cpu_count(),
         "cpus_allowed": sorted(os.sched_getaffinity(0)),
-        "cpu_model": model[0] if model else None,
+        "cpu_model": cpu_model(),
         "kernel": platform.release(),
         "python": platform.python_version(),
     }

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from e2e_traffic import make_traffic
+from voltstream.testing import free_ports  # noqa: F401 (e2e.py imports it from here)
 
 HERE = Path(__file__).resolve().parent
 VS = [sys.executable, "-m", "voltstream.cli"]
@@ -228,23 +229,12 @@ def filterbank_output(report: Path) -> Path:
     return (shm if shm.is_dir() else report.parent) / f"{report.stem}.fil"
 
 
-def free_ports(n: int) -> list[int]:
-    """n consecutive UDP ports no socket holds now (for --listen HOST:PORT+N)."""
-    for _ in range(100):
-        base = free_port()
-        held = []
-        try:
-            for k in range(n):
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                held.append(s)
-                s.bind(("127.0.0.1", base + k))
-            return [base + k for k in range(n)]
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free UDP ports")
+def cpu_model() -> str | None:
+    """This machine's CPU model name (/proc/cpuinfo), for the benches' results."""
+    for ln in Path("/proc/cpuinfo").read_text().splitlines():
+        if ln.startswith("model name"):
+            return ln.split(":", 1)[1].strip()
+    return None
 
 
 def free_port() -> int:

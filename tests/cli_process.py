@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -15,3 +16,15 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
         text=True,
         timeout=timeout,
     )
+
+
+def fold_of_a_file(sim: tuple[str, ...], fold: tuple[str, ...], path: Path) -> Path:
+    """``voltstream <sim> --output path`` and then the CPU fold of that file with
+    ``fold``'s options: the archive (``file.fits`` beside it) that a live fold of the
+    same packets must equal."""
+    r = run_cli(*sim, "--output", str(path))
+    assert r.returncode == 0, r.stderr
+    archive = path.with_name("file.fits")
+    r = run_cli("fold", str(path), *fold, "--device", "cpu", "-o", str(archive))
+    assert r.returncode == 0, r.stderr
+    return archive

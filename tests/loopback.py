@@ -7,12 +7,30 @@ import socket
 import threading
 import time
 
+from voltstream.testing import free_ports  # noqa: F401 (the tests import it from here)
+
 
 def free_bind() -> str:
     """127.0.0.1:PORT with a port no socket holds right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def udp_receiver() -> socket.socket:
+    """A UDP socket bound to a free loopback port, a 4 MiB queue, reads time out
+    after 2 s: where a test receives what a sender under test sends."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(2.0)
+    return rx
+
+
+def address(s: socket.socket) -> str:
+    """HOST:PORT a socket is bound to."""
+    host, port = s.getsockname()[:2]
+    return f"{host}:{port}"
 
 
 def send(bind: str, packets, pace_every: int = 0) -> None:
@@ -46,25 +64,3 @@ def wait_bound(bind: str, timeout: float = 30) -> None:
                 return
         time.sleep(0.02)
     raise AssertionError(f"nothing bound {bind} in {timeout} s")
-
-
-def free_ports(n: int) -> list[int]:
-    """n consecutive UDP ports no socket holds now (for --listen HOST:PORT+N)."""
-    for _ in range(50):
-        held: list[socket.socket] = []
-        try:
-            first = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            held.append(first)
-            first.bind(("127.0.0.1", 0))
-            base = first.getsockname()[1]
-            for k in range(1, n):
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                held.append(s)
-                s.bind(("127.0.0.1", base + k))
-            return [base + k for k in range(n)]
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free UDP ports")

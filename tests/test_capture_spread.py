@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from capture_spec import capture
-from cli_process import run_cli
+from cli_process import fold_of_a_file, run_cli
 from loopback import free_bind, free_ports
 from test_capture_threads import FPS, FRAME, vdif_frame
 from test_cli_outcomes import Listening
@@ -132,11 +132,7 @@ def test_one_ynao_stream_on_two_capture_threads_folds_as_the_file(tmp_path):
     stream) spreads its chunks over two cores and folds to the very samples of the file
     fold of the same packets; both threads took a share, nothing is lost."""
     sim = ("simulate", *YNAO, "--duration", "0.2", "--seed", "5")
-    r = run_cli(*sim, "--output", str(tmp_path / "f.dada"))
-    assert r.returncode == 0, r.stderr
-    r = run_cli("fold", str(tmp_path / "f.dada"), *FOLD, "--device", "cpu",
-                "-o", str(tmp_path / "file.fits"))  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    fold_of_a_file(sim, FOLD, tmp_path / "f.dada")
     bind = free_bind()
     fold = Listening("fold", "--listen", bind, *YNAO, *FOLD, "--device", "cpu",
                      "--threads", THREADS, "--duration", "60", "--idle-timeout", "3",

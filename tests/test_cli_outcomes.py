@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from cli_process import run_cli
+from cli_process import fold_of_a_file, run_cli
 from loopback import free_bind, wait_bound
 from voltstream.io.psrfits import read_psrfits
 
@@ -52,11 +52,7 @@ def test_live_cpu_fold_of_packed_vdif_equals_the_file_fold(tmp_path, bits):
     chunk with "still exported to a NumPy array"; 1 and 16 bits were refused), to the
     very samples of a fold of the same frames from a file."""
     sim = ("simulate", *VDIF16, "--bits", bits, "--duration", "0.2", "--seed", "3")
-    r = run_cli(*sim, "--output", str(tmp_path / "f.vdif"))
-    assert r.returncode == 0, r.stderr
-    r = run_cli("fold", str(tmp_path / "f.vdif"), *FOLD, "--device", "cpu",
-                "-o", str(tmp_path / "file.fits"))  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    fold_of_a_file(sim, FOLD, tmp_path / "f.vdif")
 
     bind = free_bind()
     fold = Listening("fold", "--listen", bind, *VDIF16, "--bits", bits, *FOLD,

@@ -17,6 +17,7 @@ import pytest
 
 import fengine_local
 from cli_process import run_cli
+from loopback import address, udp_receiver
 from voltstream import device as device_mod
 from voltstream.capture.config import CaptureSettings
 from voltstream.cli import main
@@ -53,18 +54,6 @@ NCH, TAPS, NSPEC, SPH, BITS, FS = 32, 8, 8, 512, 10, 1e6
 FENGINE = FEngineSettings(channels=NCH, taps=TAPS, spectra_per_heap=NSPEC, sample_rate_hz=FS,
                           sample_bits=BITS, samples_per_heap=SPH, chunk_heaps=16)  # fmt: skip
 SETTINGS = FENGINE.engine_kwargs()
-
-
-def udp_sink() -> socket.socket:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    s.bind(("127.0.0.1", 0))
-    s.settimeout(2.0)
-    return s
-
-
-def address(s: socket.socket) -> str:
-    return f"127.0.0.1:{s.getsockname()[1]}"
 
 
 def drain(s: socket.socket) -> list[bytes]:
@@ -220,8 +209,8 @@ def test_output_sends_descriptors_periodically_and_survives_a_missing_receiver(t
     ref = FEngineReference(**dict(SETTINGS, n_substreams=2))
     heaps = ref.process(np.ones((2, 40 * 2 * NCH * NSPEC), np.int16), 0)
     assert len(heaps) >= 20
-    sink = udp_sink()
-    gone = udp_sink()
+    sink = udp_receiver()
+    gone = udp_receiver()
     gone_addr = address(gone)
     gone.close()  # nobody listens there: sends are refused, counted, not fatal
     out = HeapOutput(
@@ -291,7 +280,7 @@ def sim(first, n, **kw):
 
 def test_capture_stopped_counts_heaps_instead_of_sending_and_control_applies_gains():
     _, pk = sim(0, 64)
-    sink = udp_sink()
+    sink = udp_receiver()
     eng = make_engine("cpu", **SETTINGS)
     out = HeapOutput(eng.layout, [address(sink)])
     control = FakeControl(capturing=False)
@@ -569,7 +558,7 @@ def test_fengine_cli_runs_on_loopback(tmp_path):
     with start-up gains from a settings file and katcp control answering."""
     pytest.importorskip("voltstream.fengine.control")
     listen = f"127.0.0.1:{free_port()}"
-    sink = udp_sink()
+    sink = udp_receiver()
     report_path, out_path = tmp_path / "report.json", tmp_path / "out.spead"
     settings_path = tmp_path / "feng.toml"
     settings_path.write_text('[gains]\npol0 = 0.02\npol1 = "0.01+0.01j"\n')

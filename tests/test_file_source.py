@@ -21,7 +21,8 @@ from voltstream.io.dada import DadaWriter, open_dada
 from voltstream.observation import Observation
 from voltstream.pipeline import file_source as fs
 from voltstream.pipeline.file_source import FileSource, HostBlock, open_file_source
-from voltstream.pipeline.gpu import Handoff
+from voltstream.pipeline.gpu import HostRegistry
+from voltstream.pipeline.gpu_file_fold import fold_source
 from voltstream.sim.packetize import packetize_vdif
 
 RNG = np.random.default_rng(20260611)
@@ -470,7 +471,8 @@ def test_readers_exit_once_the_file_is_read(tmp_path):
     assert reader.read_raw(0, 2).shape == (2, 4, 2, 2)  # the caller's reader stays open
 
 
-# --- the GPU runner's loop, with a host stand-in for GpuFolder.feed_block
+# --- the file through the one stage runner (pipeline/gpu.py StageRunner), with a host
+# stand-in for GpuFolder.feed_block
 
 
 class Event:
@@ -489,16 +491,21 @@ class Event:
 class HostStage:
     """feed_block's contract on the host: copies each part by address into a device
     buffer stand-in of ``raw_bytes`` (the copy), first waiting for the copy of the
-    block fed two calls ago (GpuFolder's two slots); returns the copy's event."""
+    block fed two calls ago (GpuFolder's two slots); returns the copy's event. Fails
+    on block ``fail_at`` where given (a kernel error)."""
 
-    def __init__(self, layout, raw_bytes, polls=1):
-        self.layout, self.polls = layout, polls
+    def __init__(self, layout, raw_bytes, polls=1, fail_at=None):
+        self.layout, self.polls, self.fail_at = layout, polls, fail_at
         self.dev = [np.zeros(raw_bytes, np.uint8) for _ in range(2)]
         self.events = [None, None]
         self.slot = 0
         self.samples, self.valid = [], []
+        self.samples_in = self.samples_out = 0
+        self.synchronized = 0
 
     def feed_block(self, parts, n, skip=0, valid=None):
+        if len(self.samples) == self.fail_at:
+            raise RuntimeError("kernel failed")
         slot, dev = self.slot, self.dev[self.slot]
         if self.events[slot] is not None:
             self.events[slot].synchronize()
@@ -510,34 +517,90 @@ class HostStage:
         assert skip + self.layout.nbytes(n) <= dev.size
         self.samples.append(decode_ref(dev[skip:], self.layout, n))
         self.valid.append(np.ones(n, bool) if valid is None else valid)
+        self.samples_in += n
         ev = self.events[slot] = Event(self.polls)
         self.slot = 1 - slot
         return ev
 
+    def synchronize(self):
+        self.synchronized += 1
+
+
+class Runtime:
+    """cupy.cuda.runtime's hostRegister/hostUnregister, logged."""
+
+    def __init__(self):
+        self.registered, self.unregistered = [], []
+
+    def hostRegister(self, addr, nbytes, flags):  # noqa: N802 (CUDA's name)
+        self.registered.append((addr, nbytes))
+
+    def hostUnregister(self, addr):  # noqa: N802
+        self.unregistered.append(addr)
+
 
 @pytest.mark.parametrize("kind", ["dada", "vdif", "vdif-gather"])
-def test_runner_loop_with_handoff(tmp_path, kind):
+def test_the_file_fold_goes_through_the_stage_runner(tmp_path, kind):
+    """fold_file_gpu's file path (gpu_file_fold.fold_source) is the live fold's runner:
+    the pool page-locked by it, every block fed, held until its copy's event and given
+    back, the stage finished, and the runner's counters the report's."""
     if kind == "dada":
         path = tmp_path / "a.dada"
         x = write_dada(path, 1000)
         want = (x[..., 0] + 1j * x[..., 1]).reshape(1000, -1)
+        want_bytes = x.nbytes
     else:
         path = tmp_path / "a.vdif"
         frames, _ = vdif_frames(nframes=30)
         write_vdif(path, irregular("missing", frames) if kind == "vdif-gather" else frames)
         want = open_vdif_samples(path).astype(np.complex128).reshape(30 * 32, -1)
+        want_bytes = frames.nbytes  # as stored: every frame, headers too
+        if kind == "vdif-gather":  # gathered: each time frame's data, pol by pol
+            with vdif.open_vdif(path) as r:
+                want_bytes = 30 * 2 * (r.frame_len - r.header_len)
+    rt, seen = Runtime(), []
     with open_file_source(path, block_samples=96, readers=2, depth=3, alloc=CountingAlloc(),
                           stall_timeout_s=2.0) as src:  # fmt: skip
-        assert src.kind == kind
-        stage, handoff = HostStage(src.layout, src.block_bytes), Handoff()
-        try:
-            for blk in src:
-                handoff.hold(blk, stage.feed_block(blk.parts, blk.nsamp, blk.skip, blk.valid))
-                handoff.poll()
-        finally:
-            handoff.drain()
-        assert handoff.released == src.nblocks and handoff.max_in_flight <= 2
+        assert src.kind == kind and not src.page_locked
+        stage = HostStage(src.layout, src.block_bytes)
+        runner = fold_source(src, stage, lambda i, o: seen.append(i), HostRegistry(rt))
+        assert src.in_flight == 0  # every buffer back before the source closes
+        pool = src.buffers()
     got = np.concatenate(stage.samples)
     valid = np.concatenate(stage.valid)
     assert np.array_equal(got[valid], want[valid])
     assert valid.all() == (kind != "vdif-gather")
+    report = runner.as_dict()
+    assert report["blocks"] == src.nblocks == len(stage.samples) and report["gaps"] == 0
+    assert report["samples_fed"] == src.nsamp == len(want)
+    assert report["lost_samples"] == int((~valid).sum())
+    assert report["bytes_fed"] == want_bytes
+    assert report["pool_chunks"] == 3 and 1 <= report["max_copies_in_flight"] <= 2
+    assert report["registered_bytes"] == 3 * src.buffer_bytes
+    assert rt.registered == pool and sorted(rt.unregistered) == sorted(a for a, _ in pool)
+    assert runner.handoff.held == runner.handoff.released == src.nblocks
+    assert stage.synchronized == 1 and seen == list(np.cumsum([len(s) for s in stage.samples]))
+
+
+def test_the_runner_leaves_a_page_locked_pool_alone(tmp_path):
+    path = tmp_path / "a.dada"
+    write_dada(path, 300)
+    rt = Runtime()
+    with open_file_source(path, block_samples=96, readers=1, depth=2, alloc=CountingAlloc()) as src:
+        src.page_locked = True  # as pinned_alloc's buffers are
+        runner = fold_source(src, HostStage(src.layout, src.block_bytes), None, HostRegistry(rt))
+    assert rt.registered == [] and runner.as_dict()["registered_bytes"] == 0
+    assert runner.as_dict()["blocks"] == 4
+
+
+def test_a_stage_error_gives_every_block_back(tmp_path):
+    path = tmp_path / "a.dada"
+    write_dada(path, 1000)
+    rt = Runtime()
+    with open_file_source(path, block_samples=96, readers=2, depth=3, alloc=CountingAlloc(),
+                          stall_timeout_s=2.0) as src:  # fmt: skip
+        stage = HostStage(src.layout, src.block_bytes, polls=5, fail_at=3)
+        with pytest.raises(RuntimeError, match="kernel failed"):
+            fold_source(src, stage, None, HostRegistry(rt))
+        assert src._held == 0  # the failed block and those in flight: all back
+        assert len(rt.unregistered) == len(rt.registered) == 3

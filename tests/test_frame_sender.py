@@ -3,30 +3,17 @@ payload, pacing, skip and reverse, and argument errors."""
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
 
 import numpy as np
 import pytest
 
+from loopback import address, udp_receiver
 from voltstream import _core
 from voltstream.errors import ConfigError
 
 MUL = 0x9E3779B97F4A7C15
-
-
-def receiver() -> socket.socket:
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    rx.bind(("127.0.0.1", 0))
-    rx.settimeout(2.0)
-    return rx
-
-
-def addr(rx: socket.socket) -> str:
-    host, port = rx.getsockname()
-    return f"{host}:{port}"
 
 
 def parse(b: bytes, payload_len: int) -> tuple[int, int, int, int]:
@@ -43,8 +30,8 @@ def parse(b: bytes, payload_len: int) -> tuple[int, int, int, int]:
 
 
 def test_frames_are_stamped_paced_and_patterned():
-    rx = receiver()
-    tx = _core.FrameSender(addr(rx), 4, 128)
+    rx = udp_receiver()
+    tx = _core.FrameSender(address(rx), 4, 128)
     assert (tx.packets_per_frame, tx.payload_len, tx.packet_len) == (4, 128, 160)
     before = time.monotonic_ns()
     st = tx.send_frames(7, 8, 1000.0)
@@ -60,8 +47,8 @@ def test_frames_are_stamped_paced_and_patterned():
 
 
 def test_skip_and_reverse():
-    rx = receiver()
-    tx = _core.FrameSender(addr(rx), 3, 8)
+    rx = udp_receiver()
+    tx = _core.FrameSender(address(rx), 3, 8)
     st = tx.send_frames(0, 4, 0.0, skip=(2, 0), reverse=True)
     assert st["packets"] == 10
     got = [parse(rx.recv(2048), 8)[:2] for _ in range(10)]
@@ -73,14 +60,14 @@ def test_skip_and_reverse():
     [(0, 64), (4, 12), (4097, 8)],
 )
 def test_bad_frames_are_config_errors(args):
-    rx = receiver()
+    rx = udp_receiver()
     with pytest.raises(ConfigError, match="packets per frame|multiple of 8"):
-        _core.FrameSender(addr(rx), *args)
+        _core.FrameSender(address(rx), *args)
 
 
 def test_bad_sends_are_config_errors():
-    rx = receiver()
-    tx = _core.FrameSender(addr(rx), 4, 8)
+    rx = udp_receiver()
+    tx = _core.FrameSender(address(rx), 4, 8)
     with pytest.raises(ConfigError, match="skip"):
         tx.send_frames(0, 1, 0.0, skip=(2, 4))
     with pytest.raises(ConfigError, match="rate"):

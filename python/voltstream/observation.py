@@ -91,6 +91,9 @@ class FoldedArchive:
     coherent_discard: tuple[int, int] | None = None
     # Where a fold's time went (start-up, blocks, ...), seconds; not written to files.
     stage_seconds: dict = field(default_factory=dict)
+    # The stage runner's counters (pipeline/gpu.py StageRunner.as_dict: blocks, bytes,
+    # copies in flight, page-locked bytes) where a runner fed the fold; not written.
+    pipeline: dict = field(default_factory=dict)
 
     @property
     def nsub(self) -> int:

@@ -26,11 +26,15 @@ A plan: ``FaultPlan(seed, rates={Drop(): 0.02, Delay(8): 0.05}, at={0: Duplicate
 Random faults are drawn per packet from ``rates``, each fault standing for its kind
 (``Delay(8)``: delays of 1 to 8 packets; ``Duplicate(8)``: copies 0 to 8 packets on);
 ``at`` places faults at input positions.
+
+``free_ports(n)``: n consecutive free UDP ports on loopback, for the tests and the
+benches alike.
 """
 
 from __future__ import annotations
 
 import random
+import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -48,6 +52,7 @@ __all__ = [
     "Foreign",
     "Garbage",
     "Truncate",
+    "free_ports",
 ]
 
 Maker = Callable[[bytes], bytes]
@@ -239,3 +244,26 @@ class FaultPlan:
             case Foreign(make):
                 assert make is not None  # _validate checked it
                 out += [p, make(p)]
+
+
+def free_ports(n: int) -> list[int]:
+    """n consecutive UDP ports on 127.0.0.1 no socket holds now (for --listen
+    HOST:PORT+N): the tests' and the benches'."""
+    for _ in range(50):
+        held: list[socket.socket] = []
+        try:
+            first = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            held.append(first)
+            first.bind(("127.0.0.1", 0))
+            base = first.getsockname()[1]
+            for k in range(1, n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                held.append(s)
+                s.bind(("127.0.0.1", base + k))
+            return [base + k for k in range(n)]
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free UDP ports")

@@ -114,6 +114,11 @@ def test_live_gpu_fold_equals_the_file_fold_of_the_recorded_packets(tmp_path, na
         compare_archives(live, ref)
     else:  # the recording read back as the file the user would fold
         compare_archives(live, fold_file(open_dada(path), FoldSettings(DM, pred, 128, tsub)))
-        compare_archives(live, fold_file_gpu(open_dada(path), FoldSettings(DM, pred, 128, tsub)))
+        filed = fold_file_gpu(open_dada(path), FoldSettings(DM, pred, 128, tsub))
+        compare_archives(live, filed)
+        # The file went through the live fold's runner: its counters, the same samples.
+        assert set(filed.pipeline) <= set(p) and filed.pipeline["blocks"] > 0
+        assert filed.pipeline["samples_fed"] == p["samples_fed"]
+        assert filed.pipeline["lost_samples"] == 0
     assert profile_snr(live.profile()) > 20
     assert np.all(live.weights >= 0)

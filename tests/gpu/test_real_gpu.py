@@ -159,6 +159,9 @@ def test_real_vdif_gpu_fold_equals_cpu(cp, tmp_path, nbit, threads, select, drop
     gpu = fold_file_gpu(f if drop is None else RealToComplex(f), gpu_s)
     compare_archives(gpu, cpu)
     assert "source_s" in gpu.stage_seconds  # the file source's path: packed bytes to the GPU
+    # ... through the live fold's runner (pipeline/gpu.py StageRunner): its counters.
+    assert gpu.pipeline["blocks"] > 0 and gpu.pipeline["max_copies_in_flight"] >= 1
+    assert gpu.pipeline["samples_fed"] == f.nsamp
     if drop is not None:
         assert gpu.excluded_samples == cpu.excluded_samples > 0
         assert np.any(gpu.weights < 1)

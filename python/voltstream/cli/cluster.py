@@ -27,6 +27,11 @@ log = logging.getLogger("voltstream.cli.commands")
 DEMO_CHAN_BW_MHZ = 0.0625
 DEMO_FREQ_MHZ = 1420.0
 DEMO_PORT = 7148
+#: A cluster node's packets per chunk unless --packets-per-chunk says: small chunks,
+#: since a node's row leaves about 4 chunks after its last packet (the capture's own
+#: default, capture/defaults.py, is sized for one host's throughput). The demo's
+#: narrow channels take half of it (`demo_plan`).
+NODE_PACKETS_PER_CHUNK = 64
 
 
 def demo_nodes(args: argparse.Namespace) -> int:
@@ -66,7 +71,7 @@ def demo_nodes(args: argparse.Namespace) -> int:
 def demo_plan(
     names: list[str], dests: list[str], archive: Path, tsub_s: float, duration_s: float,
     seed: int = 1, device: str = "cpu", chan_bw_mhz: float = DEMO_CHAN_BW_MHZ,
-    packets_per_chunk: int | None = 32,
+    packets_per_chunk: int | None = NODE_PACKETS_PER_CHUNK // 2,
 ) -> tuple[Any, list[str]]:  # fmt: skip
     """The demo's observation of `DEMO_PULSAR` on nodes ``names`` capturing at ``dests``,
     and the simulator's command (without its rate) that feeds them. ``chan_bw_mhz``:
@@ -320,7 +325,7 @@ def fold_cluster(args: argparse.Namespace) -> int:
         predictor = fold_predictor(args, band, span)
         tsub = args.tsub if args.tsub is not None else span / 10
         settings = FoldSettings(args.dm, predictor, args.nbin, tsub, pol_mode=args.pol)
-        capture = {"packets_per_chunk": args.packets_per_chunk or 64}
+        capture = {"packets_per_chunk": args.packets_per_chunk or NODE_PACKETS_PER_CHUNK}
         plan = plan_observation(
             [(n, src, o) for (n, src), o in zip(pairs, obss, strict=True)], settings,
             args.output, duration, formats=formats, start_packet=args.start_packet,

@@ -170,18 +170,32 @@ class PackedUnpackOp(_FramingOp):
     def carry_tail(self, raw: Any, nsamp_raw: int, carry: Any, carry_len: int, valid: Any,
                    nxt: Any, cut: int, new_len: int, stream: Any = None) -> None:  # fmt: skip
         """``nxt`` = stream samples ``cut .. cut + new_len`` of carry + raw, decoded."""
-        if new_len > self.carry_cap or cut + new_len > carry_len + nsamp_raw:
-            raise ConfigError(f"carry of {new_len} samples from {cut} does not fit or exceeds "
-                              "the stream")  # fmt: skip
-        self.check(nxt=(nxt, Buffer(np.complex64, min_size=self.ncp * self.carry_cap)))
+        _check_carry(self, nxt, np.complex64, "samples", carry_len, nsamp_raw, cut, new_len)
         vptr = self._common(raw, carry, valid, nsamp_raw)
-        if new_len == 0:
-            return
-        nt = self.t.CARRY_THREADS
-        args: tuple[Any, ...] = (raw, carry, vptr, nxt) + self.layout_args
-        args += (np.int32(self.carry_cap), np.int32(carry_len), np.int64(nsamp_raw),
-                 np.int64(cut), np.int32(new_len))  # fmt: skip
-        self.launch("carry_tail", (-(-new_len // nt), self.ncp), (nt,), args, stream)
+        _launch_carry(self, (raw, carry, vptr, nxt), carry_len, nsamp_raw, cut, new_len, stream)
+
+
+def _check_carry(op: Any, nxt: Any, dtype: Any, unit: str, carry_len: int, nsamp_raw: int,
+                 cut: int, new_len: int) -> None:  # fmt: skip
+    """A carry tail (``new_len`` of ``unit`` from ``cut`` of carry + raw) that fits the
+    op's carry and the stream, into an ``nxt`` of ``dtype`` large enough."""
+    if new_len > op.carry_cap or cut + new_len > carry_len + nsamp_raw:
+        raise ConfigError(f"carry of {new_len} {unit} from {cut} does not fit or exceeds "
+                          "the stream")  # fmt: skip
+    op.check(nxt=(nxt, Buffer(dtype, min_size=op.ncp * op.carry_cap)))
+
+
+def _launch_carry(op: Any, buffers: tuple[Any, ...], carry_len: int, nsamp_raw: int, cut: int,
+                  new_len: int, stream: Any) -> None:  # fmt: skip
+    """The packed decoders' ``carry_tail`` kernel (unpack_packed.cu, real_to_complex.cu:
+    the same arguments): ``buffers`` = (raw, carry, valid pointer, nxt)."""
+    if new_len <= 0:
+        return
+    nt = op.t.CARRY_THREADS
+    args: tuple[Any, ...] = buffers + op.layout_args
+    args += (np.int32(op.carry_cap), np.int32(carry_len), np.int64(nsamp_raw),
+             np.int64(cut), np.int32(new_len))  # fmt: skip
+    op.launch("carry_tail", (-(-new_len // nt), op.ncp), (nt,), args, stream)
 
 
 # --- real-sampled channels to complex baseband, from the packed bytes
@@ -275,18 +289,9 @@ class RealToComplexOp(Operation):
     def carry_tail(self, raw: Any, nsamp_raw: int, carry: Any, carry_len: int, valid: Any,
                    nxt: Any, cut: int, new_len: int, stream: Any = None) -> None:  # fmt: skip
         """``nxt`` = inputs ``cut .. cut + new_len`` of carry + raw, decoded."""
-        if new_len > self.carry_cap or cut + new_len > carry_len + nsamp_raw:
-            raise ConfigError(f"carry of {new_len} inputs from {cut} does not fit or exceeds "
-                              "the stream")  # fmt: skip
-        self.check(nxt=(nxt, Buffer(np.float32, min_size=self.ncp * self.carry_cap)))
+        _check_carry(self, nxt, np.float32, "inputs", carry_len, nsamp_raw, cut, new_len)
         vptr = self._common(raw, carry, valid, nsamp_raw, carry_len)
-        if new_len <= 0:
-            return
-        nt = self.t.CARRY_THREADS
-        args: tuple[Any, ...] = (raw, carry, vptr, nxt) + self.layout_args
-        args += (np.int32(self.carry_cap), np.int32(carry_len), np.int64(nsamp_raw),
-                 np.int64(cut), np.int32(new_len))  # fmt: skip
-        self.launch("carry_tail", (-(-new_len // nt), self.ncp), (nt,), args, stream)
+        _launch_carry(self, (raw, carry, vptr, nxt), carry_len, nsamp_raw, cut, new_len, stream)
 
 
 # --- chirp multiply, in place on the spectra

@@ -8,7 +8,7 @@ or a second reader kind comes.)
 ::
 
     file ──preadv (reader threads, GIL released)──▶ pool of ``depth`` host buffers
-        ──HostBlock (parts, nsamp, skip, valid, release)──▶ GPU runner
+        ──HostBlock (parts, nsamp, skip, valid, release)──▶ StageRunner (pipeline/gpu.py)
         ──async H2D copy; release() on its event──▶ buffer back to the pool
 
 No sample is touched in Python: the file's bytes land in their final host buffer (one
@@ -132,6 +132,11 @@ class HostBlock:
     release: Callable[[], None]
     data: np.ndarray | None = None
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes the block's copy moves (what ``StageRunner`` counts as fed)."""
+        return sum(n for _, n, _ in self.parts)
+
 
 def pinned_alloc(nbytes: int) -> np.ndarray:
     """A page-locked uint8 host buffer (``cupyx.empty_pinned``)."""
@@ -243,6 +248,9 @@ class FileSource:
             alloc, note = _default_alloc()
             if note:
                 self.notes.append(note)
+        # Pinned already: the runner (pipeline/gpu.py StageRunner.attach) registers
+        # only buffers that are not.
+        self.page_locked = alloc is pinned_alloc
         self._pool: list[np.ndarray] = []
         self._raw: list[np.ndarray] = []
         try:
@@ -609,6 +617,8 @@ class FileSource:
         """(address, nbytes) of every pool buffer, fixed for the source's life (to
         page-lock them with ``HostRegistry`` when ``alloc`` gave pageable memory)."""
         return [(int(b.ctypes.data), int(b.nbytes)) for b in self._pool]
+
+    chunk_buffers = buffers  # a capture's name for its pool: what StageRunner.attach reads
 
     @property
     def in_flight(self) -> int:

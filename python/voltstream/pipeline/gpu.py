@@ -20,7 +20,9 @@ per-sample mask built from the presence bits (only for blocks that lack some).
 :class:`StageRunner` is the chunk-timeline consumer (``run_capture(consumer=...)``)
 that drives a live product's stage this way, and prints the live status line: the
 fold (:class:`ChunkFeed` over its ``GpuStage``), the F-engine (``fengine/pipeline.py``)
-and a cluster node's fold alike.
+and a cluster node's fold alike. A file is a source of the same runner
+(:meth:`StageRunner.run` over a ``FileSource``'s ``HostBlock`` items, :class:`BlockFeed`):
+the GPU file fold has no hand-off loop of its own.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from voltstream.capture.timeline import Gap
 from voltstream.pipeline.interfaces import ChunkStage, GpuStage
 
 __all__ = [
-    "ChunkFeed", "Handoff", "HostRegistry", "StageRunner", "StatusLine", "gpu_stage_runner",
-    "release_pool",
+    "BlockFeed", "ChunkFeed", "Handoff", "HostRegistry", "StageRunner", "StatusLine",
+    "gpu_stage_runner", "release_pool",
 ]  # fmt: skip
 
 
@@ -195,6 +197,12 @@ class StageRunner:
     ``stage.finish()`` completes the work in flight; ``stage.busy_ms()`` (optional)
     is the GPU time spent so far; ``stage.as_dict()`` (optional) its own counters.
     ``payload_len``: bytes per packet, for the Gb/s the status line shows.
+
+    Its sources: a capture, through ``CaptureRun`` (which calls ``attach``, ``take``,
+    ``poll``, ``finish`` and ``close``), or any iterable of blocks that states its
+    buffers (``chunk_buffers()``) through :meth:`run`: a file's ``FileSource``. A
+    block that states its ``nbytes`` (a file's) is counted by it; a capture's block
+    by packets x payload x streams.
     """
 
     def __init__(
@@ -215,15 +223,38 @@ class StageRunner:
         self.blocks = 0
         self.gaps = 0
         self.bytes_fed = 0
+        self.first_take_at: float | None = None  # perf_counter() of the first item
 
     def attach(self, cap: Any) -> None:
+        """The source's buffers, page-locked once for a stage that copies from them
+        (unless the source made them page-locked itself: ``page_locked``)."""
         self.cap = cap
         buffers = cap.chunk_buffers()
         self.pool_chunks = len(buffers)
-        if self.stage.pinned and self.registry is not None:
+        pin = self.stage.pinned and not getattr(cap, "page_locked", False)
+        if pin and self.registry is not None:
             self.registry.register(buffers)
 
+    def run(self, source: Any, after_each: Any = None) -> None:
+        """Drives the stage from an iterable source of blocks (a ``FileSource``) as
+        ``CaptureRun`` drives it from a capture's timeline: attach, take each block and
+        poll (buffers go back before the source is asked for more), finish; whatever
+        happens, every block back and the buffers unregistered before the source
+        frees them. ``after_each()``: after each block (a progress bar)."""
+        try:
+            self.attach(source)
+            for item in source:
+                self.take(item)
+                self.poll()
+                if after_each is not None:
+                    after_each()
+            self.finish()
+        finally:
+            self.close()
+
     def take(self, item: Any) -> None:
+        if self.first_take_at is None:
+            self.first_take_at = time.perf_counter()
         if isinstance(item, Gap):
             self.stage.feed(item)
             self.gaps += 1
@@ -236,7 +267,10 @@ class StageRunner:
         if event is not None:
             self.handoff.hold(item, event)
         self.blocks += 1
-        self.bytes_fed += item.packets * self.payload_len * item.present.shape[0]
+        nbytes = getattr(item, "nbytes", None)
+        if nbytes is None:  # a capture's block: packets of every stream
+            nbytes = item.packets * self.payload_len * item.present.shape[0]
+        self.bytes_fed += nbytes
 
     def poll(self) -> None:
         self.handoff.poll()
@@ -306,6 +340,33 @@ class ChunkFeed:
         return self.stage.feed_block(
             item.parts(self.slot_len), n, item.first * self.slot_len + head, valid
         )
+
+    def finish(self) -> None:
+        self.stage.synchronize()
+
+    def as_dict(self) -> dict:
+        return {"samples_fed": self.samples_fed, "lost_samples": self.lost_samples}
+
+
+class BlockFeed:
+    """A ``GpuStage`` as a ``StageRunner``'s stage for a file source's ``HostBlock`` items
+    (pipeline/file_source.py): each block's runs (``parts``), sample count, where its
+    samples start (``skip``) and lost samples (``valid``), as the source states them.
+    """
+
+    pinned = True  # the engine's copies read the source's buffers as they are
+
+    def __init__(self, stage: GpuStage) -> None:
+        self.stage = stage
+        self.busy_ms = getattr(stage, "busy_ms", None)
+        self.samples_fed = 0
+        self.lost_samples = 0
+
+    def feed(self, item: Any) -> Any:
+        self.samples_fed += item.nsamp
+        if item.valid is not None:
+            self.lost_samples += item.nsamp - int(np.count_nonzero(item.valid))
+        return self.stage.feed_block(item.parts, item.nsamp, item.skip, item.valid)
 
     def finish(self) -> None:
         self.stage.synchronize()

@@ -2,13 +2,15 @@
 
 ``fold_file_gpu`` is the GPU twin of ``pipeline.fold.fold_file``. A DADA or VDIF file
 is read by ``pipeline/file_source.py`` (reader threads straight into page-locked
-buffers) and each block is copied to the GPU from there and given back on its copy's
-event (``pipeline/gpu.py``); other readers go through the staged paths (packed VDIF
-frames, raw 8/16-bit samples, or complex64 blocks). Real-sampled files (VDIF of a
-DBBC3, DADA of NDIM 1; given as they are or wrapped in ``dsp.real.RealToComplex``, as
-the CLI does) go to the GPU as stored too and are converted to complex baseband there
-(fold/gpu_real.py); only the staged fallback converts them on the host. The stage
-times go on the archive (``stage_seconds``) for the CLI and the benchmark.
+buffers) and its blocks go to the engine through the live fold's runner
+(``pipeline/gpu.py`` ``StageRunner``: each copied to the GPU from there and given back
+on its copy's event; its counters are the archive's ``pipeline``); other readers go
+through the staged paths (packed VDIF frames, raw 8/16-bit samples, or complex64
+blocks). Real-sampled files (VDIF of a DBBC3, DADA of NDIM 1; given as they are or
+wrapped in ``dsp.real.RealToComplex``, as the CLI does) go to the GPU as stored too and
+are converted to complex baseband there (fold/gpu_real.py); only the staged fallback
+converts them on the host. The stage times go on the archive (``stage_seconds``) for
+the CLI and the benchmark.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from voltstream.observation import FoldedArchive
 if TYPE_CHECKING:
     from voltstream.pipeline.file_source import FileSource
 
-__all__ = ["fold_file_gpu"]
+__all__ = ["fold_file_gpu", "fold_source"]
 
 
 def fold_file_gpu(
@@ -76,10 +78,11 @@ def fold_file_gpu(
     src = _file_source(reader, block) if variant == "fused" else None
     fold_obs = real.obs if real is not None else None
     stages = {}
+    pipeline: dict = {}
     if src is not None:
         stages["source_s"] = time.perf_counter() - t_start
         with src:
-            eng = _fold_file_blocks(src, settings, progress, stages, fold_obs)
+            eng, pipeline = _fold_file_blocks(src, settings, progress, stages, fold_obs)
     elif variant == "fused" and hasattr(reader, "read_packed"):
         eng = _fold_packed(reader, settings, progress, block, fold_obs)
     elif real is not None:  # real samples the GPU cannot take as stored: converted here
@@ -107,6 +110,7 @@ def fold_file_gpu(
                 progress(eng.samples_in, eng.samples_out)
     arch = eng.finish()
     arch.stage_seconds = dict(stages, total_s=time.perf_counter() - t_start)
+    arch.pipeline = pipeline
     arch.history.append(f"gpu fold wall time {arch.stage_seconds['total_s']:.3f} s")
     return arch
 
@@ -152,14 +156,33 @@ def _fold_packed(reader: Any, settings: FoldSettings, progress: Any, block: Any 
     return eng
 
 
+def fold_source(src: Any, stage: Any, progress: Any = None, registry: Any = None) -> Any:
+    """A file source's blocks into a ``GpuStage`` through the one runner
+    (pipeline/gpu.py ``StageRunner``, the live fold's): the runner page-locks the
+    source's buffers where they are not yet (``registry``), holds each block until its
+    copy's event and gives it back then, counts, and finishes the stage. Returns the
+    runner, whose ``as_dict()`` is the report's ``pipeline`` part. ``progress(samples
+    in, samples out)`` after each block, from the stage's counters."""
+    from voltstream.pipeline.gpu import BlockFeed, StageRunner
+
+    runner = StageRunner(BlockFeed(stage), 0, registry)
+
+    def after_each() -> None:
+        if progress is not None:
+            progress(stage.samples_in, stage.samples_out)
+
+    runner.run(src, after_each)
+    return runner
+
+
 def _fold_file_blocks(src: Any, settings: FoldSettings, progress: Any, stages: dict,
-                      fold_obs: Any = None) -> GpuFolder:  # fmt: skip
+                      fold_obs: Any = None) -> tuple[GpuFolder, dict]:  # fmt: skip
     """A file on the product path: blocks read by several threads straight into
     page-locked buffers (pipeline/file_source.py: DADA, VDIF as stored or gathered),
-    copied to the GPU from there and given back on the copy's event (pipeline/gpu.py),
-    unpacked by the packed kernel reading the file's bytes as they are (real samples:
-    converted to complex first, fold_obs their complex observation)."""
-    from voltstream.pipeline.gpu import Handoff
+    fed to the engine by the runner (``fold_source``), unpacked by the packed kernel
+    reading the file's bytes as they are (real samples: converted to complex first,
+    fold_obs their complex observation). The engine and the runner's counters."""
+    from voltstream.pipeline.gpu import HostRegistry
 
     t0 = time.perf_counter()
     eng = GpuFolder.from_settings(fold_obs or src.obs, settings, packed=src.layout,
@@ -167,25 +190,8 @@ def _fold_file_blocks(src: Any, settings: FoldSettings, progress: Any, stages: d
                                   chunk_samples=src.block_samples)  # fmt: skip
     eng.warm_up(src.block_samples)
     stages["engine_s"] = time.perf_counter() - t0
-    handoff = Handoff()
-    t_first = None
-    try:
-        for blk in src:
-            if t_first is None:
-                t_first = time.perf_counter()
-                stages["first_block_wait_s"] = t_first - t0 - stages["engine_s"]
-            try:
-                event = eng.feed_block(blk.parts, blk.nsamp, blk.skip, blk.valid)
-            except BaseException:
-                blk.release()
-                raise
-            handoff.hold(blk, event)
-            handoff.poll()  # give buffers back before asking the readers for more
-            if progress is not None:
-                progress(eng.samples_in, eng.samples_out)
-        eng.synchronize()
-        if t_first is not None:  # from the first block in hand to the last one folded
-            stages["blocks_s"] = time.perf_counter() - t_first
-    finally:
-        handoff.drain()  # before the source frees its pool
-    return eng
+    runner = fold_source(src, eng, progress, HostRegistry())
+    if runner.first_take_at is not None:  # from the first block in hand to the last folded
+        stages["first_block_wait_s"] = runner.first_take_at - t0 - stages["engine_s"]
+        stages["blocks_s"] = time.perf_counter() - runner.first_take_at
+    return eng, runner.as_dict()

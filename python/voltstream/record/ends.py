@@ -38,6 +38,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from voltstream.record.manifest import replace_file
+
 __all__ = ["cut_stream_ends", "cut_stream_starts"]
 
 _MARK6_BLOCK = struct.Struct("<ii")  # block number, size including these 8 bytes
@@ -219,12 +221,7 @@ def _cut_chunk(piece: dict[str, Any], slots: int, slot_len: int, layout: str) ->
             f.flush()
             os.fsync(f.fileno())
     elif keep:
-        partial = path.with_name(path.name + ".partial")
-        with open(partial, "wb") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(partial, path)
+        replace_file(path, body, ".partial")
     else:
         path.unlink()
     _shorten(piece, slots, slot_len)

@@ -65,7 +65,7 @@ class Manifest:
         text = json.dumps(self.doc, indent=1, default=str) + "\n"
         for d in self.dirs:
             try:
-                _replace(manifest_path(d, self.scan), text)
+                replace_file(manifest_path(d, self.scan), text)
             except OSError as e:
                 self.unwritable[str(d)] = e.strerror or str(e)
 
@@ -87,10 +87,12 @@ def read_manifest(dirs: Sequence[str | Path], scan: str) -> dict[str, Any] | Non
     return best
 
 
-def _replace(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
+def replace_file(path: Path, data: str | bytes, suffix: str = ".tmp") -> None:
+    """``path`` replaced by ``data`` at once: written beside it (``suffix``), synced,
+    renamed over it, so a crash leaves the old file or the new one, never half."""
+    tmp = path.with_name(path.name + suffix)
+    with open(tmp, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
