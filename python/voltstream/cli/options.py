@@ -219,7 +219,7 @@ def add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str] 
          "block of channels (--npol); frames of other threads are counted foreign. "
          "'auto' (live only): learnt from the first 512 frames (waiting up to "
          "--idle-timeout, at most 30 s) before the capture opens (those are not captured), "
-         "ascending, one per pol. For a VDIF file (fold): the threads to fold, the others "
+         "ascending. For a VDIF file (fold): the threads to fold, the others "
          "left out. Default: 0 (and 1); a file's threads"),
         ("--bits", int, 8,
          "VDIF bits per real/imaginary part: 8 (offset binary), 4, 2 (the VDIF 2-bit "
@@ -445,7 +445,8 @@ LEARN_WAIT_S = 30.0
 
 
 def learn_threads(args: argparse.Namespace) -> list[int]:
-    """``--vdif-threads auto``: the live stream's threads, one per polarisation."""
+    """``--vdif-threads auto``: the live stream's threads, ascending (polarisations and
+    subbands by --npol, io/vdif_threads.py)."""
     from voltstream.capture.config import hold_port
     from voltstream.io.inspect import learn_vdif_threads
 
@@ -461,12 +462,7 @@ def learn_threads(args: argparse.Namespace) -> list[int]:
     learnt = learn_vdif_threads(bind, getattr(args, "station", None),
                                 timeout_s=min([*wait, LEARN_WAIT_S]))  # fmt: skip
     hold_port(learnt["socket"])  # bound until the capture takes the port
-    threads = learnt["threads"]
-    if len(threads) > 2:
-        raise ConfigError(
-            f"the stream on {bind} has threads {threads}: one thread per polarisation takes "
-            "1 or 2; capture more with --stream FILE.toml (threads = [...])"
-        )
+    threads = learnt["threads"]  # more than two: subbands unless --npol says
     print(
         f"VDIF threads {threads} of station {learnt['station']}, learnt from "
         f"{learnt['packets']} packets before the capture opened (not captured)",
