@@ -26,6 +26,9 @@ Configurations (--only, comma-separated; JSON keys `<name>_lossless_gbps`):
   capture_vdif2real, fold_vdif2real   real-sampled 2-bit VDIF (a DBBC3's channels, two
       threads as polarisations): the frames of vdif2, each channel real at twice its
       width; the fold converts them to complex on the GPU (`fold --listen --real`)
+  capture_vdif4real, fold_vdif4real   2-bit real VDIF of 4 threads of one channel each
+      (EDV3, the common VLBI shape): the fold takes every thread as a subband of one
+      pol (`--vdif-threads 0,1,2,3 --npol 1 --real`), converted on the GPU
   fengine_4096, fengine_32768   `voltstream fengine --channels N --taps 16`, output to
       /dev/null (--fengine-sink)
   fengine_two_processes   two F-engines (4096 ch) on one GPU, two ports, the senders
@@ -61,6 +64,7 @@ about 1.5 minutes, a fold or F-engine one 2-3), then one merge here (no network)
     scripts/gpu.sh bench-e2e --only capture_ynao,fold_ynao,filterbank_ynao
     scripts/gpu.sh bench-e2e --only capture_vdif2,fold_vdif2,capture_spead,fengine_4096
     scripts/gpu.sh bench-e2e --only capture_vdif2real,fold_vdif2real
+    scripts/gpu.sh bench-e2e --only capture_vdif4real,fold_vdif4real
     scripts/gpu.sh bench-e2e --only fengine_32768,fengine_two_processes,gpu_alone,file_fold
     python bench/e2e.py --merge part1.json part2.json part3.json --json docs/results/e2e.json
 """
@@ -110,6 +114,9 @@ CONFIGS = {  # name: (product, traffic, options)
     "fold_vdif2": ("fold", "vdif2", {}),
     "capture_vdif2real": ("capture", "vdif2real", {}),
     "fold_vdif2real": ("fold", "vdif2real", {}),
+    # 2-bit real, 4 threads of one channel (EDV3): every thread a subband of one pol.
+    "capture_vdif4real": ("capture", "vdif2real4t", {}),
+    "fold_vdif4real": ("fold", "vdif2real4t", {}),
     "capture_spead": ("capture", "spead", {}),
     "fengine_4096": ("fengine", "spead", {"channels": 4096}),
     "fengine_32768": ("fengine", "spead", {"channels": 32768}),
@@ -139,6 +146,7 @@ CAPTURE_ALONE = {
     "fold_vdif8": "capture_vdif8",
     "fold_vdif2": "capture_vdif2",
     "fold_vdif2real": "capture_vdif2real",
+    "fold_vdif4real": "capture_vdif4real",
     "fengine_4096": "capture_spead",
     "fengine_32768": "capture_spead",
     "fengine_two_processes": "capture_spead",
@@ -156,6 +164,7 @@ GPU_ALONE = {
     "fold_vdif8": "fold_8bit_gsps",
     "fold_vdif2": "fold_2bit_gsps",
     "fold_vdif2real": "fold_2bit_real_gsps",  # none measured yet: capture alone is the bound
+    "fold_vdif4real": "fold_2bit_real_gsps",
     "fengine_4096": "fengine_4096_gsps",
     "fengine_32768": "fengine_32768_gsps",
     "fengine_two_processes": "fengine_4096_gsps",

@@ -11,6 +11,9 @@ vectorised over all rows, so it is never bound by synthesis:
 - `vdif2real`: the same frames holding real-sampled channels (2-bit, as a DBBC3 sends
   them: each 4 MHz channel real at 8 MS/s), so the same frame rate as `vdif2`; the
   fold takes them with `--real` (the capture counts frames, whatever they hold);
+- `vdif2real4t`: 2-bit real VDIF of four threads of one channel each (EDV3, the common
+  VLBI shape: a DBBC3's subbands), frames of threads 0..3 interleaved; the fold takes
+  every thread as a subband of one polarisation (`--vdif-threads 0,1,2,3 --npol 1`);
 - `spead`: MeerKAT digitiser heaps (10-bit, 4096 samples): heap counter and time
   stamp item; two digitiser ids (pols) interleaved like frames.
 
@@ -104,14 +107,17 @@ class Ynao:
 class Vdif:
     """VDIF, 32 channels of 4 MHz complex, 8000-byte payloads, threads 0 and 1 (pols),
     as `voltstream capture --format vdif --bits B` expects with its defaults; with
-    ``real``, each channel real-sampled at 8 MS/s instead (`fold --real`)."""
+    ``real``, each channel real-sampled at 8 MS/s instead (`fold --real`). With
+    ``threads`` 4: one channel a thread (io/vdif_threads.py: four subbands of one pol),
+    threads 0..3 interleaved."""
 
-    streams, packet_len = 2, 8032
-    NCHAN, PAYLOAD, CHAN_BW_HZ = 32, 8000, 4e6
+    packet_len = 8032
+    PAYLOAD, CHAN_BW_HZ = 8000, 4e6
 
-    def __init__(self, bits: int, real: bool = False):
-        self.bits, self.real = bits, real
-        self.name = f"vdif{bits}" + ("real" if real else "")
+    def __init__(self, bits: int, real: bool = False, threads: int = 2):
+        self.bits, self.real, self.streams = bits, real, threads
+        self.NCHAN = 32 if threads == 2 else 1  # channels a thread
+        self.name = f"vdif{bits}" + ("real" if real else "") + ("" if threads == 2 else "4t")
         self.sample_kind = "real" if real else "complex"
         ndim = 1 if real else 2
         self.spf = self.PAYLOAD * 8 // (ndim * self.NCHAN * bits)  # samples per frame
@@ -125,29 +131,35 @@ class Vdif:
         from voltstream.sim.packetize import packetize_vdif
 
         rng = np.random.default_rng(2)
-        nframes = max(1, min(rows, 16) // 2)
+        t = self.streams
+        nframes = max(1, min(rows, 16) // t)
         scale = 20.0 if self.bits == 8 else 2.0
-        x = rng.normal(0, scale, (nframes * self.spf, self.NCHAN, 2, 2)).astype(np.float32)
+        x = rng.normal(0, scale, (nframes * self.spf, self.NCHAN, t, 2)).astype(np.float32)
         x = x[..., 0] if self.real else x.view(np.complex64)[..., 0]
         p = packetize_vdif(x, frames_per_second=self.fps, nbit=self.bits,
                            samples_per_frame=self.spf, complex_data=not self.real)  # fmt: skip
         return _tile(p, rows)
 
     def restamp(self, buf: np.ndarray, g: np.ndarray) -> None:
-        # Rows alternate thread 0, 1 (the template's order); blocks start on even g.
+        # Rows cycle threads 0 .. T-1 (the template's order); blocks start on g = 0 mod T.
         h = _header_view(buf, {"w0": (0, "<u4"), "w1": (4, "<u4")})
-        sec, frame = np.divmod(self.f0 + (g >> np.uint64(1)), np.uint64(self.fps))
+        sec, frame = np.divmod(self.f0 + g // np.uint64(self.streams), np.uint64(self.fps))
         h["w0"] = (h["w0"] & np.uint32(0xC000_0000)) | sec.astype(np.uint32)
         h["w1"] = (h["w1"] & np.uint32(0xFF00_0000)) | frame.astype(np.uint32)
 
     def expected(self, g: int) -> tuple[int, int]:
-        return g % 2, self.f0 + g // 2
+        return g % self.streams, self.f0 + g // self.streams
 
     def locate_kwargs(self) -> dict:
-        return {"threads": [0, 1], "frame_len": self.packet_len, "frames_per_second": self.fps}
+        return {"threads": list(range(self.streams)), "frame_len": self.packet_len,
+                "frames_per_second": self.fps}  # fmt: skip
 
     def cli_format(self) -> list[str]:
-        return ["--format", "vdif"] + ([] if self.bits == 8 else ["--bits", str(self.bits)])
+        fmt = ["--format", "vdif"] + ([] if self.bits == 8 else ["--bits", str(self.bits)])
+        if self.streams != 2:  # one channel a thread, every thread a subband of one pol
+            threads = ",".join(map(str, range(self.streams)))
+            fmt += ["--nchan", str(self.NCHAN), "--vdif-threads", threads, "--npol", "1"]
+        return fmt
 
     def fold_format(self) -> list[str]:
         """The fold's format options: the capture's, plus what the samples are."""
@@ -191,10 +203,12 @@ def make_traffic(name: str):
         return Vdif(int(name[4:]))
     if name == "vdif2real":
         return Vdif(2, real=True)
+    if name == "vdif2real4t":
+        return Vdif(2, real=True, threads=4)
     if name == "spead":
         return Spead()
     raise ValueError(
-        f"unknown traffic format {name!r}: ynao, vdif2, vdif4, vdif8, vdif2real, spead"
+        f"unknown traffic format {name!r}: ynao, vdif2, vdif4, vdif8, vdif2real, vdif2real4t, spead"
     )
 
 
@@ -306,8 +320,10 @@ class SenderGroup:
         self.dests, self.per_port = list(dests), per_port
         self.procs, self.conns, self.port_of = [], [], []
         self.shared = []  # kept alive until the children have them
-        if block % 2:
-            raise ValueError("--block-packets must be even (two-stream formats)")
+        streams = getattr(make_traffic(traffic), "streams", 1)
+        if block % max(2, streams):  # a block's rows cycle the streams from the first
+            raise ValueError(f"--block-packets must be a multiple of {max(2, streams)} "
+                             f"({traffic}: {streams} streams)")  # fmt: skip
         rate = total_gbps / (len(self.dests) * per_port)
         n = 0
         for port, dest in enumerate(self.dests):

@@ -22,7 +22,7 @@ from capture_spec import capture as open_capture
 from voltstream import _core  # noqa: E402
 from voltstream.spead_items import parse_packet  # noqa: E402
 
-FORMATS = ["ynao", "vdif8", "vdif2", "spead"]
+FORMATS = ["ynao", "vdif8", "vdif2", "vdif2real4t", "spead"]
 
 
 def place(t, packet: bytes) -> tuple[int, int]:
@@ -44,7 +44,7 @@ def test_restamped_packets_are_located_at_their_indices(name):
     block, blocks, k = 4, 3, 3
     buf = t.template(block * blocks)
     assert buf.shape == (block * blocks, t.packet_len) and buf.flags.c_contiguous
-    header = {"ynao": 24, "vdif8": 32, "vdif2": 32, "spead": 72}[name]
+    header = {"ynao": 24, "spead": 72}.get(name, 32)  # VDIF: 32
     data = buf[:, header:].copy()
     for i, j in [(0, 0), (5, 2), (100_000, 1)]:
         g = tr.buffer_indices(i, j, k, block, blocks)
@@ -75,7 +75,7 @@ def capture_for(t, ppc: int):
     elif t.name == "spead":
         kw = {"digitiser_ids": [0, 1], "samples_per_heap": 4096, "sample_bits": 10}
     else:
-        kw = {"vdif_threads": [0, 1], "vdif_frame_len": t.packet_len}
+        kw = {"vdif_threads": t.locate_kwargs()["threads"], "vdif_frame_len": t.packet_len}
         kw["frames_per_second"] = t.fps
     fmt = "vdif" if t.name.startswith("vdif") else t.name
     return open_capture(fmt, "127.0.0.1:0", ppc, window=4, engine="socket", **kw)
@@ -479,3 +479,25 @@ def test_the_filterbank_is_rated_against_the_live_fold_of_the_same_run(tmp_path)
     assert doc["filterbank_ynao_vs_fold_ratio"] == pytest.approx(0.95)
     assert doc["filterbank_ynao_capture_alone_gbps"] == 40.0
     assert doc["ratios"]["filterbank_ynao"]["gpu_alone_gsps"] is None
+
+
+def test_four_thread_real_vdif_capture_through_the_harness_is_lossless(tmp_path):
+    """capture_vdif4real at a tiny rate: the 4-thread traffic (vdif2real4t) restamped
+    and sent as the capture's format options say (--vdif-threads 0,1,2,3 --npol 1),
+    every frame placed; fold_vdif4real's baseline is this configuration."""
+    assert e2e.CAPTURE_ALONE["fold_vdif4real"] == "capture_vdif4real"
+    assert e2e.CONFIGS["fold_vdif4real"][:2] == ("fold", "vdif2real4t")
+    path = tmp_path / "e2e.json"
+    doc = e2e.main(["--only", "capture_vdif4real", "--rates", "0.2", "--probe-seconds", "1.5",
+                    "--confirm-seconds", "1.5", "--warmup", "0.5", "--senders", "2",
+                    "--idle-timeout", "5", "--buffer-mib", "1", "--json", str(path),
+                    "--workdir", str(tmp_path / "w")])  # fmt: skip
+    res = doc["configs"]["capture_vdif4real"]
+    argv = res["points"][0]["receiver_argv"][0]
+    assert "--vdif-threads 0,1,2,3 --npol 1" in argv and "--nchan 1" in argv, argv
+    for p in res["points"]:
+        assert p["error"] is None, p
+        assert p["lossless"] and p["sent"] == p["received"] > 1000, p
+        for key in rx.ALL_COUNTERS[1:]:
+            assert p[key] == 0, (key, p)
+    assert 0.15 < doc["capture_vdif4real_lossless_gbps"] < 0.25

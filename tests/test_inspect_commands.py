@@ -25,6 +25,7 @@ from astropy.time import Time
 from baseband import vdif as baseband_vdif  # requirements-dev.txt: a real peer
 
 from cli_process import run_cli
+from fold_compare import assert_same_fold
 from loopback import free_bind, send
 from voltstream.io.baseband import open_baseband
 from voltstream.io.psrfits import read_psrfits
@@ -149,17 +150,19 @@ def test_every_command_inspect_prints_runs_and_takes_the_stream(tmp_path, shape)
     assert (f"--stream {toml}" in commands["record"]) == (not plain or nthread > 2)
     assert toml.read_text() == info["stream"] and "FILE.toml" not in r.stdout
 
-    # The file's fold, as printed: two threads at most (polarisations).
-    folded = threads[:2]
+    # The file's fold, as printed: every thread (more than two: subbands, --npol 1).
+    folded = threads
     out = tmp_path / "file.fits"
     argv = _filled(commands["fold"], DM="0", P=PERIOD, **{"out.fits": str(out)})
-    assert ("--vdif-threads" in argv) == (nthread > 2)
+    assert ("--npol" in argv) == (nthread > 2) and "--vdif-threads" not in argv
     r = run_cli(*argv, "--device", "cpu", "--nbin", "16", "--tsub", "5")
     assert r.returncode == 0, r.stderr
-    reader = open_baseband(path, threads=folded if nthread > 2 else None)
+    nchan_folded = nchan * (nthread if nthread > 2 else 1)
+    assert f"x {nchan_folded} channel" in r.stdout, r.stdout
+    reader = open_baseband(path)
     want = reader.nsamp if cplx else (reader.nsamp - 64) // 2  # real: RealToComplex's taps
     assert f"{want} samples folded" in r.stdout and out.stat().st_size > 0
-    # What it folded: the threads picked, each as baseband reads its frames.
+    # What it folded: every thread, each as baseband reads its frames.
     got = reader.read()
     for pol, t in enumerate(folded):
         theirs = _baseband_read(frames[thread_of == t], tmp_path / "one.vdif", spf)
@@ -215,12 +218,8 @@ def test_every_command_inspect_prints_runs_and_takes_the_stream(tmp_path, shape)
                           _listening(bind))  # fmt: skip
     assert code == 0, text
     totals = json.loads(report.read_text())["totals"]
-    mine = int(np.isin(thread_of, folded).sum())
-    assert (totals["received"], totals["missing"]) == (mine, 0)
-    assert totals["foreign"] == len(frames) - mine  # the threads not folded
-    live, file = read_psrfits(live_out), read_psrfits(out)
-    assert live.data.shape == file.data.shape and np.abs(file.data).max() > 0
-    np.testing.assert_allclose(live.data, file.data, rtol=1e-5, atol=1e-6 * np.abs(file.data).max())
+    assert (totals["received"], totals["missing"], totals["foreign"]) == (len(frames), 0, 0)
+    assert_same_fold(read_psrfits(live_out), read_psrfits(out))
 
 
 def test_fold_listen_takes_the_description_inspect_wrote_and_folds_two_of_its_threads(tmp_path):
@@ -251,7 +250,7 @@ def test_threads_starting_apart_record_from_their_first_frame_and_fold_live_as_t
     station writes them; baseband writes each frame): the recording, as inspect
     prints it, holds each thread's frames from its first to its last (no fill frame
     before a thread's start, the stream having begun mid-chunk for three of them),
-    and fold --listen of two of them folds what the file's fold of them folds."""
+    and fold --listen of all four (subbands) folds what the file's fold of them folds."""
     from test_vdif_widths import FPS as STATION_FPS
     from test_vdif_widths import RUNS, _write_frames
 
@@ -292,6 +291,5 @@ def test_threads_starting_apart_record_from_their_first_frame_and_fold_live_as_t
                           frames, _listening(bind))  # fmt: skip
     assert code == 0, text
     live, file = read_psrfits(live_out), read_psrfits(file_out)
-    assert live.data.shape == file.data.shape and np.abs(file.data).max() > 0
     assert live.excluded_samples == file.excluded_samples
-    np.testing.assert_allclose(live.data, file.data, rtol=1e-5, atol=1e-6 * np.abs(file.data).max())
+    assert_same_fold(live, file)

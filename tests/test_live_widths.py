@@ -61,14 +61,17 @@ def test_a_legacy_description_folds_live_with_its_shorter_header(tmp_path):
     assert kw["frames_per_second"] == 1000
 
 
-def test_more_than_two_threads_live_is_one_line_naming_record_and_the_pick(tmp_path):
+def test_more_than_two_threads_live_fold_every_thread_as_subbands(tmp_path):
+    """Four threads are no longer refused (nor two picked): each thread a subband of
+    one polarisation unless the description says npol = 2 (io/vdif_threads.py)."""
     toml = tmp_path / "four.toml"
     toml.write_text('format = "vdif"\nthreads = [0, 1, 2, 3]\nframe_len = 1056\n'
                     "frames_per_second = 1000\nbits_per_sample = 2\ncomplex = false\n")  # fmt: skip
-    args = _fold_args(stream=str(toml), vdif_threads=None, chan_bw=None, station=None)
-    with pytest.raises(ConfigError) as e:
-        fold_stream_options(args)
-    line = str(e.value)
-    assert "\n" not in line and "not 4 threads as polarisations" in line
-    assert f"voltstream record --listen 127.0.0.1:9 --stream {toml}" in line
-    assert "--vdif-threads A,B" in line
+    args = _fold_args(stream=str(toml), vdif_threads=None, chan_bw=None, station=None,
+                      nchan=None, vdif_payload=None, npol=None)  # fmt: skip
+    fold_stream_options(args)
+    assert (args.vdif_threads, args.npol, args.nchan) == ([0, 1, 2, 3], 1, 1)
+    fmt = make_format("vdif", nchan=args.nchan, chan_bw_mhz=args.chan_bw, npol=args.npol,
+                      vdif_payload=args.vdif_payload, bits=args.bits, real=args.real,
+                      vdif_threads=args.vdif_threads)  # fmt: skip
+    assert (fmt.streams, fmt.nchan, fmt.npol) == (4, 4, 1)

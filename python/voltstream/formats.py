@@ -56,7 +56,9 @@ class StreamFormat:
     freq_mhz: float  # band centre
     bits: int = 8  # per real or imaginary part (VDIF: 1, 2, 4, 8 or 16; YNAO: 8)
     station: int | None = None  # VDIF: accept only this station id (others: foreign)
-    # VDIF: the thread id of each polarisation, in pol order (default 0 .. npol-1).
+    # VDIF: the thread id of each capture stream, in stream order (default 0 .. npol-1):
+    # ``npol`` polarisations of each block of channels, the polarisation fastest
+    # (io/vdif_threads.py); ``nchan`` counts every block's channels.
     vdif_threads: tuple[int, ...] | None = None
     # A band that arrives as several streams (YNAO subbands on several ports, one
     # stream each): ``nchan`` counts every subband's channels, in stream order.
@@ -75,8 +77,20 @@ class StreamFormat:
 
     @property
     def thread_ids(self) -> list[int]:
-        """The VDIF thread of each capture stream (polarisation), in stream order."""
+        """The VDIF thread of each capture stream, in stream order: polarisation
+        ``k % npol`` of channel block ``k // npol`` (io/vdif_threads.py)."""
         return list(self.vdif_threads) if self.vdif_threads else list(range(self.npol))
+
+    @property
+    def thread_blocks(self) -> int:
+        """VDIF: the blocks of channels the threads carry side by side (1: the threads
+        are the polarisations)."""
+        return len(self.thread_ids) // self.npol if self.name == "vdif" else 1
+
+    @property
+    def thread_nchan(self) -> int:
+        """VDIF: the channels of one thread (its frames' header nchan)."""
+        return self.nchan // self.thread_blocks
 
     @property
     def tsamp_s(self) -> float:
@@ -95,9 +109,9 @@ class StreamFormat:
 
     @property
     def streams(self) -> int:
-        """Capture streams: YNAO carries both pols in one stream, VDIF one thread per pol;
-        once per subband."""
-        return (1 if self.name == "ynao" else self.npol) * self.subbands
+        """Capture streams: YNAO carries both pols in one stream (once per subband), VDIF
+        one per thread."""
+        return self.subbands if self.name == "ynao" else len(self.thread_ids)
 
     def in_subbands(self, n: int) -> StreamFormat:
         """This format (one subband) as a band of ``n`` subbands, one stream each (YNAO:
@@ -167,10 +181,13 @@ class StreamFormat:
             return PackedLayout(8, "twos", 2, self.nchan, self.npol, self.samples_per_packet,
                                 frame, per_sample, self.npol * 2, 2,
                                 cpb, packets_per_chunk * frame)  # fmt: skip
-        # VDIF: one stream (thread) per pol, (time, chan[, re/im]) offset binary per frame.
+        # VDIF: one stream per thread, (time, chan[, re/im]) offset binary per frame;
+        # thread k is pol k % npol of channel block k // npol (the pol fastest).
         enc, d = ("vdif2" if self.bits == 2 else "offset"), self.ndim
+        per_stream = packets_per_chunk * frame
         return PackedLayout(self.bits, enc, d, self.nchan, self.npol, self.samples_per_packet,
-                            frame, self.nchan * d, d, packets_per_chunk * frame)  # fmt: skip
+                            frame, self.thread_nchan * d, d, per_stream, self.thread_nchan,
+                            self.npol * per_stream)  # fmt: skip
 
     def packetize(
         self, samples: np.ndarray, first_sample: int, obs: Observation, subband: int = 0
@@ -203,6 +220,10 @@ class StreamFormat:
             )
         fps = self.capture_kwargs()["frames_per_second"]
         start_frame = (obs.start_mjd - VDIF_EPOCH_MJD) * 86400 * fps + round(obs.start_sec * fps)
+        if self.thread_blocks > 1:  # each thread its block of channels and pol
+            from voltstream.io.vdif_threads import from_blocks
+
+            samples = from_blocks(samples, self.thread_blocks)
         return packetize_vdif(
             samples,
             frames_per_second=fps,
@@ -258,12 +279,15 @@ class StreamFormat:
                 out[~present[k], :, k] = 0
             return out.reshape(npkt * spp, nchan, npol, 2)
         # VDIF 8-bit complex is offset binary, time-major then channel within a
-        # frame, one thread per polarisation: interleave the threads as pols.
-        frames = per_stream.reshape(npol, npkt, spp, nchan, 2)
+        # frame; thread k is pol k % npol of channel block k // npol.
+        tn = self.thread_nchan
+        frames = per_stream.reshape(nstreams, npkt, spp, tn, 2)
         out = np.empty((npkt, spp, nchan, npol, 2), dtype=np.int8)
-        for p in range(npol):
-            np.bitwise_xor(frames[p], 0x80, out=out[:, :, :, p, :].view(np.uint8))
-            out[~present[p], :, :, p, :] = 0
+        for k in range(nstreams):
+            b, p = divmod(k, npol)
+            part = out[:, :, b * tn : (b + 1) * tn, p, :]
+            np.bitwise_xor(frames[k], 0x80, out=part.view(np.uint8))
+            part[~present[k]] = 0
         return out.reshape(npkt * spp, nchan, npol, 2)
 
     def payload_to_complex(self, per_stream: np.ndarray, present: np.ndarray) -> np.ndarray:
@@ -281,13 +305,15 @@ class StreamFormat:
                 .astype(np.float32)
                 .view(np.complex64)[..., 0]
             )
-        npol, npkt, _ = per_stream.shape
-        spp, nchan, d = self.samples_per_packet, self.nchan, self.ndim
+        nstreams, npkt, _ = per_stream.shape
+        spp, nchan, npol, d = self.samples_per_packet, self.nchan, self.npol, self.ndim
+        tn = self.thread_nchan  # thread k: pol k % npol of channels (k // npol) * tn ..
         out = np.zeros((npkt, spp, nchan, npol, d), dtype=np.float32)
-        for p in range(npol):
-            have = np.flatnonzero(present[p])
-            parts = vdif.unpack(per_stream[p, have], self.bits)
-            out[have, :, :, p, :] = parts.reshape(have.size, spp, nchan, d)
+        for k in range(nstreams):
+            b, p = divmod(k, npol)
+            have = np.flatnonzero(present[k])
+            parts = vdif.unpack(per_stream[k, have], self.bits)
+            out[have, :, b * tn : (b + 1) * tn, p, :] = parts.reshape(have.size, spp, tn, d)
         if self.real:  # real samples, float32 (n, nchan, npol): RealToComplex takes them
             return out.reshape(npkt * spp, nchan, npol)
         return out.reshape(npkt * spp, nchan, npol, 2).view(np.complex64)[..., 0]
@@ -309,20 +335,23 @@ def make_format(
     chan_bw_mhz: float = 4.0,
     freq_mhz: float = 1420.0,
     vdif_payload: int = VDIF_DEFAULT_PAYLOAD,
-    npol: int = 2,
+    npol: int | None = None,
     bits: int = 8,
     station: int | None = None,
     vdif_threads: list[int] | None = None,
     real: bool = False,
     legacy: bool = False,
 ) -> StreamFormat:
-    """Builds a StreamFormat from command-line style options, validating them."""
+    """Builds a StreamFormat from command-line style options, validating them. VDIF:
+    ``nchan`` is one thread's channels; ``vdif_threads`` are ``npol`` polarisations of
+    each block of channels, the pol fastest (io/vdif_threads.py; ``npol`` None: 2
+    without threads, else `default_npol`)."""
     if name not in FORMATS:
         raise ConfigError(f"unknown format {name!r}: choose one of {', '.join(FORMATS)}")
     if chan_bw_mhz == 0:
         raise ConfigError("--chan-bw must be non-zero (negative for a lower sideband)")
     if name == "ynao":
-        if nchan not in (None, YNAO_NCHAN) or npol != YNAO_NPOL:
+        if nchan not in (None, YNAO_NCHAN) or npol not in (None, YNAO_NPOL):
             raise ConfigError(
                 f"the YNAO frame always carries {YNAO_NCHAN} channels and {YNAO_NPOL} pols"
             )
@@ -349,21 +378,21 @@ def make_format(
         )
     if station is not None and not 0 <= station < 1 << 16:
         raise ConfigError(f"--station {station}: a VDIF station id is 0 .. 65535")
-    if npol not in (1, 2):
-        raise ConfigError(f"--npol {npol}: VDIF streams here carry 1 or 2 polarisations")
+    from voltstream.io.vdif_threads import check_npol, default_npol
+
     threads = None
     if vdif_threads is not None:
         threads = tuple(int(t) for t in vdif_threads)
-        if len(threads) != npol:
-            raise ConfigError(
-                f"--vdif-threads {','.join(map(str, threads))}: give one thread per "
-                f"polarisation ({npol}; set --npol 1 for a one-thread stream)"
-            )
         if len(set(threads)) != len(threads) or not all(0 <= t < 1024 for t in threads):
             raise ConfigError(
                 f"--vdif-threads {','.join(map(str, threads))}: distinct ids in 0 .. 1023"
             )
+    if npol is None:
+        npol = 2 if threads is None else default_npol(len(threads))
+    if npol not in (1, 2):
+        raise ConfigError(f"--npol {npol}: VDIF streams here carry 1 or 2 polarisations")
+    blocks = 1 if threads is None else check_npol(npol, len(threads))
     return StreamFormat(
-        "vdif", nchan, npol, vdif_payload * 8 // bits_per_sample, vdif_payload, chan_bw_mhz,
-        freq_mhz, bits, station, threads, real=real, legacy=legacy,
+        "vdif", nchan * blocks, npol, vdif_payload * 8 // bits_per_sample, vdif_payload,
+        chan_bw_mhz, freq_mhz, bits, station, threads, real=real, legacy=legacy,
     )  # fmt: skip

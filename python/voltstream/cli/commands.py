@@ -218,6 +218,7 @@ def fold(args: argparse.Namespace) -> int | Loss:
 
         reader = open_baseband(args.input, args.chan_bw, args.freq, sequence=True,
                                threads=file_threads(args))  # fmt: skip
+        reader = stream_options.file_band(reader, args)  # VDIF threads: pols, subbands
         if reader.obs.ndim == 1:  # real-sampled channels (DBBC3-style VDIF)
             from voltstream.dsp.real import RealToComplex
 

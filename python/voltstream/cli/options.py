@@ -208,13 +208,18 @@ def add_format_options(p: argparse.ArgumentParser, extra_formats: Sequence[str] 
         ("--station", station, None,
          "VDIF station id to accept (a number, or two ASCII characters such as Ef); "
          "frames of any other station are counted foreign and never placed. Default: any"),
-        ("--npol", int, 2, "VDIF polarisations, one thread each. Default: 2", (1, 2)),
+        ("--npol", int, None,
+         "VDIF polarisations: --vdif-threads lists NPOL threads (one per polarisation) for "
+         "each block of channels, the blocks side by side in the band (4 threads with "
+         "--npol 1: 4 subbands of one pol; with --npol 2: 2 subbands, threads A,B of the "
+         "first). Default: 2 without --vdif-threads; else 1 or 2 threads are the "
+         "polarisations, more are subbands of one", (1, 2)),
         ("--vdif-threads", threads_arg, None,
-         "VDIF thread id of each polarisation, in pol order (e.g. 3 with --npol 1, or "
-         "4,5); frames of other threads are counted foreign. 'auto' (live only): learnt "
-         "from the first 512 frames (waiting up to --idle-timeout, at most 30 s) before the "
-         "capture opens (those are not captured), "
-         "ascending, one per pol. For a VDIF file (fold): the threads to fold, the others "
+         "VDIF thread ids, in pol order (e.g. 3 with --npol 1, or 4,5), then block by "
+         "block of channels (--npol); frames of other threads are counted foreign. "
+         "'auto' (live only): learnt from the first 512 frames (waiting up to "
+         "--idle-timeout, at most 30 s) before the capture opens (those are not captured), "
+         "ascending. For a VDIF file (fold): the threads to fold, the others "
          "left out. Default: 0 (and 1); a file's threads"),
         ("--bits", int, 8,
          "VDIF bits per real/imaginary part: 8 (offset binary), 4, 2 (the VDIF 2-bit "
@@ -417,10 +422,9 @@ def groups(text: str) -> list[str]:
 def format_from(args: argparse.Namespace, real: bool | None = None) -> StreamFormat:
     from voltstream.formats import make_format
 
-    threads, npol = getattr(args, "vdif_threads", None), getattr(args, "npol", 2)
+    threads, npol = getattr(args, "vdif_threads", None), getattr(args, "npol", None)
     if threads == "auto":
         threads = learn_threads(args)
-        npol = len(threads)
     return make_format(
         args.format,
         nchan=args.nchan,
@@ -441,7 +445,8 @@ LEARN_WAIT_S = 30.0
 
 
 def learn_threads(args: argparse.Namespace) -> list[int]:
-    """``--vdif-threads auto``: the live stream's threads, one per polarisation."""
+    """``--vdif-threads auto``: the live stream's threads, ascending (polarisations and
+    subbands by --npol, io/vdif_threads.py)."""
     from voltstream.capture.config import hold_port
     from voltstream.io.inspect import learn_vdif_threads
 
@@ -457,12 +462,7 @@ def learn_threads(args: argparse.Namespace) -> list[int]:
     learnt = learn_vdif_threads(bind, getattr(args, "station", None),
                                 timeout_s=min([*wait, LEARN_WAIT_S]))  # fmt: skip
     hold_port(learnt["socket"])  # bound until the capture takes the port
-    threads = learnt["threads"]
-    if len(threads) > 2:
-        raise ConfigError(
-            f"the stream on {bind} has threads {threads}: one thread per polarisation takes "
-            "1 or 2; capture more with --stream FILE.toml (threads = [...])"
-        )
+    threads = learnt["threads"]  # more than two: subbands unless --npol says
     print(
         f"VDIF threads {threads} of station {learnt['station']}, learnt from "
         f"{learnt['packets']} packets before the capture opened (not captured)",

@@ -7,7 +7,7 @@ import json
 import logging
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from voltstream.cli.options import (
     add_alias,
@@ -21,6 +21,9 @@ from voltstream.cli.options import (
 from voltstream.errors import ConfigError, FormatError
 from voltstream.replay import layouts
 from voltstream.replay.pcap import is_pcap
+
+if TYPE_CHECKING:
+    from voltstream.replay.dada_file import DadaFile
 from voltstream.replay.sources import (
     Mark6Files,
     PacketFiles,
@@ -33,8 +36,12 @@ from voltstream.replay.sources import (
 DESCRIPTION = """\
 Send a recording back over UDP, packet for packet, paced: a scan that `voltstream
 record` wrote (any layout: vbs, mark6, vdif, dada; striped over many disks), raw
-packet files, or pcap files. Packets go out as they were recorded (DADA: rebuilt
-into --format packets from the samples), batched with sendmmsg and UDP GSO, at
+packet files, pcap files, or any DADA file (PSRDADA's, DSPSR's, EDD's: sent as VDIF
+frames, one thread per polarisation, its samples as they are; replay prints the
+stream description and the fold --listen, record and capture commands that take
+them, --write-stream writes the description). Packets go out as they were recorded
+(a DADA scan of ours: rebuilt into --format packets from the samples), batched with
+sendmmsg and UDP GSO, at
 --rate (payload Gb/s, held over the whole replay) or at the recording's own pace
 (--realtime). The report counts every packet sent and every one not sent (chunks
 not recorded, VDIF fill frames, a truncated last record...).
@@ -47,6 +54,10 @@ examples:
       --frames-per-second 8000 --loop 3 --report replay.json
   # a DADA scan rebuilt into VDIF frames
   voltstream replay scan02 --dirs /mnt/d0 --dest 127.0.0.1:7000 --format vdif --rate 1
+  # a PSRDADA file as VDIF frames: first the description and the receivers' commands,
+  # then the frames, at 0.5 Gb/s
+  voltstream replay obs.dada --dest 127.0.0.1:7000 --write-stream obs.toml --dry-run
+  voltstream replay obs.dada --dest 127.0.0.1:7000 --rate 0.5
   # a tcpdump capture, only the datagrams to port 7148, at its own time stamps
   voltstream replay capture.pcap --pcap-port 7148 --dest 127.0.0.1:7148 --realtime
   # raw packets back to back (what `voltstream simulate --output x.bin` writes)
@@ -92,6 +103,13 @@ def add_replay_parser(verbs: Any) -> None:
     source_port = p.add_argument("--pcap-source-port", type=int, default=None,
                                  help="pcap: replay only UDP datagrams from this port")  # fmt: skip
     add_alias(p, "--source-port", source_port)
+    p.add_argument("--write-stream", metavar="FILE.toml", default=None,
+                   help="a DADA file: write the stream description of the VDIF frames it "
+                   "is sent as (fold --listen, record and capture take it with --stream), "
+                   "named in the commands printed")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true",
+                   help="a DADA file: print the frames' description and the commands that "
+                   "take them (and --write-stream), send nothing")  # fmt: skip
     p.add_argument("--send-fill", action="store_true",
                    help="vdif layout: also send the fill frames of packets never received "
                    "(skipped and counted by default)")  # fmt: skip
@@ -108,6 +126,16 @@ def run(args: argparse.Namespace, stop: Any = None, bar: Any = None) -> int:
     from voltstream.replay.run import replay
 
     source = open_source(args)
+    from voltstream.replay.dada_file import DadaFile
+
+    if isinstance(source, DadaFile):  # a DADA file sent as VDIF frames
+        _describe_dada(source, args)
+        if args.dry_run:
+            source.close()
+            return 0
+    elif args.write_stream or args.dry_run:
+        raise ConfigError("--write-stream and --dry-run are for a DADA file sent as VDIF "
+                          "frames; a recording's packets are sent as recorded")  # fmt: skip
     rate = 1.0 if args.rate is None and not args.realtime else (args.rate or 0.0)
     total = _input_bytes(source)
     logging.getLogger("voltstream.replay").info("replay: %s -> %s", source.kind, args.dest)
@@ -137,6 +165,32 @@ def run(args: argparse.Namespace, stop: Any = None, bar: Any = None) -> int:
         + (" (stopped by a signal)" if report["interrupted"] else "")
     )
     return 0
+
+
+def _describe_dada(source: DadaFile, args: argparse.Namespace) -> None:
+    """Prints (and with --write-stream writes) the stream description of the frames a
+    DADA file is sent as, and the commands that take them."""
+    from voltstream.replay.dada_file import describe
+
+    if args.write_stream:
+        from voltstream.service.outputs import check_outputs
+
+        check_outputs([("--write-stream", args.write_stream)])
+    toml, commands = describe(source, args.dest, args.write_stream)
+    if args.write_stream:
+        Path(args.write_stream).write_text(toml)
+    f = source.fmt
+    kind = "real" if f.real else "complex"
+    lines = [f"replay: {source.path} as VDIF frames: {f.npol} thread(s) (one per "
+             f"polarisation) of {f.nchan} channel(s), {f.bits}-bit {kind}, "
+             f"{f.packet_len}-byte frames, {source.frames_per_second} a second each",
+             "  take them with:", *(f"    {c}" for c in commands.values())]  # fmt: skip
+    if not args.write_stream:
+        lines += ["  FILE.toml (replay --write-stream FILE.toml writes it):",
+                  *(f"    {t}" for t in toml.splitlines())]  # fmt: skip
+    else:
+        lines.append(f"  {args.write_stream}: the stream description, written")
+    print("\n".join(lines), flush=True)
 
 
 def _input_bytes(source: Source) -> int | None:
@@ -197,10 +251,31 @@ def file_source(paths: list[Path], args: argparse.Namespace) -> Source:
         if not all(pcap):
             raise ConfigError("give pcap files or raw packet files, not both at once")
         return PcapFiles(paths, port=args.pcap_port, source_port=args.pcap_source_port)
-    if any(p.suffix == ".dada" for p in paths):
-        raise ConfigError("DADA files replay as a scan: give its name and --dirs")
+    if any(_is_dada(p) for p in paths):
+        if len(paths) != 1:
+            raise ConfigError("give one DADA file (the first of an observation's files: "
+                              "the ones that follow it are sent after it)")  # fmt: skip
+        if args.format not in (None, "vdif"):
+            raise ConfigError(f"--format {args.format}: a DADA file is sent as VDIF frames "
+                              "(fold --listen, record and capture take them)")  # fmt: skip
+        from voltstream.replay.dada_file import DadaFile
+
+        return DadaFile(paths[0])
     return PacketFiles(paths, _packet_len(args, paths[0], None),
                        frames_per_second=args.frames_per_second)  # fmt: skip
+
+
+def _is_dada(path: Path) -> bool:
+    """A DADA file, by its header (PSRDADA's may start with comment lines)."""
+    from voltstream.io.dada import is_dada_header
+
+    if path.suffix == ".dada":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return is_dada_header(f.read(4096))
+    except OSError:
+        return False
 
 
 def scan_source(rec: layouts.Recording, args: argparse.Namespace) -> Source:

@@ -202,7 +202,8 @@ def simulate(args: argparse.Namespace) -> int:
         from voltstream.io.vdif import write_sidecar
 
         for out in outs:
-            write_sidecar(out.where, out.obs, fmt.capture_kwargs()["frames_per_second"])
+            write_sidecar(out.where, out.obs, fmt.capture_kwargs()["frames_per_second"],
+                          getattr(fmt, "thread_blocks", 1))  # fmt: skip
     stats["seconds"] = time.monotonic() - t0
     print(_summary(args, fmt, outs, first, stats))
     if burst is not None:

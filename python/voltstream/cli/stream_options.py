@@ -13,8 +13,8 @@ from voltstream.errors import ConfigError
 from voltstream.io.inspect_commands import cpu_only, live_fold_refusal
 from voltstream.io.vdif import HEADER_LEN, LEGACY_HEADER_LEN
 
-__all__ = ["file_threads", "filled", "fold_stream_options", "gpu_check", "live_real",
-           "write_stream"]  # fmt: skip
+__all__ = ["file_band", "file_threads", "filled", "fold_stream_options", "gpu_check",
+           "live_real", "write_stream"]  # fmt: skip
 
 
 def fold_stream_options(args: argparse.Namespace) -> None:
@@ -45,21 +45,22 @@ def fold_stream_options(args: argparse.Namespace) -> None:
             f"{name} does not say what its frames hold: add bits_per_sample = N and complex = "
             "true or false (`voltstream inspect --write-stream` writes them)"
         )
-    threads = desc.threads
-    if isinstance(args.vdif_threads, list):  # some of them, as polarisations
+    # Every thread, npol of them a block of channels (io/vdif_threads.py); picked
+    # threads (--vdif-threads) by the same rule, unless --npol says.
+    from voltstream.io.vdif_threads import check_npol, default_npol
+
+    threads, npol = desc.threads, int(desc.npol)
+    if isinstance(args.vdif_threads, list):  # some of them
         if not set(args.vdif_threads) <= set(threads):
             raise ConfigError(f"--vdif-threads {','.join(map(str, args.vdif_threads))}: "
                               f"{name} has threads {threads}")  # fmt: skip
-        threads = args.vdif_threads
+        threads, npol = args.vdif_threads, default_npol(len(args.vdif_threads))
+    npol = getattr(args, "npol", None) or npol
+    check_npol(npol, len(threads))
     bits, cplx = desc.bits_per_sample, desc.complex
-    refusal = live_fold_refusal(bits=bits, complex_data=cplx, legacy=desc.legacy,
-                                threads=len(threads))  # fmt: skip
+    refusal = live_fold_refusal(bits=bits, complex_data=cplx, legacy=desc.legacy)
     if refusal is not None:
-        pick = "; or fold two of its threads (--vdif-threads A,B)" if (
-            len(threads) > 2 and live_fold_refusal(
-                bits=bits, complex_data=cplx, legacy=desc.legacy, threads=2) is None
-        ) else ""  # fmt: skip
-        raise ConfigError(f"{name}: {refusal}; record or capture it: {record}{pick}")
+        raise ConfigError(f"{name}: {refusal}; record or capture it: {record}")
     payload = desc.frame_len - (LEGACY_HEADER_LEN if desc.legacy else HEADER_LEN)
     per_sample = (2 if cplx else 1) * desc.nchan * bits
     if (payload * 8) % per_sample:
@@ -73,7 +74,7 @@ def fold_stream_options(args: argparse.Namespace) -> None:
                           f"(frames_per_second x samples a frame); give -{chan_bw:g} for a "
                           "lower sideband, or leave it out")  # fmt: skip
     args.format, args.nchan, args.bits, args.vdif_payload = "vdif", desc.nchan, bits, payload
-    args.vdif_threads, args.npol = list(threads), len(threads)
+    args.vdif_threads, args.npol = list(threads), npol
     args.real, args.legacy = not cplx, desc.legacy
     args.chan_bw = args.chan_bw if args.chan_bw is not None else chan_bw
     if args.station is None:
@@ -149,3 +150,21 @@ def file_threads(args: argparse.Namespace) -> list[int] | None:
             "ids (voltstream inspect FILE lists them)"
         )
     return args.vdif_threads
+
+
+def file_band(reader: Any, args: argparse.Namespace) -> Any:
+    """`fold FILE.vdif`'s reader of the band: a file's threads as ``--npol``
+    polarisations of blocks of channels side by side (io/vdif_threads.py; by default
+    one or two threads are the polarisations, more are subbands of one), as fold
+    --listen takes the same threads."""
+    from voltstream.io.vdif_threads import ThreadBlocks, default_npol
+
+    threads = getattr(reader, "threads", None)
+    if threads is None:  # DADA: its header says its polarisations
+        if getattr(args, "npol", None) is not None:
+            raise ConfigError("--npol says what a VDIF stream's threads carry; a DADA "
+                              "file's header says its polarisations")  # fmt: skip
+        return reader
+    npol = (getattr(args, "npol", None) or getattr(reader, "sidecar_npol", None)
+            or default_npol(len(threads)))  # fmt: skip
+    return reader if npol == len(threads) else ThreadBlocks(reader, npol)

@@ -12,12 +12,12 @@ only (the GPU unpacks 2, 4 and 8 bits): their ``fold --listen`` has ``--device c
 
 What each verb takes:
 
-- ``fold FILE``: every shape the file reader reads; threads are polarisations, so a
-  file of more than two threads is folded two at a time (``--vdif-threads``);
-- ``fold --listen``: one or two threads (polarisations) of any width
-  (:func:`live_fold_refusal`), real samples too (with ``--real``), two of more
-  threads chosen with ``--vdif-threads`` (the others counted foreign); legacy headers
-  through the stream description (the format options have no word for them);
+- ``fold FILE``: every shape the file reader reads, every thread: one or two threads
+  are polarisations, more are blocks of channels side by side (``--npol 1``;
+  io/vdif_threads.py says how to say otherwise);
+- ``fold --listen``: the same, every thread, of any width (:func:`live_fold_refusal`),
+  real samples too (with ``--real``); legacy headers through the stream description
+  (the format options have no word for them);
 - ``capture`` and ``record``: the format options where they describe every thread,
   else the stream description.
 """
@@ -40,16 +40,13 @@ OPTION_BITS = (2, 4, 8)
 _FOLD = "--dm DM --period P -o out.fits"
 
 
-def live_fold_refusal(*, bits: int, complex_data: bool, legacy: bool, threads: int) -> str | None:
+def live_fold_refusal(*, bits: int, complex_data: bool, legacy: bool) -> str | None:
     """Why `fold --listen` does not take a VDIF stream of this shape (None: it does).
-    ``threads``: the threads it would fold (one per polarisation). Every width the
-    file reader decodes folds live (1 and 16 bits on the CPU: `gpu_refusal`), legacy
-    headers too; more than two threads are not polarisations."""
+    Every width the file reader decodes folds live (1 and 16 bits on the CPU:
+    `cpu_only`), real or complex, legacy headers too, every thread (polarisations and
+    blocks of channels, io/vdif_threads.py)."""
     if bits not in NBITS:
         return f"fold --listen takes VDIF of {', '.join(map(str, NBITS))} bits, not {bits}"
-    if threads > 2:
-        return (f"fold --listen folds one or two threads (polarisations), not {threads} "
-                "threads as polarisations")  # fmt: skip
     return None
 
 
@@ -78,8 +75,17 @@ def stream_toml(i: dict) -> str | None:
         f"nchan = {i['nchan'][0]}",
         f"bits_per_sample = {i['bits'][0]}",
         f"complex = {str(bool(i['complex'][0])).lower()}",
+        "# Thread k is polarisation k % npol of channel block k // npol (npol = 1: each",
+        "# thread a subband of one polarisation; 2: threads A, B of each subband).",
+        f"npol = {_npol(i['threads'])}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _npol(threads: list[int]) -> int:
+    from voltstream.io.vdif_threads import default_npol
+
+    return default_npol(len(threads))
 
 
 def _options(i: dict, threads: list[int]) -> str:
@@ -95,6 +101,8 @@ def _options(i: dict, threads: list[int]) -> str:
         opts += f" --npol 1 --vdif-threads {threads[0]}"
     elif threads != [0, 1] or len(i["threads"]) > 2:  # named: the others are foreign
         opts += " --vdif-threads " + ",".join(map(str, threads))
+    if len(threads) > 2:  # subbands of one polarisation (io/vdif_threads.py)
+        opts += f" --npol {_npol(threads)}"
     if i["frames_per_second"]:
         ndim = 2 if cplx else 1  # real: each channel sampled at twice its width
         bw = i["frames_per_second"] * (payload * 8 // (ndim * nchan * bits)) / 1e6 / (3 - ndim)
@@ -112,14 +120,14 @@ def vdif_commands(i: dict, path: str | None = None) -> dict[str, Any]:
         return {"commands": {}, "not_taken": {"all": why}, "stream": None, "options": why}
     bits, cplx, legacy = i["bits"][0], bool(i["complex"][0]), i["legacy"]
     threads = list(i["threads"])
-    folded = threads[:2]  # threads are polarisations: fold takes one or two
+    folded = threads  # every thread: polarisations, or blocks of channels
     commands: dict[str, str] = {}
     not_taken: dict[str, str] = {}
     if path is not None:
-        pick = f" --vdif-threads {','.join(map(str, folded))}" if len(threads) > 2 else ""
+        pick = f" --npol {_npol(threads)}" if len(threads) > 2 else ""
         commands["fold"] = f"voltstream fold {path}{pick} {_FOLD}"
     listen = "--listen HOST:PORT"
-    refusal = live_fold_refusal(bits=bits, complex_data=cplx, legacy=legacy, threads=1)
+    refusal = live_fold_refusal(bits=bits, complex_data=cplx, legacy=legacy)
     toml = stream_toml(i)
     if refusal is None and legacy and toml is None:  # only a description says legacy
         refusal = ("fold --listen takes legacy headers through a stream description, which "
@@ -143,8 +151,7 @@ def vdif_commands(i: dict, path: str | None = None) -> dict[str, Any]:
                               "--layout vdif")  # fmt: skip
     if live:
         if legacy:  # the format options have no word for legacy headers
-            pick = f" --vdif-threads {','.join(map(str, folded))}" if len(threads) > 2 else ""
-            opts = f"--stream {PLACEHOLDER}{pick}"
+            opts = f"--stream {PLACEHOLDER}"
         else:
             opts = _options(i, folded)
         device = " --device cpu" if cpu_only(bits) else ""

@@ -11,8 +11,10 @@ in (time, channel, pol) blocks: complex64 for complex data, float32 for real.
 VDIF records neither the sky frequency nor the sample rate, so the reader takes
 them from keyword arguments or from a JSON sidecar next to the file
 (``<file>.json``, written by :func:`write_sidecar`) with the keys ``freq_mhz``
-(band centre), ``bw_mhz`` (signed total bandwidth), ``frames_per_second``
-(per thread) and optionally ``source``, ``telescope``, ``threads``. Keyword
+(band centre), ``bw_mhz`` (signed bandwidth of one thread's channels),
+``frames_per_second`` (per thread) and optionally ``source``, ``telescope``,
+``threads`` and ``npol`` (the polarisations the threads carry, where they also
+carry blocks of channels: io/vdif_threads.py; `fold` reads it). Keyword
 arguments win over the sidecar. Without ``frames_per_second`` the rate is
 derived from ``bw_mhz``, or else from the frame numbers when the file spans a
 second boundary. Missing frames and frames flagged invalid read as zeros, are
@@ -226,16 +228,21 @@ def pack(parts: np.ndarray, nbit: int) -> np.ndarray:
     return np.bitwise_or.reduce(c << shifts, axis=-1).astype(np.uint8)
 
 
-def write_sidecar(path: str | os.PathLike, obs: Observation, frames_per_second: int) -> Path:
-    """Writes ``<path>.json`` with what VDIF headers cannot say about ``obs``."""
+def write_sidecar(
+    path: str | os.PathLike, obs: Observation, frames_per_second: int, thread_blocks: int = 1
+) -> Path:
+    """Writes ``<path>.json`` with what VDIF headers cannot say about ``obs``, whose
+    channels the threads carry in ``thread_blocks`` blocks (io/vdif_threads.py)."""
     side = Path(str(path) + ".json")
-    meta = {
+    meta: dict[str, Any] = {
         "freq_mhz": obs.freq_mhz,
-        "bw_mhz": obs.bw_mhz,
+        "bw_mhz": obs.bw_mhz / thread_blocks,
         "frames_per_second": int(frames_per_second),
         "source": obs.source,
         "telescope": obs.telescope,
     }
+    if thread_blocks > 1:
+        meta["npol"] = obs.npol
     side.write_text(json.dumps(meta, indent=1) + "\n")
     return side
 
@@ -265,6 +272,8 @@ class VdifFile:
         bw_mhz = bw_mhz if bw_mhz is not None else meta.get("bw_mhz")
         fps = frames_per_second if frames_per_second is not None else meta.get("frames_per_second")
         threads = threads if threads is not None else meta.get("threads")
+        #: What the sidecar says the threads carry (None: the default rule).
+        self.sidecar_npol = meta.get("npol")
 
         try:
             size = self.path.stat().st_size

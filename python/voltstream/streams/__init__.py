@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from voltstream.config_files import read_toml, validated
 from voltstream.errors import ConfigError
@@ -97,6 +97,27 @@ class VdifStream(_FrameStream):
     # take the frames whatever they hold; fold --listen needs them.
     bits_per_sample: Literal[1, 2, 4, 8, 16] | None = None
     complex: bool | None = None
+    # The polarisations the threads carry, the rest blocks of channels side by side
+    # (io/vdif_threads.py: thread k is pol k % npol of block k // npol); ``nchan`` is
+    # one thread's. Left out: 1 or 2 threads are the pols, more are subbands of one.
+    npol: Literal[1, 2] = 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def default_npol(cls, data: Any) -> Any:
+        threads = data.get("threads") if isinstance(data, dict) else None
+        if isinstance(data, dict) and "npol" not in data and isinstance(threads, list):
+            from voltstream.io.vdif_threads import default_npol
+
+            return {**data, "npol": default_npol(len(threads))}
+        return data
+
+    @model_validator(mode="after")
+    def threads_in_pols(self) -> VdifStream:
+        if len(self.threads) % self.npol:
+            raise ValueError(f"npol = {self.npol}: {len(self.threads)} threads are not whole "
+                             "(channel block, polarisation) pairs")  # fmt: skip
+        return self
 
     def capture_kwargs(self) -> dict:
         return dict(format="vdif", vdif_threads=self.threads, vdif_frame_len=self.frame_len,

@@ -59,7 +59,7 @@ class RealVdif:
         from voltstream.dsp.real import ComplexToReal
 
         f = self.complex_format
-        bits_per_sample = f.nchan * f.bits
+        bits_per_sample = f.thread_nchan * f.bits  # one thread's channels
         if (f.payload_len * 8) % bits_per_sample:
             raise ConfigError(f"--vdif-payload {f.payload_len} does not hold whole real samples")
         self.samples_per_packet = f.payload_len * 8 // bits_per_sample
@@ -69,6 +69,7 @@ class RealVdif:
 
     name = "vdif"
     nchan = property(lambda self: self.complex_format.nchan)
+    thread_blocks = property(lambda self: self.complex_format.thread_blocks)
     npol = property(lambda self: self.complex_format.npol)
     bits = property(lambda self: self.complex_format.bits)
     freq_mhz = property(lambda self: self.complex_format.freq_mhz)
@@ -97,6 +98,10 @@ class RealVdif:
         start = (obs.start_mjd - VDIF_EPOCH_MJD) * 86400 * self.fps + round(
             obs.start_sec * self.fps
         )
+        if f.thread_blocks > 1:  # each thread its block of channels and pol
+            from voltstream.io.vdif_threads import from_blocks
+
+            q = from_blocks(q, f.thread_blocks)
         return packetize_vdif(q, frames_per_second=self.fps, nbit=f.bits, complex_data=False,
                               samples_per_frame=spf, start_frame=start + first // spf,
                               station=f.station or 0, threads=f.thread_ids)  # fmt: skip
