@@ -107,6 +107,8 @@ def samples(snapshot: dict[str, Any]) -> list[Sample]:
         out += _gpu_stage(snapshot["pipeline"])
     if isinstance(snapshot.get("dumps"), dict):
         out += _dumps(snapshot["dumps"])
+    if isinstance(snapshot.get("search"), dict):
+        out += _search(snapshot["search"])
     if isinstance(snapshot.get("record"), dict):
         out += _record(snapshot["record"])
     if "heaps_paired" in snapshot:
@@ -359,6 +361,38 @@ def _dumps(d: dict[str, Any]) -> list[Sample]:
     if _num(ring.get("bytes")):
         out.append(Sample("voltstream_dump_ring_bytes", "gauge",
                           "host memory of the voltage ring", ring["bytes"]))  # fmt: skip
+    return out
+
+
+#: search --listen (the report's ``search``): counter key, metric, meaning.
+_SEARCH = (
+    ("samples", "voltstream_search_samples_total", "filterbank samples fed to the search"),
+    ("lost_samples", "voltstream_search_lost_samples_total",
+     "of them lost (masked: missing packets)"),
+    ("searched_samples", "voltstream_search_searched_samples_total",
+     "arrival times searched (gulps' own parts)"),
+    ("gulps", "voltstream_search_gulps_total", "gulps searched"),
+    ("giants", "voltstream_search_giants_total", "giants (one per DM trial, boxcar and run)"),
+    ("n_candidates", "voltstream_search_candidates_total", "candidate lines written"),
+)  # fmt: skip
+
+
+def _search(r: dict[str, Any]) -> list[Sample]:
+    """search --listen: rows in, gulps, giants, candidates, the engine's time, latency."""
+    out = [Sample(n, "counter", t, r[k]) for k, n, t in _SEARCH if _num(r.get(k))]
+    if _num(r.get("search_seconds")):
+        out.append(Sample("voltstream_search_engine_seconds_total", "counter",
+                          "seconds the search engine spent on gulps",
+                          r["search_seconds"]))  # fmt: skip
+    if _num(r.get("seconds_behind_max")):
+        out.append(Sample("voltstream_search_behind_seconds_max", "gauge",
+                          "the most the search lagged the stream (newest sample's arrival to "
+                          "a gulp's end)", r["seconds_behind_max"]))  # fmt: skip
+    out += [Sample("voltstream_search_latency_seconds", "gauge",
+                   "detection latency of the candidates so far, by quantile (docs/search.md)",
+                   r[k], {"quantile": q})
+            for k, q in (("latency_p50_s", "0.5"), ("latency_p99_s", "0.99"),
+                         ("latency_max_s", "1")) if _num(r.get(k))]  # fmt: skip
     return out
 
 
