@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +24,8 @@ from voltstream.cli.options import (
     listen_option,
     positive,
 )
+from voltstream.cli.search_options import DEFAULTS, LIVE_GULP_S, search_device, settings_from
 from voltstream.errors import ConfigError
-from voltstream.search.single_pulse import SearchSettings
-
-DEFAULTS = SearchSettings()
-#: Seconds of arrival times per gulp of a live search: a burst is written about a
-#: gulp plus the sweep across the band after it arrived.
-LIVE_GULP_S = 0.5
 
 DESCRIPTION = """\
 Search a SIGPROC filterbank (.fil, 8- or 32-bit, one IF: what `voltstream filterbank`
@@ -146,32 +140,6 @@ def search(args: argparse.Namespace) -> Any:
         raise ConfigError("--filterbank, --fine-channels and --tsamp make the filterbank of a "
                           "live stream (--listen); a .fil is searched as it is")  # fmt: skip
     return search_file_cli(args, cand_path)
-
-
-def settings_from(args: argparse.Namespace, tsamp_s: float) -> SearchSettings:
-    """The search's settings from the options, --max-width in samples of ``tsamp_s``."""
-    boxcar = DEFAULTS.boxcar_max
-    if args.max_width is not None:
-        boxcar = 1 << max(0, int(math.floor(math.log2(max(1.0, args.max_width / tsamp_s)))))
-    return SearchSettings(
-        dm_min=args.dm_min, dm_max=args.dm_max, dm_tol=args.dm_tol, threshold=args.threshold,
-        boxcar_max=boxcar, window_s=args.window,
-    )  # fmt: skip
-
-
-def search_device(args: argparse.Namespace) -> str:
-    """--device as the search takes it: cpu or gpu."""
-    from voltstream.device import resolve_device
-
-    def need() -> None:
-        from voltstream.dsp.cuda import GpuError, cupy_module
-
-        try:
-            cupy_module()
-        except GpuError as e:
-            raise ConfigError(str(e)) from e
-
-    return resolve_device(args.device, need)
 
 
 def search_file_cli(args: argparse.Namespace, cand_path: str) -> int:

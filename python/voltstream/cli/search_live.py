@@ -21,7 +21,7 @@ def search_live(args: argparse.Namespace, cand_path: str) -> Any:
         _stop_event,
         watcher,
     )
-    from voltstream.cli.search import LIVE_GULP_S, search_device, settings_from
+    from voltstream.cli.search_options import LIVE_GULP_S, search_device, settings_from
     from voltstream.cli.stream_options import live_real
     from voltstream.pipeline.live import LiveReader
     from voltstream.pipeline.live_search import (

@@ -364,30 +364,26 @@ def _dumps(d: dict[str, Any]) -> list[Sample]:
     return out
 
 
-#: search --listen (the report's ``search``): counter key, metric, meaning.
+#: search --listen (the report's ``search``): key, metric, type, meaning.
 _SEARCH = (
-    ("samples", "voltstream_search_samples_total", "filterbank samples fed to the search"),
-    ("lost_samples", "voltstream_search_lost_samples_total",
-     "of them lost (masked: missing packets)"),
-    ("searched_samples", "voltstream_search_searched_samples_total",
+    ("samples", "samples_total", "counter", "filterbank samples fed to the search"),
+    ("lost_samples", "lost_samples_total", "counter", "of them lost (masked: missing packets)"),
+    ("searched_samples", "searched_samples_total", "counter",
      "arrival times searched (gulps' own parts)"),
-    ("gulps", "voltstream_search_gulps_total", "gulps searched"),
-    ("giants", "voltstream_search_giants_total", "giants (one per DM trial, boxcar and run)"),
-    ("n_candidates", "voltstream_search_candidates_total", "candidate lines written"),
+    ("gulps", "gulps_total", "counter", "gulps searched"),
+    ("giants", "giants_total", "counter", "giants (one per DM trial, boxcar and run)"),
+    ("n_candidates", "candidates_total", "counter", "candidate lines written"),
+    ("search_seconds", "engine_seconds_total", "counter",
+     "seconds the search engine spent on gulps"),
+    ("seconds_behind_max", "behind_seconds_max", "gauge",
+     "the most the search lagged the stream (newest sample's arrival to a gulp's end)"),
 )  # fmt: skip
 
 
 def _search(r: dict[str, Any]) -> list[Sample]:
     """search --listen: rows in, gulps, giants, candidates, the engine's time, latency."""
-    out = [Sample(n, "counter", t, r[k]) for k, n, t in _SEARCH if _num(r.get(k))]
-    if _num(r.get("search_seconds")):
-        out.append(Sample("voltstream_search_engine_seconds_total", "counter",
-                          "seconds the search engine spent on gulps",
-                          r["search_seconds"]))  # fmt: skip
-    if _num(r.get("seconds_behind_max")):
-        out.append(Sample("voltstream_search_behind_seconds_max", "gauge",
-                          "the most the search lagged the stream (newest sample's arrival to "
-                          "a gulp's end)", r["seconds_behind_max"]))  # fmt: skip
+    out = [Sample("voltstream_search_" + n, kind, t, r[k])
+           for k, n, kind, t in _SEARCH if _num(r.get(k))]  # fmt: skip
     out += [Sample("voltstream_search_latency_seconds", "gauge",
                    "detection latency of the candidates so far, by quantile (docs/search.md)",
                    r[k], {"quantile": q})

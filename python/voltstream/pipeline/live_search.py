@@ -85,7 +85,7 @@ class SearchTee:
     def __init__(self, engine: Any, search: StreamSearch) -> None:
         self.engine, self.search = engine, search
 
-    def feed(self, block: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def feed(self, block: np.ndarray, valid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         x, ok = self.engine.feed(block, valid)
         if len(x):
             self.search.feed(x[:, 0, :], ok)
