@@ -135,7 +135,8 @@ class GpuSinglePulse:
             pk((-(-nrows // 128),), (128,), (hist, np.int32(nrows), np.int32(shift), prefix,
                                              rank, equal))  # fmt: skip
         key = prefix
-        bits = cp.where(key & np.uint32(0x80000000), key & np.uint32(0x7FFFFFFF), ~key)
+        positive = (key & np.uint32(0x80000000)) != 0
+        bits = cp.where(positive, key & np.uint32(0x7FFFFFFF), ~key)
         return bits.view(cp.float32), equal - rank
 
     def median(self, x: Any, col0: int = 0, ncols: int | None = None) -> Any:
