@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the GPU tests or the GPU benchmark on the GPU machine, from the repo root:
 #   scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e
-#                  |bench-soak|bench-cluster|bench-record|bench-latency
+#                  |bench-soak|bench-cluster|bench-record|bench-latency|bench-search
 # Installs carried wheels (.whl/*.whl) into /tmp/site first; needs no astropy and
 # no compiled voltstream._core (the GPU path is pure Python + CuPy). bench-capture
 # (bench/capture_multicore.py, loopback only, about 3-4 minutes) does need the
@@ -129,8 +129,21 @@ case "${1:-}" in
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
         exec "$PY" bench/latency.py --json "${OUT:-/tmp}/latency.json" "$@"
         ;;
+    bench-search)
+        shift
+        # bench/search.py (issue 28 item 2): (a) the GPU search's headroom on YNAO's
+        # 4096 x 64 us filterbank, DM 0-2000 (CuPy only); (b) the live search's
+        # detection latency, bursts from the simulator over loopback (needs the
+        # wheel's _core for the capture). Writes $OUT/search.json; about 2-4 minutes.
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+        if ! "$PY" -c "from voltstream import _core" 2>/dev/null; then
+            echo "bench-search: no voltstream._core (carry the wheel in .whl/): headroom only" >&2
+            set -- --only headroom "$@"
+        fi
+        exec "$PY" bench/search.py --json "${OUT:-/tmp}/search.json" "$@"
+        ;;
     *)
-        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e|bench-soak|bench-cluster|bench-record|bench-latency [args...]" >&2
+        echo "usage: scripts/gpu.sh test|bench|bench-fold|bench-stage|bench-fengine|bench-capture|bench-e2e|bench-soak|bench-cluster|bench-record|bench-latency|bench-search [args...]" >&2
         exit 2
         ;;
 esac

@@ -258,6 +258,12 @@ DUMPS = {"triggers": 6, "dumps": 2, "partial": 1, "refused_gone": 1, "refused_no
          "lost_samples": 0, "ring": {"bytes": 1 << 20}, "list": []}  # fmt: skip
 
 
+#: search --listen's report section (pipeline/stream_search.py counters()).
+SEARCH = {"samples": 10, "lost_samples": 0, "searched_samples": 8, "gulps": 1, "giants": 3,
+          "n_candidates": 1, "search_seconds": 0.1, "seconds_behind_max": 0.2,
+          "latency_p50_s": 0.5, "latency_p99_s": 0.9, "latency_max_s": 0.9}  # fmt: skip
+
+
 def _names_of_every_section() -> set[str]:
     """Exposed metric names of a real capture run's report (every capture section, a GPU stage
     added) and of the record, F-engine and replay report shapes."""
@@ -267,7 +273,8 @@ def _names_of_every_section() -> set[str]:
         stream, CaptureSettings.of(bind, packets_per_chunk=4), 30, idle_timeout_s=0.3,
         on_start=sender(bind, [struct.pack(">QH", i, 0) + bytes(16) for i in range(8)]),
     ).as_dict()  # fmt: skip
-    report |= {"pipeline": GPU_FOLD, "free_chunks": 1, "pool_chunks": 2, "dumps": DUMPS}
+    report |= {"pipeline": GPU_FOLD, "free_chunks": 1, "pool_chunks": 2, "dumps": DUMPS,
+               "search": SEARCH}  # fmt: skip
     fengine = {"heaps_paired": 1, "heaps_unpaired": [0, 0], "copies_in_flight": 0,
                "engine": {"gpu_busy_s": 1.0}, "output": {"bytes_sent": 1}}  # fmt: skip
     replay = {"dest": "x:1", "packets": 1, "bytes": 1, "loops_done": 1, "late_s": 0.0}

@@ -13,7 +13,7 @@ from typing import Any
 from voltstream.errors import ConfigError
 
 #: The verbs that run until a duration, an idle timeout or Ctrl-C, and serve metrics.
-LONG_RUNNING = ("capture", "fold", "fengine", "record", "replay", "latency")
+LONG_RUNNING = ("capture", "fold", "fengine", "record", "replay", "latency", "search")
 
 #: Options that describe a run, copied into the info metric and /status.json.
 CONFIG_KEYS = (

@@ -1,28 +1,44 @@
-"""`voltstream search FILE.fil`: the single-pulse search of a SIGPROC filterbank (CPU,
-the NumPy reference), gulp by gulp (pipeline/search.py, docs/search.md)."""
+"""`voltstream search FILE.fil`: the single-pulse search of a SIGPROC filterbank, gulp
+by gulp (pipeline/search.py), on the CPU (the NumPy reference) or the GPU
+(search/gpu_single_pulse.py); `voltstream search --listen HOST:PORT`: capture,
+filterbank and search of a live stream in one process, candidates written as found
+(pipeline/live_search.py). docs/search.md."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-from voltstream.cli.options import add_options, finite, positive
+from voltstream.cli.filterbank import power_of_two
+from voltstream.cli.options import (
+    add_device,
+    add_engine,
+    add_format_options,
+    add_no_status,
+    add_options,
+    add_ring_mb,
+    add_run,
+    finite,
+    listen_option,
+    positive,
+)
+from voltstream.cli.search_options import DEFAULTS, LIVE_GULP_S, search_device, settings_from
 from voltstream.errors import ConfigError
-from voltstream.search.single_pulse import SearchSettings
-
-DEFAULTS = SearchSettings()
 
 DESCRIPTION = """\
 Search a SIGPROC filterbank (.fil, 8- or 32-bit, one IF: what `voltstream filterbank`
-writes) for dispersed single pulses (CPU, NumPy): each channel normalised by its
-running median and MAD, brute-force incoherent dedispersion over DM trials spaced by
-the smearing budget, boxcars of 1, 2, 4 .. --max-width samples, clusters of
-detections (heimdall's friends of friends) written as heimdall-style candidate lines.
-The file is read in gulps that overlap by the sweep across the band at --dm-max plus
-the widest boxcar; each candidate is reported once.
+writes), or a live stream (--listen), for dispersed single pulses, on the GPU or the
+CPU (--device): each channel normalised by its running median and MAD, brute-force
+incoherent dedispersion over DM trials spaced by the smearing budget, boxcars of 1,
+2, 4 .. --max-width samples, clusters of detections (heimdall's friends of friends)
+written as heimdall-style candidate lines. The data is searched in gulps that overlap
+by the sweep across the band at --dm-max plus the widest boxcar; each candidate is
+reported once. Live, the stream is captured and made into a filterbank (--fine-channels,
+--tsamp, as `voltstream filterbank`) in the same process, each gulp searched as soon
+as its last sample has arrived, each candidate line appended and flushed as it is
+found, with its detection latency in the report.
 """
 
 EPILOG = """\
@@ -34,6 +50,8 @@ candidate lines (tab-separated, no header, heimdall's columns):
 examples:
   voltstream search obs.fil --dm-max 2000
   voltstream search obs.fil --dm-min 400 --dm-max 600 --threshold 7 --candidates frb.cand
+  voltstream search --listen 0.0.0.0:7000 --format ynao --fine-channels 128 --tsamp 64e-6 \
+      --dm-max 2000 --device gpu --candidates live.cand --metrics 0.0.0.0:9100
 """
 
 
@@ -45,7 +63,8 @@ def add_search_parser(verbs: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("input", help="the filterbank (.fil, SIGPROC) to search")
+    p.add_argument("input", nargs="?",
+                   help="the filterbank (.fil, SIGPROC) to search (not with --listen)")  # fmt: skip
     add_options(p, (
         ("--dm-min", finite(float, 0), DEFAULTS.dm_min,
          f"lowest DM trial, pc cm^-3. Default: {DEFAULTS.dm_min:g}"),
@@ -65,42 +84,79 @@ def add_search_parser(verbs: Any) -> None:
          f"-baseline_length). Default: {DEFAULTS.window_s:g}"),
         ("--gulp", positive(float), None,
          "seconds of arrival times searched per gulp (each read with the overlap). "
-         "Default: as much as keeps a gulp's working copy under 256 MB"),
+         "Default: a file: as much as keeps a gulp's working copy under 256 MB; live: "
+         f"{LIVE_GULP_S:g} s (a burst is found at most a gulp + the sweep after it came)"),
         ("--candidates", None, None,
-         "candidate file to write. Default: INPUT with its suffix replaced by .cand"),
-        ("--report", None, None, "write the search's report (JSON) here"),
+         "candidate file to write. Default: INPUT with its suffix replaced by .cand "
+         "(live: search.cand)"),
         ("--top", finite(int, 0), 5, "candidates printed in the summary. Default: 5"),
     ))  # fmt: skip
     p.add_argument("-o", dest="candidates", help=argparse.SUPPRESS)
+    add_device(p, "where the search runs")
+    live = p.add_argument_group(
+        "a live stream (instead of INPUT)", "capture, filterbank and search in one "
+        "process; the stream format options below apply",
+    )  # fmt: skip
+    live.add_argument("--listen", type=listen_option, default=None,
+                      help="capture UDP on HOST:PORT (a band in several streams: "
+                      "HOST:PORT,HOST:PORT2,... or HOST:PORT+N)")  # fmt: skip
+    add_options(live, (
+        ("--fine-channels", power_of_two, 1,
+         "the filterbank: fine channels per coarse channel (a power of two). Default: 1"),
+        ("--tsamp", positive(float), None,
+         "the filterbank's sampling time, s: a whole number of fine samples. Default: one "
+         "fine sample"),
+        ("--filterbank", None, None,
+         "also write the filterbank searched, 8-bit (.fil SIGPROC, .fits PSRFITS)"),
+    ))  # fmt: skip
+    live.add_argument("--real", action="store_true",
+                      help="VDIF of real-sampled channels, converted to complex first")  # fmt: skip
+    add_run(live, what="capture", report="write the search's report (JSON) here: live, "
+            "with the capture's and each candidate's detection latency")  # fmt: skip
+    add_ring_mb(live)
+    add_no_status(live)
+    add_engine(live)
+    add_format_options(p)
 
 
-def search(args: argparse.Namespace) -> int:
-    from voltstream.cli.common import _progress
-    from voltstream.io.sigproc import read_filterbank
-    from voltstream.pipeline.search import search_file
-    from voltstream.search.candidates import write_candidates
+def search(args: argparse.Namespace) -> Any:
     from voltstream.service.outputs import check_outputs
 
     if args.dm_min > args.dm_max:
         raise ConfigError(f"--dm-min {args.dm_min:g} is above --dm-max {args.dm_max:g}")
-    cand_path = args.candidates or str(Path(args.input).with_suffix(".cand"))
-    if Path(cand_path).resolve() == Path(args.input).resolve():
+    if (args.input is None) == (args.listen is None):
+        raise ConfigError("give either an INPUT .fil or --listen HOST:PORT, not both or neither")
+    default = "search.cand" if args.input is None else str(Path(args.input).with_suffix(".cand"))
+    cand_path = args.candidates or default
+    if args.input is not None and Path(cand_path).resolve() == Path(args.input).resolve():
         raise ConfigError(f"--candidates {cand_path} would overwrite the input")
-    check_outputs([("--candidates", cand_path), ("--report", args.report)])
+    check_outputs([("--candidates", cand_path), ("--report", args.report),
+                   ("--filterbank", args.filterbank)])  # fmt: skip
+    if args.listen is not None:
+        from voltstream.cli.search_live import search_live
+
+        return search_live(args, cand_path)
+    if args.filterbank is not None or args.fine_channels != 1 or args.tsamp is not None:
+        raise ConfigError("--filterbank, --fine-channels and --tsamp make the filterbank of a "
+                          "live stream (--listen); a .fil is searched as it is")  # fmt: skip
+    return search_file_cli(args, cand_path)
+
+
+def search_file_cli(args: argparse.Namespace, cand_path: str) -> int:
+    from voltstream.cli.common import _progress
+    from voltstream.io.sigproc import read_filterbank
+    from voltstream.pipeline.search import search_file
+    from voltstream.search.candidates import write_candidates
+
     fil = read_filterbank(args.input)
-    boxcar = DEFAULTS.boxcar_max
-    if args.max_width is not None:
-        boxcar = 1 << max(0, int(math.floor(math.log2(max(1.0, args.max_width / fil.tsamp_s)))))
-    settings = SearchSettings(
-        dm_min=args.dm_min, dm_max=args.dm_max, dm_tol=args.dm_tol, threshold=args.threshold,
-        boxcar_max=boxcar, window_s=args.window,
-    )  # fmt: skip
+    settings = settings_from(args, fil.tsamp_s)
+    device = search_device(args)
     Path(cand_path).write_text("")  # candidates are appended as gulps finish them
     with _progress(args, "search", fil.nsamp, "samples") as update:
         report = search_file(
             fil, settings, args.gulp,
             on_candidates=lambda c: write_candidates(cand_path, c, append=True),
-            progress=update,
+            progress=update, device=device,
         )  # fmt: skip
     for line in report.summary_lines(args.top):
         print(line)

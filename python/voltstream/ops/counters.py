@@ -107,6 +107,8 @@ def samples(snapshot: dict[str, Any]) -> list[Sample]:
         out += _gpu_stage(snapshot["pipeline"])
     if isinstance(snapshot.get("dumps"), dict):
         out += _dumps(snapshot["dumps"])
+    if isinstance(snapshot.get("search"), dict):
+        out += _search(snapshot["search"])
     if isinstance(snapshot.get("record"), dict):
         out += _record(snapshot["record"])
     if "heaps_paired" in snapshot:
@@ -359,6 +361,34 @@ def _dumps(d: dict[str, Any]) -> list[Sample]:
     if _num(ring.get("bytes")):
         out.append(Sample("voltstream_dump_ring_bytes", "gauge",
                           "host memory of the voltage ring", ring["bytes"]))  # fmt: skip
+    return out
+
+
+#: search --listen (the report's ``search``): key, metric, type, meaning.
+_SEARCH = (
+    ("samples", "samples_total", "counter", "filterbank samples fed to the search"),
+    ("lost_samples", "lost_samples_total", "counter", "of them lost (masked: missing packets)"),
+    ("searched_samples", "searched_samples_total", "counter",
+     "arrival times searched (gulps' own parts)"),
+    ("gulps", "gulps_total", "counter", "gulps searched"),
+    ("giants", "giants_total", "counter", "giants (one per DM trial, boxcar and run)"),
+    ("n_candidates", "candidates_total", "counter", "candidate lines written"),
+    ("search_seconds", "engine_seconds_total", "counter",
+     "seconds the search engine spent on gulps"),
+    ("seconds_behind_max", "behind_seconds_max", "gauge",
+     "the most the search lagged the stream (newest sample's arrival to a gulp's end)"),
+)  # fmt: skip
+
+
+def _search(r: dict[str, Any]) -> list[Sample]:
+    """search --listen: rows in, gulps, giants, candidates, the engine's time, latency."""
+    out = [Sample("voltstream_search_" + n, kind, t, r[k])
+           for k, n, kind, t in _SEARCH if _num(r.get(k))]  # fmt: skip
+    out += [Sample("voltstream_search_latency_seconds", "gauge",
+                   "detection latency of the candidates so far, by quantile (docs/search.md)",
+                   r[k], {"quantile": q})
+            for k, q in (("latency_p50_s", "0.5"), ("latency_p99_s", "0.99"),
+                         ("latency_max_s", "1")) if _num(r.get(k))]  # fmt: skip
     return out
 
 

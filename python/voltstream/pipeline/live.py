@@ -17,7 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -53,8 +53,12 @@ class LiveReader:
         source: ChunkSource | None = None,
         stop_event: threading.Event | None = None,
         live_report: Any = None,
+        on_chunk: Callable[[int], None] | None = None,
     ) -> None:
         self.fmt, self.capture, self.obs, self.source = fmt, capture, obs, source
+        #: Called with each chunk's sample count as the capture hands it over, in the
+        #: capture's thread (the live search's arrival times, pipeline/live_search.py).
+        self.on_chunk = on_chunk
         self.stop_event = stop_event
         #: Samples captured but not folded because a stop came first (the bound on
         #: a stop's time: the queue may hold seconds of work when the fold lags).
@@ -82,7 +86,7 @@ class LiveReader:
                 self.fmt,
                 self.capture,
                 self.duration_s,
-                sink=lambda samples, valid: self._queue.put((samples, valid)),
+                sink=self._sink,
                 idle_timeout_s=self.idle_timeout_s,
                 on_start=self._started.set,
                 source=self.source,
@@ -94,6 +98,11 @@ class LiveReader:
         finally:
             self._started.set()
             self._queue.put(_END)
+
+    def _sink(self, samples: np.ndarray, valid: np.ndarray) -> None:
+        if self.on_chunk is not None:
+            self.on_chunk(samples.shape[0])
+        self._queue.put((samples, valid))
 
     def read_blocks(self, nsamp: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Yields (complex64 (n, nchan, npol), valid (n,)) blocks of `nsamp` samples

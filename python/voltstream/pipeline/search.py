@@ -40,13 +40,14 @@ from voltstream.io.sigproc import SigprocFile
 from voltstream.search.candidates import Candidate, Giants, cluster, cluster_labels
 from voltstream.search.single_pulse import (
     MIN_SUMS,
+    SearchResult,
     SearchSettings,
     delay_table,
     dm_trials,
     search_filterbank,
 )
 
-__all__ = ["SearchReport", "gulp_plan", "search_file"]
+__all__ = ["ReferenceEngine", "SearchReport", "gulp_plan", "search_engine", "search_file"]
 
 log = logging.getLogger("voltstream.pipeline.search")
 
@@ -77,6 +78,7 @@ class SearchReport:
     giants: int = 0
     expected_false_alarms: float = 0.0  # Gaussian noise, S/N values above threshold
     seconds: float = 0.0
+    device: str = "cpu"
     candidates: list[Candidate] = field(default_factory=list)  # strongest first
 
     def as_dict(self) -> dict[str, Any]:
@@ -104,6 +106,34 @@ class SearchReport:
                 f"members {c.members}"
             )
         return lines
+
+
+class ReferenceEngine:
+    """The NumPy reference as a search engine: what every engine has, ``name`` and
+    ``search(data, mask, first_sample) -> SearchResult`` for one gulp of this band
+    and sampling time (search/gpu_single_pulse.py ``GpuSinglePulse`` is the GPU's)."""
+
+    name = "cpu"
+
+    def __init__(self, freqs_mhz: np.ndarray, tsamp_s: float, settings: SearchSettings) -> None:
+        self.freqs, self.tsamp, self.settings = np.asarray(freqs_mhz), tsamp_s, settings
+
+    def search(
+        self, data: np.ndarray, mask: np.ndarray | None = None, first_sample: int = 0
+    ) -> SearchResult:
+        return search_filterbank(data, self.freqs, self.tsamp, mask, self.settings,
+                                 first_sample=first_sample)  # fmt: skip
+
+
+def search_engine(
+    device: str, freqs_mhz: np.ndarray, tsamp_s: float, settings: SearchSettings
+) -> Any:
+    """The engine of ``device`` ("cpu" or "gpu", as ``resolve_device`` gives it)."""
+    if device == "gpu":
+        from voltstream.search.gpu_single_pulse import GpuSinglePulse
+
+        return GpuSinglePulse(freqs_mhz, tsamp_s, settings)
+    return ReferenceEngine(freqs_mhz, tsamp_s, settings)
 
 
 def gulp_plan(
@@ -140,10 +170,12 @@ def search_file(
     gulp_s: float | None = None,
     on_candidates: Callable[[list[Candidate]], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    device: str = "cpu",
 ) -> SearchReport:
     """Searches ``fil`` gulp by gulp (module docstring); ``on_candidates`` is given each
     batch of finished candidates as they come (to write them), ``progress`` the
-    samples each gulp owned."""
+    samples each gulp owned; ``device``: the engine each gulp runs on (cpu: the NumPy
+    reference, gpu: search/gpu_single_pulse.py), made once."""
     t0 = time.monotonic()
     settings.check()
     freqs, tsamp = fil.freqs_mhz, fil.tsamp_s
@@ -170,13 +202,14 @@ def search_file(
     settings = replace(settings, boxcar_max=boxcar)
     margin = boxcar // 2 + 1
     plan = gulp_plan(searchable, gulp, margin, sweep, fil.nsamp)
+    engine = search_engine(device, freqs, tsamp, settings)
     rep = SearchReport(
         path=str(fil.path), nsamp=fil.nsamp, nchans=fil.nchans, tsamp_s=tsamp,
         dm_min=settings.dm_min, dm_max=float(dms[-1]), dm_trials=len(dms),
         max_delay_samples=sweep, boxcar_max=boxcar, threshold=settings.threshold,
         gulps=len(plan), gulp_samples=min(gulp, searchable),
         overlap_samples=sweep + 2 * margin if len(plan) > 1 else 0,
-        searched_samples=searchable,
+        searched_samples=searchable, device=device,
     )  # fmt: skip
     sep = {"time_sep": settings.time_sep, "dm_sep": settings.dm_sep,
            "filter_sep": settings.filter_sep}  # fmt: skip
@@ -190,7 +223,7 @@ def search_file(
             at = np.arange(lo, hi)
             rep.lost_samples += int(np.sum(~valid & (at >= own_lo) & (
                 (at < own_hi) if k < len(plan) - 1 else True)))  # fmt: skip
-        res = search_filterbank(block, freqs, tsamp, valid, settings)
+        res = engine.search(block, valid)
         rep.n_trials += res.n_trials
         rep.expected_false_alarms += res.expected_false_alarms()
         g = _shift(res.giants, lo)
