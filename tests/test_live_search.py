@@ -210,3 +210,33 @@ def test_cli_finds_a_simulated_frb_live_and_reports_its_latency(tmp_path):
 def test_bad_live_options_are_one_line(tmp_path, argv, words):
     r = run_cli("search", *argv)
     assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_rows_a_gpu_engine_still_holds_at_the_end_are_searched_too():
+    """A GPU filterbank returns each block's rows a block late and the last ones from
+    finish(): the tee between it and the search hands those on too (they were lost)."""
+    from voltstream.pipeline.live_search import SearchTee
+
+    class OneBlockLate:  # the GPU engine's contract, on host arrays
+        held = None
+
+        def feed(self, block, valid):
+            out, self.held = self.held, (block[:, None, :], valid)
+            return out if out is not None else (np.zeros((0, 1, 4)), np.zeros(0, bool))
+
+        def finish(self):
+            return self.held
+
+    class Rows:
+        got: list = []
+
+        def feed(self, x, ok):
+            self.got.append(x)
+
+    blocks = [np.full((3, 4), k, np.float32) for k in range(4)]
+    tee, search = SearchTee(OneBlockLate(), Rows()), Rows()
+    tee.search = search
+    for b in blocks:
+        tee.feed(b, np.ones(3, bool))
+    tee.finish()
+    assert np.array_equal(np.concatenate(search.got), np.concatenate(blocks))

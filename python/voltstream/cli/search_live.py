@@ -72,12 +72,17 @@ def search_live(args: argparse.Namespace, cand_path: str) -> Any:
     cands = CandidateFile(cand_path)
     # The search (and its engine: kernels compiled, plan made) before the socket opens.
     search = make_stream_search(plan, settings, gulp_s, cands, device, arrivals)
+    fb_engine = None  # the filterbank: on the search's device (the NumPy reference on the CPU)
+    if device == "gpu":
+        from voltstream.search.gpu_filterbank import GpuFilterbank
+
+        fb_engine = GpuFilterbank(plan)
     state["search"] = search
     live.start()
     log.info("search: listening on %s", args.listen)
     try:
         with _progress(args, "search", None, "samples") as update:
-            search_rows(reader, plan, search, writer=writer, progress=update)
+            search_rows(reader, plan, search, engine=fb_engine, writer=writer, progress=update)
     finally:
         cands.close()
         if writer is not None:

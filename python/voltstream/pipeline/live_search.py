@@ -78,6 +78,11 @@ def on_chunk_recorder(log: ArrivalLog, tsamp_s: float) -> Callable[[int], None]:
     return on_chunk
 
 
+def _no_rows(engine: Any) -> tuple[np.ndarray, np.ndarray]:
+    plan = engine.plan
+    return np.zeros((0, plan.npol_out, plan.nchan_out), np.float32), np.zeros(0, bool)
+
+
 class SearchTee:
     """A filterbank engine that also hands each block's rows to a `StreamSearch`
     (``make_filterbank(engine=SearchTee(...))`` writes and searches the same rows)."""
@@ -86,7 +91,15 @@ class SearchTee:
         self.engine, self.search = engine, search
 
     def feed(self, block: np.ndarray, valid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        x, ok = self.engine.feed(block, valid)
+        return self._rows(*self.engine.feed(block, valid))
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """What the engine still held (a GPU engine returns rows a block late): searched
+        and written like the rest."""
+        done = getattr(self.engine, "finish", None)
+        return self._rows(*done()) if callable(done) else self._rows(*_no_rows(self.engine))
+
+    def _rows(self, x: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if len(x):
             self.search.feed(x[:, 0, :], ok)
         return x, ok
@@ -141,5 +154,6 @@ def search_rows(
             tee.feed(block, valid)
             if progress is not None:
                 progress(fb.samples_in)
+        tee.finish()
     search.finish()
     return fb
