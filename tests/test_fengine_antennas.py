@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from cli_process import run_cli
-from loopback import free_ports
-from test_fengine_pipeline import address, drain, udp_sink
+from loopback import address, free_ports, udp_receiver
+from test_fengine_pipeline import drain
 from voltstream.capture.config import CaptureSettings
 from voltstream.cli import main
 from voltstream.errors import ConfigError
@@ -80,7 +80,7 @@ def reference(tone: float, seed: int, feng_id: int) -> list:
 
 def test_two_antennas_in_one_process_each_send_the_reference_of_their_own_input(tmp_path):
     ports = free_ports(2)
-    sinks = [udp_sink(), udp_sink()]
+    sinks = [udp_receiver(), udp_receiver()]
     files = [tmp_path / "a0.spead", tmp_path / "a1.spead"]
     report_path = tmp_path / "report.json"
     proc, lines = start_fengine(
