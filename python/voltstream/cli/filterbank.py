@@ -17,6 +17,7 @@ from voltstream.cli.options import (
     add_options,
     add_ring_mb,
     add_run,
+    add_verb,
     finite,
     listen_option,
     positive,
@@ -56,12 +57,12 @@ def power_of_two(text: str) -> int:
 
 
 def add_filterbank_parser(verbs: Any) -> None:
-    p = verbs.add_parser(
+    p = add_verb(
+        verbs,
         "filterbank",
-        help="make a search filterbank (SIGPROC .fil or PSRFITS search mode) from baseband",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "make a search filterbank (SIGPROC .fil or PSRFITS search mode) from baseband",
+        DESCRIPTION,
+        EPILOG,
     )
     p.add_argument("input", nargs="?",
                    help="baseband file: DADA or VDIF, as fold takes (not with --listen)"

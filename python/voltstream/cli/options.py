@@ -168,6 +168,18 @@ def positive(kind: Any) -> Callable[[str], Any]:
 Option = tuple[Any, ...]
 
 
+def add_verb(verbs: Any, name: str, help: str, description: str, epilog: str | None = None) -> Any:
+    """The parser of a verb whose description (and epilog) are laid out by hand:
+    examples and tables keep their line breaks and indents in ``--help``."""
+    return verbs.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def add_options(g: Any, options: Sequence[Option]) -> None:
     """Options of the common kind (a flag that takes a value, its type, default and help,
     maybe its choices) declared as a table, so a verb's options read as a list of what
