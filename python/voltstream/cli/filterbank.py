@@ -10,6 +10,7 @@ from typing import Any
 
 from voltstream.cli.options import (
     add_capture_threads,
+    add_chunk_pool,
     add_device,
     add_engine,
     add_format_options,
@@ -104,14 +105,7 @@ def add_filterbank_parser(verbs: Any) -> None:
             "filterbank's counts and, live, the capture's")  # fmt: skip
     add_capture_threads(live, "capture threads (packet_ring engine), steered in the kernel by "
                         "stream id or by chunk (--spread). Default: 1")  # fmt: skip
-    add_options(live, (
-        ("--packets-per-chunk", positive(int), None,
-         "packets per stream per chunk. Default: about 32 MiB chunks on the GPU, 256 on "
-         "the CPU"),
-        ("--buffer-mb", positive(float), 1024,
-         "size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
-         "stage the capture rides out before it drops chunks. Default: 1024"),
-    ))  # fmt: skip
+    add_chunk_pool(live)
     add_ring_mb(live)
     add_no_status(live)
     add_engine(live)

@@ -382,6 +382,19 @@ def add_sample_rate(g: Any, use: str) -> None:
     g.add_argument("--sample-rate-hz", type=positive(float), default=SAMPLE_RATE_HZ, help=help)
 
 
+def add_chunk_pool(g: Any) -> None:
+    """A live GPU stage's chunks and their pool (fold, filterbank; docs/cli.md)."""
+    add_options(g, (
+        ("--packets-per-chunk", positive(int), None,
+         "packets per stream per chunk. Default: about 32 MiB chunks on the GPU, 256 on "
+         "the CPU"),
+        ("--buffer-mb", positive(float), 1024,
+         "size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
+         "stage the capture rides out before it drops chunks (1024 MiB = 0.2 s at 40 Gb/s). "
+         "Default: 1024"),
+    ))  # fmt: skip
+
+
 def add_ring_mb(g: Any) -> None:
     g.add_argument(
         "--ring-mb",

@@ -26,6 +26,7 @@ from voltstream.cli.options import (
     Parser,
     add_alias,
     add_capture_threads,
+    add_chunk_pool,
     add_device,
     add_digitiser,
     add_engine,
@@ -580,15 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
         "chunk (--spread): one YNAO stream spreads over several cores. "
         "Default: 1",
     )
-    add_options(live, (
-        ("--packets-per-chunk", positive(int), None,
-         "packets per stream per chunk. Default: about 32 MiB chunks on the GPU, 256 on "
-         "the CPU"),
-        ("--buffer-mb", positive(float), 1024,
-         "size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
-         "stage the capture rides out before it drops chunks (1024 MiB = 0.2 s at 40 Gb/s). "
-         "Default: 1024"),
-    ))  # fmt: skip
+    add_chunk_pool(live)
     add_ring_mb(live)
     add_no_status(live)
     add_engine(live)
