@@ -120,8 +120,8 @@ def filterbank(args: argparse.Namespace) -> Any:
         _capture_settings,
         _now_mjd,
         _progress,
-        _status_line,
         _stop_event,
+        live_gpu_run,
         watcher,
     )
     from voltstream.cli.stream_options import gpu_check
@@ -176,11 +176,8 @@ def filterbank(args: argparse.Namespace) -> Any:
         writer = open_writer(args.output, file_format, plan, history)
         report, capture_report = filterbank_live_gpu(
             fmt, _capture_settings(args, args.listen), args.duration, plan, writer,
-            args.output, file_format, idle_timeout_s=args.idle_timeout,
-            packets_per_chunk=args.packets_per_chunk, pool_mb=args.buffer_mb,
-            status=_status_line(args),
-            on_start=lambda: log.info("filterbank: listening on %s", args.listen),
-            stop_event=_stop_event(args), live_report=watcher(args),
+            args.output, file_format, packets_per_chunk=args.packets_per_chunk,
+            pool_mb=args.buffer_mb, run=live_gpu_run(args, "filterbank"),
         )  # fmt: skip
     else:
         if live is not None:
