@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -16,6 +18,18 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
         text=True,
         timeout=timeout,
     )
+
+
+@contextmanager
+def reaped(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """``proc`` for the block; killed and waited for if it still runs when the block
+    ends (a failed assertion or a timeout in it), so that no test leaves it behind."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def fold_of_a_file(sim: tuple[str, ...], fold: tuple[str, ...], path: Path) -> Path:

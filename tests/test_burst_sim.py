@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from cli_process import run_cli
+from cli_process import reaped, run_cli
 from sp_data import filterbank
 from voltstream.dsp.dedisperse import dispersion_delay_s
 from voltstream.errors import ConfigError
@@ -136,13 +136,9 @@ def test_bursts_go_over_udp_as_the_pulsar_does():
             [sys.executable, "-m", "voltstream.cli", "simulate", *argv],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        try:
+        with reaped(proc):
             got = _receive_until_quiet(s, proc)
             out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
     assert proc.returncode == 0, err
     pkts = np.frombuffer(b"".join(got), dtype=np.uint8).reshape(-1, YNAO_FRAME_LEN)
     order = np.argsort(ynao_headers(pkts)["sequence"], kind="stable")

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_process import reaped
 from voltstream.cli.cluster import cluster_summary, demo_plan, run_simulated
 from voltstream.cluster.driver import Kill
 from voltstream.cluster.local import local_nodes
@@ -212,7 +213,7 @@ def test_fold_scheduler_live_subbands_as_on_real_hosts(nodes, tmp_path):
          "-o", str(tmp_path / "live.fits"), "--report", str(tmp_path / "live.json")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    try:
+    with reaped(fold):
         lines = []
         for line in fold.stdout:  # type: ignore[union-attr]
             lines.append(line)
@@ -221,9 +222,6 @@ def test_fold_scheduler_live_subbands_as_on_real_hosts(nodes, tmp_path):
         _, sim = demo_plan(NAMES, nodes.dests, tmp_path / "x.fits", TSUB, 1.0, seed=SEED)
         subprocess.run(sim + ["--rate", "0.06"], check=True, capture_output=True, timeout=120)
         out, _ = fold.communicate(timeout=120)
-    finally:
-        if fold.poll() is None:
-            fold.kill()
     assert fold.returncode == 0, "".join(lines) + (out or "")
     report = json.loads((tmp_path / "live.json").read_text())
     assert report["merge"]["rows_written"] == report["merge"]["rows_complete"] > 0

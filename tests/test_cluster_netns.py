@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from cli_process import reaped
 from netns import receiver, run_in, stop_receiver
 from voltstream.cluster import netns
 from voltstream.cluster.netns import NodeNamespaces, NodeNet, namespaces_available
@@ -169,17 +170,13 @@ def test_node_connects_to_a_tcp_listener_on_the_host_address(nets):
             [*nets[1].exec_prefix(), sys.executable, "-c", TCP_CLIENT, nets[1].host_addr,
              str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        try:
+        with reaped(client):
             conn, peer = server.accept()
             with conn:
                 conn.settimeout(10)
                 assert conn.recv(64) == b"node here"
                 conn.sendall(b"scheduler here")
             out, err = client.communicate(timeout=30)
-        finally:
-            if client.poll() is None:
-                client.kill()
-                client.wait(timeout=10)
     assert client.returncode == 0, err
     assert out.strip() == "scheduler here"
     assert peer[0] == nets[1].node_addr

@@ -15,9 +15,9 @@ import time
 import numpy as np
 import pytest
 
-from cli_process import run_cli
-from loopback import free_ports
-from test_fengine_pipeline import address, drain, udp_sink
+from cli_process import reaped, run_cli
+from loopback import address, free_ports, udp_receiver
+from test_fengine_pipeline import drain
 from voltstream.capture.config import CaptureSettings
 from voltstream.cli import main
 from voltstream.errors import ConfigError
@@ -80,7 +80,7 @@ def reference(tone: float, seed: int, feng_id: int) -> list:
 
 def test_two_antennas_in_one_process_each_send_the_reference_of_their_own_input(tmp_path):
     ports = free_ports(2)
-    sinks = [udp_sink(), udp_sink()]
+    sinks = [udp_receiver(), udp_receiver()]
     files = [tmp_path / "a0.spead", tmp_path / "a1.spead"]
     report_path = tmp_path / "report.json"
     proc, lines = start_fengine(
@@ -89,14 +89,11 @@ def test_two_antennas_in_one_process_each_send_the_reference_of_their_own_input(
         "--output", f"{files[0]},{files[1]}", "--idle-timeout", "8",
         "--report", str(report_path),
     )  # fmt: skip
-    try:
+    with reaped(proc):
         sims = [simulate(p, *sig) for p, sig in zip(ports, SIGNALS, strict=True)]
         for s in sims:
             assert s.wait(60) == 0, s.stderr.read()
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0, err
     text = "".join(lines) + out
     assert "antenna 0: 127.0.0.1" in text and "feng_id 1 of 2" in text
@@ -139,13 +136,10 @@ def test_a_silent_antenna_is_counted_and_does_not_hold_the_run_and_loss_sets_the
         "--idle-timeout", "4", "--report", str(report_path), "--cpus", f"{cpus[0]},{cpus[1]}",
         "--max-loss", "0",
     )  # fmt: skip
-    try:
+    with reaped(proc):
         sim = simulate(ports[0], *SIGNALS[0], "--drop", "1:50")  # nothing to the second port
         assert sim.wait(60) == 0, sim.stderr.read()
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 1, err  # one heap lost of antenna 0's, over --max-loss 0
     assert "lost 0.25 % of the data (1 of 400)" in err
     assert time.monotonic() - t0 < 45  # each antenna ended on its idle timeout

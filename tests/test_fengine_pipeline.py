@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import fengine_local
-from cli_process import run_cli
+from cli_process import reaped, run_cli
 from loopback import address, udp_receiver
 from voltstream import device as device_mod
 from voltstream.capture.config import CaptureSettings
@@ -602,7 +602,7 @@ def test_fengine_cli_runs_on_loopback(tmp_path):
         text=True,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
-    try:
+    with reaped(fengine):
         deadline = time.monotonic() + 30
         lines = []
         while time.monotonic() < deadline:
@@ -635,9 +635,6 @@ def test_fengine_cli_runs_on_loopback(tmp_path):
         )
         assert sim.returncode == 0, sim.stderr
         out, err = fengine.communicate(timeout=30)
-    finally:
-        if fengine.poll() is None:
-            fengine.kill()
     assert fengine.returncode == 0, err
     text = "".join(lines) + out
     for word in (

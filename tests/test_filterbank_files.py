@@ -16,7 +16,7 @@ import your
 from astropy.io import fits
 from your.formats.psrfits import PsrfitsFile
 
-from cli_process import run_cli
+from cli_process import reaped, run_cli
 from voltstream.io.baseband import open_baseband
 from voltstream.io.dada import DadaWriter
 from voltstream.observation import Observation
@@ -220,14 +220,12 @@ def test_listen_makes_the_file_a_recording_of_the_stream_makes(tmp_path):
          "--fine-channels", "8", "-o", str(live), "--report", str(rep)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    try:
+    with reaped(proc):
         wait_bound(bind)
         sent = run_cli("simulate", *fmt, "--signal", "pulsar", "--dm", "10", "--period",
                        "0.01", "--duration", "0.05", "--dest", bind, "--rate", "0.05")  # fmt: skip
         assert sent.returncode == 0, sent.stderr
         out, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
     assert proc.returncode == 0, err
     report = json.loads(rep.read_text())
     assert report["capture"]["totals"]["received"] == 100 and report["capture"]["lost"] == 0

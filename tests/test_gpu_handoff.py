@@ -19,7 +19,9 @@ from voltstream.capture.config import CaptureSettings
 from voltstream.capture.run import run_capture
 from voltstream.capture.timeline import Block, ChunkTimeline, Gap
 from voltstream.formats import make_format
+from voltstream.pipeline import gpu
 from voltstream.pipeline.gpu import Handoff, gpu_stage_runner
+from voltstream.pipeline.live import LiveGpuRun, capture_to_gpu
 from voltstream.testing import Drop, FaultPlan
 
 
@@ -253,6 +255,53 @@ def test_a_slow_stage_drops_whole_chunks_counted_exactly_and_they_become_gaps():
     delivered = np.concatenate(stage.valid)
     assert delivered.sum() == t["received"] * spp
     assert consumer.gaps >= 1 and consumer.handoff.released == consumer.blocks
+
+
+class TimedStage(RecordingStage):
+    """A RecordingStage with the busy counters a live GPU stage reports."""
+
+    host_busy_s, host_wait_s = 0.02, 0.5
+
+    def __init__(self, fmt, ppc, log):
+        super().__init__(fmt, ppc, log)
+        self.chunk = ppc * fmt.samples_per_packet
+
+    @property
+    def blocks_fed(self):
+        return self.nfed
+
+    def busy_ms(self):
+        return 7.0
+
+
+def test_capture_to_gpu_finishes_the_stage_after_the_capture_and_reports_its_pipeline(
+    monkeypatch,
+):
+    """The live GPU verbs' one capture (pipeline/live.py ``capture_to_gpu``): every
+    packet reaches the stage, ``finish`` runs once the capture has ended and its result
+    is handed back, and the report carries the stage's counters and busy times."""
+    # No pool to page-lock without a GPU (CUDA's host registration): the runner's
+    # registry is left out, as gpu_stage_runner allows.
+    monkeypatch.setattr(gpu, "HostRegistry", lambda: None)
+    fmt = make_format("ynao", chan_bw_mhz=1.0)
+    obs = fmt.observation(start_mjd=60000, start_sec=0.0)
+    spp, ppc, npkt = fmt.samples_per_packet, 8, 8 * 5
+    q = np.random.default_rng(2).integers(-50, 50, (spp * npkt, 32, 2, 2), dtype=np.int8)
+    log = []
+    stage = TimedStage(fmt, ppc, log)
+    bind = free_bind()
+    settings = CaptureSettings.of(bind, packets_per_chunk=ppc, engine="socket")
+    run = LiveGpuRun(idle_timeout_s=0.5, on_start=sender(bind, fmt.packetize(q, 0, obs)),
+                     status=False)  # fmt: skip
+    got, report = capture_to_gpu("fold", stage, fmt, settings, 20, run,
+                                 lambda: log.append(("finish",)) or "product")  # fmt: skip
+    assert got == "product" and log[-1] == ("finish",) and log.count(("finish",)) == 1
+    assert report.totals["received"] == npkt and np.concatenate(stage.valid).sum() == npkt * spp
+    p = report.pipeline
+    assert p["samples_fed"] == npkt * spp and p["packets_per_chunk"] == ppc
+    assert p["gpu_busy_ms"] == 7.0 and 0 < p["gpu_busy_pct"] < 100
+    assert p["host_ms_per_block"] == 1e3 * 0.02 / stage.nfed and p["host_wait_s"] == 0.5
+    assert p["block_ms"] == 1e3 * ppc * spp * fmt.tsamp_s
 
 
 def test_gap_and_block_kinds_are_what_the_consumer_dispatches_on():

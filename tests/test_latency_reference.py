@@ -65,51 +65,56 @@ def offsets(dtype: np.dtype) -> dict[str, int]:
     return {name: dtype.fields[name][1] for name in dtype.names}
 
 
-def test_trailer_dtype_matches_contract():
-    d = ref.TRAILER_DTYPE
+# Each 64-byte record of the contract: its fields' offsets, and the types of some.
+CONTRACT = {
+    "trailer": (
+        ref.TRAILER_DTYPE,
+        {"frame": 0, "bytes": 8, "kind": 12, "t_send_ns": 16, "reserved": 24, "seq": 56},
+        {"seq": "<u8", "bytes": "<u4"},
+    ),
+    "ack": (
+        ref.ACK_DTYPE,
+        {
+            "seq": 0,
+            "sum": 8,
+            "sumsq": 16,
+            "status": 24,
+            "torn": 28,
+            "t_gpu_ns": 32,
+            "reserved": 40,
+        },
+        {"status": "<u4", "torn": "<u4"},
+    ),
+    "accum": (
+        ref.ACCUM_DTYPE,
+        {
+            "sum": 0,
+            "sumsq": 8,
+            "done_blocks": 16,
+            "torn": 20,
+            "reserved": 24,
+            "relay_seq": 32,
+            "relay_frame": 40,
+            "relay_bytes": 48,
+            "relay_kind": 52,
+            "relay_fields_seq": 56,
+        },
+        {},
+    ),
+    "control": (ref.CONTROL_DTYPE, {"abort": 0}, {}),
+}
+
+
+@pytest.mark.parametrize("name", CONTRACT)
+def test_dtype_matches_contract(name):
+    d, want, types = CONTRACT[name]
     assert d.itemsize == 64
-    assert offsets(d) == {
-        "frame": 0,
-        "bytes": 8,
-        "kind": 12,
-        "t_send_ns": 16,
-        "reserved": 24,
-        "seq": 56,
-    }
-    assert d["seq"] == np.dtype("<u8") and d["bytes"] == np.dtype("<u4")
-    assert ref.TRAILER_SEQ_OFFSET == 56  # the last 8 bytes of the trailer
+    assert offsets(d) == want
+    assert {f: d[f] for f in types} == {f: np.dtype(t) for f, t in types.items()}
 
 
-def test_ack_dtype_matches_contract():
-    d = ref.ACK_DTYPE
-    assert d.itemsize == 64
-    assert offsets(d) == {
-        "seq": 0,
-        "sum": 8,
-        "sumsq": 16,
-        "status": 24,
-        "torn": 28,
-        "t_gpu_ns": 32,
-        "reserved": 40,
-    }
-    assert d["status"] == np.dtype("<u4") and d["torn"] == np.dtype("<u4")
-
-
-def test_accum_and_control_dtypes_match_contract():
-    assert ref.ACCUM_DTYPE.itemsize == 64
-    assert offsets(ref.ACCUM_DTYPE) == {
-        "sum": 0,
-        "sumsq": 8,
-        "done_blocks": 16,
-        "torn": 20,
-        "reserved": 24,
-        "relay_seq": 32,
-        "relay_frame": 40,
-        "relay_bytes": 48,
-        "relay_kind": 52,
-        "relay_fields_seq": 56,
-    }
-    assert ref.CONTROL_DTYPE.itemsize == 64 and offsets(ref.CONTROL_DTYPE) == {"abort": 0}
+def test_trailer_seq_offset_is_its_last_8_bytes():
+    assert ref.TRAILER_SEQ_OFFSET == 56 == ref.TRAILER_DTYPE.itemsize - 8
 
 
 def kernel_text() -> str:

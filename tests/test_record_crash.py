@@ -110,6 +110,21 @@ def _kill_and_repair(proc, sender: Sender, dirs: list[Path], scan: str) -> float
     return killed_at
 
 
+def _crash(proc, sender: Sender, dirs: list[Path], scan: str, sent: np.ndarray, after_s: float):
+    """Starts `sender`, kill -9s the recorder `after_s` seconds after the sender's
+    start and repairs the scan: (which frames of `sent` are on disk, which were sent
+    before the kill, the kill's time)."""
+    try:
+        sender.start()
+        assert sender.started.wait(10)
+        time.sleep(max(0.0, sender.t0 + after_s - time.monotonic()))
+        killed_at = _kill_and_repair(proc, sender, dirs, scan)
+    finally:
+        proc.kill()
+        sender.end()
+    return _on_disk(dirs, scan, sent), sender.sent_at < killed_at, killed_at
+
+
 def _on_disk(dirs: list[Path], scan: str, sent: np.ndarray) -> np.ndarray:
     """Which frames of `sent` are on disk after the repair; each real frame found
     is checked equal to the frame sent at its place."""
@@ -147,16 +162,7 @@ def test_kill_9_of_a_slow_stream_loses_at_most_the_flush_age(tmp_path, disks, fp
     per = json.loads((disks[0] / "c1.manifest.json").read_text())["packets_per_chunk"]
     lead = START_SECONDS * fps % per
     opened = (-(-(int(1.8 * fps) + lead) // per) * per - lead) / fps
-    try:
-        sender.start()
-        assert sender.started.wait(10)
-        time.sleep(max(0.0, sender.t0 + opened + FLUSH_AGE_S - 0.03 - time.monotonic()))
-        killed_at = _kill_and_repair(proc, sender, disks, "c1")
-    finally:
-        proc.kill()
-        sender.end()
-    have = _on_disk(disks, "c1", sent)
-    before = sender.sent_at < killed_at
+    have, before, killed_at = _crash(proc, sender, disks, "c1", sent, opened + FLUSH_AGE_S - 0.03)
     assert before.sum() > 2 * fps * len(THREADS)  # the sender kept its pace
     lost = before & ~have
     # The oldest frame sent before the kill that is not on disk: how much was lost.
@@ -173,15 +179,7 @@ def test_kill_9_after_the_stream_paused_loses_nothing_sent_before_the_pause(tmp_
     sent = _frames(2.0, fps)
     # 0.3 s of frames (a chunk and part of the next), then the stream pauses.
     sender = Sender(bind, sent, fps, pause_after=300)
-    try:
-        sender.start()
-        time.sleep(0.3 + FLUSH_AGE_S + TOLERANCE_S + 0.3)
-        killed_at = _kill_and_repair(proc, sender, disks, "c2")
-    finally:
-        proc.kill()
-        sender.end()
-    have = _on_disk(disks, "c2", sent)
-    before = sender.sent_at < killed_at
+    have, before, _ = _crash(proc, sender, disks, "c2", sent, 0.3 + FLUSH_AGE_S + TOLERANCE_S + 0.3)
     assert before.sum() == 300 * len(THREADS)
     assert have[before].all(), f"{(before & ~have).sum()} frames sent before the pause lost"
     assert not have[~before].any()

@@ -354,16 +354,7 @@ def test_sigterm_ends_every_long_running_verb_cleanly(tmp_path, verb):
     bind = free_bind()
     args, ready = _verb(verb, bind, tmp_path)
     proc, err = _start(*args)
-    try:
-        if ready:
-            err.wait_for(ready)
-        else:  # fengine says it listens on stdout
-            assert "listening on" in _stdout_line(proc, "listening on")
-        proc.send_signal(signal.SIGTERM)
-        out = _finish(proc)
-    finally:
-        proc.kill()
-    stderr = err.rest()
+    out, stderr = sigterm_when_ready(proc, err, ready)  # fengine: ready on its stdout
     assert proc.returncode == 0, out + stderr
     assert "SIGTERM: stopping" in stderr and "Traceback" not in stderr
     if verb != "simulate":
@@ -374,6 +365,22 @@ def test_sigterm_ends_every_long_running_verb_cleanly(tmp_path, verb):
     if verb == "record":
         manifest = json.loads((tmp_path / "s1.manifest.json").read_text())
         assert manifest["complete"] is True
+
+
+def sigterm_when_ready(proc: subprocess.Popen, err: Lines, ready: str = "") -> tuple[str, str]:
+    """SIGTERM to ``proc`` once it is ready (``ready`` on its stderr; with none, the
+    F-engine's "listening on" on its stdout), then its exit (killed if it hangs or
+    a wait fails); its (stdout, stderr)."""
+    try:
+        if ready:
+            err.wait_for(ready)
+        else:
+            _stdout_line(proc, "listening on")
+        proc.send_signal(signal.SIGTERM)
+        out = _finish(proc)
+    finally:
+        proc.kill()
+    return out, err.rest()
 
 
 def _stdout_line(proc: subprocess.Popen, text: str) -> str:

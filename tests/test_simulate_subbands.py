@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from cli_process import run_cli
+from cli_process import reaped, run_cli
 from voltstream.errors import ConfigError
 from voltstream.formats import make_format
 from voltstream.io.dada import open_dada
@@ -169,13 +169,9 @@ def test_udp_subbands_share_indices_and_time_stamps():
              "--subbands", "4", "--dest", dest, "--rate", "0.2"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        try:
+        with reaped(proc):
             got = _receive_all(socks, proc)
             out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
     finally:
         for s in socks:
             s.close()

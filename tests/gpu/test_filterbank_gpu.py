@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from cli_process import run_cli
+from cli_process import reaped, run_cli
 from voltstream.device import gpu_available
 from voltstream.dsp.packed import PackedLayout
 from voltstream.dsp.real import RealToComplex, complex_observation
@@ -198,13 +198,11 @@ def test_live_gpu_filterbank_equals_the_file_filterbank(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     sim = ["--signal", "pulsar", "--dm", "10", "--period", "0.01", "--duration", "0.05"]
-    try:
+    with reaped(proc):
         wait_bound(bind)
         sent = run_cli("simulate", *fmt, *sim, "--dest", bind, "--rate", "0.05")
         assert sent.returncode == 0, sent.stderr
         out, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
     assert proc.returncode == 0, err
     report = json.loads(rep.read_text())
     assert report["capture"]["totals"]["received"] == 100 and report["capture"]["lost"] == 0

@@ -12,7 +12,7 @@ import pytest
 from astropy.io import fits
 
 from loopback import free_bind
-from test_service import _finish, _start, signal_live_fold
+from test_service import _start, signal_live_fold, sigterm_when_ready
 from voltstream.service.shutdown import STOP_BOUND_S
 
 pytestmark = pytest.mark.gpu
@@ -45,15 +45,7 @@ def test_sigterm_ends_a_gpu_fengine_with_its_report(tmp_path):
         "--output", str(tmp_path / "f.spead"), "--duration", "600",
         "--no-status", "--report", str(tmp_path / "report.json"),
     )  # fmt: skip
-    try:
-        for line in proc.stdout:
-            if "listening on" in line:
-                break
-        proc.send_signal(signal.SIGTERM)
-        out = _finish(proc)
-    finally:
-        proc.kill()
-    stderr = err.rest()
+    out, stderr = sigterm_when_ready(proc, err)
     assert proc.returncode == 0, out + stderr
     assert "SIGTERM: stopping" in stderr
     assert json.loads((tmp_path / "report.json").read_text())["interrupted"] is True

@@ -34,6 +34,7 @@ from voltstream.cli.common import (  # noqa: F401 - the verbs' shared helpers
     _status_line,
     _stop_event,
     capture_output,
+    live_gpu_run,
     record_settings,
 )
 from voltstream.cli.fengine import fengine  # noqa: F401 - a verb
@@ -238,10 +239,8 @@ def fold(args: argparse.Namespace) -> int | Loss:
         try:
             archive, report = fold_live_gpu(
                 fmt, _capture_settings(args, args.listen), args.duration, obs, settings,
-                idle_timeout_s=args.idle_timeout, packets_per_chunk=args.packets_per_chunk,
-                pool_mb=args.buffer_mb, status=_status_line(args),
-                on_start=lambda: log.info("fold: listening on %s", args.listen),
-                stop_event=_stop_event(args), live_report=watcher(args),
+                packets_per_chunk=args.packets_per_chunk, pool_mb=args.buffer_mb,
+                run=live_gpu_run(args, "fold"),
                 source=recording.forwarded() if recording is not None else None,
             )  # fmt: skip
         except BaseException:

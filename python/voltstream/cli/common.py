@@ -8,7 +8,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from voltstream.errors import ConfigError
 from voltstream.record import RecordSettings
 from voltstream.service.exit_status import Loss, capture_loss
 from voltstream.service.progress import progress_bar
+
+if TYPE_CHECKING:
+    from voltstream.pipeline.live import LiveGpuRun
 
 log = logging.getLogger("voltstream.cli.commands")
 
@@ -39,6 +42,20 @@ def _status_line(args: argparse.Namespace) -> bool:
     """The live verbs' once-a-second status line on stderr: plain text, so not with
     --log-format json (whose readers want one JSON object a line), nor --no-status."""
     return not args.no_status and getattr(args, "log_format", "text") == "text"
+
+
+def live_gpu_run(args: argparse.Namespace, verb: str) -> LiveGpuRun:
+    """How the capture of ``verb --listen --device gpu`` (fold, filterbank) runs, from its
+    options (its chunks and pool are sized by --packets-per-chunk and --buffer-mb)."""
+    from voltstream.pipeline.live import LiveGpuRun
+
+    return LiveGpuRun(
+        idle_timeout_s=args.idle_timeout,
+        status=_status_line(args),
+        on_start=lambda: log.info("%s: listening on %s", verb, args.listen),
+        stop_event=_stop_event(args),
+        live_report=watcher(args),
+    )
 
 
 #: Longest a paced send call of `simulate --dest` may take: the stop request is seen

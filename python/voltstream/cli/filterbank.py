@@ -10,6 +10,7 @@ from typing import Any
 
 from voltstream.cli.options import (
     add_capture_threads,
+    add_chunk_pool,
     add_device,
     add_engine,
     add_format_options,
@@ -17,6 +18,7 @@ from voltstream.cli.options import (
     add_options,
     add_ring_mb,
     add_run,
+    add_verb,
     finite,
     listen_option,
     positive,
@@ -56,12 +58,12 @@ def power_of_two(text: str) -> int:
 
 
 def add_filterbank_parser(verbs: Any) -> None:
-    p = verbs.add_parser(
+    p = add_verb(
+        verbs,
         "filterbank",
-        help="make a search filterbank (SIGPROC .fil or PSRFITS search mode) from baseband",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "make a search filterbank (SIGPROC .fil or PSRFITS search mode) from baseband",
+        DESCRIPTION,
+        EPILOG,
     )
     p.add_argument("input", nargs="?",
                    help="baseband file: DADA or VDIF, as fold takes (not with --listen)"
@@ -103,14 +105,7 @@ def add_filterbank_parser(verbs: Any) -> None:
             "filterbank's counts and, live, the capture's")  # fmt: skip
     add_capture_threads(live, "capture threads (packet_ring engine), steered in the kernel by "
                         "stream id or by chunk (--spread). Default: 1")  # fmt: skip
-    add_options(live, (
-        ("--packets-per-chunk", positive(int), None,
-         "packets per stream per chunk. Default: about 32 MiB chunks on the GPU, 256 on "
-         "the CPU"),
-        ("--buffer-mb", positive(float), 1024,
-         "size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
-         "stage the capture rides out before it drops chunks. Default: 1024"),
-    ))  # fmt: skip
+    add_chunk_pool(live)
     add_ring_mb(live)
     add_no_status(live)
     add_engine(live)
@@ -125,8 +120,8 @@ def filterbank(args: argparse.Namespace) -> Any:
         _capture_settings,
         _now_mjd,
         _progress,
-        _status_line,
         _stop_event,
+        live_gpu_run,
         watcher,
     )
     from voltstream.cli.stream_options import gpu_check
@@ -181,11 +176,8 @@ def filterbank(args: argparse.Namespace) -> Any:
         writer = open_writer(args.output, file_format, plan, history)
         report, capture_report = filterbank_live_gpu(
             fmt, _capture_settings(args, args.listen), args.duration, plan, writer,
-            args.output, file_format, idle_timeout_s=args.idle_timeout,
-            packets_per_chunk=args.packets_per_chunk, pool_mb=args.buffer_mb,
-            status=_status_line(args),
-            on_start=lambda: log.info("filterbank: listening on %s", args.listen),
-            stop_event=_stop_event(args), live_report=watcher(args),
+            args.output, file_format, packets_per_chunk=args.packets_per_chunk,
+            pool_mb=args.buffer_mb, run=live_gpu_run(args, "filterbank"),
         )  # fmt: skip
     else:
         if live is not None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from voltstream.cli.options import add_alias, add_options, cpu_list, host_port, positive
+from voltstream.cli.options import (
+    add_alias,
+    add_options,
+    add_verb,
+    cpu_list,
+    host_port,
+    positive,
+)
 
 DESCRIPTION = """\
 Low-latency acquisition (adaptive optics, triggers): small frames from the network into
@@ -67,12 +74,12 @@ def field_spec(text: str) -> dict[str, Any]:
 
 
 def add_latency_parser(verbs: Any) -> None:
-    p = verbs.add_parser(
+    p = add_verb(
+        verbs,
         "latency",
-        help="low-latency mode: small frames to the GPU in microseconds, measured",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "low-latency mode: small frames to the GPU in microseconds, measured",
+        DESCRIPTION,
+        EPILOG,
     )
     add_options(p, (
         ("--listen", listen_addr, None,

@@ -168,6 +168,18 @@ def positive(kind: Any) -> Callable[[str], Any]:
 Option = tuple[Any, ...]
 
 
+def add_verb(verbs: Any, name: str, help: str, description: str, epilog: str | None = None) -> Any:
+    """The parser of a verb whose description (and epilog) are laid out by hand:
+    examples and tables keep their line breaks and indents in ``--help``."""
+    return verbs.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def add_options(g: Any, options: Sequence[Option]) -> None:
     """Options of the common kind (a flag that takes a value, its type, default and help,
     maybe its choices) declared as a table, so a verb's options read as a list of what
@@ -373,6 +385,19 @@ def add_digitiser(g: Any, *, dig_ids: str, sample_rate: str | None) -> None:
 def add_sample_rate(g: Any, use: str) -> None:
     help = f"digitiser sample rate, for {use}. Default: {SAMPLE_RATE_HZ / 1e6:g}e6 (MeerKAT L-band)"
     g.add_argument("--sample-rate-hz", type=positive(float), default=SAMPLE_RATE_HZ, help=help)
+
+
+def add_chunk_pool(g: Any) -> None:
+    """A live GPU stage's chunks and their pool (fold, filterbank; docs/cli.md)."""
+    add_options(g, (
+        ("--packets-per-chunk", positive(int), None,
+         "packets per stream per chunk. Default: about 32 MiB chunks on the GPU, 256 on "
+         "the CPU"),
+        ("--buffer-mb", positive(float), 1024,
+         "size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
+         "stage the capture rides out before it drops chunks (1024 MiB = 0.2 s at 40 Gb/s). "
+         "Default: 1024"),
+    ))  # fmt: skip
 
 
 def add_ring_mb(g: Any) -> None:

@@ -26,6 +26,7 @@ from voltstream.cli.options import (
     Parser,
     add_alias,
     add_capture_threads,
+    add_chunk_pool,
     add_device,
     add_digitiser,
     add_engine,
@@ -36,6 +37,7 @@ from voltstream.cli.options import (
     add_ring_mb,
     add_run,
     add_sample_rate,
+    add_verb,
     cpu_list,
     dir_list,
     finite,
@@ -134,12 +136,12 @@ skipped/sent, saturation per pol, send errors.
 
 def _add_fengine_parser(verbs: Any) -> None:
     F = FEngineSettings  # every default is the settings' (its fields have the options' names)
-    p = verbs.add_parser(
+    p = add_verb(
+        verbs,
         "fengine",
-        help="run the F-engine: digitiser SPEAD heaps in, channelised SPEAD heaps out",
-        description=FENGINE_DESCRIPTION,
-        epilog=FENGINE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "run the F-engine: digitiser SPEAD heaps in, channelised SPEAD heaps out",
+        FENGINE_DESCRIPTION,
+        FENGINE_EPILOG,
     )
     g = p.add_argument_group("input (digitiser heaps)")
     g.add_argument(
@@ -466,11 +468,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", default="J0000+0000", help="source name for the DADA header")
     add_dump_options(p)
 
-    p = verbs.add_parser(
+    p = add_verb(
+        verbs,
         "record",
-        help="record a UDP stream to files on many disks at once (VLBI, baseband)",
-        description=RECORD_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "record a UDP stream to files on many disks at once (VLBI, baseband)",
+        RECORD_DESCRIPTION,
     )
     _add_capture_options(p, listen_required=False)
     add_run(p, what="record", required=False)
@@ -579,15 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
         "chunk (--spread): one YNAO stream spreads over several cores. "
         "Default: 1",
     )
-    add_options(live, (
-        ("--packets-per-chunk", positive(int), None,
-         "packets per stream per chunk. Default: about 32 MiB chunks on the GPU, 256 on "
-         "the CPU"),
-        ("--buffer-mb", positive(float), 1024,
-         "size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
-         "stage the capture rides out before it drops chunks (1024 MiB = 0.2 s at 40 Gb/s). "
-         "Default: 1024"),
-    ))  # fmt: skip
+    add_chunk_pool(live)
     add_ring_mb(live)
     add_no_status(live)
     add_engine(live)

@@ -313,10 +313,7 @@ class GpuFolder(GpuIngest, GpuOutput, _FolderBase):
 
     def _process(self, slot: int | None, n: int, valid: np.ndarray | None, raw: Any = None) -> None:
         p = self.plan
-        real = None
-        if self.real is not None:  # n real inputs in: the complex outputs go on from here
-            real = self.real.carry.step(valid, n)
-            n, valid = real.nout, real.out_valid
+        real, n, valid = self._real_step(n, valid)
         nblock = p.blocks(self.carry_len, n)
         nout = nblock * p.step
         first = self.out_base + self.samples_out + p.head
@@ -344,12 +341,8 @@ class GpuFolder(GpuIngest, GpuOutput, _FolderBase):
                 self.dev_valid[kslot][:nout].set(
                     self.pin_valid[kslot][:nout], stream=self.copy_stream
                 )
-        real_valid = None
-        if real is not None and self.real is not None:
-            real_valid = self.real.upload_valid(kslot, real, self.copy_stream)
-        self.copied[kslot].record(self.copy_stream)
+        real_valid = self._end_copies(kslot, real)
         cs = self.compute_stream
-        cs.wait_event(self.copied[kslot])
         if len(self._busy_q) == len(self._busy_ring):
             self._busy_collect(wait=True)
         pair = self._busy_ring[self._busy_next]

@@ -88,6 +88,7 @@ class GpuIngest:
     dev_inmask: list[Any]
     inmask: list[Any]
     copy_stream: Any
+    compute_stream: Any
     copied: list[Any]
     consumed: list[Any]
     _copy_done: list[Any]
@@ -98,6 +99,26 @@ class GpuIngest:
     _process: Any
     _mark: Any
     _stage: Any
+
+    def _real_step(self, n: int, valid: np.ndarray | None) -> tuple[Any, int, Any]:
+        """A chunk of ``n`` inputs of a real stream: its conversion step (fold/gpu_real.py
+        RealStep), and the complex outputs' count and validity, which go on from here;
+        (None, n, valid) for a complex stream."""
+        if self.real is None:
+            return None, n, valid
+        real = self.real.carry.step(valid, n)
+        return real, real.nout, real.out_valid
+
+    def _end_copies(self, kslot: int, real: Any) -> Any:
+        """Ends slot ``kslot``'s copies (with a real stream's step ``real``, its outputs'
+        validity too) and has the compute stream wait for them; that validity on the GPU
+        (None: all valid, or not a real stream)."""
+        real_valid = None
+        if real is not None:
+            real_valid = self.real.upload_valid(kslot, real, self.copy_stream)
+        self.copied[kslot].record(self.copy_stream)
+        self.compute_stream.wait_event(self.copied[kslot])
+        return real_valid
 
     def _pinned(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         import cupyx

@@ -18,7 +18,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -146,6 +147,67 @@ GPU_CHUNK_BYTES = 32 << 20
 GPU_POOL_MB = 1024
 
 
+@dataclass(frozen=True)
+class LiveGpuRun:
+    """How a live GPU stage's capture runs (`fold_live_gpu`, pipeline/live_filterbank.py;
+    its chunks and pool are sized apart): the idle timeout, the status line or none,
+    what to call once the socket is open, an event that ends the capture early and a
+    live report's watcher (run_capture)."""
+
+    idle_timeout_s: float | None = None
+    status: bool = True
+    on_start: Any = None
+    stop_event: threading.Event | None = None
+    live_report: Any = None
+
+
+#: Every option of LiveGpuRun at its default.
+LIVE_GPU_RUN = LiveGpuRun()
+
+T = TypeVar("T")
+
+
+def capture_to_gpu(
+    label: str,
+    eng: Any,
+    fmt: StreamFormat,
+    capture: CaptureSettings,
+    duration_s: float,
+    run: LiveGpuRun,
+    finish: Callable[[], T],
+    source: ChunkSource | None = None,
+    slot_len: int | None = None,
+) -> tuple[T, CaptureReport]:
+    """Captures into the GPU stage ``eng`` (chunks straight from the pool, pipeline/gpu.py)
+    and then ``finish``es it (its last work on the GPU, its product); that product and
+    the capture report, with the stage's counters and how busy the GPU and host were.
+    ``source``: a running chunk source instead of a capture of its own."""
+    from voltstream.capture.run import run_capture
+    from voltstream.pipeline.gpu import HostRegistry, StatusLine, gpu_stage_runner
+
+    line = StatusLine(label, fmt.payload_len) if run.status else None
+    consumer = gpu_stage_runner(eng, fmt, HostRegistry(), line, slot_len)
+    t0 = time.monotonic()
+    report = run_capture(
+        fmt, capture, duration_s,
+        idle_timeout_s=run.idle_timeout_s, on_start=run.on_start, consumer=consumer,
+        source=source, stop_event=run.stop_event, live_report=run.live_report,
+    )  # fmt: skip
+    product = finish()
+    wall = time.monotonic() - t0
+    busy = eng.busy_ms()
+    report.pipeline = consumer.as_dict()
+    report.pipeline.update(
+        packets_per_chunk=capture.chunks.packets_per_chunk,
+        gpu_busy_ms=busy,
+        gpu_busy_pct=100.0 * busy / 1000.0 / max(wall, 1e-9),
+        host_ms_per_block=1e3 * eng.host_busy_s / max(eng.blocks_fed, 1),
+        host_wait_s=eng.host_wait_s,
+        block_ms=1e3 * eng.chunk * fmt.tsamp_s,
+    )
+    return product, report
+
+
 def gpu_chunking(
     fmt: StreamFormat, packets_per_chunk: int | None, pool_mb: float, window: int
 ) -> tuple[int, int]:
@@ -201,13 +263,9 @@ def fold_live_gpu(
     duration_s: float,
     obs: Observation,
     settings: FoldSettings,
-    idle_timeout_s: float | None = None,
     packets_per_chunk: int | None = None,
     pool_mb: float = GPU_POOL_MB,
-    status: bool = True,
-    on_start: Any = None,
-    stop_event: threading.Event | None = None,
-    live_report: Any = None,
+    run: LiveGpuRun = LIVE_GPU_RUN,
     source: ChunkSource | None = None,
 ) -> tuple[FoldedArchive, Any]:
     """Captures and folds on the GPU in one process, chunks straight from the capture's
@@ -215,40 +273,18 @@ def fold_live_gpu(
 
     The folder is made by `live_gpu_folder` (warmed up before the socket opens;
     its chunk is the capture's, ``packets_per_chunk`` or sized for the GPU, not
-    ``settings.block_samples``; the pool is ``pool_mb``). ``stop_event``
+    ``settings.block_samples``; the pool is ``pool_mb``). ``run.stop_event``
     ends the capture early (run_capture); the archive holds what was folded.
     Real VDIF (``fmt.real``): ``obs`` is the complex observation (``dsp.real``
     ``complex_observation``); the chunks are converted on the GPU (fold/gpu_real.py).
     ``source``: a running chunk source instead of a capture of its own (a recording's
     written chunks, whole packets: its chunk size and slots are the folder's).
     """
-    from voltstream.capture.run import run_capture
-    from voltstream.pipeline.gpu import HostRegistry, StatusLine, gpu_stage_runner
-
     slot_len = None
     if source is not None:
         packets_per_chunk = source.packets_per_chunk
         slot_len = getattr(source, "slot_len", None)
     eng, capture = live_gpu_folder(fmt, capture, duration_s, obs, settings,
                                    packets_per_chunk, pool_mb, slot_len)  # fmt: skip
-    ppc, nsamp = capture.chunks.packets_per_chunk, eng.chunk
-    line = StatusLine("fold", fmt.payload_len) if status else None
-    consumer = gpu_stage_runner(eng, fmt, HostRegistry(), line, slot_len)
-    t0 = time.monotonic()
-    report = run_capture(
-        fmt, capture, duration_s,
-        idle_timeout_s=idle_timeout_s, on_start=on_start, consumer=consumer,
-        source=source, stop_event=stop_event, live_report=live_report,
-    )  # fmt: skip
-    archive = eng.finish()
-    wall = time.monotonic() - t0
-    report.pipeline = consumer.as_dict()
-    report.pipeline.update(
-        packets_per_chunk=ppc,
-        gpu_busy_ms=eng.busy_ms(),
-        gpu_busy_pct=100.0 * eng.busy_ms() / 1000.0 / max(wall, 1e-9),
-        host_ms_per_block=1e3 * eng.host_busy_s / max(eng.blocks_fed, 1),
-        host_wait_s=eng.host_wait_s,
-        block_ms=1e3 * nsamp * fmt.tsamp_s,
-    )
-    return archive, report
+    return capture_to_gpu("fold", eng, fmt, capture, duration_s, run, eng.finish, source,
+                          slot_len)  # fmt: skip

@@ -11,17 +11,21 @@ through the same rows as a file's filterbank (pipeline/filterbank.py ``RowWriter
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 from voltstream.capture.config import CaptureSettings
 from voltstream.formats import StreamFormat
 from voltstream.pipeline.filterbank import FilterbankReport, RowWriter, filterbank_report
-from voltstream.pipeline.live import GPU_POOL_MB, gpu_chunking
+from voltstream.pipeline.live import (
+    GPU_POOL_MB,
+    LIVE_GPU_RUN,
+    LiveGpuRun,
+    capture_to_gpu,
+    gpu_chunking,
+)
 from voltstream.search.filterbank import FilterbankPlan
 
-__all__ = ["filterbank_live_gpu", "live_gpu_filterbank"]
+__all__ = ["LiveGpuRun", "filterbank_live_gpu", "live_gpu_filterbank"]
 
 
 def live_gpu_filterbank(
@@ -55,48 +59,26 @@ def filterbank_live_gpu(
     writer: Any,
     path: str,
     file_format: str,
-    idle_timeout_s: float | None = None,
     packets_per_chunk: int | None = None,
     pool_mb: float = GPU_POOL_MB,
-    status: bool = True,
-    on_start: Any = None,
-    stop_event: threading.Event | None = None,
-    live_report: Any = None,
+    run: LiveGpuRun = LIVE_GPU_RUN,
 ) -> tuple[FilterbankReport, Any]:
     """Captures and makes ``plan``'s filterbank on the GPU into ``writer`` (the file
     ``path``, closed here); returns (filterbank report, capture report). ``plan`` is
     of the complex observation for a real-sampled stream (``dsp.real``
     ``complex_observation``): its chunks are converted on the GPU."""
-    from voltstream.capture.run import run_capture
-    from voltstream.pipeline.gpu import HostRegistry, StatusLine, gpu_stage_runner
-
     rows = RowWriter(plan, writer)
     try:
-        eng, capture = live_gpu_filterbank(fmt, capture, plan, packets_per_chunk, pool_mb,
-                                           rows.add)  # fmt: skip
-        line = StatusLine("filterbank", fmt.payload_len) if status else None
-        consumer = gpu_stage_runner(eng, fmt, HostRegistry(), line)
-        t0 = time.monotonic()
-        report = run_capture(
-            fmt, capture, duration_s,
-            idle_timeout_s=idle_timeout_s, on_start=on_start, consumer=consumer,
-            stop_event=stop_event, live_report=live_report,
-        )  # fmt: skip
-        eng.synchronize()  # the last rows
-        rows.close()
+        eng, capture = live_gpu_filterbank(fmt, capture, plan, packets_per_chunk,
+                                           pool_mb, rows.add)  # fmt: skip
+
+        def finish() -> None:
+            eng.synchronize()  # the last rows
+            rows.close()
+
+        _, report = capture_to_gpu("filterbank", eng, fmt, capture, duration_s, run, finish)
     finally:
         writer.close()
-    wall = time.monotonic() - t0
-    busy = eng.busy_ms()
-    report.pipeline = consumer.as_dict()
-    report.pipeline.update(
-        packets_per_chunk=capture.chunks.packets_per_chunk,
-        gpu_busy_ms=busy,
-        gpu_busy_pct=100.0 * busy / 1000.0 / max(wall, 1e-9),
-        host_ms_per_block=1e3 * eng.host_busy_s / max(eng.blocks_fed, 1),
-        host_wait_s=eng.host_wait_s,
-        block_ms=1e3 * eng.chunk * fmt.tsamp_s,
-    )
     fb = filterbank_report(path, file_format, plan, eng, rows.rows, rows.dead,
                            writer.samples, rows.quant.clipped)  # fmt: skip
     return fb, report

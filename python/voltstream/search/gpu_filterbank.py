@@ -240,19 +240,12 @@ class GpuFilterbank(GpuIngest):
         return self.take()
 
     def _process(self, slot: int, n: int, valid: np.ndarray | None, raw: Any = None) -> None:
-        real = None
-        if self.real is not None:  # n real inputs: the complex outputs go on from here
-            real = self.real.carry.step(valid, n)
-            n, valid = real.nout, real.out_valid
+        real, n, valid = self._real_step(n, valid)
         step = self.steps.step(n, valid)
         kslot = self.slot
         self.copied[kslot].synchronize()
-        real_valid = None
-        if real is not None and self.real is not None:
-            real_valid = self.real.upload_valid(kslot, real, self.copy_stream)
-        self.copied[kslot].record(self.copy_stream)
+        real_valid = self._end_copies(kslot, real)
         cs = self.compute_stream
-        cs.wait_event(self.copied[kslot])
         pair = (self.cp.cuda.Event(), self.cp.cuda.Event())
         pair[0].record(cs)
         if raw is None:

@@ -119,20 +119,14 @@ fn random_streams_with_ticks_count_every_packet_and_position_once() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let (mut late, mut aged_out) = (0, 0);
     for round in 0..300 {
-        let streams = 1 + rng.below(3) as usize;
-        let ppc = 1 + rng.below(9) as usize;
-        let window = 1 + rng.below(4) as usize;
-        let start = rng.below(1000);
-        let n = rng.below(120);
-        let sent = (start..start + n).flat_map(|i| (0..streams).map(move |s| packet(s, i)));
-        let displace = streams * ppc * (window + 1);
-        let mut faults = FaultPlan::new(rng.next())
-            .rate(Fault::Drop, 0.10)
-            .rate(Fault::Duplicate { delay: displace }, 0.05)
-            .rate(Fault::Delay(displace), 0.3)
-            .injector()
-            .unwrap();
-        let packets = faults.apply(sent);
+        let RandomRound {
+            streams,
+            ppc,
+            window,
+            n,
+            packets,
+            ..
+        } = random_round(&mut rng, 0.3);
         let nchunks = if round % 5 == 0 { 2 } else { 64 + n as usize };
         let mut a = aged_assembler(streams, ppc, window, nchunks, Some(AGE));
         let mut now = Instant::now();

@@ -2,7 +2,7 @@
 //! the loss taxonomy's accounting, on a test format with a counter header.
 
 use super::*;
-use crate::capture::{Fault, FaultPlan};
+use crate::capture::{Delivered, Fault, FaultPlan, Injector};
 use crate::stats::StreamCounters;
 use crate::wire::Located;
 use std::time::{Duration, Instant};
@@ -367,6 +367,44 @@ impl Rng {
     }
 }
 
+/// One random round's streams, packets per chunk, window and packet count, and its
+/// packets: a regular sequence reordered (by up to window + 1 chunks, a share
+/// `delay_rate` of them), dropped and duplicated; jumps stay below the resync bound
+/// of 8 chunks. `faults` tells what was injected.
+struct RandomRound {
+    streams: usize,
+    ppc: usize,
+    window: usize,
+    n: u64,
+    packets: Vec<Delivered>,
+    faults: Injector,
+}
+
+fn random_round(rng: &mut Rng, delay_rate: f64) -> RandomRound {
+    let streams = 1 + rng.below(3) as usize;
+    let ppc = 1 + rng.below(9) as usize;
+    let window = 1 + rng.below(4) as usize;
+    let start = rng.below(1000);
+    let n = rng.below(120);
+    let sent = (start..start + n).flat_map(|i| (0..streams).map(move |s| packet(s, i)));
+    let displace = streams * ppc * (window + 1);
+    let mut faults = FaultPlan::new(rng.next())
+        .rate(Fault::Drop, 0.10)
+        .rate(Fault::Duplicate { delay: displace }, 0.05)
+        .rate(Fault::Delay(displace), delay_rate)
+        .injector()
+        .unwrap();
+    let packets = faults.apply(sent);
+    RandomRound {
+        streams,
+        ppc,
+        window,
+        n,
+        packets,
+        faults,
+    }
+}
+
 type Emitted = Vec<(u64, Vec<(usize, u64)>)>;
 
 /// Reference model: the same rules written as plainly as possible, on sets.
@@ -426,23 +464,10 @@ fn random_streams_match_the_model() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut seen = StreamCounters::default();
     for round in 0..300 {
-        let streams = 1 + rng.below(3) as usize;
-        let ppc = 1 + rng.below(9) as usize;
-        let window = 1 + rng.below(4) as usize;
-        let start = rng.below(1000);
-        let n = rng.below(120);
-        // Reorder (by up to window + 1 chunks), drop and duplicate packets of a
-        // regular sequence; jumps stay below the resync bound of 8 chunks.
-        let sent = (start..start + n).flat_map(|i| (0..streams).map(move |s| packet(s, i)));
-        let displace = streams * ppc * (window + 1);
-        let mut faults = FaultPlan::new(rng.next())
-            .rate(Fault::Drop, 0.10)
-            .rate(Fault::Duplicate { delay: displace }, 0.05)
-            .rate(Fault::Delay(displace), 0.5)
-            .injector()
-            .unwrap();
-        let packets: Vec<(usize, u64)> = faults
-            .apply(sent)
+        let r = random_round(&mut rng, 0.5);
+        let (streams, ppc, window) = (r.streams, r.ppc, r.window);
+        let packets: Vec<(usize, u64)> = r
+            .packets
             .iter()
             .map(|d| {
                 let b = d.bytes().unwrap();
@@ -450,9 +475,8 @@ fn random_streams_match_the_model() {
                 (u16::from_be_bytes([b[8], b[9]]) as usize, index)
             })
             .collect();
-        let injected = faults.injected();
-        assert_eq!(packets.len() as u64, injected.delivered);
-        let mut a = assembler(streams, ppc, window, 64 + n as usize);
+        assert_eq!(packets.len() as u64, r.faults.injected().delivered);
+        let mut a = assembler(streams, ppc, window, 64 + r.n as usize);
         for &(s, i) in &packets {
             a.push(&packet(s, i));
         }

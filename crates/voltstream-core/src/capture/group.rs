@@ -514,7 +514,7 @@ mod tests {
     use super::*;
     use crate::capture::pin::affinity;
     use crate::capture::{Fault, FaultPlan};
-    use crate::wire::FormatSpec;
+    use crate::wire::{FormatSpec, Locator};
     use std::net::UdpSocket;
 
     const LEN: usize = 64;
@@ -527,6 +527,23 @@ mod tests {
         p
     }
 
+    /// The locator of `streams` counter streams of `payload_len` bytes, and small,
+    /// quickly retired packet rings on a loopback port (for this file's tests and
+    /// chunks_tests).
+    pub(super) fn counter_rings(streams: usize, payload_len: usize) -> (Locator, PacketRingConfig) {
+        let locator = FormatSpec::Counter {
+            streams,
+            payload_len,
+        }
+        .locator()
+        .unwrap();
+        let mut ring = PacketRingConfig::new("127.0.0.1:0");
+        ring.blocks = 4;
+        ring.block_size = 128 << 10;
+        ring.retire_ms = 2;
+        (locator, ring)
+    }
+
     /// Input packets lost to the faults of `run_group`: the gap and the truncation.
     fn lost(s: usize, i: u64) -> bool {
         (i, s) == (37, 3) || (i, s) == (51, 0)
@@ -536,16 +553,7 @@ mod tests {
     /// one foreign and one truncated packet to a group of `n` threads, and
     /// checks every counter of every thread.
     fn run_group(n: usize) {
-        let locator = FormatSpec::Counter {
-            streams: STREAMS,
-            payload_len: LEN,
-        }
-        .locator()
-        .unwrap();
-        let mut ring = PacketRingConfig::new("127.0.0.1:0");
-        ring.blocks = 4;
-        ring.block_size = 128 << 10;
-        ring.retire_ms = 2;
+        let (locator, ring) = counter_rings(STREAMS, LEN);
         let tc = ThreadsConfig {
             threads: n,
             cpus: (0..n).map(|t| affinity(0).unwrap()[t % 2]).collect(),

@@ -3,7 +3,6 @@
 
 use super::*;
 use crate::capture::{Fault, FaultPlan};
-use crate::wire::FormatSpec;
 use std::collections::BTreeMap;
 use std::net::UdpSocket;
 
@@ -27,16 +26,7 @@ fn lost(s: usize, i: u64) -> bool {
 /// A counter-format capture of `streams` streams on loopback, `threads` packet
 /// rings taking turns by chunk, each thread's window `window` chunks.
 fn spread(streams: usize, threads: usize, window: usize) -> (CaptureGroup, std::net::SocketAddr) {
-    let locator = FormatSpec::Counter {
-        streams,
-        payload_len: LEN,
-    }
-    .locator()
-    .unwrap();
-    let mut ring = PacketRingConfig::new("127.0.0.1:0");
-    ring.blocks = 4;
-    ring.block_size = 128 << 10;
-    ring.retire_ms = 2;
+    let (locator, ring) = super::tests::counter_rings(streams, LEN);
     let engines = packet_ring_chunk_fanout(&ring, &locator, PPC, threads).unwrap();
     let to = engines[0].local_addr().unwrap();
     let mut cfg = ChunkConfig::new(PPC);
