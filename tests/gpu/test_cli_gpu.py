@@ -92,18 +92,23 @@ def test_record_and_fold_on_the_gpu_in_one_process(tmp_path):
     import json
     import time
 
-    from loopback import free_bind
+    from loopback import free_bind, wait_bound
     from test_pipeline_file import _simulate, _start, record_and_fold_toml
 
     bind = free_bind()
     for d in ("d0", "d1"):
         (tmp_path / d).mkdir()
     # The idle timeout also bounds the wait for the first packet: longer than the sleep.
-    toml = record_and_fold_toml(bind, "g1", "gpu", idle_timeout=20)
+    toml = record_and_fold_toml(bind, "g1", "gpu", engine="socket", idle_timeout=20)
     (tmp_path / "pipe.toml").write_text(toml)
     proc = _start(["run", "pipe.toml"], tmp_path)
     time.sleep(8)  # the GPU folder is made after the recording starts (docs/pipeline.md)
-    sent = _simulate(bind, "0.2")
+    try:
+        wait_bound(bind, 30)
+        sent = _simulate(bind, "0.2")
+    except AssertionError as e:
+        proc.kill()
+        raise AssertionError(f"{e}\nthe pipeline said: {proc.communicate()}") from e
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     report = json.loads((tmp_path / "r.json").read_text())

@@ -159,10 +159,10 @@ def test_search_equals_reference(cp, burst, lost):
 
 def test_noise_search_equals_reference(cp):
     data, freqs, tsamp = sp_data.simulated("noise", 11)
-    st = SearchSettings(dm_min=0, dm_max=300, boxcar_max=128, threshold=4.5)
+    st = SearchSettings(dm_min=0, dm_max=300, boxcar_max=128, threshold=4.0)
     ref = search_filterbank(data, freqs, tsamp, None, st, first_sample=100)
     got = engine(freqs, tsamp, st).search(cp.asarray(data), None, first_sample=100)
-    assert len(ref.giants) > 50  # noise crosses 4.5 sigma: a real comparison
+    assert len(ref.giants) > 50  # noise crosses 4 sigma (194 giants): a real comparison
     assert_same_giants(ref.giants, got.giants, st.threshold)
 
 
