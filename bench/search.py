@@ -156,7 +156,12 @@ def live_latency(device: str, tiny: bool, bursts: int, workdir: Path) -> dict:
     duration = 1.0 + (bursts - 1) * period + 3.0
     report = workdir / "live.json"
     cands = workdir / "live.cand"
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    # The checkout's package first, then whatever this process was given (the GPU
+    # machine's carried wheels: pydantic and the compiled extension live there).
+    given = os.environ.get("PYTHONPATH")
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python")] + ([given] if given else []))
+    )
     py = [sys.executable, "-m", "voltstream.cli"]
     # The stream: tiny, 8 x 2 MHz VDIF at 600 MHz in 128 channels of 256 us; else YNAO
     # packets of 32 x 0.5 MHz at 1420 MHz (16 MHz: the CPU filterbank keeps up with it
