@@ -11,7 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from test_fengine_pipeline import SETTINGS, address, drain, udp_sink
+from loopback import address, udp_receiver
+from test_fengine_pipeline import SETTINGS, drain
 from voltstream.errors import ConfigError, VoltstreamError
 from voltstream.fengine import FEngineReference, HeapLayout, encode_heap, heap_counter
 from voltstream.fengine.output import HeapOutput
@@ -65,7 +66,7 @@ def test_output_sends_and_writes_a_batch_exactly_as_the_same_heaps(tmp_path):
     )
     results = {}
     for kind in ("heaps", "batch"):
-        sinks = [udp_sink(), udp_sink()]
+        sinks = [udp_receiver(), udp_receiver()]
         out = HeapOutput(
             ref.layout,
             [address(s) for s in sinks],
