@@ -69,7 +69,9 @@ class SampleStream(_Section):
     freq: float | None = Field(default=None, gt=0)
     vdif_payload: int = Field(default=8000, gt=0)
     station: int | None = Field(default=None, ge=0, lt=1 << 16)
-    npol: Literal[1, 2] = 2
+    # None as on the command line (--npol): VDIF's 1-2 threads are polarisations, more
+    # are subbands of one (io/vdif_threads.py); YNAO carries two.
+    npol: Literal[1, 2] | None = None
     vdif_threads: list[Annotated[int, Field(ge=0, le=1023)]] | Literal["auto"] | None = None
     bits: Literal[2, 4, 8] = 8
 
