@@ -378,3 +378,18 @@ def test_a_recordings_whole_packet_chunks_reach_the_stage_at_their_payloads(kind
         got.append(stage.samples[0])
     np.testing.assert_array_equal(got[0], got[1])
     assert np.abs(got[0]).sum() > 0
+
+
+def test_a_gpu_pool_holds_the_window_counted_in_its_own_chunks():
+    """The pool's floor is the reorder window + 4 in chunks of the size chosen for the
+    GPU, as the run counts the window; it was counted in the capture's default
+    (256-packet) chunks, four times as many for the same packets."""
+    from voltstream.capture.config import CaptureSettings
+    from voltstream.formats import make_format
+    from voltstream.pipeline.live import gpu_chunking
+
+    fmt = make_format("ynao", chan_bw_mhz=1.0)
+    capture = CaptureSettings.of("127.0.0.1:7148")
+    ppc, nchunks = gpu_chunking(fmt, None, 1, capture)
+    assert ppc * fmt.payload_len == 32 << 20
+    assert nchunks == capture.chunks.window_for(ppc, fmt.packets_per_second) + 4

@@ -300,9 +300,7 @@ class NodeRun:
         settings = CaptureSettings.of(self.job.source, **self.job.capture)
         if "nchunks" in self.job.capture:
             return settings
-        ppc = settings.chunks.packets_per_chunk
-        window = settings.chunks.window_for(ppc, fmt.packets_per_second)
-        _, nchunks = gpu_chunking(fmt, ppc, CPU_POOL_MB, window)
+        _, nchunks = gpu_chunking(fmt, settings.chunks.packets_per_chunk, CPU_POOL_MB, settings)
         return settings.replace(nchunks=max(nchunks, settings.chunks.nchunks))
 
     def _fold_file(self) -> dict:

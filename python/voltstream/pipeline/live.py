@@ -209,15 +209,17 @@ def capture_to_gpu(
 
 
 def gpu_chunking(
-    fmt: StreamFormat, packets_per_chunk: int | None, pool_mb: float, window: int
+    fmt: StreamFormat, packets_per_chunk: int | None, pool_mb: float, capture: CaptureSettings
 ) -> tuple[int, int]:
     """(packets per chunk, pool chunks) for a live GPU stage: chunks of about 32 MiB
     (the per-chunk Python cost is then far below a chunk's duration even at 100 Gb/s),
-    a pool of ``pool_mb`` MiB but at least window + 4 chunks. (A CPU cluster node sizes
-    its pool with it too, its chunks given.)"""
+    a pool of ``pool_mb`` MiB but at least ``capture``'s reorder window (in chunks of
+    the size chosen here, as the run will count it) + 4 chunks. (A CPU cluster node
+    sizes its pool with it too, its chunks given.)"""
     per_packet = fmt.payload_len * fmt.streams
     if packets_per_chunk is None:
         packets_per_chunk = max(16, 1 << int(np.log2(max(1, GPU_CHUNK_BYTES // per_packet))))
+    window = capture.chunks.window_for(packets_per_chunk, fmt.packets_per_second)
     nchunks = max(window + 4, int(pool_mb * 2**20 // (packets_per_chunk * per_packet)))
     return int(packets_per_chunk), int(nchunks)
 
@@ -245,8 +247,7 @@ def live_gpu_folder(
     a chunk source of whole packets (a recording's), its bytes per packet slot."""
     from voltstream.fold.gpu import GpuFolder
 
-    window = capture.chunks.window_for(packets_per_chunk, fmt.packets_per_second)
-    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, window)
+    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, capture)
     nsamp = ppc * fmt.samples_per_packet
     slot = slot_len or fmt.payload_len
     eng = GpuFolder.from_settings(

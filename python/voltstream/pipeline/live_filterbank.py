@@ -41,8 +41,7 @@ def live_gpu_filterbank(
     ``pool_mb``) and warmed up (kernels built, FFT plans made) before the socket opens."""
     from voltstream.search.gpu_filterbank import GpuFilterbank
 
-    window = capture.chunks.window_for(packets_per_chunk, fmt.packets_per_second)
-    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, window)
+    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, capture)
     nsamp = ppc * fmt.samples_per_packet
     eng = GpuFilterbank(plan, packed=fmt.chunk_layout(ppc), chunk_samples=nsamp,
                         raw_bytes=fmt.streams * ppc * fmt.payload_len,
