@@ -55,7 +55,7 @@ class SearchTemplate(Template):
     """dedisperse_search.cu with its tile constants (the file's defaults)."""
 
     source = "dedisperse_search.cu"
-    THREADS, TPT, DMS, CG = 256, 2, 8, 16
+    THREADS, TPT, DMS, CG = 128, 8, 16, 16
     SEL_THREADS, SEL_ITEMS = 256, 16
 
     def __init__(self) -> None:

@@ -11,7 +11,10 @@
 // + DS_TILE + span go to shared memory once (coalesced) and every trial of the
 // block reads them there at its own offset (delay[d, c] - delay[d0, c], 0 ..
 // span, since delays grow with DM): each sample loaded from global memory is
-// used DS_DMS x DS_TPT times. `span` (the largest such offset over the blocks and
+// used DS_DMS x DS_TPT times. The tile (128 threads x 8 samples x 16 trials, 16
+// channels staged) was the fastest of 14 measured on an H200 for YNAO's band (2.1x
+// the first 256 x 2 x 8: more sums per staged sample and per synchronisation; wider
+// channel groups lose occupancy to shared memory; docs/search.md "GPU search"). `span` (the largest such offset over the blocks and
 // channels) is computed by the host and sizes the dynamic shared memory.
 // Threads read consecutive shared words (no bank conflicts); every thread of the
 // block reads the same offset (a broadcast).
@@ -29,13 +32,13 @@
 // count of that value (hist[r][digit], kept in `equal`).
 
 #ifndef DS_THREADS
-#define DS_THREADS 256
+#define DS_THREADS 128
 #endif
 #ifndef DS_TPT
-#define DS_TPT 2  // output samples per thread, DS_THREADS apart
+#define DS_TPT 8  // output samples per thread, DS_THREADS apart
 #endif
 #ifndef DS_DMS
-#define DS_DMS 8  // DM trials per block
+#define DS_DMS 16  // DM trials per block
 #endif
 #ifndef DS_CG
 #define DS_CG 16  // channels staged in shared memory at a time
