@@ -8,19 +8,13 @@ import logging
 import sys
 from typing import Any
 
+from voltstream.cli.live_group import add_live_stream, filterbank_shape
 from voltstream.cli.options import (
-    add_capture_threads,
-    add_chunk_pool,
     add_device,
-    add_engine,
     add_format_options,
-    add_no_status,
     add_options,
-    add_ring_mb,
-    add_run,
     add_verb,
     finite,
-    listen_option,
     positive,
 )
 from voltstream.errors import ConfigError
@@ -49,14 +43,6 @@ examples:
 """
 
 
-def power_of_two(text: str) -> int:
-    """--fine-channels: a power of two (1 .. 65536)."""
-    value = finite(int, 1, 1 << 16)(text)
-    if value & (value - 1):
-        raise argparse.ArgumentTypeError(f"must be a power of two (1, 2, 4 .. 65536), got {text}")
-    return value
-
-
 def add_filterbank_parser(verbs: Any) -> None:
     p = add_verb(
         verbs,
@@ -75,11 +61,6 @@ def add_filterbank_parser(verbs: Any) -> None:
          "sigproc or psrfits. Default: from the output's suffix (.fits, .sf: psrfits; "
          "else sigproc). (--format names the stream's format, as for fold --listen)",
          ("sigproc", "psrfits")),
-        ("--fine-channels", power_of_two, 1,
-         "fine channels per coarse channel, a power of two: M-point FFTs. Default: 1"),
-        ("--tsamp", positive(float), None,
-         "output sampling time in seconds: a whole number of fine samples (fine "
-         "channels x the input's sample time). Default: one fine sample"),
         ("--pol", None, "I", "detection: I (|A|^2+|B|^2, one IF), AABB (two IFs) or IQUV "
          "(Stokes, four IFs). Default: I", ("I", "AABB", "IQUV")),
         ("--nbits", int, 8, "8 (bytes: running per-channel scale and offset) or 32 (float). "
@@ -90,25 +71,12 @@ def add_filterbank_parser(verbs: Any) -> None:
         ("--nsblk", positive(int), 1024,
          "output samples per PSRFITS row, and per update of the 8-bit scales. Default: 1024"),
     ))  # fmt: skip
+    filterbank_shape(p, "")
     add_device(p, "where to channelise, dedisperse and detect (live on the GPU: the "
                "capture's chunks straight to it)")  # fmt: skip
-    live = p.add_argument_group(
-        "a live stream (instead of INPUT)", "capture and filterbank in one process; the "
-        "stream format options below apply",
-    )  # fmt: skip
-    live.add_argument("--listen", type=listen_option, default=None,
-                      help="capture UDP on HOST:PORT (a band in several streams: "
-                      "HOST:PORT,HOST:PORT2,... or HOST:PORT+N)")  # fmt: skip
-    live.add_argument("--real", action="store_true",
-                      help="VDIF of real-sampled channels, converted to complex first")  # fmt: skip
-    add_run(live, what="capture", duration=10.0, report="write the report (JSON) here: the "
-            "filterbank's counts and, live, the capture's")  # fmt: skip
-    add_capture_threads(live, "capture threads (packet_ring engine), steered in the kernel by "
-                        "stream id or by chunk (--spread). Default: 1")  # fmt: skip
-    add_chunk_pool(live)
-    add_ring_mb(live)
-    add_no_status(live)
-    add_engine(live)
+    add_live_stream(p, "capture and filterbank", duration=10.0,
+                    report="write the report (JSON) here: the filterbank's counts and, live, "
+                    "the capture's")  # fmt: skip
     add_format_options(p)
 
 

@@ -11,17 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from voltstream.cli.filterbank import power_of_two
+from voltstream.cli.live_group import add_live_stream, filterbank_shape
 from voltstream.cli.options import (
     add_device,
-    add_engine,
     add_format_options,
-    add_no_status,
     add_options,
-    add_ring_mb,
-    add_run,
+    add_verb,
     finite,
-    listen_option,
     positive,
 )
 from voltstream.cli.search_options import DEFAULTS, LIVE_GULP_S, search_device, settings_from
@@ -56,12 +52,12 @@ examples:
 
 
 def add_search_parser(verbs: Any) -> None:
-    p = verbs.add_parser(
+    p = add_verb(
+        verbs,
         "search",
-        help="single-pulse search of a SIGPROC filterbank: heimdall-style candidates",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "single-pulse search of a SIGPROC filterbank: heimdall-style candidates",
+        DESCRIPTION,
+        EPILOG,
     )
     p.add_argument("input", nargs="?",
                    help="the filterbank (.fil, SIGPROC) to search (not with --listen)")  # fmt: skip
@@ -93,29 +89,14 @@ def add_search_parser(verbs: Any) -> None:
     ))  # fmt: skip
     p.add_argument("-o", dest="candidates", help=argparse.SUPPRESS)
     add_device(p, "where the search runs")
-    live = p.add_argument_group(
-        "a live stream (instead of INPUT)", "capture, filterbank and search in one "
-        "process; the stream format options below apply",
+    live = add_live_stream(
+        p, "capture, filterbank and search", report="write the search's report (JSON) "
+        "here: live, with the capture's and each candidate's detection latency",
     )  # fmt: skip
-    live.add_argument("--listen", type=listen_option, default=None,
-                      help="capture UDP on HOST:PORT (a band in several streams: "
-                      "HOST:PORT,HOST:PORT2,... or HOST:PORT+N)")  # fmt: skip
-    add_options(live, (
-        ("--fine-channels", power_of_two, 1,
-         "the filterbank: fine channels per coarse channel (a power of two). Default: 1"),
-        ("--tsamp", positive(float), None,
-         "the filterbank's sampling time, s: a whole number of fine samples. Default: one "
-         "fine sample"),
-        ("--filterbank", None, None,
-         "also write the filterbank searched, 8-bit (.fil SIGPROC, .fits PSRFITS)"),
-    ))  # fmt: skip
-    live.add_argument("--real", action="store_true",
-                      help="VDIF of real-sampled channels, converted to complex first")  # fmt: skip
-    add_run(live, what="capture", report="write the search's report (JSON) here: live, "
-            "with the capture's and each candidate's detection latency")  # fmt: skip
-    add_ring_mb(live)
-    add_no_status(live)
-    add_engine(live)
+    filterbank_shape(live, "the filterbank: ")
+    live.add_argument("--filterbank", default=None,
+                      help="also write the filterbank searched, 8-bit (.fil SIGPROC, .fits "
+                      "PSRFITS)")  # fmt: skip
     add_format_options(p)
 
 
