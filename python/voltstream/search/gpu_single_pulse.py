@@ -24,7 +24,6 @@ CuPy is imported when an engine is made, so this module imports anywhere.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -37,11 +36,12 @@ from voltstream.search.single_pulse import (
     FULL_COVER,
     MAD_TO_SIGMA,
     MIN_COVER,
-    MIN_SUMS,
     SearchResult,
     SearchSettings,
+    check_gulp_shape,
     delay_table,
     dm_trials,
+    searched_widths,
 )
 
 __all__ = ["GpuSinglePulse", "SearchTemplate"]
@@ -319,21 +319,10 @@ class GpuSinglePulse:
         cp = self.cp
         st = self.settings
         nchan = len(self.freqs)
-        if np.ndim(data) != 2 or data.shape[1] != nchan:
-            raise ConfigError(
-                f"filterbank of shape {np.shape(data)} with {nchan} channel frequencies: "
-                "give (nsamp, nchan) intensities and one frequency per channel"
-            )
+        check_gulp_shape(data, nchan)
         nsamp = data.shape[0]
-        nout = nsamp - self.max_delay
-        widths = 1 << np.arange(int(math.log2(st.boxcar_max)) + 1)
-        widths = widths[widths * MIN_SUMS <= max(nout, 0)]
-        if nout < 1 or len(widths) == 0:
-            raise ConfigError(
-                f"{nsamp} samples ({nsamp * self.tsamp:g} s) leave fewer than {MIN_SUMS} "
-                f"after the dispersion sweep at DM {self.dms[-1]:g} ({self.max_delay} "
-                "samples): search a longer stretch or lower --dm-max"
-            )
+        nout, widths = searched_widths(nsamp, self.max_delay, st.boxcar_max, self.tsamp,
+                                       self.dms[-1])  # fmt: skip
         x = cp.ascontiguousarray(cp.asarray(data, dtype=cp.float32).T)
         valid = None
         if mask is not None:

@@ -81,6 +81,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -92,12 +93,14 @@ from voltstream.search.candidates import Candidate, Giants, cluster, find_giants
 __all__ = [
     "SearchResult",
     "SearchSettings",
+    "check_gulp_shape",
     "boxcar_snr",
     "dedisperse",
     "delay_table",
     "dm_trials",
     "normalise",
     "search_filterbank",
+    "searched_widths",
 ]
 
 MAD_TO_SIGMA = 1.482602218505602  # 1 / Phi^-1(3/4): MAD of unit Gaussian noise -> 1
@@ -344,6 +347,32 @@ def robust_sigma(
     return out if keepdims else out[:, 0]
 
 
+def check_gulp_shape(data: Any, nchan: int) -> None:
+    """ConfigError unless ``data`` is (nsamp, nchan): one intensity per channel."""
+    if np.ndim(data) != 2 or np.shape(data)[1] != nchan:
+        raise ConfigError(
+            f"filterbank of shape {np.shape(data)} with {nchan} channel frequencies: "
+            "give (nsamp, nchan) intensities and one frequency per channel"
+        )
+
+
+def searched_widths(nsamp: int, max_delay: int, boxcar_max: int, tsamp_s: float,
+                    top_dm: float) -> tuple[int, np.ndarray]:  # fmt: skip
+    """(dedispersed samples, boxcar widths) of a gulp of ``nsamp`` samples whose
+    sweep at the top trial ``top_dm`` is ``max_delay``: the widths 1, 2, 4 ..
+    ``boxcar_max`` with at least MIN_SUMS sums each; ConfigError when none is left."""
+    nout = nsamp - max_delay
+    widths = 1 << np.arange(int(math.log2(boxcar_max)) + 1)
+    widths = widths[widths * MIN_SUMS <= max(nout, 0)]
+    if nout < 1 or len(widths) == 0:
+        raise ConfigError(
+            f"{nsamp} samples ({nsamp * tsamp_s:g} s) leave fewer than {MIN_SUMS} after the "
+            f"dispersion sweep at DM {top_dm:g} ({max_delay} samples): search a longer "
+            "stretch or lower --dm-max"
+        )
+    return nout, widths
+
+
 def search_filterbank(
     data: np.ndarray,
     freqs_mhz: np.ndarray,
@@ -358,26 +387,14 @@ def search_filterbank(
     st = settings or SearchSettings()
     st.check()
     freqs = np.asarray(freqs_mhz, dtype=np.float64)
-    if np.ndim(data) != 2 or np.shape(data)[1] != len(freqs):
-        raise ConfigError(
-            f"filterbank of shape {np.shape(data)} with {len(freqs)} channel frequencies: "
-            "give (nsamp, nchan) intensities and one frequency per channel"
-        )
+    check_gulp_shape(data, len(freqs))
     if not (tsamp_s > 0 and np.all(freqs > 0)):
         raise ConfigError("sampling time and channel frequencies must be > 0")
     nsamp = np.shape(data)[0]
     dms = dm_trials(st.dm_min, st.dm_max, freqs, tsamp_s, st.dm_tol, st.pulse_width_s)
     ref = float(freqs.max())
     delays = delay_table(dms, freqs, tsamp_s, ref)
-    nout = nsamp - int(delays.max())
-    widths = 1 << np.arange(int(math.log2(st.boxcar_max)) + 1)
-    widths = widths[widths * MIN_SUMS <= max(nout, 0)]
-    if nout < 1 or len(widths) == 0:
-        raise ConfigError(
-            f"{nsamp} samples ({nsamp * tsamp_s:g} s) leave fewer than {MIN_SUMS} after the "
-            f"dispersion sweep at DM {dms[-1]:g} ({int(delays.max())} samples): search a "
-            "longer stretch or lower --dm-max"
-        )
+    nout, widths = searched_widths(nsamp, int(delays.max()), st.boxcar_max, tsamp_s, dms[-1])
     window = max(16, int(round(st.window_s / tsamp_s)))
     z, weight = normalise(data, mask, window)
     parts = []
