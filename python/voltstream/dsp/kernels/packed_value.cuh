@@ -46,3 +46,41 @@ __device__ __forceinline__ long long packed_offset(const Layout L, long long r, 
     return (r / L.spf) * L.s_blk + (long long)(r % L.spf) * L.s_t +
            (long long)(c / L.cpb) * L.s_cb + (long long)(c % L.cpb) * L.s_c + (long long)p * L.s_p;
 }
+
+// A (chan, pol) pair's stream across chunks: its first carry_len samples from the
+// decoded carry the previous chunk left, the rest from this chunk's packed bytes; a
+// sample whose packet was lost (valid[r] == 0) or that lies past the chunk reads as
+// zero. unpack_packed.cu (complex) and real_to_complex.cu (real) read through it.
+struct ChunkStream {
+    const unsigned char *raw;
+    const unsigned char *valid;
+    Layout L;
+    int carry_cap, carry_len;
+    long long nsamp_raw;
+
+    // -1: in the carry; -2: nowhere (zero); else r, the sample in the chunk.
+    __device__ __forceinline__ long long where(long long s) const
+    {
+        if (s < carry_len) return -1;
+        const long long r = s - carry_len;
+        return (r >= nsamp_raw || (valid != nullptr && valid[r] == 0)) ? -2 : r;
+    }
+    // Value index of the chunk's sample r of pair cp (its first part).
+    __device__ __forceinline__ long long offset(long long r, int cp) const
+    {
+        return packed_offset(L, r, cp / L.npol, cp % L.npol);
+    }
+};
+
+// next[cp * carry_cap + i] = sample(cut + i, cp) for i < new_len, a thread per i and a
+// block row per pair: the samples the next chunk's first outputs need again (each
+// kernel file's carry_tail, ``sample`` its own reader of S).
+template <typename T, typename Sample>
+__device__ __forceinline__ void copy_carry(const ChunkStream &S, T *__restrict__ next, int ncp,
+                                           long long cut, int new_len, Sample sample)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int cp = blockIdx.y;
+    if (i >= new_len || cp >= ncp) return;
+    next[(long long)cp * S.carry_cap + i] = sample(cut + i, cp);
+}

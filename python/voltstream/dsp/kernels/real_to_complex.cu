@@ -53,16 +53,12 @@
 #include "packed_value.cuh"
 
 // Sample s (of carry + chunk) of pair cp, as a real value.
-__device__ __forceinline__ float real_sample(const unsigned char *__restrict__ raw,
-                                             const float *__restrict__ carry,
-                                             const unsigned char *__restrict__ valid,
-                                             const Layout L, int carry_cap, int carry_len,
-                                             long long nsamp_raw, long long s, int cp)
+__device__ __forceinline__ float real_sample(const ChunkStream &S, const float *__restrict__ carry,
+                                             long long s, int cp)
 {
-    if (s < carry_len) return carry[(long long)cp * carry_cap + s];
-    const long long r = s - carry_len;
-    if (r >= nsamp_raw || (valid != nullptr && valid[r] == 0)) return 0.0f;
-    return value_at(raw, packed_offset(L, r, cp / L.npol, cp % L.npol));
+    const long long r = S.where(s);
+    if (r == -1) return carry[(long long)cp * S.carry_cap + s];
+    return r < 0 ? 0.0f : value_at(S.raw, S.offset(r, cp));
 }
 
 extern "C" __global__ void __launch_bounds__(R2C_THREADS)
@@ -75,14 +71,14 @@ real_to_complex(const unsigned char *__restrict__ raw, const float *__restrict__
 {
     __shared__ float xs[TILE_CP][SPAN + 1];  // +1: rows start on different banks
     __shared__ float h[TAPS];
-    const Layout L = {s_blk, spf, s_t, s_c, s_p, cpb, s_cb, npol};
+    const ChunkStream S = {raw, valid, {s_blk, spf, s_t, s_c, s_p, cpb, s_cb, npol},
+                           carry_cap, carry_len, nsamp_raw};
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int k0 = blockIdx.x * TILE_K;
     const int cp = blockIdx.y * TILE_CP + tx;
     for (int j = ty * TILE_CP + tx; j < TAPS; j += R2C_THREADS) h[j] = signed_taps[j];
     for (int i = ty; i < SPAN; i += ROWS) {
-        xs[tx][i] = cp < ncp ? real_sample(raw, carry, valid, L, carry_cap, carry_len, nsamp_raw,
-                                           2LL * k0 + i, cp)
+        xs[tx][i] = cp < ncp ? real_sample(S, carry, 2LL * k0 + i, cp)
                              : 0.0f;
     }
     __syncthreads();
@@ -116,10 +112,8 @@ extern "C" __global__ void carry_tail(const unsigned char *__restrict__ raw,
                                       int ncp, int carry_cap, int carry_len, long long nsamp_raw,
                                       long long cut, int new_len)
 {
-    const Layout L = {s_blk, spf, s_t, s_c, s_p, cpb, s_cb, npol};
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const int cp = blockIdx.y;
-    if (i >= new_len || cp >= ncp) return;
-    next[(long long)cp * carry_cap + i] =
-        real_sample(raw, carry, valid, L, carry_cap, carry_len, nsamp_raw, cut + i, cp);
+    const ChunkStream S = {raw, valid, {s_blk, spf, s_t, s_c, s_p, cpb, s_cb, npol},
+                           carry_cap, carry_len, nsamp_raw};
+    copy_carry(S, next, ncp, cut, new_len,
+               [=](long long s, int cp) { return real_sample(S, carry, s, cp); });
 }

@@ -42,20 +42,18 @@
 #include "packed_value.cuh"
 
 // Stream sample s of (chan, pol) pair cp: from the decoded carry or the raw bytes.
-__device__ __forceinline__ float2 stream_sample(const unsigned char *__restrict__ raw,
-                                                const float2 *__restrict__ carry,
-                                                const unsigned char *__restrict__ valid,
-                                                const Layout L, int carry_cap, int carry_len,
-                                                long long nsamp_raw, long long s, int cp)
+__device__ __forceinline__ float2 stream_sample(const ChunkStream &S,
+                                                const float2 *__restrict__ carry, long long s,
+                                                int cp)
 {
-    if (s < carry_len) return carry[(long long)cp * carry_cap + s];
-    const long long r = s - carry_len;
-    if (r >= nsamp_raw || (valid != nullptr && valid[r] == 0)) return make_float2(0.0f, 0.0f);
-    const long long v = packed_offset(L, r, cp / L.npol, cp % L.npol);
+    const long long r = S.where(s);
+    if (r == -1) return carry[(long long)cp * S.carry_cap + s];
+    if (r < 0) return make_float2(0.0f, 0.0f);
+    const long long v = S.offset(r, cp);
 #if NDIM == 2
-    return make_float2(value_at(raw, v), value_at(raw, v + 1));
+    return make_float2(value_at(S.raw, v), value_at(S.raw, v + 1));
 #else
-    return make_float2(value_at(raw, v), 0.0f);
+    return make_float2(value_at(S.raw, v), 0.0f);
 #endif
 }
 
@@ -68,9 +66,10 @@ unpack_packed_frame(const unsigned char *__restrict__ raw, const float2 *__restr
                     long long s_cb, int npol, int ncp, int nfft, int step, int nblock,
                     int carry_cap, int carry_len, long long nsamp_raw)
 {
-    const Layout L = {s_blk, spf, s_t, s_c, s_p, cpb, s_cb, npol};
+    const ChunkStream S = {raw, valid, {s_blk, spf, s_t, s_c, s_p, cpb, s_cb, npol},
+                           carry_cap, carry_len, nsamp_raw};
     frame_tile(out, ncp, nfft, step, nblock, [=](long long s, int cp) {
-        return stream_sample(raw, carry, valid, L, carry_cap, carry_len, nsamp_raw, s, cp);
+        return stream_sample(S, carry, s, cp);
     });
 }
 
@@ -84,10 +83,8 @@ extern "C" __global__ void carry_tail(const unsigned char *__restrict__ raw,
                                       int npol, int ncp, int carry_cap, int carry_len,
                                       long long nsamp_raw, long long cut, int new_len)
 {
-    const Layout L = {s_blk, spf, s_t, s_c, s_p, cpb, s_cb, npol};
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const int cp = blockIdx.y;
-    if (i >= new_len || cp >= ncp) return;
-    next[(long long)cp * carry_cap + i] =
-        stream_sample(raw, carry, valid, L, carry_cap, carry_len, nsamp_raw, cut + i, cp);
+    const ChunkStream S = {raw, valid, {s_blk, spf, s_t, s_c, s_p, cpb, s_cb, npol},
+                           carry_cap, carry_len, nsamp_raw};
+    copy_carry(S, next, ncp, cut, new_len,
+               [=](long long s, int cp) { return stream_sample(S, carry, s, cp); });
 }
