@@ -1,8 +1,14 @@
 // Where a packed value sits and what it decodes to: the part both packed kernels
 // share (unpack_packed.cu, real_to_complex.cu; see unpack_packed.cu's header for
 // the layout formula and the encodings). Inlined by the loader like frame_tile.cuh.
-// The including file defines NBIT and ENCODING first.
+// NBIT and ENCODING: the including file's -D values, else VDIF's 2-bit levels.
 
+#ifndef NBIT
+#define NBIT 2
+#endif
+#ifndef ENCODING
+#define ENCODING 2
+#endif
 #if NBIT != 2 && NBIT != 4 && NBIT != 8
 #error "NBIT must be 2, 4 or 8"
 #endif

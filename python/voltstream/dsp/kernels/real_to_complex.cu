@@ -28,12 +28,6 @@
 //   TAPS            filter length, 4k + 1 (dsp/real.py TAPS)
 //   TILE_CP         pairs per block: 4, 8, 16 or 32 (256 / TILE_CP rows of threads)
 
-#ifndef NBIT
-#define NBIT 2
-#endif
-#ifndef ENCODING
-#define ENCODING 2
-#endif
 #ifndef TAPS
 #define TAPS 65
 #endif

@@ -29,12 +29,6 @@
 //   NDIM      1: real, 2: complex (re, im consecutive values)
 //   TILE_T, TILE_CP as in unpack.cu
 
-#ifndef NBIT
-#define NBIT 2
-#endif
-#ifndef ENCODING
-#define ENCODING 2
-#endif
 #ifndef NDIM
 #define NDIM 2
 #endif
