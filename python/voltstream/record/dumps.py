@@ -300,6 +300,26 @@ class Dumps:
                 left -= tfp.shape[0]
                 skip = 0
 
+    def window(self, raw: bytes) -> tuple[int, int] | None:
+        """A trigger's window (first, stop samples on the ring's clock) as it would be
+        taken now; None before anything has arrived; TriggerError 400 if malformed. For
+        a caller that waits for its window to arrive before triggering
+        (record/candidate_triggers.py)."""
+        clock = self.ring.clock
+        if clock is None:
+            return None
+        first, stop, _ = parse_trigger(raw, clock, self.band, self.margin)
+        return first, stop
+
+    def newest(self) -> int | None:
+        """The sample after the newest one in the ring (None: nothing yet)."""
+        span = self.ring.span()
+        return None if span is None else span[1]
+
+    def busy(self) -> bool:
+        """Whether a trigger now would be answered 503 (dumps waiting for the disk)."""
+        return self._queue.qsize() >= MAX_QUEUED
+
     def ring_status(self) -> dict:
         """What the ring holds now, in seconds since the stream's first sample."""
         clock, span = self.ring.clock, self.ring.span()
