@@ -102,7 +102,9 @@ def _window_seconds(
         f_ref = _number(body, "freq") if "freq" in has else Fraction(f_hi)
         if f_ref <= 0:
             raise TriggerError(400, f"'freq' must be a frequency in MHz, got {float(f_ref):g}")
-        pad = _number(body, "margin") if "margin" in has else Fraction(margin)
+        # --dump-margin as the decimal it was written as, like a trigger's numbers: its
+        # binary neighbour would put a window's end one sample late (0.002 s: 501 samples).
+        pad = _number(body, "margin") if "margin" in has else Fraction(str(margin))
         if pad < 0:
             raise TriggerError(400, f"'margin' must be >= 0 seconds, got {float(pad):g}")
         top = when - Fraction(float(dispersion_delay_s(float(dm), float(f_ref), f_hi)))
