@@ -16,6 +16,9 @@ Names follow the Prometheus conventions: ``voltstream_`` prefix, ``_total`` on
 counters, base units (bytes, seconds; the reports' ``_ms`` and per cent values are
 converted), one metric per quantity with the breakdown (stream, thread, kind) as
 labels.
+
+Over 500 lines: one table of every report section's metrics, kept in one module so
+that the collector, `voltstream status` and the docs read the same rows.
 """
 
 from __future__ import annotations
@@ -343,22 +346,13 @@ TRIGGER_OUTCOMES = {
 }
 
 
-#: A live search candidate's dump (record/candidate_triggers.py's counts).
-CANDIDATE_OUTCOMES = {
-    "below_threshold": "under --dump-threshold: not dumped",
-    "waited": "waited for its window to arrive (also counted as what then came)",
-    "dumped": "dumped (whole, or partial after expired or at_end)",
-    "expired": "the stream stalled past the wait: what the ring held asked for",
-    "at_end": "the stream ended first: what the ring held asked for",
-    "refused_gone": "its window was no longer in the ring",
-    "busy": "refused: dumps waiting for the disk",
-    "failed": "failed (logged)",
-}
+#: A live search candidate's dump, by outcome (record/candidate_triggers.py's counts).
+CANDIDATE_OUTCOMES = ("below_threshold", "waited", "dumped", "expired", "at_end",
+                      "refused_gone", "busy", "failed")  # fmt: skip
 
 
 def _dumps(d: dict[str, Any]) -> list[Sample]:
-    """--ring-seconds: triggers by outcome, dumps by fate, samples, the ring; a live
-    search's candidates by what their dump did."""
+    """--ring-seconds: triggers by outcome, dumps by fate, samples, the ring, candidates."""
     out = [Sample("voltstream_dump_triggers_total", "counter",
                   f"triggers by outcome: {_kinds(TRIGGER_OUTCOMES)}", d[k], {"outcome": k})
            for k in TRIGGER_OUTCOMES if _num(d.get(k))]  # fmt: skip
@@ -371,10 +365,9 @@ def _dumps(d: dict[str, Any]) -> list[Sample]:
          "samples dumped as lost (zeros: packets that never came, gaps, overwritten)"),
     )  # fmt: skip
     out += [Sample(n, "counter", t, d[k]) for k, n, t in rows if _num(d.get(k))]
-    cands = d.get("candidates") or {}  # search --listen: its candidates' triggers
-    out += [Sample("voltstream_dump_candidates_total", "counter",
-                   f"live search candidates by what their dump did: {_kinds(CANDIDATE_OUTCOMES)}",
-                   cands[k], {"outcome": k})
+    cands = d.get("candidates") or {}  # search --listen: docs/search.md says each outcome
+    out += [Sample("voltstream_dump_candidates_total", "counter", "live search candidates "
+                   "by what their dump did", cands[k], {"outcome": k})
             for k in CANDIDATE_OUTCOMES if _num(cands.get(k))]  # fmt: skip
     ring = d.get("ring") or {}
     if _num(ring.get("bytes")):

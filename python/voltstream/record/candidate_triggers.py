@@ -34,7 +34,10 @@ from fractions import Fraction
 from typing import Any
 
 from voltstream.record.dumps import Dumps, TriggerError
-from voltstream.search.candidates import Candidate
+
+#: A candidate: anything with ``snr``, ``dm``, ``time_s`` and ``sample_index`` (the
+#: search's ``Candidate``; record/ does not import search/).
+Candidate = Any
 
 __all__ = ["CandidateTriggers", "WAIT_S"]
 
