@@ -1,5 +1,7 @@
 """Chunk checks shared by the capture tests: take every chunk of a stopped capture, and
-compare chunks with the packets sent (present where not lost, the exact bytes)."""
+compare chunks with the packets sent (present where not lost, the exact bytes); a chunk
+of whole frames in real memory, as the engine hands one over (the voltage ring's
+tests)."""
 
 from __future__ import annotations
 
@@ -46,3 +48,21 @@ def check_chunks(chunks, data, gap, ppc):
         np.testing.assert_array_equal(got[present], want[present])
         del got
         ch.release()
+
+
+class FrameChunk:
+    """A chunk as the engine hands it over: whole packets ``frames`` (packets, bytes) in
+    real memory, one stream, ``present`` per packet; stale bytes where none arrived."""
+
+    def __init__(self, cid: int, frames: np.ndarray, present: list[int]) -> None:
+        self.chunk_id, self.thread, self.streams = cid, 0, [0]
+        self.packets_per_chunk = len(present)
+        self.present = np.asarray(present, np.uint8).tobytes()
+        self.present_count = sum(present)
+        self.buf = np.ascontiguousarray(frames)
+        self.buf[~np.asarray(present, bool)] = 0x5A
+        self.address = self.buf.ctypes.data
+        self.released = False
+
+    def release(self) -> None:
+        self.released = True

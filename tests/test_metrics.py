@@ -255,7 +255,11 @@ def test_cluster_metrics_carry_each_node_and_the_merger():
 #: capture --ring-seconds: the report's dumps section (record/dumps.py Dumps.as_dict).
 DUMPS = {"triggers": 6, "dumps": 2, "partial": 1, "refused_gone": 1, "refused_not_yet": 1,
          "malformed": 1, "busy": 1, "written": 2, "failed": 0, "samples": 10,
-         "lost_samples": 0, "ring": {"bytes": 1 << 20}, "list": []}  # fmt: skip
+         "lost_samples": 0, "ring": {"bytes": 1 << 20}, "list": [],
+         "candidates": {"threshold": 10.0, "candidates": 5, "below_threshold": 2,
+                        "triggers": 3, "waited": 1, "expired": 0, "at_end": 1, "dumped": 2,
+                        "refused_gone": 1, "refused_not_yet": 0, "malformed": 0, "busy": 0,
+                        "failed": 0, "waiting": 0, "list": []}}  # fmt: skip
 
 
 #: search --listen's report section (pipeline/stream_search.py counters()).

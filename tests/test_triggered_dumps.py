@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from cli_process import run_cli
+from dump_checks import dedispersed_peak_s, read_dump
 from loopback import free_bind
 from voltstream.io.dada import open_dada
 from voltstream.ops.status_view import scrape_metrics
@@ -119,11 +120,6 @@ def _reference(tmp: Path, *what: str, fmt: tuple = YNAO) -> np.ndarray:
     return f.read_raw(0, f.nsamp)
 
 
-def _dump(path: str) -> tuple[dict, np.ndarray, object]:
-    f = open_dada(path)
-    return f.header, f.read_raw(0, f.nsamp), f.obs
-
-
 @pytest.mark.parametrize("kind", ["ynao", "vdif"])
 def test_a_window_triggered_mid_stream_is_the_stream_s_samples_with_exact_times(tmp_path, kind):
     """Three windows triggered while the stream arrives at its rate: each dump holds the
@@ -147,7 +143,7 @@ def test_a_window_triggered_mid_stream_is_the_stream_s_samples_with_exact_times(
     tot = report["totals"]
     assert report["lost"] == 0 and tot["received"] == streams * len(ref) // spp, tot
     for (a, b), (_, answer) in zip(windows, answers, strict=True):
-        header, samples, obs = _dump(answer["path"])
+        header, samples, obs = read_dump(answer["path"])
         first = round(a / TSAMP)
         assert answer["first_sample"] - zero == first
         assert answer["samples"] == round((b - a) / TSAMP)
@@ -205,7 +201,7 @@ def test_triggers_for_data_gone_not_yet_or_malformed_are_answered_and_counted(tm
     assert (d["triggers"], d["refused_gone"], d["refused_not_yet"], d["malformed"]) == (
         4 + len(bad), 1, 1, len(bad)), d  # fmt: skip
     assert (d["dumps"], d["partial"], d["written"], d["lost_samples"]) == (2, 1, 2, 0), d
-    header, samples, _ = _dump(part[1]["path"])
+    header, samples, _ = read_dump(part[1]["path"])
     first = part[1]["first_sample"]
     np.testing.assert_array_equal(samples, ref[first : first + len(samples)])
 
@@ -218,19 +214,13 @@ def test_triggers_for_data_gone_not_yet_or_malformed_are_answered_and_counted(tm
     bottom = 0.8 + dispersion_delay_s(1000, 1418.0, 1420.0)
     assert burst[1]["start_s"] == pytest.approx(top - 0.01, abs=TSAMP)
     assert burst[1]["end_s"] == pytest.approx(bottom + 0.01, abs=TSAMP)
-    header, samples, _ = _dump(burst[1]["path"])
+    header, samples, _ = read_dump(burst[1]["path"])
     first = burst[1]["first_sample"]
     np.testing.assert_array_equal(samples, ref[first : first + len(samples)])
     # It holds the burst: power summed over the band, each channel shifted by its own
     # delay, peaks at the burst's arrival.
-    x = samples.astype(np.float32)
-    power = (x**2).sum(axis=(2, 3))  # (time, channel)
     freqs = 1418.0 + 0.125 * (np.arange(32) + 0.5)
-    shifts = np.round(dispersion_delay_s(1000, freqs, 1420.0) / TSAMP).astype(int)
-    series = sum(np.roll(power[:, c], -shifts[c]) for c in range(32))
-    width = 64  # samples, 0.5 ms: smooth the noise
-    smooth = np.convolve(series, np.ones(width), "valid")
-    peak_s = burst[1]["start_s"] + (np.argmax(smooth) + width / 2) * TSAMP
+    peak_s = dedispersed_peak_s(samples, burst[1]["start_s"], 1000, freqs, 1420.0, TSAMP)
     assert abs(peak_s - 0.8) < 0.002, peak_s
 
 

@@ -11,6 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from chunks import FrameChunk
 from voltstream.capture.report import CaptureReport
 from voltstream.capture.ring import RingClock, VoltageRing
 from voltstream.capture.run import CountingSink
@@ -21,23 +22,6 @@ from voltstream.record.dumps import TriggerError, parse_trigger
 PPC = 4
 FMT = make_format("ynao", chan_bw_mhz=0.125)
 SPP = FMT.samples_per_packet
-
-
-class Chunk:
-    """A chunk as the engine hands it over: whole packets in real memory."""
-
-    def __init__(self, cid: int, frames: np.ndarray, present: list[int]) -> None:
-        self.chunk_id, self.thread, self.streams = cid, 0, [0]
-        self.packets_per_chunk = PPC
-        self.present = np.asarray(present, np.uint8).tobytes()
-        self.present_count = sum(present)
-        self.buf = np.ascontiguousarray(frames)
-        self.buf[~np.asarray(present, bool)] = 0x5A  # stale bytes where nothing arrived
-        self.address = self.buf.ctypes.data
-        self.released = False
-
-    def release(self) -> None:
-        self.released = True
 
 
 @pytest.fixture
@@ -58,7 +42,7 @@ def _feed(ring: VoltageRing, frames: np.ndarray, chunks: dict[int, list[int]]) -
     tl = ChunkTimeline(1, PPC, ring.take, resync_chunks=8)
     made = []
     for cid, present in chunks.items():
-        made.append(Chunk(cid, frames[cid * PPC : (cid + 1) * PPC], present))
+        made.append(FrameChunk(cid, frames[cid * PPC : (cid + 1) * PPC], present))
         tl.add(made[-1])
     tl.finish()
     return made
@@ -123,6 +107,15 @@ def test_mjd_windows_map_to_exact_samples():
     with pytest.raises(TriggerError) as e:
         parse_trigger(b'{"start": 1, "end": Infinity}', clock, band, 0.0)
     assert e.value.status == 400
+
+
+def test_the_default_margin_is_the_decimal_given_not_its_binary_neighbour():
+    """A burst's window at DM 0 is the margin either side of its time, to the sample:
+    --dump-margin 0.002 (a float) is 250 samples of 8 us, not 250 and a hair."""
+    clock = RingClock(0, 60123, Fraction(4320), FMT.tsamp_exact)
+    band = (1418.0, 1422.0)
+    first, stop, _ = parse_trigger(b'{"dm": 0, "time": 0.016, "freq": 1422}', clock, band, 0.002)
+    assert (first, stop) == (2000 - 250, 2000 + 250)
 
 
 class _OverwrittenDuringCopy:

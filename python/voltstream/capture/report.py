@@ -148,7 +148,7 @@ class CaptureReport:
             if p.get("registration_warning"):
                 lines.append(f"  warning: {p['registration_warning']}")
         if self.dumps is not None:
-            lines += _dump_lines(self.dumps)
+            lines += dump_lines(self.dumps)
         if groups := self.engine.get("multicast"):
             lines.append("  multicast groups joined: " + ", ".join(groups))
         lines += _host_lines(self.engine.get("host"), self.engine.get("engine"))
@@ -184,7 +184,7 @@ def counted(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
-def _dump_lines(d: dict) -> list[str]:
+def dump_lines(d: dict) -> list[str]:
     """The voltage ring and its dumps: every count, then each dump."""
     ring = d["ring"]
     lines = [

@@ -4,7 +4,8 @@ dumps (issue 28 item 3; docs/search.md, "Triggered voltage dumps").
 A consumer of the chunk timeline (capture/run.py ``run_capture(consumer=...)``): each
 block's payload bytes are copied into the ring's slot for its chunk id and the block
 goes on to the capture's own sink (which counts it and gives it back to the pool), so
-the capture's chunk pool is held no longer than without the ring. A slot is one chunk
+the capture's chunk pool is held no longer than without the ring (``around``: the
+ring in front of a consumer another runner made). A slot is one chunk
 id of every stream: (streams, packets per chunk, payload) bytes, the packets' presence,
 and the chunk id it holds; chunk id ``c`` lives in slot ``c % slots``. Time on the
 ring is the format's packet index (chunk id x packets per chunk + packet), so a sample
@@ -14,6 +15,11 @@ ids the engine skipped) leaves its slots holding older ids: those samples read a
 Readers (a trigger's thread) never stop the capture: a slot is copied out and its id
 read before and after; the capture marks a slot (id -1) before it overwrites it, so a
 copy that raced an overwrite is seen and counted lost, never mixed into a dump.
+
+The items handed on are the samples a reader of the capture sees (a live search's
+sample axis: gaps as zeros, a discontinuity skipped); ``stream_sample`` maps them
+back to the index axis, across any discontinuity, so a candidate's time is placed on
+the ring's clock exactly.
 
 The stream's clock: the capture keeps whole packets in its chunks (``whole_packets``),
 and the header of the first packet that arrived gives the exact time of its sample
@@ -166,6 +172,17 @@ class VoltageRing:
         self.end_sample = 0  # the sample after the newest one that arrived
         self.blocks = 0
         self.gap_packets = 0
+        # (samples handed on before it, its index-axis sample) at the first block and
+        # after each discontinuity: the handed-on axis back to the index axis.
+        self.jumps: list[tuple[int, int]] = []
+        self._handed = 0  # samples handed on so far (blocks' packets and gaps)
+        self._next = -1  # the index-axis sample the next item continues from
+
+    def around(self, inner: Consumer) -> VoltageRing:
+        """The ring in front of ``inner`` (run_capture's ``tap``: the consumer it made
+        for the run, which then takes every item)."""
+        self.inner = inner
+        return self
 
     @property
     def nbytes(self) -> int:
@@ -189,9 +206,28 @@ class VoltageRing:
             except BaseException:
                 item.release()
                 raise
+            self._follow((item.chunk_id * self.ppc + item.first) * self.spp,
+                         item.packets * self.spp)  # fmt: skip
         else:
             self.gap_packets += item.packets
+            self._follow(self._next, item.packets * self.spp)
         self.inner.take(item)
+
+    def _follow(self, index: int, n: int) -> None:
+        """``n`` samples handed on from index-axis sample ``index``."""
+        if index != self._next:
+            self.jumps.append((self._handed, index))
+        self._handed += n
+        self._next = index + n
+
+    def stream_sample(self, handed: int) -> int | None:
+        """The index-axis sample of the ``handed``-th sample handed on (a reader's sample
+        ``handed``); None before anything was."""
+        jumps = self.jumps
+        k = len(jumps) - 1
+        while k > 0 and jumps[k][0] > handed:
+            k -= 1
+        return None if k < 0 else jumps[k][1] + handed - jumps[k][0]
 
     def _store(self, blk: Block) -> None:
         raw = blk.array(self.nstreams, self.slot_len)

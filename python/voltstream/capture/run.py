@@ -61,6 +61,7 @@ def run_capture(
     stop_event: threading.Event | None = None,
     live_report: Callable[[Callable[[], dict]], None] | None = None,
     catch_interrupt: bool = False,
+    tap: Callable[[Consumer], Consumer] | None = None,
 ) -> CaptureReport:
     """Captures for `duration_s` seconds (or until `idle_timeout_s` of silence, counted
     from the start while nothing has arrived) and passes the samples to
@@ -81,7 +82,9 @@ def run_capture(
     `live_report` (the metrics board's ``watch``) is given a callable that returns
     the report so far once the capture is open, and ``report.as_dict`` at the end.
     ``duration_s`` None: until stopped. ``catch_interrupt``: Ctrl-C ends the run as
-    a stop does (``report.interrupted``) instead of raising.
+    a stop does (``report.interrupted``) instead of raising. ``tap``: given the
+    consumer the run made (or was given), returns the one that takes the timeline's
+    items in front of it (the voltage ring, capture/ring.py ``VoltageRing.around``).
 
     This is the one runner of every live product (``StageRunner`` stages: the fold,
     the F-engine, a cluster node), of capture alone and of the CPU sinks.
@@ -101,6 +104,8 @@ def run_capture(
         consumer = TfpSink(fmt, sink, report, slot_len=slot_len)
     elif consumer is None:
         consumer = CountingSink(fmt, report)
+    if tap is not None:
+        consumer = tap(consumer)
     timeline = ChunkTimeline(
         cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads,
         settings.chunks.resync_chunks, getattr(cap, "chunk_stride", 1),

@@ -60,11 +60,10 @@ log = logging.getLogger("voltstream.cli.commands")
 
 def capture(args: argparse.Namespace) -> int | Loss:
     from voltstream.capture.run import run_capture
+    from voltstream.cli.dump import capture_with_ring, check_dump_options
 
     check_outputs([("--output", args.output), ("--report", args.report)])
-    if getattr(args, "ring_seconds", None) is not None:  # triggered voltage dumps: cli/dump.py
-        from voltstream.cli.dump import capture_with_ring
-
+    if check_dump_options(args, trigger_needed=True):  # triggered voltage dumps: cli/dump.py
         return capture_with_ring(args)
     fmt = _capture_format(args)
     writer = capture_output(args, fmt)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from voltstream.cli.dump import DUMP_FLAGS, add_dump_options
 from voltstream.cli.live_group import add_live_stream, filterbank_shape
 from voltstream.cli.options import (
     add_device,
@@ -34,7 +35,8 @@ by the sweep across the band at --dm-max plus the widest boxcar; each candidate 
 reported once. Live, the stream is captured and made into a filterbank (--fine-channels,
 --tsamp, as `voltstream filterbank`) in the same process, each gulp searched as soon
 as its last sample has arrived, each candidate line appended and flushed as it is
-found, with its detection latency in the report.
+found, with its detection latency in the report. With --ring-seconds the last seconds
+of voltages are kept and each candidate above --dump-threshold is dumped as DADA.
 """
 
 EPILOG = """\
@@ -48,6 +50,10 @@ examples:
   voltstream search obs.fil --dm-min 400 --dm-max 600 --threshold 7 --candidates frb.cand
   voltstream search --listen 0.0.0.0:7000 --format ynao --fine-channels 128 --tsamp 64e-6 \
       --dm-max 2000 --device gpu --candidates live.cand --metrics 0.0.0.0:9100
+  voltstream search --listen 0.0.0.0:7000 --format ynao --fine-channels 128 --tsamp 64e-6 \
+      --dm-max 2000 --ring-seconds 10 --dump-dir /data/dumps --dump-threshold 10
+      (each candidate with S/N >= 10 writes its burst's voltages as DADA: its sweep
+      across the band and --dump-margin either side)
 """
 
 
@@ -97,6 +103,7 @@ def add_search_parser(verbs: Any) -> None:
     live.add_argument("--filterbank", default=None,
                       help="also write the filterbank searched, 8-bit (.fil SIGPROC, .fits "
                       "PSRFITS)")  # fmt: skip
+    add_dump_options(p, candidates=True)
     add_format_options(p)
 
 
@@ -117,6 +124,10 @@ def search(args: argparse.Namespace) -> Any:
         from voltstream.cli.search_live import search_live
 
         return search_live(args, cand_path)
+    if dumped := [f for f in ("--ring-seconds", *DUMP_FLAGS)
+                  if getattr(args, f[2:].replace("-", "_"), None) is not None]:  # fmt: skip
+        raise ConfigError(f"{dumped[0]} dumps the voltages of a live stream (--listen); a "
+                          ".fil holds none")  # fmt: skip
     if args.filterbank is not None or args.fine_channels != 1 or args.tsamp is not None:
         raise ConfigError("--filterbank, --fine-channels and --tsamp make the filterbank of a "
                           "live stream (--listen); a .fil is searched as it is")  # fmt: skip

@@ -21,6 +21,7 @@ def search_live(args: argparse.Namespace, cand_path: str) -> Any:
         _stop_event,
         watcher,
     )
+    from voltstream.cli.dump import check_dump_options
     from voltstream.cli.search_options import LIVE_GULP_S, search_device, settings_from
     from voltstream.cli.stream_options import live_real
     from voltstream.pipeline.live import LiveReader
@@ -39,21 +40,30 @@ def search_live(args: argparse.Namespace, cand_path: str) -> Any:
     arrivals = ArrivalLog()
     board = watcher(args)
     state: dict[str, Any] = {}
+    capture = _capture_settings(args, args.listen)
+    dumps = None  # --ring-seconds: the voltage ring in front of the reader (cli/search_dumps.py)
+    if check_dump_options(args):
+        from voltstream.cli.search_dumps import SearchDumps
+
+        dumps = SearchDumps(args, fmt, capture)
+        capture = dumps.settings
 
     def live_report(so_far: Any) -> None:  # the capture's report, and the search's
         def snapshot() -> dict:
             out = dict(so_far())
             if "search" in state:
                 out["search"] = state["search"].report.counters()
+            if dumps is not None:
+                out["dumps"] = dumps.as_dict()
             return out
 
         if board is not None:
             board(snapshot)
 
-    live = LiveReader(fmt, _capture_settings(args, args.listen), args.duration, obs,
-                      idle_timeout_s=args.idle_timeout, stop_event=_stop_event(args),
-                      live_report=live_report,
-                      on_chunk=on_chunk_recorder(arrivals, obs.tsamp_s))  # fmt: skip
+    live = LiveReader(fmt, capture, args.duration, obs, idle_timeout_s=args.idle_timeout,
+                      stop_event=_stop_event(args), live_report=live_report,
+                      on_chunk=on_chunk_recorder(arrivals, obs.tsamp_s),
+                      tap=None if dumps is None else dumps.ring.around)  # fmt: skip
     reader, obs = live_real(fmt, live, obs, "cpu")
     nbits = 8
     fb_settings = FilterbankSettings(args.fine_channels, args.tsamp, "I", nbits)
@@ -62,6 +72,8 @@ def search_live(args: argparse.Namespace, cand_path: str) -> Any:
     settings.check()
     device = search_device(args)
     gulp_s = args.gulp if args.gulp is not None else LIVE_GULP_S
+    if dumps is not None:
+        dumps.check(args.dm_max, gulp_s)
     writer = None
     if args.filterbank:
         from voltstream.pipeline.filterbank import open_writer
@@ -71,22 +83,27 @@ def search_live(args: argparse.Namespace, cand_path: str) -> Any:
                              "voltstream " + " ".join(sys.argv[1:]))  # fmt: skip
     cands = CandidateFile(cand_path)
     # The search (and its engine: kernels compiled, plan made) before the socket opens.
-    search = make_stream_search(plan, settings, gulp_s, cands, device, arrivals)
+    search = make_stream_search(plan, settings, gulp_s, cands, device, arrivals,
+                                None if dumps is None else dumps.add)  # fmt: skip
     fb_engine = None  # the filterbank: on the search's device (the NumPy reference on the CPU)
     if device == "gpu":
         from voltstream.search.gpu_filterbank import GpuFilterbank
 
         fb_engine = GpuFilterbank(plan)
     state["search"] = search
-    live.start()
-    log.info("search: listening on %s", args.listen)
     try:
+        if dumps is not None:
+            dumps.start(plan)
+        live.start()
+        log.info("search: listening on %s", args.listen)
         with _progress(args, "search", None, "samples") as update:
             search_rows(reader, plan, search, engine=fb_engine, writer=writer, progress=update)
     finally:
         cands.close()
         if writer is not None:
             writer.close()
+        if dumps is not None:
+            dumps.close()  # every candidate's dump written before the report
     rep = search.report
     if live.report is not None:
         from voltstream.cli.common import _nothing_received
@@ -98,6 +115,10 @@ def search_live(args: argparse.Namespace, cand_path: str) -> Any:
         print(line)
     print(f"search: {len(rep.candidates)} candidate(s) -> {cand_path}")
     out: dict[str, Any] = {"search": rep.as_dict(), "candidates_file": cand_path}
+    if dumps is not None:
+        for line in dumps.lines():
+            print(line)
+        out["dumps"] = dumps.as_dict()
     loss: Any = 0
     if live.report is not None:
         from voltstream.cli.common import _print_report
@@ -105,8 +126,8 @@ def search_live(args: argparse.Namespace, cand_path: str) -> Any:
         out["capture"] = live.report.as_dict()
         loss = _print_report(live.report, None, live.report.engine)
     if board is not None:
-        board(lambda: {**out["capture"], "search": rep.counters()} if "capture" in out
-              else {"search": rep.counters()})  # fmt: skip
+        last = {"search": rep.counters()} | ({"dumps": out["dumps"]} if "dumps" in out else {})
+        board(lambda: {**out.get("capture", {}), **last})
     if args.report:
         with open(args.report, "w") as f:
             json.dump(out, f, indent=2, default=str)

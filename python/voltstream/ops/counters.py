@@ -16,6 +16,9 @@ Names follow the Prometheus conventions: ``voltstream_`` prefix, ``_total`` on
 counters, base units (bytes, seconds; the reports' ``_ms`` and per cent values are
 converted), one metric per quantity with the breakdown (stream, thread, kind) as
 labels.
+
+Over 500 lines: one table of every report section's metrics, kept in one module so
+that the collector, `voltstream status` and the docs read the same rows.
 """
 
 from __future__ import annotations
@@ -343,8 +346,13 @@ TRIGGER_OUTCOMES = {
 }
 
 
+#: A live search candidate's dump, by outcome (record/candidate_triggers.py's counts).
+CANDIDATE_OUTCOMES = ("below_threshold", "waited", "dumped", "expired", "at_end",
+                      "refused_gone", "busy", "failed")  # fmt: skip
+
+
 def _dumps(d: dict[str, Any]) -> list[Sample]:
-    """capture --ring-seconds: triggers by outcome, dumps by fate, samples, the ring."""
+    """--ring-seconds: triggers by outcome, dumps by fate, samples, the ring, candidates."""
     out = [Sample("voltstream_dump_triggers_total", "counter",
                   f"triggers by outcome: {_kinds(TRIGGER_OUTCOMES)}", d[k], {"outcome": k})
            for k in TRIGGER_OUTCOMES if _num(d.get(k))]  # fmt: skip
@@ -357,6 +365,10 @@ def _dumps(d: dict[str, Any]) -> list[Sample]:
          "samples dumped as lost (zeros: packets that never came, gaps, overwritten)"),
     )  # fmt: skip
     out += [Sample(n, "counter", t, d[k]) for k, n, t in rows if _num(d.get(k))]
+    cands = d.get("candidates") or {}  # search --listen: docs/search.md says each outcome
+    out += [Sample("voltstream_dump_candidates_total", "counter", "live search candidates "
+                   "by what their dump did", cands[k], {"outcome": k})
+            for k in CANDIDATE_OUTCOMES if _num(cands.get(k))]  # fmt: skip
     ring = d.get("ring") or {}
     if _num(ring.get("bytes")):
         out.append(Sample("voltstream_dump_ring_bytes", "gauge",

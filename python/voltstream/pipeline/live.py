@@ -55,8 +55,12 @@ class LiveReader:
         stop_event: threading.Event | None = None,
         live_report: Any = None,
         on_chunk: Callable[[int], None] | None = None,
+        tap: Callable[[Any], Any] | None = None,
     ) -> None:
         self.fmt, self.capture, self.obs, self.source = fmt, capture, obs, source
+        #: run_capture's ``tap``: what takes the capture's items in front of this
+        #: reader's sink (the live search's voltage ring).
+        self.tap = tap
         #: Called with each chunk's sample count as the capture hands it over, in the
         #: capture's thread (the live search's arrival times, pipeline/live_search.py).
         self.on_chunk = on_chunk
@@ -93,6 +97,7 @@ class LiveReader:
                 source=self.source,
                 stop_event=self.stop_event,
                 live_report=self.live_report,
+                tap=self.tap,
             )
         except BaseException as e:  # handed to the reading thread
             self.error = e

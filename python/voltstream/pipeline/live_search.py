@@ -115,15 +115,22 @@ def make_stream_search(
     candidates: CandidateFile | None,
     device: str = "cpu",
     arrivals: ArrivalLog | None = None,
+    then: Callable[[list[Candidate]], None] | None = None,
 ) -> StreamSearch:
     """The `StreamSearch` of ``plan``'s rows (its engine made now, before any data):
-    candidates to ``candidates``, latencies from ``arrivals``."""
+    candidates to ``candidates``, then to ``then`` (the voltage dumps, which only queue
+    them: a candidate's latency ends after both), latencies from ``arrivals``."""
     if plan.npol_out != 1:
         raise ConfigError("the search takes total intensity: --pol I")
     gulp = max(1, int(round(gulp_s / plan.tsamp_s)))
+    calls = [f for f in (None if candidates is None else candidates.write, then) if f]
+
+    def found(cands: list[Candidate]) -> None:
+        for f in calls:
+            f(cands)
+
     return StreamSearch(
-        plan.chan_freqs_mhz, plan.tsamp_s, settings, gulp, device,
-        None if candidates is None else candidates.write,
+        plan.chan_freqs_mhz, plan.tsamp_s, settings, gulp, device, found if calls else None,
         None if arrivals is None else arrival_of(plan, arrivals),
     )  # fmt: skip
 

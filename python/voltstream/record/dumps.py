@@ -102,7 +102,9 @@ def _window_seconds(
         f_ref = _number(body, "freq") if "freq" in has else Fraction(f_hi)
         if f_ref <= 0:
             raise TriggerError(400, f"'freq' must be a frequency in MHz, got {float(f_ref):g}")
-        pad = _number(body, "margin") if "margin" in has else Fraction(margin)
+        # --dump-margin as the decimal it was written as, like a trigger's numbers: its
+        # binary neighbour would put a window's end one sample late (0.002 s: 501 samples).
+        pad = _number(body, "margin") if "margin" in has else Fraction(str(margin))
         if pad < 0:
             raise TriggerError(400, f"'margin' must be >= 0 seconds, got {float(pad):g}")
         top = when - Fraction(float(dispersion_delay_s(float(dm), float(f_ref), f_hi)))
@@ -299,6 +301,26 @@ class Dumps:
                 out.write(tfp)
                 left -= tfp.shape[0]
                 skip = 0
+
+    def window(self, raw: bytes) -> tuple[int, int] | None:
+        """A trigger's window (first, stop samples on the ring's clock) as it would be
+        taken now; None before anything has arrived; TriggerError 400 if malformed. For
+        a caller that waits for its window to arrive before triggering
+        (record/candidate_triggers.py)."""
+        clock = self.ring.clock
+        if clock is None:
+            return None
+        first, stop, _ = parse_trigger(raw, clock, self.band, self.margin)
+        return first, stop
+
+    def newest(self) -> int | None:
+        """The sample after the newest one in the ring (None: nothing yet)."""
+        span = self.ring.span()
+        return None if span is None else span[1]
+
+    def busy(self) -> bool:
+        """Whether a trigger now would be answered 503 (dumps waiting for the disk)."""
+        return self._queue.qsize() >= MAX_QUEUED
 
     def ring_status(self) -> dict:
         """What the ring holds now, in seconds since the stream's first sample."""
