@@ -48,18 +48,19 @@ def run(fmt_key: str, seconds: float, dm: float, ppc: int | None) -> dict:
     import cupy
     import cupyx
 
+    from voltstream.capture.config import CaptureSettings
     from voltstream.capture.timeline import ChunkTimeline
     from voltstream.fold.gpu import GpuFolder
     from voltstream.fold.reference import FoldSettings
     from voltstream.formats import make_format
     from voltstream.io.polyco import ConstantPeriod
     from voltstream.pipeline.gpu import HostRegistry, gpu_stage_runner
-    from voltstream.pipeline.live import gpu_chunking
+    from voltstream.pipeline.live import GpuChunking
 
     kw = dict(FORMATS[fmt_key])
     fmt = make_format(kw.pop("name"), chan_bw_mhz=4.0, **kw)
     obs = fmt.observation(start_mjd=60000, start_sec=0.0)
-    ppc, _ = gpu_chunking(fmt, ppc, 1024, 4)
+    ppc, _ = GpuChunking(ppc, 1024).sized(fmt, CaptureSettings.of("127.0.0.1:0"))
     nsamp = ppc * fmt.samples_per_packet
     nbytes = fmt.streams * ppc * fmt.payload_len
     pred = ConstantPeriod(0.0333, obs.start_mjd, obs.start_sec)

@@ -5,18 +5,16 @@ with its date and command and never writes a null over one."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from repo_script import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_search", ROOT / "bench" / "search.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench/search.py")
 
 
 def test_tiny_bench_measures_headroom_and_live_latency(tmp_path):

@@ -6,22 +6,19 @@ line, not a page of usage."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from cli_process import run_cli
+from repo_script import load_script
 from voltstream.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cli_doc():
-    spec = importlib.util.spec_from_file_location("cli_doc", ROOT / "scripts" / "cli_doc.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/cli_doc.py")
 
 
 #: Names that once meant what another name means: none may be a visible option.

@@ -4,12 +4,12 @@ the same chunks, and every variant of its kernels compiling with NVRTC (no GPU).
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from repo_script import load_script
 from voltstream.dsp import cuda
 from voltstream.observation import Observation
 from voltstream.search.filterbank import FilterbankPlan, FilterbankReference, FilterbankSettings
@@ -61,10 +61,7 @@ def test_max_src_bounds_every_chunk():
 
 
 def _nvrtc():
-    spec = importlib.util.spec_from_file_location("check_kernels", ROOT / "scripts" /
-                                                  "check_kernels.py")  # fmt: skip
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("scripts/check_kernels.py")
     return mod.Nvrtc(mod.find_nvrtc())
 
 

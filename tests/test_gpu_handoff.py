@@ -386,10 +386,10 @@ def test_a_gpu_pool_holds_the_window_counted_in_its_own_chunks():
     (256-packet) chunks, four times as many for the same packets."""
     from voltstream.capture.config import CaptureSettings
     from voltstream.formats import make_format
-    from voltstream.pipeline.live import gpu_chunking
+    from voltstream.pipeline.live import GpuChunking
 
     fmt = make_format("ynao", chan_bw_mhz=1.0)
     capture = CaptureSettings.of("127.0.0.1:7148")
-    ppc, nchunks = gpu_chunking(fmt, None, 1, capture)
+    ppc, nchunks = GpuChunking(pool_mb=1).sized(fmt, capture)
     assert ppc * fmt.payload_len == 32 << 20
     assert nchunks == capture.chunks.window_for(ppc, fmt.packets_per_second) + 4

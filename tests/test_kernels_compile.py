@@ -4,12 +4,12 @@ NumPy reference."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from repo_script import load_script
 from voltstream.dsp import cuda
 from voltstream.dsp.dedisperse import Dedisperser, StreamingOverlapSave
 from voltstream.fold import kernels as fold_kernels
@@ -23,11 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _check_script():
-    path = ROOT / "scripts" / "check_kernels.py"
-    spec = importlib.util.spec_from_file_location("check_kernels", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/check_kernels.py")
 
 
 def test_there_are_kernels():

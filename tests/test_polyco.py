@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from repo_script import load_script
 from voltstream.errors import ConfigError, FormatError
 from voltstream.io.polyco import (
     ConstantPeriod,
@@ -113,15 +114,11 @@ def test_constant_period():
 def test_the_shipped_example_polyco_is_what_its_script_computes_and_covers_today(tmp_path):
     """docs/examples/psr.polyco (the README tour's) is scripts/make_example_polyco.py's
     output, exact for the simulated pulsar's constant period at any date it covers."""
-    import importlib.util
     import time
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("mk", root / "scripts" / "make_example_polyco.py")
-    assert spec is not None and spec.loader is not None
-    mk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mk)
+    mk = load_script("scripts/make_example_polyco.py")
     shipped = root / "docs" / "examples" / "psr.polyco"
     assert shipped.read_text() == mk.polyco_text()
     pc = read_polyco(shipped)

@@ -26,7 +26,7 @@ from voltstream.io.dada import DadaWriter, open_dada
 from voltstream.io.polyco import ConstantPeriod
 from voltstream.pipeline.fold import fold_file
 from voltstream.pipeline.gpu_file_fold import fold_file_gpu
-from voltstream.pipeline.live import LiveGpuRun, fold_live_gpu
+from voltstream.pipeline.live import GpuChunking, LiveGpuRun, fold_live_gpu
 from voltstream.sim.signal import quantize_int8, synthesize
 from voltstream.testing import Drop, FaultPlan
 
@@ -97,7 +97,7 @@ def test_live_gpu_fold_equals_the_file_fold_of_the_recorded_packets(tmp_path, na
         30,
         obs,
         FoldSettings(DM, pred, 128, tsub),
-        packets_per_chunk=ppc,
+        GpuChunking(ppc),
         run=LiveGpuRun(idle_timeout_s=0.7, on_start=sender(bind, packets), status=False),
     )
     assert report.totals["missing"] == len(lost) and report.lost == len(lost)

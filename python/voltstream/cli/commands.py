@@ -233,13 +233,12 @@ def fold(args: argparse.Namespace) -> int | Loss:
     _check_archive_fits(args, obs, span_s, tsub)
     settings = FoldSettings(args.dm, predictor, args.nbin, tsub, pol_mode=args.pol)
     if args.listen and device == "gpu":
-        from voltstream.pipeline.live import fold_live_gpu
+        from voltstream.pipeline.live import GpuChunking, fold_live_gpu
 
         try:
             archive, report = fold_live_gpu(
                 fmt, _capture_settings(args, args.listen), args.duration, obs, settings,
-                packets_per_chunk=args.packets_per_chunk, pool_mb=args.buffer_mb,
-                run=live_gpu_run(args, "fold"),
+                GpuChunking(args.packets_per_chunk, args.buffer_mb), live_gpu_run(args, "fold"),
                 source=recording.forwarded() if recording is not None else None,
             )  # fmt: skip
         except BaseException:

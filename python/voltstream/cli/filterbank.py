@@ -139,13 +139,14 @@ def filterbank(args: argparse.Namespace) -> Any:
     history = "voltstream " + " ".join(sys.argv[1:])
     capture_report = None
     if args.listen and device == "gpu":
+        from voltstream.pipeline.live import GpuChunking
         from voltstream.pipeline.live_filterbank import filterbank_live_gpu
 
         writer = open_writer(args.output, file_format, plan, history)
         report, capture_report = filterbank_live_gpu(
             fmt, _capture_settings(args, args.listen), args.duration, plan, writer,
-            args.output, file_format, packets_per_chunk=args.packets_per_chunk,
-            pool_mb=args.buffer_mb, run=live_gpu_run(args, "filterbank"),
+            args.output, file_format, GpuChunking(args.packets_per_chunk, args.buffer_mb),
+            live_gpu_run(args, "filterbank"),
         )  # fmt: skip
     else:
         if live is not None:

@@ -105,14 +105,14 @@ class GpuRows:
         }
         if self.live:
             from voltstream.capture.config import CaptureSettings
-            from voltstream.pipeline.live import live_gpu_folder
+            from voltstream.pipeline.live import GpuChunking, live_gpu_folder
 
             fmt = job.fmt
             assert fmt is not None
             given = CaptureSettings.of(job.source, **job.capture)
             self.eng, self.capture = live_gpu_folder(
                 fmt, given, job.duration_s, obs, job.settings,
-                job.capture.get("packets_per_chunk"), **band,
+                GpuChunking(job.capture.get("packets_per_chunk")), **band,
             )  # fmt: skip
             # The engine reads a chunk from any sample on: a late start on the FFT grid
             # begins inside a packet, at a whole byte (packed samples of 2 or 4 bits).

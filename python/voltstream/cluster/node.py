@@ -295,12 +295,13 @@ class NodeRun:
         sized = getattr(self.fold.fold, "capture", None)
         if sized is not None:
             return sized
-        from voltstream.pipeline.live import gpu_chunking
+        from voltstream.pipeline.live import GpuChunking
 
         settings = CaptureSettings.of(self.job.source, **self.job.capture)
         if "nchunks" in self.job.capture:
             return settings
-        _, nchunks = gpu_chunking(fmt, settings.chunks.packets_per_chunk, CPU_POOL_MB, settings)
+        chunking = GpuChunking(settings.chunks.packets_per_chunk, CPU_POOL_MB)
+        _, nchunks = chunking.sized(fmt, settings)
         return settings.replace(nchunks=max(nchunks, settings.chunks.nchunks))
 
     def _fold_file(self) -> dict:

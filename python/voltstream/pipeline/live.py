@@ -14,6 +14,7 @@ nothing is lost silently.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -213,20 +214,31 @@ def capture_to_gpu(
     return product, report
 
 
-def gpu_chunking(
-    fmt: StreamFormat, packets_per_chunk: int | None, pool_mb: float, capture: CaptureSettings
-) -> tuple[int, int]:
-    """(packets per chunk, pool chunks) for a live GPU stage: chunks of about 32 MiB
-    (the per-chunk Python cost is then far below a chunk's duration even at 100 Gb/s),
-    a pool of ``pool_mb`` MiB but at least ``capture``'s reorder window (in chunks of
-    the size chosen here, as the run will count it) + 4 chunks. (A CPU cluster node
-    sizes its pool with it too, its chunks given.)"""
-    per_packet = fmt.payload_len * fmt.streams
-    if packets_per_chunk is None:
-        packets_per_chunk = max(16, 1 << int(np.log2(max(1, GPU_CHUNK_BYTES // per_packet))))
-    window = capture.chunks.window_for(packets_per_chunk, fmt.packets_per_second)
-    nchunks = max(window + 4, int(pool_mb * 2**20 // (packets_per_chunk * per_packet)))
-    return int(packets_per_chunk), int(nchunks)
+@dataclass(frozen=True)
+class GpuChunking:
+    """How a live GPU stage's capture is chunked (`--packets-per-chunk`, `--buffer-mb`):
+    ``packets_per_chunk`` packets a chunk (None: `sized` picks about 32 MiB) and a
+    pool of ``pool_mb`` MiB."""
+
+    packets_per_chunk: int | None = None
+    pool_mb: float = GPU_POOL_MB
+
+    def sized(self, fmt: StreamFormat, capture: CaptureSettings) -> tuple[int, int]:
+        """(packets per chunk, pool chunks): chunks of about 32 MiB unless given (the
+        per-chunk Python cost is then far below a chunk's duration even at 100 Gb/s),
+        a pool of ``pool_mb`` MiB but at least ``capture``'s reorder window (in chunks
+        of the size chosen here, as the run will count it) + 4 chunks. (A CPU cluster
+        node sizes its pool with it too, its chunks given.)"""
+        per_packet = fmt.payload_len * fmt.streams
+        ppc = self.packets_per_chunk
+        if ppc is None:
+            ppc = max(16, 1 << int(np.log2(max(1, GPU_CHUNK_BYTES // per_packet))))
+        window = capture.chunks.window_for(ppc, fmt.packets_per_second)
+        nchunks = max(window + 4, int(self.pool_mb * 2**20 // (ppc * per_packet)))
+        return int(ppc), int(nchunks)
+
+
+GPU_CHUNKING = GpuChunking()
 
 
 def live_gpu_folder(
@@ -235,16 +247,14 @@ def live_gpu_folder(
     duration_s: float | None,
     obs: Observation,
     settings: FoldSettings,
-    packets_per_chunk: int | None = None,
-    pool_mb: float = GPU_POOL_MB,
+    chunking: GpuChunking = GPU_CHUNKING,
     slot_len: int | None = None,
     **plan_kw: Any,
 ) -> tuple[Any, CaptureSettings]:
     """The GPU fold engine of a live capture, and the capture's settings for it: the
     one way a live GPU fold is sized (`fold_live_gpu`, a cluster node's `GpuRows`).
 
-    Chunks of ``packets_per_chunk`` packets (None: `gpu_chunking` sizes them for the
-    GPU), a pool of ``pool_mb`` MiB whatever ``capture`` says of chunks; the engine
+    Chunks and pool as ``chunking`` sizes them, whatever ``capture`` says of chunks; the engine
     reads those chunks as they lie (``fmt.chunk_layout``) and is warmed up now
     (kernels compiled, FFT plans made, accumulators for ``duration_s``), before the
     socket opens, so the first chunks do not wait on it. ``plan_kw``: the fold plan's
@@ -252,7 +262,7 @@ def live_gpu_folder(
     a chunk source of whole packets (a recording's), its bytes per packet slot."""
     from voltstream.fold.gpu import GpuFolder
 
-    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, capture)
+    ppc, nchunks = chunking.sized(fmt, capture)
     nsamp = ppc * fmt.samples_per_packet
     slot = slot_len or fmt.payload_len
     eng = GpuFolder.from_settings(
@@ -269,8 +279,7 @@ def fold_live_gpu(
     duration_s: float,
     obs: Observation,
     settings: FoldSettings,
-    packets_per_chunk: int | None = None,
-    pool_mb: float = GPU_POOL_MB,
+    chunking: GpuChunking = GPU_CHUNKING,
     run: LiveGpuRun = LIVE_GPU_RUN,
     source: ChunkSource | None = None,
 ) -> tuple[FoldedArchive, Any]:
@@ -278,8 +287,8 @@ def fold_live_gpu(
     pool to the GPU (pipeline/gpu.py); returns (archive, capture report).
 
     The folder is made by `live_gpu_folder` (warmed up before the socket opens;
-    its chunk is the capture's, ``packets_per_chunk`` or sized for the GPU, not
-    ``settings.block_samples``; the pool is ``pool_mb``). ``run.stop_event``
+    its chunk is the capture's, as ``chunking`` sizes it, not
+    ``settings.block_samples``). ``run.stop_event``
     ends the capture early (run_capture); the archive holds what was folded.
     Real VDIF (``fmt.real``): ``obs`` is the complex observation (``dsp.real``
     ``complex_observation``); the chunks are converted on the GPU (fold/gpu_real.py).
@@ -288,9 +297,8 @@ def fold_live_gpu(
     """
     slot_len = None
     if source is not None:
-        packets_per_chunk = source.packets_per_chunk
+        chunking = dataclasses.replace(chunking, packets_per_chunk=source.packets_per_chunk)
         slot_len = getattr(source, "slot_len", None)
-    eng, capture = live_gpu_folder(fmt, capture, duration_s, obs, settings,
-                                   packets_per_chunk, pool_mb, slot_len)  # fmt: skip
+    eng, capture = live_gpu_folder(fmt, capture, duration_s, obs, settings, chunking, slot_len)
     return capture_to_gpu("fold", eng, fmt, capture, duration_s, run, eng.finish, source,
                           slot_len)  # fmt: skip

@@ -17,11 +17,11 @@ from voltstream.capture.config import CaptureSettings
 from voltstream.formats import StreamFormat
 from voltstream.pipeline.filterbank import FilterbankReport, RowWriter, filterbank_report
 from voltstream.pipeline.live import (
-    GPU_POOL_MB,
+    GPU_CHUNKING,
     LIVE_GPU_RUN,
+    GpuChunking,
     LiveGpuRun,
     capture_to_gpu,
-    gpu_chunking,
 )
 from voltstream.search.filterbank import FilterbankPlan
 
@@ -32,16 +32,15 @@ def live_gpu_filterbank(
     fmt: StreamFormat,
     capture: CaptureSettings,
     plan: FilterbankPlan,
-    packets_per_chunk: int | None = None,
-    pool_mb: float = GPU_POOL_MB,
+    chunking: GpuChunking = GPU_CHUNKING,
     on_output: Any = None,
 ) -> tuple[Any, CaptureSettings]:
     """The GPU filterbank of a live capture and the capture's settings for it, sized
-    as the live GPU fold's (``gpu_chunking``: about 32 MiB chunks, a pool of
-    ``pool_mb``) and warmed up (kernels built, FFT plans made) before the socket opens."""
+    as the live GPU fold's (``chunking``: by default about 32 MiB chunks in a pool of
+    1 GiB) and warmed up (kernels built, FFT plans made) before the socket opens."""
     from voltstream.search.gpu_filterbank import GpuFilterbank
 
-    ppc, nchunks = gpu_chunking(fmt, packets_per_chunk, pool_mb, capture)
+    ppc, nchunks = chunking.sized(fmt, capture)
     nsamp = ppc * fmt.samples_per_packet
     eng = GpuFilterbank(plan, packed=fmt.chunk_layout(ppc), chunk_samples=nsamp,
                         raw_bytes=fmt.streams * ppc * fmt.payload_len,
@@ -58,8 +57,7 @@ def filterbank_live_gpu(
     writer: Any,
     path: str,
     file_format: str,
-    packets_per_chunk: int | None = None,
-    pool_mb: float = GPU_POOL_MB,
+    chunking: GpuChunking = GPU_CHUNKING,
     run: LiveGpuRun = LIVE_GPU_RUN,
 ) -> tuple[FilterbankReport, Any]:
     """Captures and makes ``plan``'s filterbank on the GPU into ``writer`` (the file
@@ -68,8 +66,7 @@ def filterbank_live_gpu(
     ``complex_observation``): its chunks are converted on the GPU."""
     rows = RowWriter(plan, writer)
     try:
-        eng, capture = live_gpu_filterbank(fmt, capture, plan, packets_per_chunk,
-                                           pool_mb, rows.add)  # fmt: skip
+        eng, capture = live_gpu_filterbank(fmt, capture, plan, chunking, rows.add)
 
         def finish() -> None:
             eng.synchronize()  # the last rows
