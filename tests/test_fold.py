@@ -14,19 +14,10 @@ PERIOD = 1.024e-3  # 1024 samples: 8 samples per bin at 128 bins
 def make_folder(nchan=1, npol_out=1, freqs=(1400.0,), f_ref=1400.0, dm=0.0, tsub=None, **kw):
     pred = ConstantPeriod(PERIOD, 60000, 10.0)
     return Folder(
-        nbin=128,
-        nchan=nchan,
-        npol_out=npol_out,
-        tsamp_s=TSAMP,
-        chan_freqs_mhz=np.array(freqs),
-        f_ref_mhz=f_ref,
-        dm=dm,
-        predictor=pred,
-        tsub_s=tsub,
-        start_mjd=60000,
-        start_sec=10.0,
+        nbin=128, nchan=nchan, npol_out=npol_out, tsamp_s=TSAMP, chan_freqs_mhz=np.array(freqs),
+        f_ref_mhz=f_ref, dm=dm, predictor=pred, tsub_s=tsub, start_mjd=60000, start_sec=10.0,
         **kw,
-    )
+    )  # fmt: skip
 
 
 def pulse_train(rng, nsamp, on_lo, on_hi, height=5.0, shift_s=0.0):

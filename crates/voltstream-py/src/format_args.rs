@@ -58,6 +58,15 @@ fn need<T>(value: Option<T>, format: &str, what: &str) -> PyResult<T> {
     })
 }
 
+/// A frame format's `<format>_frame_len`, which it cannot do without.
+fn need_frame_len<T>(value: Option<T>, format: &str) -> PyResult<T> {
+    need(
+        value,
+        format,
+        &format!("{format}_frame_len (bytes, header included)"),
+    )
+}
+
 /// The [`FormatSpec`] the section describes (validated later, with the rest
 /// of the capture, by the core).
 pub(crate) fn format_spec(a: FormatArgs) -> PyResult<FormatSpec> {
@@ -72,11 +81,7 @@ pub(crate) fn format_spec(a: FormatArgs) -> PyResult<FormatSpec> {
         "ynao" => FormatSpec::Ynao { subband: a.subband },
         "vdif" => FormatSpec::Vdif {
             threads: need(a.vdif_threads, "vdif", "vdif_threads (e.g. [0])")?,
-            frame_len: need(
-                a.vdif_frame_len,
-                "vdif",
-                "vdif_frame_len (bytes, header included)",
-            )?,
+            frame_len: need_frame_len(a.vdif_frame_len, "vdif")?,
             frames_per_second: need(a.frames_per_second, "vdif", "frames_per_second")?,
             station: a.station,
             legacy: a.vdif_legacy.unwrap_or(false),
@@ -119,11 +124,7 @@ pub(crate) fn format_spec(a: FormatArgs) -> PyResult<FormatSpec> {
         }
         "codif" => FormatSpec::Codif {
             threads: need(a.codif_threads, "codif", "codif_threads (e.g. [0])")?,
-            frame_len: need(
-                a.codif_frame_len,
-                "codif",
-                "codif_frame_len (bytes, header included)",
-            )?,
+            frame_len: need_frame_len(a.codif_frame_len, "codif")?,
             frames_per_period: need(a.frames_per_period, "codif", "frames_per_period")?,
             station: a.station,
             group: a.group,

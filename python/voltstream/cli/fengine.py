@@ -99,19 +99,11 @@ def _run_one(args: argparse.Namespace, a: Any) -> Loss:
     from voltstream.fengine.pipeline import run_fengine
 
     report = run_fengine(
-        a.capture,
-        a.settings,
-        a.engine,
-        a.output,
-        duration_s=args.duration,
-        idle_timeout_s=args.idle_timeout,
-        control=a.control,
-        engine_factory=a.factory,
-        status=_status_line(args),
-        live_report=watcher(args),
+        a.capture, a.settings, a.engine, a.output, duration_s=args.duration,
+        idle_timeout_s=args.idle_timeout, control=a.control, engine_factory=a.factory,
+        status=_status_line(args), live_report=watcher(args), stop_event=_stop_event(args),
         on_start=lambda address: print(f"fengine: listening on {address}", flush=True),
-        stop_event=_stop_event(args),
-    )
+    )  # fmt: skip
     return _print_report(report, args.report, report.capture)
 
 

@@ -9,14 +9,7 @@ import sys
 from typing import Any
 
 from voltstream.cli.live_group import add_live_stream, filterbank_shape
-from voltstream.cli.options import (
-    add_device,
-    add_format_options,
-    add_options,
-    add_verb,
-    finite,
-    positive,
-)
+from voltstream.cli.options import add_device, add_format_options, add_options, add_verb, finite
 from voltstream.errors import ConfigError
 
 log = logging.getLogger("voltstream.cli.filterbank")
@@ -68,7 +61,7 @@ def add_filterbank_parser(verbs: Any) -> None:
         ("--dm", finite(float, 0), None,
          "coherently dedisperse within each fine channel at this DM (pc cm^-3), leaving "
          "each its delay at its centre for an incoherent search. Default: none"),
-        ("--nsblk", positive(int), 1024,
+        ("--nsblk", finite(int, 1), 1024,
          "output samples per PSRFITS row, and per update of the 8-bit scales. Default: 1024"),
     ))  # fmt: skip
     filterbank_shape(p, "")

@@ -81,17 +81,11 @@ def latency(args: argparse.Namespace) -> Loss:
         raise ConfigError("latency needs --listen HOST:PORT")
     fmt, kwargs = stream_format(args)
     settings = LatencySettings(
-        mode=args.mode,
-        packets_per_frame=args.packets_per_frame,
-        slots=args.slots,
-        blocks=args.blocks,
-        threads=args.block_threads,
-        window=args.window,
-        timeout_us=args.frame_timeout_us,
-        records=min(args.frames or 1_000_000, 1_000_000) + 16,
-        cpu=_one_cpu(args.cpus),
-        standin=args.standin,
-    )
+        mode=args.mode, packets_per_frame=args.packets_per_frame, slots=args.slots,
+        blocks=args.blocks, threads=args.block_threads, window=args.window,
+        timeout_us=args.frame_timeout_us, records=min(args.frames or 1_000_000, 1_000_000) + 16,
+        cpu=_one_cpu(args.cpus), standin=args.standin,
+    )  # fmt: skip
     try:
         run = LatencyRun(
             args.listen,

@@ -170,18 +170,10 @@ def simulate(args: argparse.Namespace) -> int:
     per_block = max(1, 65536 // nsub // unit)
     burst = _burst(args)
     blocks = signal.synthesize_blocks(
-        obs,
-        args.duration,
-        signal=args.signal,
-        dm=args.dm,
-        period_s=args.period,
-        duty=args.duty,
-        pulse_phase=args.pulse_phase,
-        tone_mhz=args.tone,
-        seed=args.seed,
-        block_samples=unit * per_block,
-        burst=burst,
-    )
+        obs, args.duration, signal=args.signal, dm=args.dm, period_s=args.period,
+        duty=args.duty, pulse_phase=args.pulse_phase, tone_mhz=args.tone, seed=args.seed,
+        block_samples=unit * per_block, burst=burst,
+    )  # fmt: skip
     stats: dict[str, Any] = {"seconds": 0.0, "clipped": 0}
     outs = _open_outputs(args, formats, obss)
     t0 = time.monotonic()

@@ -147,11 +147,7 @@ class FEngineSettings:
         from voltstream.fengine.output import HeapOutput
 
         return HeapOutput(
-            self.layout,
-            self.dest,
-            rate_gbps=self.send_rate_gbps,
-            output_file=self.output,
-            packet_payload=self.packet_payload,
-            n_fengs=self.n_fengs,
+            self.layout, self.dest, rate_gbps=self.send_rate_gbps, output_file=self.output,
+            packet_payload=self.packet_payload, n_fengs=self.n_fengs,
             descriptor_interval=self.descriptor_interval,
-        )
+        )  # fmt: skip

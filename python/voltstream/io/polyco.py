@@ -261,27 +261,12 @@ def _parse(text: str, name: str) -> list[PolycoEntry]:
             coeffs = [_float(t) for t in ctoks]
         except ValueError:
             raise FormatError(f"{where}: bad coefficient in entry at line {i + 1}") from None
-        entries.append(
-            PolycoEntry(
-                psr=psr,
-                tmid_mjd=tmid_mjd,
-                tmid_frac=tmid_frac,
-                rphase=rint + rfrac,
-                f0_hz=f0,
-                span_min=span,
-                coeffs=np.array(coeffs),
-                dm=dm,
-                date=date,
-                utc=utc,
-                doppler=doppler,
-                log10_rms=log_rms,
-                site=site,
-                ref_freq_mhz=ref_freq,
-                binary_phase=binphase,
-                rphase_int=rint,
-                rphase_frac=rfrac,
-            )
-        )
+        entries.append(PolycoEntry(
+            psr=psr, tmid_mjd=tmid_mjd, tmid_frac=tmid_frac, rphase=rint + rfrac, f0_hz=f0,
+            span_min=span, coeffs=np.array(coeffs), dm=dm, date=date, utc=utc, doppler=doppler,
+            log10_rms=log_rms, site=site, ref_freq_mhz=ref_freq, binary_phase=binphase,
+            rphase_int=rint, rphase_frac=rfrac,
+        ))  # fmt: skip
         i += 2 + nlines
     return entries
 
@@ -313,20 +298,10 @@ def _date_utc(mjd: int, sec: float) -> tuple[str, str]:
 
 
 def polyco_entries_from_spin(
-    psr: str,
-    f0_hz: float,
-    f1_hz_s: float,
-    epoch_mjd: int,
-    epoch_sec: float,
-    first_tmid_mjd: int,
-    first_tmid_sec: float,
-    nentries: int = 1,
-    span_min: float = 60.0,
-    dm: float = 0.0,
-    ref_freq_mhz: float = 1400.0,
-    site: str = "@",
-    ncoeff: int = 3,
-) -> list[PolycoEntry]:
+    psr: str, f0_hz: float, f1_hz_s: float, epoch_mjd: int, epoch_sec: float,
+    first_tmid_mjd: int, first_tmid_sec: float, nentries: int = 1, span_min: float = 60.0,
+    dm: float = 0.0, ref_freq_mhz: float = 1400.0, site: str = "@", ncoeff: int = 3,
+) -> list[PolycoEntry]:  # fmt: skip
     """Entries that reproduce phase = f0 t + f1 t^2 / 2 (t from the epoch) exactly.
 
     A quadratic spin model is exact in three coefficients (c2 = 3600 f1 / 2),
@@ -347,24 +322,12 @@ def polyco_entries_from_spin(
         coeffs = np.zeros(max(ncoeff, 3))
         coeffs[2] = 0.5 * f1_hz_s * 3600.0
         date, utc = _date_utc(day, sec)
-        out.append(
-            PolycoEntry(
-                psr=psr,
-                tmid_mjd=day,
-                tmid_frac=frac,
-                rphase=ph_int + extra + (ph - extra),
-                rphase_int=float(ph_int + extra),
-                rphase_frac=float(ph - extra),
-                f0_hz=f0_hz + f1_hz_s * t,
-                span_min=span_min,
-                coeffs=coeffs,
-                dm=dm,
-                ref_freq_mhz=ref_freq_mhz,
-                site=site,
-                date=date,
-                utc=utc,
-            )
-        )
+        out.append(PolycoEntry(
+            psr=psr, tmid_mjd=day, tmid_frac=frac, rphase=ph_int + extra + (ph - extra),
+            rphase_int=float(ph_int + extra), rphase_frac=float(ph - extra),
+            f0_hz=f0_hz + f1_hz_s * t, span_min=span_min, coeffs=coeffs, dm=dm,
+            ref_freq_mhz=ref_freq_mhz, site=site, date=date, utc=utc,
+        ))  # fmt: skip
     return out
 
 

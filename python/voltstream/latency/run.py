@@ -150,14 +150,10 @@ class LatencyRun:
             self.frame_bytes, s.slots, s.payload_load, s.relays, s.ack_fence
         )
         self.session.attach(
-            self.blocks,
-            self.threads,
-            context=gpu.context_handle,
-            sum_frame=gpu.sum_frame_function_handle,
-            copy_stream=gpu.copy_stream_ptr,
-            device_slots=gpu.device_slots_ptr,
-            accum=gpu.accum_ptr,
-        )
+            self.blocks, self.threads, context=gpu.context_handle,
+            sum_frame=gpu.sum_frame_function_handle, copy_stream=gpu.copy_stream_ptr,
+            device_slots=gpu.device_slots_ptr, accum=gpu.accum_ptr,
+        )  # fmt: skip
         if s.mode in PERSISTENT_MODES:
             p = self.session.pointers()
             slots = p["mapped_slots"] if s.mode == "zerocopy" else gpu.device_slots_ptr

@@ -274,15 +274,10 @@ def live_gpu_folder(
 
 
 def fold_live_gpu(
-    fmt: StreamFormat,
-    capture: CaptureSettings,
-    duration_s: float,
-    obs: Observation,
-    settings: FoldSettings,
-    chunking: GpuChunking = GPU_CHUNKING,
-    run: LiveGpuRun = LIVE_GPU_RUN,
-    source: ChunkSource | None = None,
-) -> tuple[FoldedArchive, Any]:
+    fmt: StreamFormat, capture: CaptureSettings, duration_s: float, obs: Observation,
+    settings: FoldSettings, chunking: GpuChunking = GPU_CHUNKING,
+    run: LiveGpuRun = LIVE_GPU_RUN, source: ChunkSource | None = None,
+) -> tuple[FoldedArchive, Any]:  # fmt: skip
     """Captures and folds on the GPU in one process, chunks straight from the capture's
     pool to the GPU (pipeline/gpu.py); returns (archive, capture report).
 

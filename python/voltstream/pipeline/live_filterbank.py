@@ -29,12 +29,9 @@ __all__ = ["LiveGpuRun", "filterbank_live_gpu", "live_gpu_filterbank"]
 
 
 def live_gpu_filterbank(
-    fmt: StreamFormat,
-    capture: CaptureSettings,
-    plan: FilterbankPlan,
-    chunking: GpuChunking = GPU_CHUNKING,
-    on_output: Any = None,
-) -> tuple[Any, CaptureSettings]:
+    fmt: StreamFormat, capture: CaptureSettings, plan: FilterbankPlan,
+    chunking: GpuChunking = GPU_CHUNKING, on_output: Any = None,
+) -> tuple[Any, CaptureSettings]:  # fmt: skip
     """The GPU filterbank of a live capture and the capture's settings for it, sized
     as the live GPU fold's (``chunking``: by default about 32 MiB chunks in a pool of
     1 GiB) and warmed up (kernels built, FFT plans made) before the socket opens."""
@@ -50,16 +47,10 @@ def live_gpu_filterbank(
 
 
 def filterbank_live_gpu(
-    fmt: StreamFormat,
-    capture: CaptureSettings,
-    duration_s: float,
-    plan: FilterbankPlan,
-    writer: Any,
-    path: str,
-    file_format: str,
-    chunking: GpuChunking = GPU_CHUNKING,
+    fmt: StreamFormat, capture: CaptureSettings, duration_s: float, plan: FilterbankPlan,
+    writer: Any, path: str, file_format: str, chunking: GpuChunking = GPU_CHUNKING,
     run: LiveGpuRun = LIVE_GPU_RUN,
-) -> tuple[FilterbankReport, Any]:
+) -> tuple[FilterbankReport, Any]:  # fmt: skip
     """Captures and makes ``plan``'s filterbank on the GPU into ``writer`` (the file
     ``path``, closed here); returns (filterbank report, capture report). ``plan`` is
     of the complex observation for a real-sampled stream (``dsp.real``

@@ -185,11 +185,7 @@ impl DpdkConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        within(
-            "max_packet (the largest UDP payload)",
-            self.max_packet,
-            1..=65_507,
-        )?;
+        within("max_packet (UDP payload)", self.max_packet, 1..=65_507)?;
         within("DPDK burst size", self.batch, 1..=1024)?;
         if self.rx_descriptors == 0 {
             return Err(Error::Config("rx_descriptors must be positive".into()));

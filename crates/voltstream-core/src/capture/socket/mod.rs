@@ -67,11 +67,7 @@ impl SocketEngine {
     /// Binds the socket and sizes its buffers. Fails with a message naming the
     /// address when the port is taken or the address is not local.
     pub fn bind(config: &SocketConfig) -> Result<Self> {
-        within(
-            "socket engine batch (packets per recvmmsg)",
-            config.batch,
-            1..=1024,
-        )?;
+        within("batch (packets per recvmmsg)", config.batch, 1..=1024)?;
         within("max_packet", config.max_packet, 1..=65_536)?;
         let net = &config.net;
         let addr = resolve_ip(&net.bind)?;
