@@ -75,6 +75,21 @@ def test_rows_in_any_pieces_give_the_file_search_candidates(burst_fil, tmp_path)
     assert abs(top.dm - 500) < 5 and top.snr > 20
 
 
+def test_a_warm_up_leaves_the_search_as_it_was(burst_fil):
+    """The GPU engine searches noise before the stream (its kernels compiled then, not
+    on the first real gulp): it must count nothing and change no candidate. Checked
+    with the reference engine, on which warm_up runs the same code path."""
+    cold = _stream(burst_fil, 1000)
+    warm = StreamSearch(burst_fil.freqs_mhz, burst_fil.tsamp_s, SETTINGS, 1000, "cpu")
+    warm.warm_up()
+    assert (warm.report.gulps, warm.report.samples, warm.report.giants) == (0, 0, 0)
+    data = np.asarray(burst_fil.data, dtype=np.float32)
+    warm.feed(data)
+    warm.finish()
+    assert [c.line() for c in warm.report.candidates] == [c.line() for c in cold.report.candidates]
+    assert warm.report.gulps == cold.report.gulps
+
+
 def test_the_last_gulp_is_searched_and_every_burst_reported_once(burst_fil):
     fil = burst_fil
     s = _stream(fil, 1000)  # gulps of 1000 and a remainder
