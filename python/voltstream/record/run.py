@@ -230,6 +230,11 @@ class ForwardedChunks:
     def chunk_buffers(self) -> list[tuple[int, int]]:
         return self.recording.cap.chunk_buffers()
 
+    def free_chunks(self) -> int:
+        """The capture's free chunks: the pool the recording and its consumer share
+        (the GPU status line and the live report read it, as of a capture)."""
+        return int(self.recording.cap.free_chunks())
+
 
 def _describe(stream: CaptureFormat, cap: Any, plan: RecordLayout) -> dict[str, Any]:
     """What the manifest says of the recording before any file: enough to read it
