@@ -501,3 +501,20 @@ def test_four_thread_real_vdif_capture_through_the_harness_is_lossless(tmp_path)
         for key in rx.ALL_COUNTERS[1:]:
             assert p[key] == 0, (key, p)
     assert 0.15 < doc["capture_vdif4real_lossless_gbps"] < 0.25
+
+
+def test_a_ring_capture_is_ready_at_its_capture_line_not_its_trigger_server(tmp_path):
+    """`capture --ring-seconds` logs its trigger server's "listening on" before its
+    capture has opened: the harness must wait for the capture's own line, or the
+    senders start while the port drops what it gets."""
+    from cli_process import run_cli
+
+    port = rx.free_port()
+    r = run_cli("capture", "--format", "ynao", "--listen", f"127.0.0.1:{port}",
+                "--duration", "1", "--idle-timeout", "1", "--ring-seconds", "0.05",
+                "--trigger-listen", "127.0.0.1:0", "--dump-dir", str(tmp_path))  # fmt: skip
+    lines = r.stderr.splitlines()
+    cut = next(i for i, ln in enumerate(lines) if ln.startswith("capture: listening on"))
+    assert any(ln.startswith("triggers: listening on") for ln in lines[:cut]), lines
+    assert not rx.capture_started("\n".join(lines[:cut]))
+    assert rx.capture_started("\n".join(lines[: cut + 1]))
