@@ -71,6 +71,7 @@ about 1.5 minutes, a fold or F-engine one 2-3), then one merge here (no network)
     scripts/gpu.sh bench-e2e --only capture_vdif2real,fold_vdif2real
     scripts/gpu.sh bench-e2e --only capture_vdif4real,fold_vdif4real
     scripts/gpu.sh bench-e2e --only fengine_32768,fengine_two_processes,gpu_alone,file_fold
+    scripts/gpu.sh bench-e2e --only capture_ynao,dump_ynao --rates 30 --confirm-seconds 10
     python bench/e2e.py --merge part1.json part2.json part3.json --json docs/results/e2e.json
 """
 
