@@ -36,6 +36,11 @@ Configurations (--only, comma-separated; JSON keys `<name>_lossless_gbps`):
   fengine_4ant_4096, fengine_4ant_32768   one `voltstream fengine` of 4 antennas
       (--listen P+3, a capture thread per antenna on --cpus, 4 engines on one GPU),
       the senders split over the 4 ports; the figure is the total over the antennas
+  dump_ynao   capture_ynao with the voltage ring (`capture --ring-seconds --trigger-listen
+      --dump-dir` on tmpfs): each point POSTs one trigger for --dump-seconds (1) of the
+      data mid-run and is lossless only if the capture is and the dump was written
+      whole, nothing lost (bench/e2e_dump.py); JSON `dump_1s_lossless_gbps`,
+      `dump_vs_capture_ratio` (over capture_ynao), also merged into --search-json
   gpu_alone   bench/fold_gpu.py and bench/fengine_gpu.py, short runs (G samples/s)
   file_fold   `voltstream fold FILE.dada --device gpu` on a --file-gb DADA file in the
       page cache, timed end to end (and marginally, minus a small file's run)
@@ -51,7 +56,7 @@ as --threads/--cpus where the verb has them, else added to the process's CPU mas
 senders on the top cores (15, 14, ...).
 
 (Just over 600 lines: the configurations, one point, the search and the summary read
-together; receivers, traffic, baselines and merging are e2e_*.py beside it.)
+together; receivers, traffic, baselines, merging and dumps are e2e_*.py beside it.)
 
 Results: --json (default docs/results/e2e.json) is merged into when it exists
 (bench/e2e_merge.py: per configuration the best confirmed run; a figure no run
@@ -66,6 +71,7 @@ about 1.5 minutes, a fold or F-engine one 2-3), then one merge here (no network)
     scripts/gpu.sh bench-e2e --only capture_vdif2real,fold_vdif2real
     scripts/gpu.sh bench-e2e --only capture_vdif4real,fold_vdif4real
     scripts/gpu.sh bench-e2e --only fengine_32768,fengine_two_processes,gpu_alone,file_fold
+    scripts/gpu.sh bench-e2e --only capture_ynao,dump_ynao --rates 30 --confirm-seconds 10
     python bench/e2e.py --merge part1.json part2.json part3.json --json docs/results/e2e.json
 """
 
@@ -87,6 +93,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from e2e_baselines import file_fold, gpu_alone  # noqa: E402
+from e2e_dump import DumpPoint, add_args, write_search  # noqa: E402
+from e2e_dump import figures as dump_figures  # noqa: E402
 from e2e_merge import merge_docs  # noqa: E402
 from e2e_receivers import (  # noqa: E402
     ALL_COUNTERS,
@@ -133,6 +141,8 @@ CONFIGS = {  # name: (product, traffic, options)
     # The live search filterbank on the GPU (issue 28): its target is >= 0.9 x fold_ynao's
     # lossless rate in the same run (PRODUCT_BASELINE, `<name>_vs_fold_ratio`).
     "filterbank_ynao": ("filterbank", "ynao", {}),
+    # capture_ynao with the voltage ring and a triggered dump each point (e2e_dump.py).
+    "dump_ynao": ("capture", "ynao", {"dump": True}),
 }
 OTHERS = ("gpu_alone", "file_fold")
 WARMUP = {
@@ -234,8 +244,10 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
     reports = [workdir / f"{stamp}-{r}.json" for r in range(nrx)]
     # A band in several streams, or several antennas: one receiver on every port (P+N).
     listens = ports if nstreams == 1 else [f"{ports[0]}+{nstreams - 1}"]
+    dump = DumpPoint(a, rate, seconds, workdir, stamp) if opt.get("dump") else None
+    ra = dump.receiver_args() if dump else a  # the ring's flags in --capture-args
     cmds = [
-        receiver_argv(product, traffic, opt, r, port, dur, reports[r], a, cpus)
+        receiver_argv(product, traffic, opt, r, port, dur, reports[r], ra, cpus)
         for r, port in enumerate(listens)
     ]
     point["receiver_argv"] = [shlex.join(argv) for argv, _, _ in cmds]
@@ -254,6 +266,8 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
         c0 = rx.cpu()
         t0 = time.monotonic() + 0.05
         group.go(t0)
+        if dump:
+            dump.start(t0)
         res = group.results(seconds + 120)
         c1 = rx.cpu()
         window = res["end"] - t0
@@ -281,6 +295,8 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
     if point["error"]:
         # After the senders: the product did not keep up (or failed); a lossy point.
         point.update(lossless=False, received_gbps=None, sender_limited=False)
+        if dump:
+            dump.finish(point, None)
         return point
     for r in range(nrx):
         rep = json.loads(reports[r].read_text())
@@ -303,6 +319,8 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
     point["received_gbps"] = point["received"] * tr.packet_len * 8 / window / 1e9
     point["receiver_cpu"] = [x["cpu"] for x in point["receivers"]]
     point["lossless"] = all(lossless(x["sent"], x) for x in point["receivers"])
+    if dump:  # and its dump written whole
+        dump.finish(point, json.loads(reports[0].read_text()))
     # A sender behind the schedule puts its packets that much behind its peers' (late).
     behind = max(x["behind_s"] for x in res["senders"])
     point["sender_drift_packets"] = behind * point["offered_gbps"] * 1e9 / 8 / tr.packet_len
@@ -458,6 +476,7 @@ def finalize(doc: dict) -> dict:
         cap_gsps = ceilings["capture_alone_gsps"]
         doc[f"{name}_vs_capture_ratio"] = e2e / cap_gsps if e2e is not None and cap_gsps else None
     doc["ratios"] = ratios
+    doc.update(dump_figures(doc))
     for name, base in PRODUCT_BASELINE.items():
         mine, theirs = doc.get(f"{name}_lossless_gbps"), doc.get(f"{base}_lossless_gbps")
         key = f"{name}_vs_{CONFIGS[base][0]}_ratio"
@@ -578,6 +597,7 @@ def parse_args(argv):
     add("--filterbank-args", default="", help="more flags for voltstream filterbank --listen")
     add("--fengine-args", default="", help="more flags for voltstream fengine")
     add("--file-gb", type=float, default=8.0, help="file_fold: DADA file size")
+    add_args(ap)  # dump_ynao's
     add("--workdir", default=None, help="reports, logs, files (default: a temporary directory)")
     a = ap.parse_args(argv)
     a.rates = [float(r) for r in a.rates.split(",")] if a.rates else None
@@ -651,6 +671,7 @@ def main(argv=None) -> dict:
 
         doc["configs"][name] = find_ceiling(name, run, a, budget_ok)
     doc = finalize(doc)
+    write_search(doc, a.search_json)  # this run's figures alone, before any merge
     if Path(a.json).exists() and not a.replace:  # merged into what it holds (e2e_merge.py)
         old = json.loads(Path(a.json).read_text())
         doc = merge_docs([old, doc], [a.json, "this run"], OTHERS, finalize)

@@ -280,6 +280,13 @@ def cpu_share(c0: dict, c1: dict, window: float) -> tuple[float, dict]:
     return (c1["total"] - c0["total"]) / window, busy
 
 
+def capture_started(log: str) -> bool:
+    """Whether a CLI receiver's log says its capture runs ("VERB: listening on ..."). A
+    capture with a voltage ring serves its triggers first ("triggers: listening on
+    http://..."), before the ring's capture has opened: that line is not the start."""
+    return any("listening on" in ln and not ln.startswith("triggers:") for ln in log.splitlines())
+
+
 class Receivers:
     """The receiver processes of one point: started with their CPU masks, logged to files."""
 
@@ -310,7 +317,7 @@ class Receivers:
 
     def _ready(self) -> bool:
         for log, says in zip(self.logs, self.say_ready, strict=True):
-            if says and "listening on" not in log.read_text(errors="replace"):
+            if says and not capture_started(log.read_text(errors="replace")):
                 return False
         return True
 

@@ -253,12 +253,14 @@ def figures(run: dict) -> dict:
     }  # fmt: skip
 
 
-def merge(old: dict | None, run: dict) -> dict:
-    """``run`` into the results document ``old``: each non-null figure replaces the
-    one before it, with its date, command and machine; nulls replace nothing."""
+def merge(old: dict | None, run: dict, found: dict | None = None) -> dict:
+    """``run`` into the results document ``old``: each non-null figure (``found``, by
+    default this bench's `figures` of the run; bench/e2e_dump.py gives its own)
+    replaces the one before it, with its date, command and machine; nulls replace
+    nothing."""
     doc = dict(old or {})
     figs = dict(doc.get("figures") or {})
-    for name, value in figures(run).items():
+    for name, value in (figures(run) if found is None else found).items():
         if value is not None:
             figs[name] = {"value": value, "date": run["date"], "command": run["command"],
                           "machine": run["machine"]}  # fmt: skip

@@ -501,3 +501,95 @@ def test_four_thread_real_vdif_capture_through_the_harness_is_lossless(tmp_path)
         for key in rx.ALL_COUNTERS[1:]:
             assert p[key] == 0, (key, p)
     assert 0.15 < doc["capture_vdif4real_lossless_gbps"] < 0.25
+
+
+def test_a_ring_capture_is_ready_at_its_capture_line_not_its_trigger_server(tmp_path):
+    """`capture --ring-seconds` logs its trigger server's "listening on" before its
+    capture has opened: the harness must wait for the capture's own line, or the
+    senders start while the port drops what it gets."""
+    from cli_process import run_cli
+
+    port = rx.free_port()
+    r = run_cli("capture", "--format", "ynao", "--listen", f"127.0.0.1:{port}",
+                "--duration", "1", "--idle-timeout", "1", "--ring-seconds", "0.05",
+                "--trigger-listen", "127.0.0.1:0", "--dump-dir", str(tmp_path))  # fmt: skip
+    lines = r.stderr.splitlines()
+    cut = next(i for i, ln in enumerate(lines) if ln.startswith("capture: listening on"))
+    assert any(ln.startswith("triggers: listening on") for ln in lines[:cut]), lines
+    assert not rx.capture_started("\n".join(lines[:cut]))
+    assert rx.capture_started("\n".join(lines[: cut + 1]))
+
+
+def dump_run(tmp_path, *more):
+    """dump_ynao at 0.2 Gb/s for 3 s points; its ring and window in seconds of data."""
+    return e2e.main(["--only", "dump_ynao", "--rates", "0.2", "--probe-seconds", "3",
+                     "--warmup", "0.5", "--senders", "2", "--idle-timeout", "3",
+                     "--buffer-mib", "1", "--capture-args", "--window 4",
+                     "--json", str(tmp_path / "e2e.json"), "--workdir", str(tmp_path / "w"),
+                     "--dump-tmp", str(tmp_path / "d"), "--search-json",
+                     str(tmp_path / "search.json"), *more])  # fmt: skip
+
+
+def test_a_dump_point_is_lossless_with_its_dump_written_whole(tmp_path):
+    """A real capture with its voltage ring at a toy rate: one trigger a point for 1 s
+    of the data (0.2 Gb/s / 4.108 Gb/s of YNAO's stream clock), answered 202 while the
+    senders ran, the dump written with every sample of the window and nothing lost; the
+    figure, with date, command and machine, merged into the search results."""
+    old = {"figures": {"headroom_ynao_gpu": {"value": 3.7, "date": "d", "command": "c",
+                                            "machine": {}}}, "runs": [{"x": 1}]}  # fmt: skip
+    (tmp_path / "search.json").write_text(json.dumps(old))
+    doc = dump_run(tmp_path, "--confirm-seconds", "3")
+    res = doc["configs"]["dump_ynao"]
+    want = round(0.2 / (8216 * 8 / 16_000) * 1e6) * 4  # whole microseconds of 0.25 us
+    assert len(res["points"]) == 2
+    for p in res["points"]:
+        d = p["dump"]
+        assert p["error"] is None and p["capture_lossless"] and p["lossless"], p
+        assert "--ring-seconds" in p["receiver_argv"][0] and "--window 4" in p["receiver_argv"][0]
+        assert d["status"] == 202 and d["ok"] and d["why_not"] == [], d
+        assert d["expected_samples"] == want
+        assert d["report"]["state"] == "written" and d["report"]["samples"] == want
+        assert d["report"]["lost_samples"] == 0 and not d["report"]["partial"]
+        assert d["trigger"]["end"] - d["trigger"]["start"] == pytest.approx(want * 0.25e-6)
+        assert d["file_bytes"] == 4096 + want * 128  # the header and every sample
+        assert 0 < d["posted_s"] < d["answered_s"] < p["seconds"]
+        assert d["post_to_written_ms"] is None or d["post_to_written_ms"] > 0
+        assert d["seconds_of_data_offered"] == pytest.approx(1.0, rel=0.05)
+    assert not list((tmp_path / "d").iterdir())  # each point's dumps removed after it
+    assert 0.15 < doc["dump_1s_lossless_gbps"] == doc["dump_ynao_lossless_gbps"] < 0.25
+    assert doc["dump_vs_capture_ratio"] is None  # no capture_ynao in this run
+    s = json.loads((tmp_path / "search.json").read_text())
+    fig = s["figures"]["dump_1s_lossless_gbps"]
+    assert fig["value"] == doc["dump_1s_lossless_gbps"] and fig["date"] == doc["date"]
+    assert fig["command"] == doc["command"] and fig["machine"]["cores"]
+    assert s["figures"]["headroom_ynao_gpu"]["value"] == 3.7 and len(s["runs"]) == 2
+    assert "dump_vs_capture_ratio" not in s["figures"]  # a null replaces nothing
+
+
+def test_a_dump_point_whose_trigger_is_refused_is_not_lossless(tmp_path):
+    """A ring of 0.4 s of the data cannot hold a 1 s window: the trigger is answered
+    410 (gone) although the capture lost nothing, and the point is not lossless."""
+    (tmp_path / "search.json").write_text(json.dumps({"figures": {"dump_1s_lossless_gbps": {
+        "value": 31.0, "date": "d", "command": "c", "machine": {}}}}))  # fmt: skip
+    doc = dump_run(tmp_path, "--confirm-seconds", "0", "--dump-ring-seconds", "0.4")
+    (p,) = doc["configs"]["dump_ynao"]["points"]
+    d = p["dump"]
+    assert p["error"] is None and p["capture_lossless"] and p["lost"] == 0, p
+    assert d["status"] == 410 and "before the oldest sample" in d["answer"]["error"], d
+    assert not d["ok"] and not p["lossless"] and d["report"] is None
+    assert doc["dump_ynao_lossless_gbps"] is None and doc["dump_1s_lossless_gbps"] is None
+    assert "no lossless point" in doc["configs"]["dump_ynao"]["notes"]
+    s = json.loads((tmp_path / "search.json").read_text())
+    assert s["figures"]["dump_1s_lossless_gbps"]["value"] == 31.0  # not replaced by a null
+
+
+def test_dump_figures_need_a_confirmed_1s_dump_and_divide_by_capture_of_the_run():
+    def cfg(g, secs=1.0):
+        points = [{"dump": {"seconds_of_data": secs}}]
+        return {"lossless_gbps": g, "confirmed_seconds": 10.0, "receiver_cpu": [1.0],
+                "notes": [], "errors": [], "points": points}  # fmt: skip
+
+    doc = e2e.finalize({"configs": {"dump_ynao": cfg(30.0), "capture_ynao": cfg(40.0)}})
+    assert doc["dump_1s_lossless_gbps"] == 30.0 and doc["dump_vs_capture_ratio"] == 0.75
+    doc = e2e.finalize({"configs": {"dump_ynao": cfg(30.0, 0.5), "capture_ynao": cfg(40.0)}})
+    assert doc["dump_ynao_lossless_gbps"] == 30.0 and doc["dump_1s_lossless_gbps"] is None
