@@ -459,13 +459,14 @@ def plan_geometry(a: argparse.Namespace) -> dict:
 def node_packets_per_chunk(a: argparse.Namespace) -> int:
     """Packets per capture chunk of each node: the geometry's, else the node's own (a
     GPU node's as the one-host live fold sizes them, a CPU node's the default)."""
-    from voltstream.pipeline.live import GPU_POOL_MB, gpu_chunking
+    from voltstream.capture.config import CaptureSettings
+    from voltstream.pipeline.live import GPU_CHUNKING
 
     g: Geometry = GEOMETRIES[a.geometry]
     if g.packets_per_chunk:
         return g.packets_per_chunk
     if a.device == "gpu":
-        return gpu_chunking(g.fmt, None, GPU_POOL_MB, 4)[0]
+        return GPU_CHUNKING.sized(g.fmt, CaptureSettings.of("127.0.0.1:0"))[0]
     return PACKETS_PER_CHUNK
 
 
