@@ -104,6 +104,39 @@ def test_a_silent_thread_holds_the_others_for_at_most_the_window():
     assert [b.chunk_id for b in out] == [1, 2, 3, 4, 5]
 
 
+def test_a_late_thread_that_still_delivers_holds_at_most_half_the_pools():
+    """Thread 1's sender runs behind but keeps delivering (it delivered 0 s ago), so
+    hold_s never lets its blocks go; with the pools given (8 chunks a thread), the
+    others' blocks wait for it only while at most 4 are pending: then they go out
+    without its part (counted silent) rather than the healthy thread's pool running
+    dry, and its chunk that comes later is released and counted late. Without the
+    pools the timeline waits, as before."""
+
+    def run(pool):
+        out, log = [], []
+        tl = ChunkTimeline(2, 4, out.append, nthreads=2, thread_streams=[[0], [1]],
+                           hold_chunks=2, hold_s=0.5, clock=lambda: 0.0,
+                           pool_chunks=pool)  # fmt: skip
+        tl.add(FakeChunk(1, [1] * 4, thread=0, streams=(0,), log=log))
+        tl.add(FakeChunk(1, [1] * 4, thread=1, streams=(1,), log=log))
+        for cid in range(2, 8):
+            tl.add(FakeChunk(cid, [1] * 4, thread=0, streams=(0,), log=log))
+        return tl, out, log
+
+    tl, out, _ = run(None)
+    assert [b.chunk_id for b in out] == [] and len(tl.pending) == 6  # all wait on thread 1
+    tl, out, log = run(8)
+    assert len(tl.pending) <= 4
+    gone = [b.chunk_id for b in out]
+    assert gone[0] == 1 and out[0].complete  # both threads had block 1
+    assert all(not b.complete and not b.present[1].any() for b in out[1:])
+    # Every block that left without thread 1 counted its packets silent; block 1's held
+    # successor is the newest emitted so far.
+    assert tl.silent_packets.tolist() == [0, 4 * (tl.out_id - 1)]
+    tl.add(FakeChunk(2, [1] * 4, thread=1, streams=(1,), log=log))  # its late chunk
+    assert tl.late_chunks == 1 and ("release", 2, 1) in log
+
+
 def test_chunk_stride_waits_only_for_the_thread_owning_the_next_chunk():
     """Three threads taking turns: chunk 7 (thread 1) goes out once thread 0 has
     delivered 6 and thread 1 delivered 7, whatever thread 2 does."""

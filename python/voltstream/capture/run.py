@@ -106,11 +106,14 @@ def run_capture(
         consumer = CountingSink(fmt, report)
     if tap is not None:
         consumer = tap(consumer)
+    stride = getattr(cap, "chunk_stride", 1)
     timeline = ChunkTimeline(
         cap.nstreams, cap.packets_per_chunk, consumer.take, cap.threads,
-        settings.chunks.resync_chunks, getattr(cap, "chunk_stride", 1),
-        getattr(cap, "thread_streams", None),
+        settings.chunks.resync_chunks, stride, getattr(cap, "thread_streams", None),
         settings.chunks.window_for(cap.packets_per_chunk, getattr(fmt, "packets_per_second", None)),
+        # Each thread's pool: the whole pool per thread owning streams, shared out by
+        # threads taking turns (crates/voltstream-core/src/capture/group.rs).
+        pool_chunks=-(-settings.chunks.nchunks // stride),
     )  # fmt: skip
     run = CaptureRun(cap, timeline, consumer, settings.threads.cpus)
     if live_report is not None:

@@ -16,7 +16,13 @@ needs the samples touched to do it:
   and a chunk of it that comes after its block went out is released and counted in
   ``late_chunks``. Both, because either alone misjudges: a slow stream delivers
   rarely but is not behind (ids), and a thread whose sender runs a burst behind the
-  others is behind but still delivering (time);
+  others is behind but still delivering (time). One bound more: a thread behind by
+  more than ``hold_chunks`` that still delivers is waited for only while the blocks
+  held for it take at most half of each other thread's pool (``pool_chunks``).
+  Past that the others' pools would run dry and the capture would drop whole chunks
+  of every stream; the blocks go out without the late thread's part instead, its
+  packets counted where they fall (silent, then ``late_chunks``): the loss is the
+  late stream's, and counted as such, not everyone's;
 - chunk ids the engine skipped (no packet of any stream arrived there) turned into a
   :class:`Gap` of that many packets, up to the resync bound; a longer jump is a
   discontinuity, counted;
@@ -157,6 +163,7 @@ class ChunkTimeline:
         hold_chunks: int = 4,
         hold_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        pool_chunks: int | None = None,
     ) -> None:
         self.nstreams, self.ppc, self.emit = nstreams, packets_per_chunk, emit
         self.resync_chunks = resync_chunks
@@ -165,6 +172,11 @@ class ChunkTimeline:
         # In chunk ids: each thread of a stride owns one id in ``stride``.
         self.hold_ids = max(1, hold_chunks) * chunk_stride
         self.hold_s, self.clock = hold_s, clock
+        # Pending blocks beyond which a late thread is not waited for (module docstring):
+        # each pending block holds a chunk of every other thread (of one in ``stride``).
+        self.max_pending = (
+            None if pool_chunks is None else max(self.hold_ids, chunk_stride * (pool_chunks // 2))
+        )
         self.last_time = [clock()] * nthreads  # when each thread last delivered
         # The streams of each thread's chunks (threads owning streams): what a silent
         # thread's absence leaves out of a block.
@@ -208,12 +220,15 @@ class ChunkTimeline:
         """Passes on, in id order, the pending blocks no live thread can still add to:
         thread t has passed every id up to ``last_seen[t] + stride - 1`` (with the
         stride, the ids before its next own one belong to the others); a thread more
-        than ``hold_ids`` behind the newest pending block is not waited for."""
+        than ``hold_ids`` behind the newest pending block is not waited for once it has
+        been quiet ``hold_s`` or the pending blocks pass ``max_pending``."""
         newest, now = max(self.pending, default=-1), self.clock()
+        crowded = self.max_pending is not None and len(self.pending) > self.max_pending
         live, silent = [], []
         for t in range(self.nthreads):
             passed = self._passed(t)
-            if newest - passed <= self.hold_ids or now - self.last_time[t] <= self.hold_s:
+            recent = now - self.last_time[t] <= self.hold_s and not crowded
+            if newest - passed <= self.hold_ids or recent:
                 live.append(passed)
             else:
                 silent.append(t)
