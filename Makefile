@@ -41,9 +41,11 @@ kernels: $(DEPS)
 	$(PY) scripts/check_kernels.py
 
 # Two workers (pytest-xdist): the suite mostly waits on loopback streams and child
-# processes; serial it took 21 minutes of CI's 2 cores, with two workers 10.
+# processes; serial it took 21 minutes of CI's 2 cores, with two workers 10. A file's
+# tests stay on one worker, in order (--dist loadfile): some build on the ones before
+# them (the README tour's lines share one folder).
 py-test: setup
-	$(PY) -m pytest -q -n 2 -m "not gpu and not dpdk"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not gpu and not dpdk"
 
 # The fuzz step runs each cargo-fuzz target for 15 s (docs/architecture.md, Fuzzing).
 test: setup lint rust-test stubs kernels py-test dpdk-test
