@@ -45,7 +45,8 @@ kernels: $(DEPS)
 # tests stay on one worker, in order (--dist loadfile): some build on the ones before
 # them (the README tour's lines share one folder).
 py-test: setup
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not gpu and not dpdk"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not gpu and not dpdk and not serial"
+	$(PY) -m pytest -q -m "serial and not gpu and not dpdk"
 
 # The fuzz step runs each cargo-fuzz target for 15 s (docs/architecture.md, Fuzzing).
 test: setup lint rust-test stubs kernels py-test dpdk-test
