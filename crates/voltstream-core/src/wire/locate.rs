@@ -82,7 +82,8 @@ pub trait StreamKeyed {
     /// `None` when the stream id is not at a fixed place (or there is one stream).
     fn stream_key(&self) -> Option<StreamKey>;
     /// `None` when the index is not at a fixed place or needs more than a
-    /// steering program can compute (SPEAD's items, scaled layout indices).
+    /// steering program can compute (SPEAD heaps of several packets, scaled
+    /// layout indices).
     fn index_key(&self) -> Option<IndexKey> {
         None
     }
