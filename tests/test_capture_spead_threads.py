@@ -5,10 +5,16 @@ only its chunk ids, every heap is placed once with the bytes sent, counters exac
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 
 from capture_spec import capture
-from loopback import send
+from cli_process import reaped, run_cli
+from loopback import free_bind, send
 from voltstream.sim.spead import packetize_spead_dig
 
 SPP, BITS, PPC, HEAPS, FIRST = 256, 10, 4, 32, 40
@@ -59,3 +65,29 @@ def test_spead_heaps_spread_over_two_threads_by_chunk():
     # The kernel gave each thread its own chunks' packets: half of them each.
     assert [th["packets"] for th in st["threads"]] == [HEAPS, HEAPS]
     assert [th["chunks_emitted"] for th in st["threads"]] == [HEAPS // PPC // 2] * 2
+
+
+def test_cli_capture_of_the_simulated_digitiser_on_two_threads_counts_exactly():
+    """`voltstream capture --format spead-dig --threads 2 --spread chunks` fed by
+    `voltstream simulate --format spead-dig`: each thread receives half of the heaps."""
+    bind = free_bind()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "voltstream.cli", "capture", "--format", "spead-dig",
+         "--listen", bind, "--threads", "2", "--spread", "chunks",
+         "--engine", "packet_ring", "--duration", "30", "--idle-timeout", "6"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )  # fmt: skip
+    with reaped(proc):
+        line = proc.stderr.readline()
+        assert "listening on" in line, line + proc.stderr.read()
+        sim = run_cli("simulate", "--format", "spead-dig", "--heaps", "512", "--dest", bind)
+        assert sim.returncode == 0, sim.stderr
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    text = out
+    assert "received=1024  missing=0" in text and "malformed=0  foreign=0  dropped=0" in text
+    for t in (0, 1):
+        assert re.search(
+            rf"thread {t} \(cpu \S+, streams \[0, 1\]\): received=512  missing=0", text
+        )
