@@ -187,9 +187,9 @@ def test_bad_thread_settings_are_config_errors():
         capture("counter", "127.0.0.1:0", 4, threads=2, engine="socket", **kw)
     with pytest.raises(ConfigError, match="thread 1 owns no stream"):
         capture("counter", "127.0.0.1:0", 4, threads=2, stream_threads=[0, 0, 0, 0], **kw)
-    # SPEAD keeps neither its stream id nor its index at a fixed place: said at once.
+    # SPEAD heaps of several packets keep their index at no fixed place: said at once.
     with pytest.raises(ConfigError, match="threads=1"):
-        capture("spead", "127.0.0.1:0", 4, digitiser_ids=[0, 1], threads=2)
+        capture("spead", "127.0.0.1:0", 4, digitiser_ids=[0, 1], packets_per_heap=2, threads=2)
     cap = capture("counter", "127.0.0.1:0", 4, threads=2, **kw)
     with cap, pytest.raises(ConfigError, match="thread 2 does not exist"):
         cap.next_chunk(0.0, thread=2)

@@ -264,8 +264,9 @@ pub fn packet_ring_chunk_fanout<L: StreamKeyed>(
 ) -> Result<Vec<PacketRingEngine>> {
     let key = locate.index_key().ok_or_else(|| {
         Error::Config(
-            "this format keeps its packet index at no fixed place (SPEAD) or computes it \
-             (scaled layout indices), so chunks cannot be steered to threads; use threads=1"
+            "this format keeps its packet index at no fixed place (SPEAD heaps of several \
+             packets, or samples per heap not a power of two) or computes it (scaled layout \
+             indices), so chunks cannot be steered to threads; use threads=1"
                 .into(),
         )
     })?;
@@ -502,6 +503,10 @@ impl CaptureGroup {
 #[cfg(test)]
 #[path = "group_chunks_tests.rs"]
 mod chunks_tests;
+
+#[cfg(test)]
+#[path = "group_spead_chunks_tests.rs"]
+mod spead_chunks_tests;
 
 impl Drop for CaptureGroup {
     fn drop(&mut self) {

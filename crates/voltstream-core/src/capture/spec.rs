@@ -617,9 +617,9 @@ fn packet_ring_chunk_program_check(
 ) -> Result<()> {
     let key = locator.index_key().ok_or_else(|| {
         Error::Config(
-            "this format keeps its packet index at no fixed place (SPEAD) or computes it \
-             (scaled layout indices), so chunks cannot be spread over capture threads; use \
-             threads=1"
+            "this format keeps its packet index at no fixed place (SPEAD heaps of several \
+             packets, or samples per heap not a power of two) or computes it (scaled layout \
+             indices), so chunks cannot be spread over capture threads; use threads=1"
                 .into(),
         )
     })?;

@@ -23,9 +23,9 @@
 //! counts such a packet (malformed), as for stream steering.
 
 use super::cbpf::{
-    bpf, BPF_A, BPF_ABS, BPF_ADD, BPF_ALU, BPF_AND, BPF_B, BPF_DIV, BPF_H, BPF_IND, BPF_K, BPF_LD,
-    BPF_LDX, BPF_LSH, BPF_MEM, BPF_MISC, BPF_MOD, BPF_MUL, BPF_OR, BPF_RET, BPF_RSH, BPF_ST,
-    BPF_STX, BPF_TAX, BPF_W, BPF_X, SKF_NET_OFF,
+    bpf, BPF_A, BPF_ABS, BPF_ADD, BPF_ALU, BPF_AND, BPF_B, BPF_DIV, BPF_H, BPF_IND, BPF_JEQ,
+    BPF_JMP, BPF_K, BPF_LD, BPF_LDX, BPF_LSH, BPF_MEM, BPF_MISC, BPF_MOD, BPF_MUL, BPF_OR, BPF_RET,
+    BPF_RSH, BPF_ST, BPF_STX, BPF_TAX, BPF_W, BPF_X, SKF_NET_OFF,
 };
 use crate::wire::{Endian, IndexKey, LayoutField};
 use crate::{Error, Result};
@@ -182,6 +182,33 @@ pub(crate) fn chunk_program(
             }
             p.add_part();
         }
+        IndexKey::TaggedShifted {
+            value_at,
+            value_bytes,
+            shift,
+            tag_at,
+            tag,
+        } => {
+            // Only bits shift .. shift + log2(M) of the value decide, and
+            // classic BPF reads 32 bits: they must lie in the low word.
+            let fits = matches!(reduce, Reduce::Mask(_))
+                && *value_bytes >= 4
+                && *value_bytes <= 6
+                && *shift + m.trailing_zeros() <= 32;
+            if !fits {
+                return Err(Error::Config(format!(
+                    "steering SPEAD heaps to {threads} capture threads needs packets_per_chunk                      x threads x samples_per_heap to be a power of two of at most 2^32;                      {packets_per_chunk} x {threads} x 2^{shift} is not: use fewer or                      power-of-two packets per chunk, or one capture thread"
+                )));
+            }
+            // Not the tagged item at that place: thread 0 takes it.
+            p.op(BPF_LD | BPF_H | BPF_IND, payload_k(*tag_at));
+            p.0.push(bpf(BPF_JMP | BPF_JEQ | BPF_K, 1, 0, *tag as u32));
+            p.op(BPF_RET | BPF_K, 0);
+            p.int(value_at + *value_bytes as usize - 4, 4, Endian::Big);
+            if *shift > 0 {
+                p.op(BPF_ALU | BPF_RSH | BPF_K, *shift);
+            }
+        }
         IndexKey::Field(f) => {
             return Err(Error::Config(format!(
                 "the index field ({} bytes at {}) is too wide for a steering program; use \
@@ -322,5 +349,75 @@ mod tests {
             crate::capture::cbpf::run(&p, &ipv4_udp(&[1, 2, 3], 5), 0, 0),
             0
         );
+    }
+
+    /// A digitiser packet (SPEAD-64-48, time stamp item at pointer 4).
+    fn spead_dig(timestamp: u64, id: u64) -> Vec<u8> {
+        let r = crate::wire::SpeadRepr::digitiser(timestamp, 4096, id, 64);
+        let mut b = vec![0u8; r.packet_len()];
+        r.emit(&mut crate::wire::SpeadPacket::new_unchecked(&mut b[..]))
+            .unwrap();
+        b
+    }
+
+    #[test]
+    fn spead_digitiser_chunks_follow_timestamp_over_samples_per_heap() {
+        let spec = FormatSpec::spead_digitiser(vec![0, 1], 4096, 8).unwrap();
+        for (ppc, n) in [(256usize, 2usize), (1024, 4), (1, 1), (1 << 20, 1)] {
+            let p = chunk_program(&key(&spec), ppc, n).unwrap();
+            for heap in indices() {
+                // Time stamps are 48-bit: heaps below 2^36 at 4096 samples.
+                let heap = heap & ((1 << 36) - 1);
+                let pkt = spead_dig(heap * 4096, heap & 1);
+                let want = ((heap / ppc as u64) % n as u64) as u32;
+                let got = crate::capture::cbpf::run(&p, &ipv4_udp(&pkt, 5), 0, 0);
+                assert_eq!(got, want, "ppc {ppc} threads {n} heap {heap}");
+                let got = crate::capture::cbpf::run(&p, &ipv4_udp(&pkt, 7), 0, 0);
+                assert_eq!(got, want);
+            }
+        }
+    }
+
+    #[test]
+    fn spead_packet_without_the_timestamp_there_goes_to_thread_0() {
+        let spec = FormatSpec::spead_digitiser(vec![0, 1], 4096, 8).unwrap();
+        let p = chunk_program(&key(&spec), 4, 2).unwrap();
+        let mut pkt = spead_dig(4 * 4096, 0);
+        assert_eq!(crate::capture::cbpf::run(&p, &ipv4_udp(&pkt, 5), 0, 0), 1);
+        // Swap the time stamp (pointer 4) and id (pointer 5) items.
+        let (a, b) = (8 + 8 * 4, 8 + 8 * 5);
+        let ts: Vec<u8> = pkt[a..a + 8].to_vec();
+        pkt.copy_within(b..b + 8, a);
+        pkt[b..b + 8].copy_from_slice(&ts);
+        assert_eq!(crate::capture::cbpf::run(&p, &ipv4_udp(&pkt, 5), 0, 0), 0);
+        assert_eq!(
+            crate::capture::cbpf::run(&p, &ipv4_udp(&pkt[..20], 5), 0, 0),
+            0
+        );
+    }
+
+    #[test]
+    fn spead_sizes_beyond_the_low_word_or_not_powers_of_two_are_refused() {
+        let spec = FormatSpec::spead_digitiser(vec![0], 4096, 8).unwrap();
+        // 4096 samples x 2^20 x 2 threads = 2^33.
+        let e = chunk_program(&key(&spec), 1 << 20, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("power of two of at most 2^32"), "{e}");
+        let e = chunk_program(&key(&spec), 1000, 3).unwrap_err().to_string();
+        assert!(e.contains("one capture thread"), "{e}");
+        // Several packets per heap, or samples per heap not a power of two:
+        // no key, the capture says to use one thread.
+        let multi = FormatSpec::spead_heaps(
+            vec![0],
+            4096,
+            8192,
+            2,
+            crate::wire::SpeadHeapIndex::Timestamp,
+        )
+        .unwrap();
+        assert!(multi.locator().unwrap().index_key().is_none());
+        let odd = FormatSpec::spead_digitiser(vec![0], 3000, 8).unwrap();
+        assert!(odd.locator().unwrap().index_key().is_none());
     }
 }

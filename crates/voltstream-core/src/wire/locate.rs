@@ -62,6 +62,19 @@ pub enum IndexKey {
         frame: super::layout::Field,
         per_second: u32,
     },
+    /// `value >> shift`, the value big-endian of `value_bytes` (up to 6) at
+    /// payload offset `value_at`, valid only where the big-endian 16-bit word
+    /// at `tag_at` is `tag` (SPEAD one-packet heaps: the time stamp item's
+    /// immediate value at a fixed item pointer, `shift` = log2 of the samples
+    /// per heap). A packet without the tag goes to thread 0, whose assembler
+    /// forwards it to its chunk's owner like any stray.
+    TaggedShifted {
+        value_at: usize,
+        value_bytes: u8,
+        shift: u32,
+        tag_at: usize,
+        tag: u16,
+    },
 }
 
 /// A [`Locate`] that can say where its stream ids (and packet indices) are.
@@ -69,7 +82,8 @@ pub trait StreamKeyed {
     /// `None` when the stream id is not at a fixed place (or there is one stream).
     fn stream_key(&self) -> Option<StreamKey>;
     /// `None` when the index is not at a fixed place or needs more than a
-    /// steering program can compute (SPEAD's items, scaled layout indices).
+    /// steering program can compute (SPEAD heaps of several packets, scaled
+    /// layout indices).
     fn index_key(&self) -> Option<IndexKey> {
         None
     }

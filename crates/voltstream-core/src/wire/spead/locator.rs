@@ -2,7 +2,8 @@
 //! format's [`crate::wire::Locate`]).
 
 use super::{heap_packet, HEAP_CNT, PAYLOAD_LEN};
-use crate::wire::{Locate, Located, StreamKey, StreamKeyed, WireError};
+use super::{HEADER_LEN, ITEM_LEN};
+use crate::wire::{IndexKey, Locate, Located, StreamKey, StreamKeyed, WireError};
 use crate::Error;
 
 /// Where a packet's heap index (its heap's place in time) and stream come from.
@@ -217,4 +218,30 @@ impl StreamKeyed for HeapMap {
     fn stream_key(&self) -> Option<StreamKey> {
         None
     }
+
+    /// Heaps of one packet indexed by time stamp in SPEAD-64-48, the samples
+    /// per heap a power of two: the index is the time stamp item's value
+    /// shifted, read at the item pointer where a digitiser puts it
+    /// ([`TIMESTAMP_POSITION`]). A packet with another item there steers to
+    /// thread 0, which forwards it to its chunk's owner (a stray).
+    fn index_key(&self) -> Option<IndexKey> {
+        let one_packet = self.packets_per_heap == 1 && self.index == HeapIndex::Timestamp;
+        if !one_packet || self.heap_address_bits != 48 || !self.samples_per_heap.is_power_of_two() {
+            return None;
+        }
+        let at = HEADER_LEN + ITEM_LEN * TIMESTAMP_POSITION;
+        Some(IndexKey::TaggedShifted {
+            value_at: at + 2,
+            value_bytes: 6,
+            shift: self.samples_per_heap.trailing_zeros(),
+            tag_at: at,
+            // The immediate flag and the 15-bit id (validate keeps it in range).
+            tag: 0x8000 | self.timestamp_id as u16,
+        })
+    }
 }
+
+/// The item pointer a digitiser's heap carries its time stamp in: after the
+/// heap counter, heap size, heap offset and payload length (MeerKAT's order,
+/// and `Repr::digitiser`'s).
+pub const TIMESTAMP_POSITION: usize = 4;
