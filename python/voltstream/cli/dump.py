@@ -33,7 +33,8 @@ def trigger_address(text: str) -> str:
 #: --dump-threshold's default: the S/N from which a live search's candidate is dumped.
 DUMP_THRESHOLD = 10.0
 #: The options that mean nothing without --ring-seconds (the search's flags too).
-DUMP_FLAGS = ("--trigger-listen", "--dump-dir", "--dump-margin", "--voltage-ring-mb",
+DUMP_FLAGS = ("--trigger-listen", "--trigger-katcp", "--dump-dir", "--dump-margin",
+              "--voltage-ring-mb",
               "--dump-threshold")  # fmt: skip
 
 
@@ -61,6 +62,10 @@ def add_dump_options(p: argparse.ArgumentParser, candidates: bool = False) -> No
          "serve triggers over HTTP on HOST:PORT (port 0 picks one, logged): POST /trigger "
          'with a JSON window ({"start": S, "end": S} in seconds since the stream\'s first '
          'sample, "start_mjd"/"end_mjd", or a burst\'s "dm" and "time"), GET /ring'),
+        ("--trigger-katcp", trigger_address, None,
+         "serve the same triggers over katcp on HOST:PORT (port 0 picks one, logged): "
+         "?trigger-window START END [partial], ?trigger-mjd START_MJD END_MJD [partial], "
+         "?trigger-burst DM TIME [MARGIN [FREQ]], ?ring"),
         ("--dump-dir", None, None, "directory the dumps are written to, one DADA file "
          "each. Default: the current one"),
         ("--dump-margin", finite(float, 0), None,
@@ -87,10 +92,10 @@ def check_dump_options(args: argparse.Namespace, trigger_needed: bool = False) -
             raise ConfigError(f"{given[0]} is an option of the voltage ring: give "
                               "--ring-seconds T too (the seconds it keeps)")  # fmt: skip
         return False
-    if trigger_needed and args.trigger_listen is None:
+    if trigger_needed and args.trigger_listen is None and args.trigger_katcp is None:
         raise ConfigError(
             "--ring-seconds keeps voltages for triggers: give --trigger-listen HOST:PORT "
-            "too (e.g. 127.0.0.1:7070)"
+            "or --trigger-katcp HOST:PORT too (e.g. 127.0.0.1:7070)"
         )
     for name, default in (("dump_dir", "."), ("dump_margin", MARGIN_S),
                           ("voltage_ring_mb", RING_LIMIT_MB),
@@ -132,13 +137,32 @@ def ring_and_dumps(args: argparse.Namespace, fmt: Any, settings: Any) -> tuple[A
     return settings, ring, Dumps(ring, args.dump_dir, source, args.dump_margin)
 
 
-def serve_triggers(dumps: Any, address: str) -> Any:
-    """The HTTP trigger server of ``dumps`` on ``address``, its address logged."""
+def serve_triggers(dumps: Any, args: argparse.Namespace) -> list:
+    """The trigger servers of ``dumps`` the options ask for (HTTP, katcp), their
+    addresses logged; close each (`close_servers`) when the capture ends."""
     from voltstream.record.trigger_http import TriggerServer
+    from voltstream.record.trigger_katcp import KatcpTriggerServer
 
-    server = TriggerServer(dumps, address)
-    log.info("triggers: listening on http://%s (POST /trigger, GET /ring)", server.address)
-    return server
+    servers: list = []
+    try:
+        if args.trigger_listen is not None:
+            servers.append(TriggerServer(dumps, args.trigger_listen))
+            log.info("triggers: listening on http://%s (POST /trigger, GET /ring)",
+                     servers[-1].address)  # fmt: skip
+        if getattr(args, "trigger_katcp", None) is not None:
+            servers.append(KatcpTriggerServer(dumps, args.trigger_katcp))
+            log.info("triggers: katcp on %s (?trigger-window, ?trigger-mjd, "
+                     "?trigger-burst, ?ring)", servers[-1].address)  # fmt: skip
+    except BaseException:
+        close_servers(servers)
+        raise
+    return servers
+
+
+def close_servers(servers: list) -> None:
+    """Closes the trigger servers (no trigger is taken after)."""
+    for server in servers:
+        server.close()
 
 
 def _with_dumps(watch: Any, dumps: Any) -> Any:
@@ -167,9 +191,9 @@ def capture_with_ring(args: argparse.Namespace) -> int | Loss:
     fmt = _capture_format(args)
     settings, ring, dumps = ring_and_dumps(args, fmt, _capture_settings(args, args.listen))
     writer = capture_output(args, fmt)
-    server: Any = None
+    servers: list = []
     try:
-        server = serve_triggers(dumps, args.trigger_listen)
+        servers = serve_triggers(dumps, args)
         report = run_capture(
             fmt, settings, args.duration,
             sink=None if writer is None else (lambda samples, valid: writer.write(samples)),
@@ -178,8 +202,7 @@ def capture_with_ring(args: argparse.Namespace) -> int | Loss:
             stop_event=_stop_event(args), live_report=_with_dumps(watcher(args), dumps),
         )  # fmt: skip
     finally:
-        if server is not None:
-            server.close()
+        close_servers(servers)
         dumps.close()  # every dump asked for is written before the report
         if writer is not None:
             writer.close()

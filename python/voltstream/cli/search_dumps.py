@@ -12,7 +12,7 @@ import argparse
 import logging
 from typing import Any
 
-from voltstream.cli.dump import ring_and_dumps, serve_triggers
+from voltstream.cli.dump import close_servers, ring_and_dumps, serve_triggers
 from voltstream.errors import ConfigError
 
 __all__ = ["SearchDumps"]
@@ -38,7 +38,7 @@ class SearchDumps:
         self.args = args
         self.settings, self.ring, self.dumps = ring_and_dumps(args, fmt, settings)
         self.triggers: Any = None
-        self.server: Any = None
+        self.servers: list = []
 
     def check(self, dm_max: float, gulp_s: float) -> None:
         """The ring against a burst's window at ``dm_max``: refused when shorter, warned
@@ -74,8 +74,7 @@ class SearchDumps:
 
         top = float(plan.chan_freqs_mhz.max())  # the search's times are at its top channel
         self.triggers = CandidateTriggers(self.dumps, args.dump_threshold, top, position)
-        if args.trigger_listen is not None:
-            self.server = serve_triggers(self.dumps, args.trigger_listen)
+        self.servers = serve_triggers(self.dumps, args)
 
     def add(self, cands: list) -> None:
         if self.triggers is not None:
@@ -87,8 +86,7 @@ class SearchDumps:
         try:
             if self.triggers is not None:
                 self.triggers.close()
-            if self.server is not None:
-                self.server.close()
+            close_servers(self.servers)
         finally:
             self.dumps.close()
 
