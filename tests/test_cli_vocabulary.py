@@ -120,3 +120,34 @@ def test_a_usage_error_is_one_line_with_the_way_to_the_help():
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
     assert "--dm" in lines[0] and "voltstream fold --help" in lines[0]
+
+
+#: Every verb that captures a live stream, with its other required options.
+LIVE_VERBS = [
+    ["capture", "--listen", "127.0.0.1:7000", "--duration", "1"],
+    ["record", "--listen", "127.0.0.1:7000", "--dirs", "d", "--duration", "1"],
+    ["fold", "--listen", "127.0.0.1:7000", "--dm", "10", "--period", "0.1", "-o", "x.ar"],
+    ["filterbank", "--listen", "127.0.0.1:7000", "-o", "x.fil"],
+    ["search", "--listen", "127.0.0.1:7000", "--fine-channels", "128", "--tsamp", "64e-6"],
+]
+
+
+@pytest.mark.parametrize("argv", LIVE_VERBS, ids=[a[0] for a in LIVE_VERBS])
+def test_window_is_the_reorder_window_in_every_live_verb(argv):
+    """Before: `fold`/`filterbank --listen` had no --window, and search's --window (the
+    baseline's seconds, default 2) went to the capture as a reorder window of 2 chunks,
+    and a --window 1.5 failed in the capture's settings."""
+    from voltstream.cli.common import _capture_settings
+
+    parse = build_parser().parse_args
+    args = parse([*argv, "--format", "ynao"])
+    assert _capture_settings(args, args.listen).chunks.window is None  # sized in time
+    args = parse([*argv, "--format", "ynao", "--window", "16"])
+    assert _capture_settings(args, args.listen).chunks.window == 16
+
+
+def test_search_baseline_is_its_own_option():
+    from voltstream.cli.search_options import settings_from
+
+    args = build_parser().parse_args([*LIVE_VERBS[-1], "--baseline", "1.5"])
+    assert settings_from(args, 64e-6).window_s == 1.5

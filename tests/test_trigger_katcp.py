@@ -97,3 +97,26 @@ def test_bad_trigger_katcp_values_exit_2_in_one_line(tmp_path):
         assert r.returncode == 2, r.stderr
         assert says in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_http_triggers_need_no_aiokatcp_and_katcp_ones_say_how_to_get_it(monkeypatch):
+    """Before: serving HTTP triggers imported aiokatcp (an optional dependency), so a
+    capture with a voltage ring failed to start where aiokatcp was not installed."""
+    import sys
+    from types import SimpleNamespace
+
+    import pytest
+
+    from voltstream.cli.dump import close_servers, serve_triggers
+    from voltstream.errors import ConfigError
+
+    monkeypatch.setitem(sys.modules, "aiokatcp", None)  # `import aiokatcp` fails
+    monkeypatch.delitem(sys.modules, "voltstream.record.trigger_katcp", raising=False)
+    http_only = SimpleNamespace(trigger_listen="127.0.0.1:0", trigger_katcp=None)
+    servers = serve_triggers(object(), http_only)
+    try:
+        assert len(servers) == 1 and servers[0].address.startswith("127.0.0.1:")
+    finally:
+        close_servers(servers)
+    with pytest.raises(ConfigError, match=r"--trigger-katcp needs aiokatcp.*voltstream\[control\]"):
+        serve_triggers(object(), SimpleNamespace(trigger_listen=None, trigger_katcp="127.0.0.1:0"))

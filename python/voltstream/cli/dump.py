@@ -14,7 +14,7 @@ from typing import Any
 
 from voltstream.cli.ops import watcher
 from voltstream.cli.options import add_options, finite, host_port, positive
-from voltstream.errors import ConfigError
+from voltstream.errors import ConfigError, optional_module
 from voltstream.service.exit_status import Loss
 
 log = logging.getLogger("voltstream.cli.dump")
@@ -141,7 +141,6 @@ def serve_triggers(dumps: Any, args: argparse.Namespace) -> list:
     """The trigger servers of ``dumps`` the options ask for (HTTP, katcp), their
     addresses logged; close each (`close_servers`) when the capture ends."""
     from voltstream.record.trigger_http import TriggerServer
-    from voltstream.record.trigger_katcp import KatcpTriggerServer
 
     servers: list = []
     try:
@@ -150,7 +149,9 @@ def serve_triggers(dumps: Any, args: argparse.Namespace) -> list:
             log.info("triggers: listening on http://%s (POST /trigger, GET /ring)",
                      servers[-1].address)  # fmt: skip
         if getattr(args, "trigger_katcp", None) is not None:
-            servers.append(KatcpTriggerServer(dumps, args.trigger_katcp))
+            # aiokatcp is optional (voltstream[control]): only katcp triggers need it.
+            katcp = optional_module("voltstream.record.trigger_katcp", "--trigger-katcp")
+            servers.append(katcp.KatcpTriggerServer(dumps, args.trigger_katcp))
             log.info("triggers: katcp on %s (?trigger-window, ?trigger-mjd, "
                      "?trigger-burst, ?ring)", servers[-1].address)  # fmt: skip
     except BaseException:

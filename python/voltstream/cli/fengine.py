@@ -18,7 +18,7 @@ from voltstream.cli.common import (
 from voltstream.cli.ops import status, watcher  # noqa: F401 - status: `voltstream status`
 from voltstream.cli.simulate import _parse_dig_ids
 from voltstream.digitiser import check_bits
-from voltstream.errors import ConfigError
+from voltstream.errors import ConfigError, optional_module
 from voltstream.fengine.settings import FEngineSettings
 from voltstream.service.exit_status import Loss, capture_loss
 
@@ -217,12 +217,5 @@ def _per_antenna(text: str, n: int, option: str) -> list[str]:
 
 def _fengine_control(args: argparse.Namespace) -> Any:
     """The katcp control module, or a one-line error naming the option that needs it."""
-    try:
-        from voltstream.fengine import control
-    except ImportError as e:
-        what = "--katcp-port" if args.katcp_port is not None else "--settings"
-        raise ConfigError(
-            f"{what} needs voltstream.fengine.control (katcp control, aiokatcp), which "
-            f"cannot be imported: {e}"
-        ) from None
-    return control
+    what = "--katcp-port" if args.katcp_port is not None else "--settings"
+    return optional_module("voltstream.fengine.control", what)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from voltstream.errors import ConfigError
+from voltstream.errors import ConfigError, optional_module
 
 #: The verbs that run until a duration, an idle timeout or Ctrl-C, and serve metrics.
 LONG_RUNNING = ("capture", "fold", "fengine", "record", "replay", "latency", "search")
@@ -95,9 +95,8 @@ def serving(args: argparse.Namespace) -> Iterator[None]:
                 flush=True,
             )
         if katcp_address is not None:
-            from voltstream.ops.katcp_sensors import KatcpSensors
-
-            servers.append(KatcpSensors(board, katcp_address))
+            sensors = optional_module("voltstream.ops.katcp_sensors", "--katcp-sensors")
+            servers.append(sensors.KatcpSensors(board, katcp_address))
             print(f"{args.verb}: katcp sensors on {servers[-1].address}", file=sys.stderr,
                   flush=True)  # fmt: skip
         yield

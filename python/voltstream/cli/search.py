@@ -81,7 +81,7 @@ def add_search_parser(verbs: Any) -> None:
         ("--max-width", positive(float), None,
          "widest boxcar, seconds (boxcars are 1, 2, 4 .. samples up to it). "
          f"Default: {DEFAULTS.boxcar_max} samples"),
-        ("--window", positive(float), DEFAULTS.window_s,
+        ("--baseline", positive(float), DEFAULTS.window_s,
          "seconds of each channel's running median and MAD (heimdall's "
          f"-baseline_length). Default: {DEFAULTS.window_s:g}"),
         ("--gulp", positive(float), None,

@@ -22,7 +22,7 @@ def settings_from(args: argparse.Namespace, tsamp_s: float) -> SearchSettings:
         boxcar = 1 << max(0, int(math.floor(math.log2(max(1.0, args.max_width / tsamp_s)))))
     return SearchSettings(
         dm_min=args.dm_min, dm_max=args.dm_max, dm_tol=args.dm_tol, threshold=args.threshold,
-        boxcar_max=boxcar, window_s=args.window,
+        boxcar_max=boxcar, window_s=args.baseline,
     )  # fmt: skip
 
 
