@@ -283,6 +283,7 @@ def run_point(name: str, rate: float, seconds: float, a, cpus, ctx, workdir: Pat
         rx.interrupt()
         rx.wait(a.drain_timeout)
         point["drain_s"] = time.monotonic() - res["end"]
+        point["send_end"] = res["end"]  # time.monotonic(), one clock for every process
     except (RuntimeError, TimeoutError, EOFError, OSError, subprocess.TimeoutExpired) as e:
         point["error"] = f"{type(e).__name__}: {e}"
     finally:

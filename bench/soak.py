@@ -73,9 +73,11 @@ class Watcher(threading.Thread):
                 self.samples.append((time.monotonic() - self.t0, rss, gpu_used_mib()))
 
 
-def growth(samples: list, column: int, after_s: float) -> float | None:
-    """Growth of a column from the first sample after ``after_s`` to the last."""
-    kept = [s[column] for s in samples if s[0] >= after_s and s[column] is not None]
+def growth(samples: list, column: int, after_s: float, until_s: float) -> float | None:
+    """Growth of a column from the first sample after ``after_s`` to the last before
+    ``until_s`` (the end of sending: a sample taken while the receiver exits shows its
+    memory already freed, and read as a fall of 5 GB in session 15's first soak)."""
+    kept = [s[column] for s in samples if after_s <= s[0] <= until_s and s[column] is not None]
     return kept[-1] - kept[0] if len(kept) >= 2 else None
 
 
@@ -105,7 +107,8 @@ def main(argv: list[str] | None = None) -> dict:
     p = e2e.run_point(config, rate, minutes * 60, a, cpus, mp.get_context("spawn"), workdir)
     watcher.done.set()
     print(e2e.point_line(p), flush=True)
-    s = watcher.samples
+    until = p.get("send_end", float("inf")) - watcher.t0
+    s = [x for x in watcher.samples if x[0] <= until]  # while the stream was sent
     doc = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "machine": e2e.machine(),
@@ -120,9 +123,9 @@ def main(argv: list[str] | None = None) -> dict:
         "lost": p.get("lost"),
         "counters": {k: p.get(k) for k in e2e.ALL_COUNTERS},
         "rss_mib_first_last_max": [s[0][1], s[-1][1], max(x[1] for x in s)] if s else None,
-        "rss_growth_after_1min_mib": growth(s, 1, 60.0),
-        "gpu_growth_after_1min_mib": growth(s, 2, 60.0),
-        "samples": s,
+        "rss_growth_after_1min_mib": growth(s, 1, 60.0, until),
+        "gpu_growth_after_1min_mib": growth(s, 2, 60.0, until),
+        "samples": watcher.samples,
         "point": {k: v for k, v in p.items() if k != "receiver_output"},
     }
     if doc["lossless"] and not doc["error"]:

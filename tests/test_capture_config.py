@@ -154,3 +154,21 @@ def test_each_capture_default_is_set_once():
     assert c.network.queue_mb == d.QUEUE_MB
     args = build_parser().parse_args(["capture", "--listen", "127.0.0.1:7000", "--duration", "1"])
     assert (args.packets_per_chunk, args.window) == (d.PACKETS_PER_CHUNK, None)
+
+
+def test_a_window_given_on_the_command_line_grows_the_default_pool():
+    """Before: `capture --window 32` met the default pool of 16 chunks and was refused
+    ("nchunks (16) must exceed window (32)")."""
+    from voltstream.cli.common import _capture_settings
+    from voltstream.cli.parser import build_parser
+
+    args = build_parser().parse_args(
+        ["capture", "--listen", "127.0.0.1:7000", "--duration", "1", "--window", "32",
+         "--format", "counter"]
+    )  # fmt: skip
+    from voltstream.streams import parse_stream
+
+    stream = parse_stream({"format": "counter", "streams": 1, "payload_len": 32})
+    chunks = _capture_settings(args, args.listen).spec(stream)["chunks"]
+    assert (chunks["window"], chunks["nchunks"]) == (32, 68)
+    _capture_settings(args, args.listen).open(stream)  # the core takes it

@@ -281,11 +281,13 @@ class CaptureSettings(_Section):
 
     def _chunks_for(self, stream: CaptureFormat) -> dict[str, Any]:
         """The chunks section with its window resolved for ``stream``'s rate. A window
-        left to the default grows the pool to at least twice the window and four more:
-        as many chunks again as the window may be with the consumer (queued, or held
-        by a timeline of several threads). Settings given are passed as they are."""
+        left to the default, or a pool left at its default size, grows the pool to at
+        least twice the window and four more: as many chunks again as the window may be
+        with the consumer (queued, or held by a timeline of several threads). (Before,
+        `capture --window 32` met the default pool of 16 and was refused.) A pool and a
+        window both given are passed as they are, for the core to check."""
         chunks = self.chunks.model_dump()
-        if self.chunks.window is None:
+        if self.chunks.window is None or self.chunks.nchunks == _CHUNKS["nchunks"]:
             window = self.chunks.window_for(None, getattr(stream, "packets_per_second", None))
             chunks["window"] = window
             chunks["nchunks"] = max(chunks["nchunks"], 2 * window + 4)
