@@ -193,7 +193,7 @@ def cpu_plan(a) -> dict:
     pick = lambda text: [int(c) for c in text.split(",") if c != ""]  # noqa: E731
     rx = pick(a.receiver_cpus) if a.receiver_cpus else cpus[:2]
     # Two receivers, one spread over threads, or one of several antennas (a thread each).
-    ncap = max(2 * a.capture_threads, a.spread_threads, _most_antennas(a))
+    ncap = max(2 * a.capture_threads, a.spread_threads, _most_antennas(a) * a.capture_threads)
     cap = pick(a.capture_cpus) if a.capture_cpus is not None else cpus[2 : 2 + ncap]
     rest = [c for c in reversed(cpus) if c not in rx + cap]
     tx = pick(a.sender_cpus) if a.sender_cpus else (rest or cpus[-1:])[: a.senders]
@@ -580,7 +580,8 @@ def parse_args(argv):
     add("--receiver-cpus", default=None, help="receivers' CPU mask (default: first 2 cores)")
     add("--capture-cpus", default=None, help="capture thread CPUs (default: the next cores)")
     add("--sender-cpus", default=None, help="default: the top --senders cores, descending")
-    add("--capture-threads", type=int, default=1, help="per receiver (--threads)")
+    add("--capture-threads", type=int, default=1,
+        help="per receiver (--threads); an F-engine's: per antenna")  # fmt: skip
     add("--spread-threads", type=int, default=3, help="capture threads of the *_threads configs")
     add("--engine", default="auto", help="capture engine of every receiver")
     add("--device", default="gpu", help="fold/fengine --device")

@@ -21,6 +21,14 @@ def rank(c: dict) -> tuple:
     return (bool(c.get("confirmed_seconds")), c.get("lossless_gbps") or 0.0)
 
 
+def _commands(command: object) -> list[str]:
+    """A document's commands as one flat list (a merged one holds a list of them; an
+    older merge nested its inputs' lists one level deeper each time)."""
+    if isinstance(command, list):
+        return [c for x in command for c in _commands(x)]
+    return [command] if isinstance(command, str) else []
+
+
 def merge_docs(docs: list[dict], sources: list[str], others: tuple, finalize) -> dict:
     """One document from ``docs`` (in order, the latest last), each named by its
     ``sources`` entry; ``others``: the top-level sections kept whole (gpu_alone...);
@@ -28,7 +36,7 @@ def merge_docs(docs: list[dict], sources: list[str], others: tuple, finalize) ->
     doc: dict = {
         "machine": docs[0].get("machine"),
         "date": docs[-1].get("date"),
-        "command": [d.get("command") for d in docs],
+        "command": [c for d in docs for c in _commands(d.get("command"))],
         "configs": {},
         "skipped": {},
     }

@@ -177,12 +177,15 @@ def receiver_argv(product, traffic, opt, r, port, dur, report: Path, a, cpus) ->
     mask = set(cpus["receiver"])
     fmt = make_traffic(traffic).cli_format()
     if product == "fengine":
-        nthr = opt.get("antennas", 1)  # a capture thread per antenna (--cpus, one each)
+        # --capture-threads per antenna (one by default), pinned antenna by antenna.
+        nthr = opt.get("antennas", 1) * a.capture_threads
         thr = cpus["capture"][r * nthr : (r + 1) * nthr]
         argv = VS + ["fengine", "--listen", bind, "--device", a.device, "--channels"]
         argv += [str(opt["channels"]), "--taps", "16", "--sample-bits", "10"]
         argv += ["--engine", a.engine, *fengine_sink(a.fengine_sink, opt), *tail]
         argv += shlex.split(a.fengine_args)
+        if a.capture_threads > 1:
+            argv += ["--threads", str(nthr)]
         if len(thr) == nthr:  # a thread can pin only inside the mask
             return argv + ["--cpus", ",".join(map(str, thr))], mask | set(thr), None
         return (

@@ -320,8 +320,10 @@ def test_a_merge_never_writes_a_null_over_a_figure_and_a_run_merges_into_its_jso
         "hand_written_gbps": 37.1,
         "figures": {"soak_fold_minutes": {"value": 9.0}},
         "ab_runs": {"s11": {"a": 1}},
+        "command": [["a", "b"], "c"],  # an earlier merge's, nested as merges once did
     }
     new = {"configs": {"fengine_4ant_4096": cfg(120.0), "fengine_4096": cfg(30.0, None)},
+           "command": "d",
            "figures": {"cluster_ynao_4nodes_sustained_gbps": {"value": 24.0}}}  # fmt: skip
     paths = [tmp_path / "old.json", tmp_path / "new.json"]
     for path, d in zip(paths, (old, new), strict=True):
@@ -332,6 +334,7 @@ def test_a_merge_never_writes_a_null_over_a_figure_and_a_run_merges_into_its_jso
     # Sections of figures written by hand: every entry of every input.
     assert set(doc["figures"]) == {"soak_fold_minutes", "cluster_ynao_4nodes_sustained_gbps"}
     assert doc["ab_runs"] == {"s11": {"a": 1}}
+    assert doc["command"] == ["a", "b", "c", "d"]  # one flat list, in order
     assert doc["fengine_4096_lossless_gbps"] == 34.0  # confirmed beats a later unconfirmed
     assert doc["configs"]["fengine_4096"]["merged_from"] == "session7.json"
     assert doc["fengine_4ant_4096_lossless_gbps"] == 120.0  # the total of 4 antennas
@@ -369,6 +372,21 @@ def test_four_antennas_are_one_receiver_on_four_ports_and_its_report_is_summed(t
     assert counts["received"] == 80 and counts["missing"] == 6 and counts["foreign"] == 8
     assert not rx.lossless(80, counts)
     assert rx.product_extras(report)["heaps_paired"] == 0
+
+
+def test_four_antennas_on_two_capture_threads_each(tmp_path):
+    """--capture-threads 2 of an F-engine: per antenna (its heaps turn by chunk), the 8
+    threads pinned antenna by antenna, and the CLI takes the line."""
+    from voltstream.cli import build_parser
+
+    a = e2e.parse_args(["--only", "fengine_4ant_4096", "--device", "cpu", "--capture-threads", "2"])
+    cpus = {"receiver": [0, 1], "capture": list(range(2, 10)), "sender": [15],
+            "shared_cores": False}  # fmt: skip
+    argv, mask, note = rx.receiver_argv(*e2e.CONFIGS["fengine_4ant_4096"], 0, "7148+3", 9,
+                                        tmp_path / "r.json", a, cpus)  # fmt: skip
+    assert argv[argv.index("--threads") + 1] == "8" and note is None
+    assert argv[argv.index("--cpus") + 1] == "2,3,4,5,6,7,8,9" and mask == set(range(10))
+    build_parser().parse_args(argv[len(rx.VS) :])
 
 
 def test_capture_alone_through_the_harness_is_lossless(tmp_path, capsys):

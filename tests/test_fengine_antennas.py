@@ -234,3 +234,43 @@ def test_each_antennas_metrics_carry_its_label():
 def test_help_names_the_antennas():
     r = run_cli("fengine", "--help")
     assert r.returncode == 0 and "4 antennas, one GPU, one process" in r.stdout
+
+
+def test_one_antenna_over_two_capture_threads_sends_the_reference(tmp_path):
+    """`fengine --threads 2`: one antenna's heaps steered by chunk over two capture
+    threads (issue 26: one antenna above one core), its output still the reference."""
+    port = free_ports(1)[0]
+    sink = udp_receiver()
+    report_path = tmp_path / "report.json"
+    proc, _ = start_fengine(
+        f"127.0.0.1:{port}", "--threads", "2", "--engine", "packet_ring", "--chunk-heaps",
+        "16", "--dig-ids", "0,1", "--dest", address(sink), "--idle-timeout", "6",
+        "--report", str(report_path),
+    )  # fmt: skip
+    with reaped(proc):
+        sim = simulate(port, *SIGNALS[0])
+        assert sim.wait(60) == 0, sim.stderr.read()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    cap = json.loads(report_path.read_text())["capture"]
+    assert [s["received"] for s in cap["streams"]] == [HEAPS, HEAPS]
+    assert cap["totals"]["missing"] == 0 and cap["totals"]["late"] == 0
+    # Both threads took their turns: chunks of 16 heaps, 200 heaps a pol.
+    assert len(cap["threads"]) == 2 and all(t["packets"] > 0 for t in cap["threads"])
+    assert sum(t["packets"] for t in cap["threads"]) == 2 * HEAPS
+    expected = reference(SIGNALS[0][0], SIGNALS[0][1], 0)
+    got = [d for d in decode_packets(drain(sink)) if d.heap_cnt < STOP_CNT]
+    heaps = [decode_output_heap(d, HeapLayout(NCH, NSPEC)) for d in got]
+    assert [h.timestamp for h in heaps] == [h.timestamp for h in expected]
+    for h, e in zip(heaps, expected, strict=True):
+        np.testing.assert_array_equal(h.payload, e.payload)
+    sink.close()
+
+
+def test_threads_split_evenly_over_antennas_with_their_cpus():
+    both = CaptureSettings.of("127.0.0.1:7148", more_binds=["127.0.0.1:7149"],
+                              cpus=[2, 3, 4, 5])  # fmt: skip
+    a, b = split_capture(both, 2, threads=2)
+    assert (a.threads.count, a.threads.spread, a.threads.cpus, b.threads.cpus) == (
+        2, "chunks", [2, 3], [4, 5])  # fmt: skip
+    assert main([*BASE, "--dest", "127.0.0.1:7150+1", "--threads", "3"]) == 2

@@ -68,7 +68,8 @@ def fengine(args: argparse.Namespace) -> Loss:
         )
     outputs = s.output.split(",") if n > 1 and s.output else None
     per_antenna = split_settings(s, n, dest=dest, dig_ids=pairs, outputs=outputs)
-    captures = split_capture(_capture_settings(args, args.listen), n)
+    captures = split_capture(_capture_settings(_no_threads(args), args.listen), n,
+                             _threads_per_antenna(args.threads, n))  # fmt: skip
     device = resolve_device(args.device)
     files = _per_antenna(args.settings, n, "--settings") if args.settings else [None] * n
     antennas = [
@@ -92,6 +93,24 @@ def fengine(args: argparse.Namespace) -> Loss:
     finally:
         for c in controls:
             c.stop()
+
+
+def _threads_per_antenna(threads: int | None, n: int) -> int:
+    """--threads (in all) as each of ``n`` antennas' share; one each by default."""
+    if threads is None:
+        return 1
+    if threads % n:
+        raise ConfigError(
+            f"--threads {threads}: the {n} antennas share the capture threads evenly: "
+            f"give a multiple of {n}"
+        )
+    return threads // n
+
+
+def _no_threads(args: argparse.Namespace) -> argparse.Namespace:
+    """The options with --threads left to the split per antenna (split_capture): a band
+    of several addresses takes one thread per address otherwise."""
+    return argparse.Namespace(**(vars(args) | {"threads": None}))
 
 
 def _run_one(args: argparse.Namespace, a: Any) -> Loss:

@@ -164,13 +164,17 @@ def _add_fengine_parser(verbs: Any) -> None:
         "samples): about 10 ms at 34 Gb/s, so per-chunk Python costs little",
     )
     add_no_status(g)
-    g.add_argument(
-        "--cpus",
-        type=cpu_list,
-        default=None,
-        help="CPU of the capture thread (e.g. 2); pins it, and the engine's Python "
-        "stays off it. Several antennas: one CPU per antenna (2,3,4,5). Default: unpinned",
-    )
+    add_options(g, (
+        ("--threads", positive(int), None,
+         "capture threads in all, shared evenly by the antennas: an antenna's threads take "
+         "turns by chunk, its heaps steered in the kernel by time stamp (one antenna above "
+         "one core; packet_ring engine, the time stamp at item pointer 4). Default: one "
+         "per antenna"),
+        ("--cpus", cpu_list, None,
+         "CPU of each capture thread, comma-separated, antenna by antenna (--threads 8 "
+         "over 4 antennas: 2,3 for antenna 0, 4,5 for antenna 1 ...); pins them, and the "
+         "engine's Python stays off them. Default: unpinned"),
+    ))  # fmt: skip
     add_engine(g, alias="--capture-engine")
     g = p.add_argument_group("channeliser")
     add_options(g, (

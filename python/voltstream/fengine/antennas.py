@@ -123,26 +123,31 @@ def split_settings(
     ]
 
 
-def split_capture(capture: CaptureSettings, n: int) -> list[CaptureSettings]:
+def split_capture(capture: CaptureSettings, n: int, threads: int = 1) -> list[CaptureSettings]:
     """One capture per antenna from one capture of ``n`` addresses (``--listen A,B``
     or ``HOST:PORT+N``: ``network.bind`` and ``more_binds``): antenna k listens on
-    address k with one capture thread, pinned to CPU k of ``threads.cpus`` when
-    given (one per antenna)."""
-    if n == 1:
-        return [capture]
+    address k with ``threads`` capture threads, which take turns by chunk when more
+    than one (the antenna's two polarisations then share every thread), pinned to
+    its ``threads`` CPUs of ``threads.cpus`` when given (antenna by antenna)."""
     binds = [capture.network.bind, *capture.network.more_binds]
     cpus = capture.threads.cpus
-    if cpus is not None and len(cpus) != n:
+    if cpus is not None and len(cpus) != n * threads:
+        each = f"{threads} per antenna, in --listen order" if threads > 1 else (
+            "one per antenna, in --listen order")  # fmt: skip
         raise ConfigError(
-            f"--cpus {','.join(map(str, cpus))}: {n} antennas, each captured by its own "
-            f"thread: give {n} CPUs (one per antenna, in --listen order) or none"
+            f"--cpus {','.join(map(str, cpus))}: {n} antenna(s), captured by {n * threads} "
+            f"thread(s): give {n * threads} CPUs ({each}) or none"
         )
     out = []
     for k in range(n):
         data = capture.model_dump()
         data["network"] |= {"bind": binds[k], "more_binds": []}
-        data["threads"] |= {"count": 1, "cpus": None if cpus is None else [cpus[k]],
-                            "stream_threads": None}  # fmt: skip
+        data["threads"] |= {
+            "count": threads,
+            "cpus": None if cpus is None else cpus[k * threads : (k + 1) * threads],
+            "stream_threads": None,
+            "spread": "chunks" if threads > 1 else data["threads"]["spread"],
+        }
         out.append(type(capture).model_validate(data))
     return out
 
