@@ -256,3 +256,26 @@ def test_before_any_data_a_trigger_is_answered_not_yet_and_a_malformed_one_400(t
     assert bad[0] == 400 and "before it starts" in bad[1]["error"], bad
     d = report["dumps"]
     assert (d["triggers"], d["refused_not_yet"], d["malformed"], d["dumps"]) == (2, 1, 1, 0), d
+
+
+def test_a_run_with_a_voltage_ring_gets_a_pool_that_rides_out_a_dump(tmp_path):
+    """Before: the capture's default pool (36 chunks of 256 YNAO packets: 20 ms at
+    30 Gb/s) ran dry while a dump was copied and written (session 15, 167 chunks)."""
+    from voltstream.cli.common import _capture_format, _capture_settings
+    from voltstream.cli.dump import DUMP_POOL_MB, check_dump_options, ring_and_dumps
+    from voltstream.cli.parser import build_parser
+
+    args = build_parser().parse_args(
+        ["capture", "--listen", "127.0.0.1:7000", "--format", "ynao", "--duration", "1",
+         "--ring-seconds", "0.2", "--dump-dir", str(tmp_path)]
+    )  # fmt: skip
+    assert check_dump_options(args)
+    fmt = _capture_format(args)
+    settings, ring, dumps = ring_and_dumps(args, fmt, _capture_settings(args, args.listen))
+    try:
+        chunks = settings.spec(fmt)["chunks"]
+        pool = chunks["nchunks"] * chunks["packets_per_chunk"] * fmt.payload_len
+        assert pool >= DUMP_POOL_MB * 2**20 and chunks["whole_packets"]
+        assert chunks["nchunks"] > chunks["window"]
+    finally:
+        dumps.close()

@@ -110,6 +110,10 @@ def check_dump_options(args: argparse.Namespace, trigger_needed: bool = False) -
     return True
 
 
+#: The least capture pool (MiB of chunks) of a run that keeps a voltage ring.
+DUMP_POOL_MB = 512
+
+
 def ring_and_dumps(args: argparse.Namespace, fmt: Any, settings: Any) -> tuple[Any, Any, Any]:
     """(capture settings keeping whole packets, the voltage ring, its Dumps) of the
     options: the ring's memory checked against --voltage-ring-mb and the machine's, and
@@ -129,6 +133,13 @@ def ring_and_dumps(args: argparse.Namespace, fmt: Any, settings: Any) -> tuple[A
     # Whole packets in the chunks: the first packet's header is the stream's clock.
     settings = settings.replace(whole_packets=True)
     ppc = settings.chunks.packets_per_chunk
+    # The pool rides out the consumer's waits, and a dump's copy and writer threads share
+    # its GIL and memory bus: at least DUMP_POOL_MB of it (the default of 36 chunks of
+    # 256 YNAO packets is 20 ms at 30 Gb/s; session 15's dump lost 167 chunks with it).
+    chunk_bytes = ppc * fmt.payload_len * fmt.streams
+    floor = -(-DUMP_POOL_MB * 2**20 // chunk_bytes)
+    if settings.chunks.nchunks < floor:
+        settings = settings.replace(nchunks=floor)
     check_ring_memory(ring_bytes(fmt, args.ring_seconds, ppc), args.ring_seconds,
                       args.voltage_ring_mb)  # fmt: skip
     stand_in = CountingSink(fmt, CaptureReport(format=fmt.name, bind=""))
