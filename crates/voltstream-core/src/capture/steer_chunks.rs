@@ -197,7 +197,10 @@ pub(crate) fn chunk_program(
                 && *shift + m.trailing_zeros() <= 32;
             if !fits {
                 return Err(Error::Config(format!(
-                    "steering SPEAD heaps to {threads} capture threads needs packets_per_chunk                      x threads x samples_per_heap to be a power of two of at most 2^32;                      {packets_per_chunk} x {threads} x 2^{shift} is not: use fewer or                      power-of-two packets per chunk, or one capture thread"
+                    "steering SPEAD heaps to {threads} capture threads needs packets_per_chunk \
+                     x threads x samples_per_heap to be a power of two of at most 2^32; \
+                     {packets_per_chunk} x {threads} x 2^{shift} is not: use fewer or \
+                     power-of-two packets per chunk, or one capture thread"
                 )));
             }
             // Not the tagged item at that place: thread 0 takes it.
