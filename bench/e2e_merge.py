@@ -29,6 +29,18 @@ def _commands(command: object) -> list[str]:
     return [command] if isinstance(command, str) else []
 
 
+def _keep_known(new: dict, old: dict | None) -> dict:
+    """``new``, with what ``old`` knew where ``new`` says null (a figure once confirmed
+    is never overwritten with null; ``kept_from_earlier`` names those keys)."""
+    if old is None:
+        return new
+    kept = [k for k, v in old.items() if v is not None and new.get(k, v) is None]
+    if not kept:
+        return new
+    earlier = sorted(set(new.get("kept_from_earlier", [])) | set(kept))
+    return new | {k: old[k] for k in kept} | {"kept_from_earlier": earlier}
+
+
 def merge_docs(docs: list[dict], sources: list[str], others: tuple, finalize) -> dict:
     """One document from ``docs`` (in order, the latest last), each named by its
     ``sources`` entry; ``others``: the top-level sections kept whole (gpu_alone...);
@@ -45,7 +57,7 @@ def merge_docs(docs: list[dict], sources: list[str], others: tuple, finalize) ->
             c = dict(c, merged_from=c.get("merged_from", source))
             old = doc["configs"].get(name)
             if old is None or rank(c) >= rank(old):
-                doc["configs"][name] = c
+                doc["configs"][name] = _keep_known(c, old)
         for k, why in d.get("skipped", {}).items():  # a real reason beats "not selected"
             if k not in doc["skipped"] or not why.startswith("not selected"):
                 doc["skipped"][k] = why

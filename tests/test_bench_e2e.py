@@ -315,14 +315,18 @@ def test_a_merge_never_writes_a_null_over_a_figure_and_a_run_merges_into_its_jso
     # A figure written by hand (no configuration behind it) and one merged from an
     # earlier file: both survive a merge with a run that measured neither.
     old = {
-        "configs": {"fengine_4096": dict(cfg(34.0), merged_from="session7.json")},
+        "configs": {
+            "fengine_4096": dict(cfg(34.0), merged_from="session7.json"),
+            "fengine_4ant_4096": dict(cfg(100.0), lowest_lossy_gbps=136.0),
+        },
         "fold_1stream_threads_lossless_gbps": 81.0,
         "hand_written_gbps": 37.1,
         "figures": {"soak_fold_minutes": {"value": 9.0}},
         "ab_runs": {"s11": {"a": 1}},
         "command": [["a", "b"], "c"],  # an earlier merge's, nested as merges once did
     }
-    new = {"configs": {"fengine_4ant_4096": cfg(120.0), "fengine_4096": cfg(30.0, None)},
+    new = {"configs": {"fengine_4ant_4096": dict(cfg(120.0), lowest_lossy_gbps=None),
+                       "fengine_4096": cfg(30.0, None)},
            "command": "d",
            "figures": {"cluster_ynao_4nodes_sustained_gbps": {"value": 24.0}}}  # fmt: skip
     paths = [tmp_path / "old.json", tmp_path / "new.json"]
@@ -335,6 +339,10 @@ def test_a_merge_never_writes_a_null_over_a_figure_and_a_run_merges_into_its_jso
     assert set(doc["figures"]) == {"soak_fold_minutes", "cluster_ynao_4nodes_sustained_gbps"}
     assert doc["ab_runs"] == {"s11": {"a": 1}}
     assert doc["command"] == ["a", "b", "c", "d"]  # one flat list, in order
+    # The later run's null does not overwrite what the earlier one knew.
+    kept = doc["configs"]["fengine_4ant_4096"]
+    assert (kept["lossless_gbps"], kept["lowest_lossy_gbps"]) == (120.0, 136.0)
+    assert kept["kept_from_earlier"] == ["lowest_lossy_gbps"]
     assert doc["fengine_4096_lossless_gbps"] == 34.0  # confirmed beats a later unconfirmed
     assert doc["configs"]["fengine_4096"]["merged_from"] == "session7.json"
     assert doc["fengine_4ant_4096_lossless_gbps"] == 120.0  # the total of 4 antennas
