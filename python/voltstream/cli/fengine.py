@@ -96,8 +96,9 @@ def fengine(args: argparse.Namespace) -> Loss:
 
 
 def _threads_per_antenna(threads: int | None, n: int) -> int:
-    """--threads (in all) as each of ``n`` antennas' share; one each by default."""
-    if threads is None:
+    """--threads (in all) as each of ``n`` antennas' share; one each by default (1, as a
+    pipeline file that says nothing else gives it)."""
+    if threads is None or threads == 1:
         return 1
     if threads % n:
         raise ConfigError(

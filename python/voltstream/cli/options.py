@@ -397,10 +397,8 @@ def add_chunk_pool(g: Any) -> None:
          "size of the capture's chunk pool in MiB (GPU): how long a stall of the GPU "
          "stage the capture rides out before it drops chunks (1024 MiB = 0.2 s at 40 Gb/s). "
          "Default: 1024"),
-        ("--window", positive(int), None,
-         "reorder window in chunks: how late a packet may come and still be placed. "
-         "Default: as many chunks as hold 10 ms of the stream at its nominal rate and at "
-         "least 4096 packets"),
+        ("--window", positive(int), None, "reorder window in chunks: how late a packet may "
+         "come and still be placed. Default: 10 ms of the stream and at least 4096 packets"),
     ))  # fmt: skip
 
 

@@ -165,7 +165,7 @@ def _add_fengine_parser(verbs: Any) -> None:
     )
     add_no_status(g)
     add_options(g, (
-        ("--threads", positive(int), None,
+        ("--threads", positive(int), 1,
          "capture threads in all, shared evenly by the antennas: an antenna's threads take "
          "turns by chunk, its heaps steered in the kernel by time stamp (one antenna above "
          "one core; packet_ring engine, the time stamp at item pointer 4). Default: one "
