@@ -49,10 +49,11 @@ def test_live_gpu_fengine_equals_the_reference(tmp_path, lose):
         quantised_close(h.payload, e.payload, 8)
 
 
-def two_antennas(tmp_path, device: str, heaps: int = 320):
+def two_antennas(tmp_path, device: str, heaps: int = 320, threads: int = 1):
     """Two antennas live in one process on ``device``, each sent its own signal (a
-    tone and seed of its own; antenna 1 loses pol 0's heap 90): the report and, per
-    antenna, its heaps as written and the reference's on its samples."""
+    tone and seed of its own; antenna 1 loses pol 0's heap 90), each captured by
+    ``threads`` threads (taking turns by chunk when more than one): the report and,
+    per antenna, its heaps as written and the reference's on its samples."""
     signals = [dict(tone_hz=1e5, seed=3), dict(tone_hz=2.5e5, seed=11)]
     inputs = [sim(0, heaps, **sig) for sig in signals]
     (x1, pk1), valid1 = inputs[1], np.ones(inputs[1][0].shape[1], dtype=bool)
@@ -63,7 +64,9 @@ def two_antennas(tmp_path, device: str, heaps: int = 320):
     files = [str(tmp_path / f"a{k}.spead") for k in range(2)]
     for s in split_settings(FENGINE, 2, outputs=files):  # F-engines 0 and 1 of 2
         eng = make_engine(device, sample_bits=BITS, **s.engine_kwargs())
-        antennas.append(Antenna(CaptureSettings.of("127.0.0.1:0"), s, eng, s.heap_output()))
+        cap = CaptureSettings.of("127.0.0.1:0", threads=threads, spread="chunks",
+                                 engine="packet_ring" if threads > 1 else "auto")  # fmt: skip
+        antennas.append(Antenna(cap, s, eng, s.heap_output()))
     senders = []
 
     def on_start(k: int, addr: str) -> None:  # each antenna's packets once it listens
@@ -85,9 +88,9 @@ def two_antennas(tmp_path, device: str, heaps: int = 320):
     return report, got, want
 
 
-def test_two_live_gpu_antennas_in_one_process_each_equal_their_reference(tmp_path):
-    report, got, want = two_antennas(tmp_path, "gpu")
-    assert [r.device for r in report.antennas] == ["gpu", "gpu"]
+def check_two_antennas(report, got, want, device: str = "gpu") -> None:
+    """Each antenna's heaps equal its reference; antenna 1's lost heap is its own."""
+    assert [r.device for r in report.antennas] == [device, device]
     assert [r.capture["totals"]["missing"] for r in report.antennas] == [0, 1]
     assert report.totals()["lost"] == 1 and report.totals()["antennas_silent"] == 0
     for k, (heaps, expected) in enumerate(zip(got, want, strict=True)):
@@ -100,3 +103,17 @@ def test_two_live_gpu_antennas_in_one_process_each_equal_their_reference(tmp_pat
     assert (
         report.antennas[1].engine["heaps_skipped"] > 0 == report.antennas[0].engine["heaps_skipped"]
     )
+
+
+def test_two_live_gpu_antennas_in_one_process_each_equal_their_reference(tmp_path):
+    check_two_antennas(*two_antennas(tmp_path, "gpu"))
+
+
+def test_two_live_gpu_antennas_on_two_capture_threads_each(tmp_path):
+    """`fengine --threads 4` over two antennas: each antenna's chunks alternate between
+    its two capture threads (issue 26: an antenna above one core); the heaps still
+    equal the reference, straight from both threads' page-locked pools."""
+    report, got, want = two_antennas(tmp_path, "gpu", threads=2)
+    check_two_antennas(report, got, want)
+    for r in report.antennas:
+        assert [t["packets"] > 0 for t in r.capture["threads"]] == [True, True]
