@@ -151,6 +151,11 @@ def test_each_capture_default_is_set_once():
     assert c.chunks.window_for(1 << 20, 1e3) == d.WINDOW
     assert c.chunks.window_for(256, None) == 16  # 4096 packets
     assert c.chunks.window_for(256, 1e6) == 40  # 10 ms at a million packets a second
+    # A slow stream (16 MHz of YNAO, 7812.5 packets a second): the 4096-packet floor
+    # would hold 0.52 s, and a live search's candidates would wait that long for their
+    # chunks; it holds at most 100 ms (4 chunks of 256 = 131 ms, the core's least).
+    assert c.chunks.window_for(256, 7812.5) == d.WINDOW == 4
+    assert c.chunks.window_for(64, 7812.5) == 13  # 782 packets: 100 ms
     assert c.network.queue_mb == d.QUEUE_MB
     args = build_parser().parse_args(["capture", "--listen", "127.0.0.1:7000", "--duration", "1"])
     assert (args.packets_per_chunk, args.window) == (d.PACKETS_PER_CHUNK, None)

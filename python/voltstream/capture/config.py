@@ -145,6 +145,10 @@ class EngineSettings(_Section):
 #: switch, reorder: 4 senders of 32-packet blocks reorder about 256).
 REORDER_S = 0.010
 REORDER_PACKETS = 4096
+#: ... but the packet floor never holds more than this much of a slow stream: a chunk
+#: leaves the window that late, and a live search's latency is that long. (4096 packets
+#: of a 16 MHz YNAO band are 0.52 s; a packet that late is lost, not reordered.)
+REORDER_PACKETS_MAX_S = 0.100
 #: Beyond this many open chunks each one's bitmap costs more than it saves: use
 #: larger chunks instead.
 MAX_DEFAULT_WINDOW = 1024
@@ -183,12 +187,15 @@ class ChunkSettings(_Section):
     ) -> int:
         """The reorder window in chunks: the one given, else enough chunks of
         ``packets_per_chunk`` (default: this section's) to hold ``REORDER_S`` of a
-        stream of ``packets_per_second`` and ``REORDER_PACKETS`` packets, never fewer
-        than the core's default (4)."""
+        stream of ``packets_per_second`` and ``REORDER_PACKETS`` packets (at most
+        ``REORDER_PACKETS_MAX_S`` of it), never fewer than the core's default (4)."""
         if self.window is not None:
             return self.window
         ppc = packets_per_chunk or self.packets_per_chunk
-        want = max(REORDER_PACKETS, REORDER_S * (packets_per_second or 0.0))
+        floor = float(REORDER_PACKETS)
+        if packets_per_second:
+            floor = min(floor, REORDER_PACKETS_MAX_S * packets_per_second)
+        want = max(floor, REORDER_S * (packets_per_second or 0.0))
         return int(min(MAX_DEFAULT_WINDOW, max(_CHUNKS["window"], math.ceil(want / ppc))))
 
 

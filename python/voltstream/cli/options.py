@@ -398,7 +398,7 @@ def add_chunk_pool(g: Any) -> None:
          "stage the capture rides out before it drops chunks (1024 MiB = 0.2 s at 40 Gb/s). "
          "Default: 1024"),
         ("--window", positive(int), None, "reorder window in chunks: how late a packet may "
-         "come and still be placed. Default: 10 ms of the stream and at least 4096 packets"),
+         "come and still be placed. Default: 10 ms of the stream, at least 4096 packets or 100 ms"),
     ))  # fmt: skip
 
 

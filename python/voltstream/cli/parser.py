@@ -319,7 +319,7 @@ def _add_capture_options(p: argparse.ArgumentParser, *, listen_required: bool = 
         ("--window", positive(int), None,
          "reorder window in chunks: how late a packet may come and still be placed. "
          "Default: as many chunks as hold 10 ms of the stream at its nominal rate and at "
-         f"least 4096 packets (never fewer than {WINDOW})"),
+         f"least 4096 packets or 100 ms (never fewer than {WINDOW})"),
     ))  # fmt: skip
     add_capture_threads(
         p,
