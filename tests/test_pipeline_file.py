@@ -167,8 +167,10 @@ def _start(argv: list[str], cwd: Path) -> subprocess.Popen:
 
 
 def _simulate(bind: str, seconds: str = "0.05") -> int:
+    # 0.1 Gb/s: every packet must arrive, and a loaded 2-core CI host lost 46 of 3125
+    # to the socket engine at 0.3.
     sim = run_cli("simulate", "--format", "ynao", "--signal", "pulsar", "--dest", bind,
-                  "--duration", seconds, "--rate", "0.3")  # fmt: skip
+                  "--duration", seconds, "--rate", "0.1")  # fmt: skip
     assert sim.returncode == 0, sim.stderr
     return int(re.search(r"(\d+) packets", sim.stdout).group(1))
 
