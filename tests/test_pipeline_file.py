@@ -166,6 +166,13 @@ def _start(argv: list[str], cwd: Path) -> subprocess.Popen:
     raise AssertionError(f"{argv[0]} did not start: {out}{err}")
 
 
+#: These tests assert that every packet sent reached the socket engine. On CI's loaded
+#: 2-core host, beside the other worker's tests, the receiver lost 12 of 3125 and 159
+#: of 12500 packets even at 0.1 Gb/s (its receive buffer capped by rmem_max; the loss
+#: was counted, not silent), so they run in the serial pass, alone on the host.
+LOSSLESS_ON_LOOPBACK = pytest.mark.serial
+
+
 def _simulate(bind: str, seconds: str = "0.05") -> int:
     # 0.1 Gb/s: every packet must arrive, and a loaded 2-core CI host lost 46 of 3125
     # to the socket engine at 0.3.
@@ -190,6 +197,7 @@ def _via_file(argv: list[str], cwd: Path) -> list[str]:
     return ["run", "pipeline.toml"]
 
 
+@LOSSLESS_ON_LOOPBACK
 def test_capture_from_the_command_line_and_from_its_file_capture_the_same(tmp_path):
     """The simulator's seed is fixed: both runs must hold the same samples."""
     from voltstream.io.dada import open_dada
@@ -212,6 +220,7 @@ def test_capture_from_the_command_line_and_from_its_file_capture_the_same(tmp_pa
     assert np.array_equal(samples[0], samples[1])
 
 
+@LOSSLESS_ON_LOOPBACK
 def test_record_from_the_command_line_and_from_its_file_record_the_same(tmp_path):
     recorded = []
     for how in ("command line", "printed file"):
@@ -279,6 +288,7 @@ device = "{device}"
 """
 
 
+@LOSSLESS_ON_LOOPBACK
 def test_capture_record_and_fold_in_one_process_on_loopback(tmp_path):
     """One capture, two consumers: every chunk is recorded AND folded (the recorder
     passes each written chunk on), and one report holds every counter."""
@@ -354,6 +364,7 @@ def test_a_stream_description_in_the_file_or_named_by_it_reaches_the_verb(tmp_pa
     assert _capture_format(verb_args(named)).capture_kwargs()["streams"] == 2
 
 
+@LOSSLESS_ON_LOOPBACK
 def test_the_shipped_example_runs_as_documented_and_check_catches_what_run_refuses(tmp_path):
     """docs/examples/pipeline.toml as its header says to run it, in a fresh folder
     (ports made free, nothing else changed): `run --check` refuses it while its disks
