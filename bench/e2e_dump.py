@@ -23,8 +23,9 @@ samples). After a 202 it polls GET /ring until the dump is counted written (or f
 the time from the POST to that, to 50 ms.
 
 LOSSLESS with its dump: the capture's own criterion (e2e_receivers.lossless) and the
-trigger answered 202 before the senders stopped (the window was copied out while the
-capture ran at the rate), the report's dump (its `dumps` section) written, not
+trigger answered 202 and the dump counted written before the senders stopped (the
+writer read the whole window out of the ring while the capture ran at the rate), the
+report's dump (its `dumps` section) written, not
 partial, with the expected samples and 0 lost_samples, no dump failed, and the file
 holding the header and exactly those samples. The point keeps all of it under "dump",
 with the reasons it was not.
@@ -194,6 +195,11 @@ class DumpPoint:
                            f"{(rec['answer'] or {}).get('error')}")  # fmt: skip
             elif "seconds" in point and rec["answered_s"] > point["seconds"]:
                 why.append("answered after the senders stopped")
+            elif "seconds" in point and (
+                rec.get("post_to_written_ms") is None
+                or rec["posted_s"] + rec["post_to_written_ms"] / 1e3 > point["seconds"]
+            ):
+                why.append("not written before the senders stopped")
             if len(listed) != 1:
                 why.append(f"{len(listed)} dumps in the report, not 1")
             else:

@@ -6,18 +6,21 @@ onto the ring's samples exactly (record/dumps.py)."""
 from __future__ import annotations
 
 import json
+import tracemalloc
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from chunks import FrameChunk
+from dump_checks import read_dump
 from voltstream.capture.report import CaptureReport
 from voltstream.capture.ring import RingClock, VoltageRing
 from voltstream.capture.run import CountingSink
 from voltstream.capture.timeline import ChunkTimeline
 from voltstream.formats import make_format
-from voltstream.record.dumps import TriggerError, parse_trigger
+from voltstream.record import dumps as dumps_module
+from voltstream.record.dumps import Dumps, TriggerError, parse_trigger
 
 PPC = 4
 FMT = make_format("ynao", chan_bw_mhz=0.125)
@@ -141,3 +144,70 @@ def test_a_slot_overwritten_while_it_is_copied_is_counted_lost_not_mixed_in(stre
     copy = ring.copy(0, 4 * PPC * SPP)
     assert copy.present[0].tolist() == [True] * PPC + [False] * PPC + [True] * 2 * PPC
     assert copy.torn_packets == PPC and not copy.payload[0, PPC : 2 * PPC].any()
+
+
+def _dumps(ring: VoltageRing, tmp_path) -> Dumps:
+    return Dumps(ring, tmp_path, "J0000+0000", margin_s=0.0)
+
+
+def _trigger(dumps: Dumps, first_chunk: int, stop_chunk: int) -> tuple[int, dict]:
+    secs = [(c * PPC * SPP - dumps.ring.clock.first_sample) * FMT.tsamp_exact
+            for c in (first_chunk, stop_chunk)]  # fmt: skip
+    body = {"start": str(secs[0]), "end": str(secs[1])}
+    return dumps.trigger(json.dumps(body).encode())
+
+
+def test_a_dump_never_holds_its_window_whole_outside_the_ring(stream, tmp_path, monkeypatch):
+    """The writer reads the window out of the ring a piece at a time: neither the
+    trigger nor the writer allocates the window's size. (A 1 s window at 30 Gb/s is
+    3.7 GB; copied whole as the trigger came, it lost the capture chunks.)"""
+    samples, frames = stream
+    monkeypatch.setattr(dumps_module, "WRITE_PACKETS", PPC)
+    ring = _ring(0.04)
+    assert ring.nslots >= 16
+    _feed(ring, frames, {c: [1] * PPC for c in range(16)})
+    dumps = _dumps(ring, tmp_path)
+    window_bytes = 15 * PPC * FMT.payload_len
+    tracemalloc.start()
+    try:
+        status, answer = _trigger(dumps, 1, 16)
+        dumps.close()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert status == 202 and answer["lost_samples"] == 0, answer
+    assert peak < window_bytes / 3, (peak, window_bytes)
+    header, got, _ = read_dump(answer["path"])
+    np.testing.assert_array_equal(got, samples[PPC * SPP : 16 * PPC * SPP])
+    assert header["DUMP_LOST_SAMPLES"] == "0" and dumps.counts["written"] == 1
+
+
+def test_a_window_the_capture_overwrites_before_the_writer_reads_it_is_counted_lost(
+    stream, tmp_path
+):
+    """The capture comes round the ring onto the window's first chunks before the writer
+    reaches them: those samples are zeros in the file, counted (overwritten_packets,
+    lost_samples, the header's DUMP_LOST_SAMPLES), never the newer chunks' samples."""
+    samples, frames = stream
+    ring = _ring()
+    n = ring.nslots
+    _feed(ring, frames, {c: [1] * PPC for c in range(n)})
+    copy = ring.copy
+
+    def capture_overtakes(first: int, stop: int):
+        if ring.newest < n + 1:  # the first piece: chunks n, n + 1 take chunks 0, 1's slots
+            _feed(ring, frames, {c: [1] * PPC for c in (n, n + 1)})
+        return copy(first, stop)
+
+    ring.copy = capture_overtakes  # type: ignore[method-assign]
+    dumps = _dumps(ring, tmp_path)
+    status, answer = _trigger(dumps, 1, n)
+    dumps.close()
+    assert status == 202 and answer["lost_samples"] == 0, answer  # all there at the trigger
+    header, got, _ = read_dump(answer["path"])
+    assert not got[: PPC * SPP].any()  # chunk 1: overwritten, zeros
+    np.testing.assert_array_equal(got[PPC * SPP :], samples[2 * PPC * SPP : n * PPC * SPP])
+    d = dumps.as_dict()
+    assert (d["overwritten_packets"], d["lost_samples"]) == (PPC, PPC * SPP), d
+    assert d["list"][0]["lost_samples"] == PPC * SPP
+    assert header["DUMP_LOST_SAMPLES"] == str(PPC * SPP)

@@ -95,6 +95,14 @@ class RingCopy:
     payload: np.ndarray
     present: np.ndarray
     torn_packets: int = 0  # overwritten by the capture while being copied
+    overwritten_packets: int = 0  # overwritten before the copy reached them
+
+    def lost_samples(self, spp: int) -> int:
+        """Samples of the window in packets absent from the copy (any stream's)."""
+        valid = self.present.all(axis=0)
+        starts = (self.first_packet + np.flatnonzero(~valid)) * spp
+        overlap = np.minimum(self.stop, starts + spp) - np.maximum(self.first, starts)
+        return int(np.clip(overlap, 0, None).sum())
 
     @property
     def samples(self) -> int:
@@ -273,6 +281,25 @@ class VoltageRing:
         oldest = newest - (self.nslots - 1) + 1
         return max(oldest * self.ppc * self.spp, clock.first_sample), self.end_sample
 
+    def _chunks(self, p0: int, p1: int) -> list[tuple[int, int, int, int]]:
+        """(chunk id, its slot, first packet, stop packet) for each chunk that packets
+        ``p0`` .. ``p1`` (on the index axis) touch."""
+        ppc = self.ppc
+        return [(c, c % self.nslots, max(p0, c * ppc), min(p1, (c + 1) * ppc))
+                for c in range(p0 // ppc, (p1 - 1) // ppc + 1)]  # fmt: skip
+
+    def presence(self, first: int, stop: int) -> tuple[int, np.ndarray]:
+        """(first packet, presence (streams, packets)) of samples ``first`` .. ``stop`` as
+        the ring holds them now, without their bytes: what a trigger is answered with
+        before the writer reads the window out (record/dumps.py)."""
+        spp, ppc = self.spp, self.ppc
+        p0, p1 = first // spp, -(-stop // spp)
+        present = np.zeros((self.nstreams, p1 - p0), bool)
+        for c, slot, a, b in self._chunks(p0, p1):
+            if self.ids[slot] == c:
+                present[:, a - p0 : b - p0] = self.present[slot, :, a - c * ppc : b - c * ppc]
+        return p0, present
+
     def copy(self, first: int, stop: int) -> RingCopy:
         """Samples ``first`` .. ``stop`` copied out, slot by slot, each checked against an
         overwrite during its copy (see the module docstring)."""
@@ -280,12 +307,15 @@ class VoltageRing:
         p0, p1 = first // spp, -(-stop // spp)
         payload = np.zeros((self.nstreams, p1 - p0, self.fmt.payload_len), np.uint8)
         present = np.zeros((self.nstreams, p1 - p0), bool)
-        torn = 0
-        for c in range(p0 // ppc, (p1 - 1) // ppc + 1):
-            slot = c % self.nslots
-            a, b = max(p0, c * ppc), min(p1, (c + 1) * ppc)
-            if self.ids[slot] != c:
-                continue  # a gap, or already overwritten: lost
+        torn = overwritten = 0
+        for c, slot, a, b in self._chunks(p0, p1):
+            held = int(self.ids[slot])
+            if held != c:
+                # A newer chunk took the slot (or is being written into it: -1 once the
+                # ring has come round): overwritten. An older one: a gap, never arrived.
+                if held > c or (held < 0 and self.newest + 1 >= c + self.nslots):
+                    overwritten += (b - a) * self.nstreams
+                continue
             out = slice(a - p0, b - p0)
             payload[:, out] = self.payload[slot, :, a - c * ppc : b - c * ppc]
             present[:, out] = self.present[slot, :, a - c * ppc : b - c * ppc]
@@ -293,7 +323,7 @@ class VoltageRing:
                 torn += int(present[:, out].sum())
                 present[:, out] = False
                 payload[:, out] = 0
-        return RingCopy(first, stop, p0, payload, present, torn)
+        return RingCopy(first, stop, p0, payload, present, torn, overwritten)
 
     def state(self) -> dict[str, Any]:
         """The ring for the report: its size and what it has seen. (Not ``as_dict``:

@@ -290,6 +290,11 @@ class DadaWriter:
         self._write_all(buf)
         self.nsamp += len(buf) // self.bytes_per_sample
 
+    def amend(self, **keys: Any) -> None:
+        """Header values known only once the data is written (a dump's lost samples):
+        rewritten with FILE_SIZE at close, where they fit the header's padding."""
+        self.extra.update(keys)
+
     def close(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None

@@ -18,9 +18,17 @@ D x DM x (f_lo^-2 - f_hi^-2) with D the project's one dispersion constant
 literature differs from it by 1.4e-4).
 
 The answer (an HTTP status and a JSON object, record/trigger_http.py) is given once the
-window is copied out of the ring; the file is written by one writer thread, so neither
-the capture nor the trigger's sender waits on the disk. Every trigger, dump and refusal
-is counted (``as_dict``: the capture report's ``dumps`` section).
+window is checked against the ring and queued. One writer thread then reads it out of
+the ring a piece at a time (WRITE_PACKETS packets), oldest first, and writes it: the
+window is never held whole outside the ring. A 1 s window at 30 Gb/s is 3.7 GB, and
+copying it whole as the trigger came (sessions 14-15) competed with the capture's own
+writes into the ring for the memory and lost 6 to 167 of the capture's chunks in 10 s
+points; read piecewise, the writer moves each byte once, at the disk's pace. The ring
+must hold the window until the writer reaches it: a piece the capture overwrote first
+is written as zeros and counted (``overwritten_packets``; its samples in ``lost_samples``),
+never mixed in. Neither the capture nor the trigger's sender waits on the disk. Every
+trigger, dump and refusal is counted (``as_dict``: the capture report's ``dumps``
+section).
 """
 
 from __future__ import annotations
@@ -152,10 +160,11 @@ class Dump:
     start_mjd: str
     first_sample: int  # on the stream's sample axis (packet index x samples per packet)
     samples: int
-    lost_samples: int
+    lost_samples: int  # at the trigger: absent then; once written: absent in the file
     partial: bool
     state: str = "queued"  # queued, written or failed
     error: str | None = None
+    overwritten_packets: int = 0  # of all streams, overwritten in the ring before read
 
 
 class Dumps:
@@ -172,9 +181,9 @@ class Dumps:
         self.margin = margin_s
         self.counts = dict.fromkeys(
             ("triggers", "dumps", "partial", "refused_gone", "refused_not_yet", "malformed",
-             "busy", "written", "failed", "samples", "lost_samples"), 0)  # fmt: skip
+             "busy", "written", "failed", "samples", "lost_samples", "overwritten_packets"),
+            0)  # fmt: skip
         self.dumps: list[Dump] = []
-        self._copy = threading.Lock()  # one window copied out at a time
         self._count = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
         self._writer = threading.Thread(target=self._write_loop, name="dump-writer", daemon=True)
@@ -208,10 +217,10 @@ class Dumps:
         first, stop, cut = self._fit(clock, span, first, stop, partial)
         if self._queue.qsize() >= MAX_QUEUED:
             raise TriggerError(503, f"{MAX_QUEUED} dumps are waiting for the disk; try again")
-        with self._copy:
-            copy = self.ring.copy(first, stop)
-        dump = self._record(clock, copy, cut)
-        self._queue.put((dump, copy, clock))
+        p0, present = self.ring.presence(first, stop)
+        absent = RingCopy(first, stop, p0, np.empty(0, np.uint8), present)
+        dump = self._record(clock, absent, cut)
+        self._queue.put((dump, clock))
         return asdict(dump)
 
     def _fit(self, clock: RingClock, span: tuple[int, int], first: int, stop: int,
@@ -240,11 +249,8 @@ class Dumps:
                            '; "partial": true dumps the part the ring holds'))  # fmt: skip
 
     def _record(self, clock: RingClock, copy: RingCopy, cut: bool) -> Dump:
-        spp = self.ring.spp
-        valid = copy.present.all(axis=0)
-        starts = (copy.first_packet + np.flatnonzero(~valid)) * spp
-        overlap = np.minimum(copy.stop, starts + spp) - np.maximum(copy.first, starts)
-        lost = int(np.clip(overlap, 0, None).sum())
+        """The dump of a window (``copy``: its presence in the ring at the trigger)."""
+        lost = copy.lost_samples(self.ring.spp)
         with self._count:
             ident = len(self.dumps) + 1
             mjd = clock.mjd_text(copy.first, 9)
@@ -264,9 +270,9 @@ class Dumps:
 
     def _write_loop(self) -> None:
         while (job := self._queue.get()) is not None:
-            dump, copy, clock = job
+            dump, clock = job
             try:
-                self._write(dump, copy, clock)
+                self._write(dump, clock)
                 dump.state = "written"
                 self._add("written")
             except (VoltstreamError, OSError) as exc:
@@ -274,33 +280,56 @@ class Dumps:
                 self._add("failed")
                 log.error("dump %d not written: %s", dump.id, exc)
 
-    def _write(self, dump: Dump, copy: RingCopy, clock: RingClock) -> None:
+    def _write(self, dump: Dump, clock: RingClock) -> None:
         """The DADA file: the stream's first sample as UTC_START + PICOSECONDS (exact),
         the window's first byte after it as OBS_OFFSET (as PSRDADA's event dumps do), so
-        a reader places the window's first sample exactly."""
+        a reader places the window's first sample exactly. The window is read out of
+        the ring piece by piece as it is written; the samples lost in the file (absent
+        at the trigger, or overwritten before they were read) are settled at the end,
+        in the report and in the header (rewritten at close)."""
         fmt, spp = self.fmt, self.ring.spp
         whole = math.floor(clock.sec)
         obs = fmt.observation(start_mjd=clock.mjd, start_sec=float(whole), source=self.source)
         bps = obs.nchan * obs.npol * obs.ndim * obs.nbit // 8
+        first, stop = dump.first_sample, dump.first_sample + dump.samples
         extra = {
             "PICOSECONDS": round((clock.sec - whole) * 10**12),
             "MJD_START": clock.mjd_text(clock.first_sample),
-            "OBS_OFFSET": (copy.first - clock.first_sample) * bps,
+            "OBS_OFFSET": (first - clock.first_sample) * bps,
             "DUMP_ID": dump.id,
             "DUMP_START_MJD": dump.start_mjd,
-            "DUMP_FIRST_SAMPLE": copy.first,
+            "DUMP_FIRST_SAMPLE": first,
             "DUMP_LOST_SAMPLES": dump.lost_samples,
         }
-        skip = copy.first - copy.first_packet * spp  # samples before the window
-        left = copy.samples
+        lost = overwritten = 0
         with DadaWriter(dump.path, obs, extra) as out:
-            for a in range(0, copy.present.shape[1], WRITE_PACKETS):
-                b = a + WRITE_PACKETS
-                tfp = fmt.payload_to_tfp(copy.payload[:, a:b], copy.present[:, a:b])
-                tfp = tfp[skip : skip + left]
-                out.write(tfp)
-                left -= tfp.shape[0]
-                skip = 0
+            a = first
+            while a < stop:
+                b = min(stop, (a // spp + WRITE_PACKETS) * spp)
+                piece = self.ring.copy(a, b)
+                lost += piece.lost_samples(spp)
+                overwritten += piece.overwritten_packets + piece.torn_packets
+                tfp = fmt.payload_to_tfp(piece.payload, piece.present)
+                skip = a - piece.first_packet * spp
+                out.write(tfp[skip : skip + b - a])
+                a = b
+            out.amend(DUMP_LOST_SAMPLES=lost)
+        self._settle(dump, lost, overwritten)
+
+    def _settle(self, dump: Dump, lost: int, overwritten: int) -> None:
+        """The dump's lost samples as written (they replace those known at the trigger)."""
+        with self._count:
+            self.counts["lost_samples"] += lost - dump.lost_samples
+            self.counts["overwritten_packets"] += overwritten
+            dump.lost_samples, dump.overwritten_packets = lost, overwritten
+        if overwritten:
+            log.warning(
+                "dump %d: %d packets were overwritten in the ring before the writer read "
+                "them (written as zeros): the disk is slower than the stream; keep more "
+                "--ring-seconds or dump to a faster disk",
+                dump.id,
+                overwritten,
+            )
 
     def window(self, raw: bytes) -> tuple[int, int] | None:
         """A trigger's window (first, stop samples on the ring's clock) as it would be
