@@ -133,8 +133,8 @@ def ring_and_dumps(args: argparse.Namespace, fmt: Any, settings: Any) -> tuple[A
     # Whole packets in the chunks: the first packet's header is the stream's clock.
     settings = settings.replace(whole_packets=True)
     ppc = settings.chunks.packets_per_chunk
-    # The pool rides out the consumer's waits, and a dump's copy and writer threads share
-    # its GIL and memory bus: at least DUMP_POOL_MB of it (the default of 36 chunks of
+    # The pool rides out the consumer's waits, and a dump's writer thread shares its GIL
+    # and memory bus: at least DUMP_POOL_MB of it (the default of 36 chunks of
     # 256 YNAO packets is 20 ms at 30 Gb/s; session 15's dump lost 167 chunks with it).
     chunk_bytes = ppc * fmt.payload_len * fmt.streams
     floor = -(-DUMP_POOL_MB * 2**20 // chunk_bytes)

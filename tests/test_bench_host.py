@@ -1,7 +1,8 @@
-"""Smoke run of bench/dump_ring.py at a trivial rate: both ways of taking a dump write
-the whole window (the DADA header and every sample), the consumer drops nothing, and
-the JSON is what it returned. (Which way holds the capture better is the benchmark's
-to measure on a loaded host, not a test's.)"""
+"""Smoke runs of the host benches. bench/dump_ring.py at a trivial rate: both ways of
+taking a dump write the whole window (the DADA header and every sample), the consumer
+drops nothing, and the JSON is what it returned (which way holds the capture better is
+the benchmark's to measure on a loaded host, not a test's). bench/quantise.py on a
+tiny row."""
 
 import json
 import sys
@@ -24,3 +25,14 @@ def test_both_ways_write_the_whole_window_and_drop_nothing_at_a_trivial_rate(tmp
         assert t["window_samples"] > 0 and t["file_bytes"] == want, t
         assert t["chunks_dropped"] == 0 and 0 <= t["answer_s"] <= t["written_s"] > 0, t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dr.json"]  # dumps removed
+
+
+def test_the_quantiser_bench_times_both_ways_on_the_same_rows(tmp_path):
+    import quantise
+
+    path = tmp_path / "q.json"
+    out = quantise.main(["--nsblk", "64", "--channels", "16", "--lost", "0.2",
+                         "--repeats", "2", "--json", str(path)])  # fmt: skip
+    assert json.loads(path.read_text()) == out and out["values_per_row"] == 64 * 16
+    assert out["float64_mvalues_per_s"] > 0 and out["quantiser_mvalues_per_s"] > 0
+    assert out["speedup"] == out["quantiser_mvalues_per_s"] / out["float64_mvalues_per_s"]
