@@ -73,11 +73,10 @@ class Watcher(threading.Thread):
                 self.samples.append((time.monotonic() - self.t0, rss, gpu_used_mib()))
 
 
-def growth(samples: list, column: int, after_s: float, until_s: float) -> float | None:
-    """Growth of a column from the first sample after ``after_s`` to the last before
-    ``until_s`` (the end of sending: a sample taken while the receiver exits shows its
-    memory already freed, and read as a fall of 5 GB in session 15's first soak)."""
-    kept = [s[column] for s in samples if after_s <= s[0] <= until_s and s[column] is not None]
+def growth(samples: list, column: int, after_s: float) -> float | None:
+    """Growth of a column from the first sample after ``after_s`` to the last one
+    (``samples``: those taken while the stream was sent)."""
+    kept = [s[column] for s in samples if after_s <= s[0] and s[column] is not None]
     return kept[-1] - kept[0] if len(kept) >= 2 else None
 
 
@@ -108,7 +107,9 @@ def main(argv: list[str] | None = None) -> dict:
     watcher.done.set()
     print(e2e.point_line(p), flush=True)
     until = p.get("send_end", float("inf")) - watcher.t0
-    s = [x for x in watcher.samples if x[0] <= until]  # while the stream was sent
+    # Only samples taken while the stream was sent: one taken while the receiver exits
+    # shows its memory already freed, read as a fall of 5 GB in session 15's first soak.
+    s = [x for x in watcher.samples if x[0] <= until]
     doc = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "machine": e2e.machine(),
@@ -123,8 +124,8 @@ def main(argv: list[str] | None = None) -> dict:
         "lost": p.get("lost"),
         "counters": {k: p.get(k) for k in e2e.ALL_COUNTERS},
         "rss_mib_first_last_max": [s[0][1], s[-1][1], max(x[1] for x in s)] if s else None,
-        "rss_growth_after_1min_mib": growth(s, 1, 60.0, until),
-        "gpu_growth_after_1min_mib": growth(s, 2, 60.0, until),
+        "rss_growth_after_1min_mib": growth(s, 1, 60.0),
+        "gpu_growth_after_1min_mib": growth(s, 2, 60.0),
         "samples": watcher.samples,
         "point": {k: v for k, v in p.items() if k != "receiver_output"},
     }
