@@ -208,9 +208,21 @@ def _outcome(proc: subprocess.Popen, line: Line, log: Path, interrupted: bool) -
     return f"README:{line.number} `{line.text}` exited {proc.returncode}{how}: {said}"
 
 
-@pytest.mark.parametrize(
-    "step", _steps(), ids=lambda step: "README:" + "+".join(str(ln.number) for ln in step)
-)
+#: Lines run in the serial pass, alone on the host (make py-test), each needing
+#: nothing a line before it made: the cluster demo's 4 node workers, scheduler and
+#: merger on CI's 2 cores lost 40 of 3886 packets of one node beside the other
+#: worker's tests (counted, and the demo says FAILED, as it must).
+ALONE = ("voltstream demo --nodes",)
+
+
+def _step_params() -> list:
+    return [pytest.param(step, id="README:" + "+".join(str(ln.number) for ln in step),
+                         marks=[pytest.mark.serial] if any(
+                             a in ln.text for a in ALONE for ln in step) else [])
+            for step in _steps()]  # fmt: skip
+
+
+@pytest.mark.parametrize("step", _step_params())
 def test_the_tour_runs_on_a_cpu_machine(step, here):
     cwd, ports = here
     if all(line.not_here for line in step):
