@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
            "command": "python bench/dump_ring.py " + " ".join(
                f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                if v is not None and k != "json"),
-           "host_cpus": len(__import__("os").sched_getaffinity(0)), "tries": tries}  # fmt: skip
+           "host_cpus": len(os.sched_getaffinity(0)), "tries": tries}  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return out

@@ -76,7 +76,7 @@ class Watcher(threading.Thread):
 def growth(samples: list, column: int, after_s: float) -> float | None:
     """Growth of a column from the first sample after ``after_s`` to the last one
     (``samples``: those taken while the stream was sent)."""
-    kept = [s[column] for s in samples if after_s <= s[0] and s[column] is not None]
+    kept = [s[column] for s in samples if s[0] >= after_s and s[column] is not None]
     return kept[-1] - kept[0] if len(kept) >= 2 else None
 
 

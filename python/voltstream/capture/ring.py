@@ -42,7 +42,14 @@ from voltstream.errors import ConfigError
 from voltstream.formats import StreamFormat
 from voltstream.pipeline.interfaces import Consumer
 
-__all__ = ["RingClock", "RingCopy", "VoltageRing", "ring_bytes", "check_ring_memory"]
+__all__ = [
+    "RingClock",
+    "RingCopy",
+    "VoltageRing",
+    "check_ring_memory",
+    "lost_samples",
+    "ring_bytes",
+]
 
 MIB = 1 << 20
 
@@ -82,6 +89,15 @@ class RingClock:
         return f"{q // 10**places}.{q % 10**places:0{places}d}"
 
 
+def lost_samples(present: np.ndarray, first_packet: int, first: int, stop: int,
+                 spp: int) -> int:  # fmt: skip
+    """Samples ``first`` .. ``stop`` in packets absent (in any stream) from ``present``
+    (streams, packets from ``first_packet``)."""
+    starts = (first_packet + np.flatnonzero(~present.all(axis=0))) * spp
+    overlap = np.minimum(stop, starts + spp) - np.maximum(first, starts)
+    return int(np.clip(overlap, 0, None).sum())
+
+
 @dataclass
 class RingCopy:
     """Samples ``first`` .. ``stop`` copied out of the ring as the packets that hold
@@ -99,10 +115,7 @@ class RingCopy:
 
     def lost_samples(self, spp: int) -> int:
         """Samples of the window in packets absent from the copy (any stream's)."""
-        valid = self.present.all(axis=0)
-        starts = (self.first_packet + np.flatnonzero(~valid)) * spp
-        overlap = np.minimum(self.stop, starts + spp) - np.maximum(self.first, starts)
-        return int(np.clip(overlap, 0, None).sum())
+        return lost_samples(self.present, self.first_packet, self.first, self.stop, spp)
 
     @property
     def samples(self) -> int:
@@ -291,7 +304,7 @@ class VoltageRing:
     def presence(self, first: int, stop: int) -> tuple[int, np.ndarray]:
         """(first packet, presence (streams, packets)) of samples ``first`` .. ``stop`` as
         the ring holds them now, without their bytes: what a trigger is answered with
-        before the writer reads the window out (record/dumps.py)."""
+        before the writer reads the window out (record/dumps.py; ``lost_samples``)."""
         spp, ppc = self.spp, self.ppc
         p0, p1 = first // spp, -(-stop // spp)
         present = np.zeros((self.nstreams, p1 - p0), bool)

@@ -43,9 +43,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from voltstream.capture.ring import RingClock, RingCopy, VoltageRing
+from voltstream.capture.ring import RingClock, VoltageRing, lost_samples
 from voltstream.dsp.dedisperse import dispersion_delay_s
 from voltstream.errors import VoltstreamError
 from voltstream.io.dada import DadaWriter
@@ -218,8 +216,8 @@ class Dumps:
         if self._queue.qsize() >= MAX_QUEUED:
             raise TriggerError(503, f"{MAX_QUEUED} dumps are waiting for the disk; try again")
         p0, present = self.ring.presence(first, stop)
-        absent = RingCopy(first, stop, p0, np.empty(0, np.uint8), present)
-        dump = self._record(clock, absent, cut)
+        lost = lost_samples(present, p0, first, stop, self.ring.spp)
+        dump = self._record(clock, first, stop, lost, cut)
         self._queue.put((dump, clock))
         return asdict(dump)
 
@@ -248,20 +246,20 @@ class Dumps:
         raise TriggerError(410 if gone else 409, why + ("" if partial else
                            '; "partial": true dumps the part the ring holds'))  # fmt: skip
 
-    def _record(self, clock: RingClock, copy: RingCopy, cut: bool) -> Dump:
-        """The dump of a window (``copy``: its presence in the ring at the trigger)."""
-        lost = copy.lost_samples(self.ring.spp)
+    def _record(self, clock: RingClock, first: int, stop: int, lost: int, cut: bool) -> Dump:
+        """The dump of samples ``first`` .. ``stop``, ``lost`` of them absent from the
+        ring at the trigger."""
         with self._count:
             ident = len(self.dumps) + 1
-            mjd = clock.mjd_text(copy.first, 9)
+            mjd = clock.mjd_text(first, 9)
             dump = Dump(ident, str(self.dir / f"dump-{ident:04d}-mjd{mjd}.dada"),
-                        float(clock.seconds(copy.first)), float(clock.seconds(copy.stop)),
-                        clock.mjd_text(copy.first), copy.first, copy.samples, lost,
+                        float(clock.seconds(first)), float(clock.seconds(stop)),
+                        clock.mjd_text(first), first, stop - first, lost,
                         cut)  # fmt: skip
             self.dumps.append(dump)
             self.counts["dumps"] += 1
             self.counts["partial"] += cut
-            self.counts["samples"] += copy.samples
+            self.counts["samples"] += stop - first
             self.counts["lost_samples"] += lost
         log.info("dump %d: %.6f .. %.6f s (%d samples, %d lost%s) -> %s", ident,
                  dump.start_s, dump.end_s, dump.samples, lost,
